@@ -1,0 +1,1 @@
+"""gpufleet: provision and operate one GPU Kubernetes cluster shared by training and inference."""
