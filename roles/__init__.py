@@ -1,0 +1,1 @@
+"""gpufleet roles: one add-on per package (defaults.yaml, templates/, the Pulumi ComponentResource, README)."""

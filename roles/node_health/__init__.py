@@ -1,0 +1,1 @@
+"""Role node_health."""

@@ -1,0 +1,1 @@
+"""Role parallel_fs."""

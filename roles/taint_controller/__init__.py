@@ -1,0 +1,1 @@
+"""Role taint_controller."""
