@@ -1,0 +1,24 @@
+"""Typed variables of the gpu_metrics role (defaults and documentation: defaults.yaml)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from gpufleet.inventory.types import STRICT, Celsius, DnsLabel, PositiveInt
+
+
+class Vars(BaseModel):
+    """Variables of the gpu_metrics role."""
+
+    model_config = STRICT
+
+    gpu_metrics_enabled: bool
+    gpu_metrics_namespace: DnsLabel
+    gpu_metrics_dcgm_exporter_install: bool
+    gpu_metrics_gpu_temp_threshold_celsius: Celsius
+    gpu_metrics_memory_temp_threshold_celsius: Celsius
+    gpu_metrics_alert_for_seconds: PositiveInt
+    gpu_metrics_exporter_port: int = Field(ge=1, le=65535)
+    gpu_metrics_scrape_interval_seconds: PositiveInt
+    gpu_metrics_prometheus_operator: bool
+    gpu_metrics_grafana_dashboards: bool

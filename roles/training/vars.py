@@ -1,0 +1,20 @@
+"""Typed variables of the training role (defaults and documentation: defaults.yaml)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from gpufleet.inventory.types import STRICT, PositiveInt
+
+
+class Vars(BaseModel):
+    """Variables of the training role."""
+
+    model_config = STRICT
+
+    training_enabled: bool
+    training_checkpoint_interval_minutes: PositiveInt
+    training_checkpoint_seconds: PositiveInt
+    training_max_restarts: PositiveInt
+    training_checkpoint_subdir: str
+    training_nccl_env: dict[str, str]

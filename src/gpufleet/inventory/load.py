@@ -1,0 +1,211 @@
+"""Load an environment's inventory: merge variables by Ansible precedence, validate all.
+
+Precedence (lowest first), as in Ansible: role defaults < group_vars/all <
+group_vars/<group> (parents before children) < host_vars/<host> < Pulumi
+stack config. Role variables are cluster-wide, so they may only be set in
+role defaults, group_vars/all or stack config; node variables (GPU model,
+HCAs, capacity) follow the full chain per host.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ValidationError
+
+from gpufleet.paths import INVENTORIES, REPO_ROOT
+
+from .checks import cross_checks
+from .errors import MISSING, InventoryError, Problem
+from .files import InventoryFiles, Layer, read_inventory, read_yaml
+from .inventory import Host, Inventory
+from .models import FLEET_KEYS, HOST_KEYS, FleetVars, HostVars
+from .roles import ROLE_NAMES, defaults_file, defaults_path, role_of, vars_model
+
+#: The group whose leaf groups are racks of GPU nodes.
+GPU_GROUP = "gpu_nodes"
+
+
+def environments() -> list[str]:
+    """Names of the inventories under ``inventories/``."""
+    return sorted(p.name for p in INVENTORIES.iterdir() if (p / "hosts.yml").exists())
+
+
+def load(
+    env: str,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    overrides_file: str | None = None,
+    nodes: int | None = None,
+    root: Path | None = None,
+) -> Inventory:
+    """Load and validate ``inventories/<env>`` (or ``root``).
+
+    Args:
+        env: environment name (a folder of ``inventories/``).
+        overrides: stack-config values, highest precedence (e.g. Pulumi config).
+        overrides_file: name shown in messages for ``overrides``.
+        nodes: for simulated fleets, the number of hosts (overrides
+            ``fleet_simulated_nodes``).
+        root: inventory folder to read instead of ``inventories/<env>``.
+
+    Raises:
+        InventoryError: listing every problem (file, key, value, expected);
+            nothing is returned half-valid.
+    """
+    root = root or INVENTORIES / env
+    if not (root / "hosts.yml").exists():
+        known = ", ".join(environments())
+        raise InventoryError([Problem(str(root), "(environment)", env, f"an inventory folder with hosts.yml (known: {known})")])
+    files = read_inventory(root)
+    problems = list(files.problems)
+    over_layer = Layer(overrides_file or f"Pulumi.{env}.yaml (stack config)", dict(overrides or {}))
+
+    defaults = [_role_defaults(r, problems) for r in ROLE_NAMES]
+    problems += _classify(files, over_layer)
+    cluster_layers = defaults + files.group_layers.get("all", []) + [over_layer]
+    cluster, origin = _merge(cluster_layers, lambda k: role_of(k) is not None or k in FLEET_KEYS)
+
+    roles: dict[str, BaseModel] = {}
+    for role in ROLE_NAMES:
+        keys = set(vars_model(role).model_fields)
+        model = _validate(vars_model(role), {k: v for k, v in cluster.items() if k in keys}, origin, problems,
+                          default_file=defaults_file(role))
+        if model is not None:
+            roles[role] = model
+    fleet_values = {k: v for k, v in cluster.items() if k in FLEET_KEYS}
+    if nodes is not None:
+        fleet_values["fleet_simulated_nodes"] = nodes
+        origin["fleet_simulated_nodes"] = "--nodes"
+    fleet = _validate(FleetVars, fleet_values, origin, problems, default_file="group_vars/all")
+
+    if fleet is not None and fleet.fleet_simulated_nodes:
+        _simulate_hosts(files, fleet.fleet_simulated_nodes, problems)
+    hosts = _hosts(files, problems)
+    inventory = Inventory(env=env, root=root, hosts=hosts, fleet=fleet or FleetVars(), roles=roles)
+    if not problems:
+        problems += cross_checks(inventory, origin)
+    if problems:
+        raise InventoryError(problems)
+    return inventory
+
+
+def _role_defaults(role: str, problems: list[Problem]) -> Layer:
+    path = defaults_path(role)
+    data, errs = read_yaml(path, REPO_ROOT / "roles" / "x")
+    problems.extend(errs)
+    return Layer(defaults_file(role), data or {})
+
+
+def _known_keys() -> list[str]:
+    keys = set(HOST_KEYS) | set(FLEET_KEYS)
+    for role in ROLE_NAMES:
+        keys |= set(vars_model(role).model_fields)
+    return sorted(keys)
+
+
+def _unknown(file: str, key: str, value: Any) -> Problem:
+    role = key.split("_")[0]
+    close = difflib.get_close_matches(key, _known_keys(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    if role_of(key) is None and key not in HOST_KEYS and key not in FLEET_KEYS and key.endswith("_enabled"):
+        return Problem(file, key, value, f"a variable of a known role ({', '.join(ROLE_NAMES)}): unknown role{hint}")
+    return Problem(file, key, value, f"a known variable{hint}")
+
+
+def _classify(files: InventoryFiles, overrides: Layer) -> list[Problem]:
+    """Every key of every layer must be known and set where it may be set."""
+    problems: list[Problem] = []
+    role_keys = {k for r in ROLE_NAMES for k in vars_model(r).model_fields}
+    layers = [(g, layer) for g, ls in files.group_layers.items() for layer in ls]
+    layers += [(None, layer) for ls in files.host_layers.values() for layer in ls]
+    layers.append(("all", overrides))
+    for group, layer in layers:
+        for key, value in layer.values.items():
+            if key in role_keys or key in FLEET_KEYS:
+                if group != "all":
+                    problems.append(Problem(layer.file, key, value,
+                                            "to be set in group_vars/all or stack config (a cluster-wide role variable)"))
+            elif key in HOST_KEYS:
+                if layer is overrides:
+                    problems.append(Problem(layer.file, key, value, "a cluster-wide variable (node variables belong in group_vars or host_vars)"))
+            else:
+                problems.append(_unknown(layer.file, key, value))
+    return problems
+
+
+def _merge(layers: list[Layer], wanted) -> tuple[dict[str, Any], dict[str, str]]:
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer.values.items():
+            if wanted(key):
+                values[key] = value
+                origin[key] = layer.file
+    return values, origin
+
+
+def _validate(model: type[BaseModel], values: dict[str, Any], origin: dict[str, str], problems: list[Problem],
+              *, default_file: str, where: str = "") -> BaseModel | None:
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = [p for p in err["loc"]]
+            top = str(loc[0]) if loc else "(object)"
+            key = where + top + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+            value = err.get("input", MISSING) if err["type"] != "missing" else MISSING
+            file = origin.get(top, default_file)
+            problems.append(Problem(file, key, value, _expected(err)))
+        return None
+
+
+def _expected(err: dict) -> str:
+    msg: str = err["msg"]
+    for prefix in ("Value error, ", "Input should be ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if err["type"] == "missing":
+        return "a value (required, no default)"
+    if err["type"] == "extra_forbidden":
+        return "a known field (unknown key)"
+    return msg
+
+
+def _simulate_hosts(files: InventoryFiles, count: int, problems: list[Problem]) -> None:
+    """Generate ``count`` hosts round-robin over the racks of ``gpu_nodes``."""
+    racks = files.leaf_groups(GPU_GROUP) if GPU_GROUP in files.groups else []
+    if not racks or racks == [GPU_GROUP]:
+        problems.append(Problem(files.rel(files.root / "hosts.yml"), f"all.children.{GPU_GROUP}.children", None,
+                                "rack groups to spread simulated nodes over"))
+        return
+    for i in range(count):
+        rack = racks[i % len(racks)]
+        host = f"gpu-{rack.replace('_', '-')}-{i // len(racks) + 1:04d}"
+        files.group_hosts.setdefault(rack, []).append(host)
+        files.host_order.append(host)
+
+
+def _hosts(files: InventoryFiles, problems: list[Problem]) -> dict[str, Host]:
+    hosts: dict[str, Host] = {}
+    racks = set(files.leaf_groups(GPU_GROUP)) if GPU_GROUP in files.groups else set()
+    hosts_file = files.rel(files.root / "hosts.yml")
+    for name in files.host_order:
+        groups = files.host_groups(name)
+        in_racks = [g for g in groups if g in racks]
+        if len(in_racks) > 1:
+            problems.append(Problem(hosts_file, name, in_racks, "one rack group per host (duplicate host)"))
+            continue
+        layers = [layer for g in groups for layer in files.group_layers.get(g, [])]
+        layers += files.host_layers.get(name, [])
+        values, origin = _merge(layers, lambda k: k in HOST_KEYS)
+        if "node_rack" not in values:
+            problems.append(Problem(hosts_file, name, "(no rack)",
+                                    "the host in a rack: a group whose group_vars set node_rack"))
+            continue
+        model = _validate(HostVars, values, origin, problems, default_file=hosts_file, where=f"{name}: ")
+        if model is not None:
+            hosts[name] = Host(name=name, groups=groups, vars=model)
+    return hosts

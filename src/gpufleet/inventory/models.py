@@ -1,0 +1,80 @@
+"""Variables that describe nodes (host-level) and the fleet itself.
+
+Role variables live with their roles (``roles/<role>/vars.py``); these are the
+variables that are not any role's: what a node is (GPU model, HCAs, capacity,
+pinned driver versions) and how the simulated fleet of the local environment
+is sized.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from .catalog import GPU_MODELS
+from .types import STRICT, NonNegativeInt, PositiveInt, Quantity
+
+
+class Hca(BaseModel):
+    """One host channel adapter port as cabled: ``mlx5_0`` port 1 at 400 Gb/s InfiniBand."""
+
+    model_config = STRICT
+
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    port: PositiveInt = 1
+    rate_gbps: PositiveInt
+    link_layer: Literal["InfiniBand", "Ethernet"] = "InfiniBand"
+
+
+class HostVars(BaseModel):
+    """What one GPU node is. Set in group_vars/<group>.yml or host_vars/<host>.yml.
+
+    ``node_memory`` is a Kubernetes quantity (bytes, e.g. ``2Ti``); ``node_cpu``
+    counts cores. ``node_sysfs_root`` and ``node_nvidia_smi`` exist so the node
+    checks can run against fixture nodes; on real nodes leave the defaults.
+    """
+
+    model_config = STRICT
+
+    node_rack: str = Field(pattern=r"^[a-z0-9-]+$")
+    gpu_model: str
+    gpu_count: NonNegativeInt
+    node_cpu: PositiveInt
+    node_memory: Quantity
+    node_max_pods: PositiveInt = 110
+    node_hcas: list[Hca] = []
+    nvidia_driver_version: str
+    nvidia_fabric_manager_version: str
+    node_sysfs_root: str = "/sys"
+    node_nvidia_smi: str = "nvidia-smi"
+    # Ansible connection settings pass through untouched (testinfra reads them).
+    ansible_host: str | None = None
+    ansible_user: str | None = None
+    ansible_connection: str | None = None
+    ansible_python_interpreter: str | None = None
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        if value not in GPU_MODELS:
+            raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
+        return value
+
+
+class FleetVars(BaseModel):
+    """Fleet-level variables that belong to no role.
+
+    ``fleet_simulated_nodes``: when above 0 (the local environment), that many
+    hosts are generated round-robin over the rack groups of ``gpu_nodes``
+    instead of being listed in hosts.yml; ``invoke local.up --nodes N`` overrides it.
+    """
+
+    model_config = STRICT
+
+    fleet_name: str = "gpufleet"
+    fleet_simulated_nodes: NonNegativeInt = 0
+
+
+HOST_KEYS = frozenset(HostVars.model_fields)
+FLEET_KEYS = frozenset(FleetVars.model_fields)

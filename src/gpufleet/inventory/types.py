@@ -1,0 +1,38 @@
+"""Typed building blocks shared by the inventory and role variable models."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from kubernetes.utils import parse_quantity
+from pydantic import AfterValidator, ConfigDict, Field
+
+#: Every variable model forbids unknown keys so a typo is an error, not a no-op.
+STRICT = ConfigDict(extra="forbid", frozen=True)
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _quantity(value: str) -> str:
+    """Accept a Kubernetes quantity ("2Ti", "500m", "1.5Gi"); reject "8Gib" and the like."""
+    try:
+        parse_quantity(value)
+    except ValueError:
+        raise ValueError("a Kubernetes quantity such as 512Gi, 2Ti or 1500m") from None
+    return value
+
+
+def _dns_label(value: str) -> str:
+    """RFC 1123 label: what Kubernetes accepts as a namespace or object name part."""
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        raise ValueError("a DNS label (RFC 1123): lower-case letters, digits and '-', at most 63 characters")
+    return value
+
+
+Quantity = Annotated[str, AfterValidator(_quantity)]
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+#: A temperature threshold in degrees Celsius; beyond 30..110 it is a typo, not a policy.
+Celsius = Annotated[float, Field(ge=30, le=110)]
