@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
@@ -36,6 +38,7 @@ class PriorityVars(BaseModel):
     name: DnsLabel
     value: int = Field(ge=-2_147_483_648, le=1_000_000_000)
     description: str = ""
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
 
 
 class Vars(BaseModel):
@@ -49,6 +52,8 @@ class Vars(BaseModel):
     kueue_wait_for_pods_ready_timeout_seconds: PositiveInt
     kueue_cohort: DnsLabel
     kueue_reserve_gpus: NonNegativeInt
+    kueue_quota_sync_enabled: bool
+    kueue_quota_sync_namespace: DnsLabel
     kueue_cluster_queues: list[ClusterQueueVars] = Field(min_length=1)
     kueue_local_queues: list[LocalQueueVars]
     kueue_priority_classes: list[PriorityVars] = Field(min_length=2)

@@ -1,0 +1,63 @@
+"""What the descheduler role declares: its policy and (optionally) the Helm install.
+
+Policy API ``descheduler/v1alpha2``. Only RemovePodsViolatingNodeTaints,
+restricted by ``includedTaints`` to the taint the taint controller manages
+on virtual nodes, so the descheduler moves inference back in-cluster when
+the taint returns and touches nothing else. The taint is NoSchedule (never
+NoExecute): pods keep serving until evicted one budget at a time, and the
+Eviction API makes every eviction respect PodDisruptionBudgets.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from gpufleet.inventory import Inventory
+from gpufleet.stack.objects import Obj, config_map
+from gpufleet.stack.role import HelmRelease
+from gpufleet.versions import pin
+
+#: The taint the taint controller adds to virtual nodes while the cluster has free GPUs.
+FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
+
+
+def policy(inv: Inventory) -> Obj:
+    """The DeschedulerPolicy: evict pods on virtual nodes that do not tolerate the free-GPU taint."""
+    v = inv.role("descheduler")
+    return {
+        "apiVersion": "descheduler/v1alpha2",
+        "kind": "DeschedulerPolicy",
+        "maxNoOfPodsToEvictPerNode": v.descheduler_max_evictions_per_node,
+        "maxNoOfPodsToEvictTotal": v.descheduler_max_evictions_per_cycle,
+        "profiles": [{
+            "name": "gpufleet-flip-back",
+            "pluginConfig": [
+                {"name": "DefaultEvictor", "args": {"evictLocalStoragePods": True, "nodeFit": True}},
+                {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [FREE_GPUS_TAINT]}},
+            ],
+            "plugins": {"deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},
+        }],
+    }
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """The policy as a ConfigMap (what the chart or a local process reads)."""
+    v = inv.role("descheduler")
+    if not v.descheduler_enabled:
+        return []
+    return [config_map("gpufleet-descheduler-policy", v.descheduler_namespace,
+                       {"policy.yaml": yaml.safe_dump(policy(inv), sort_keys=False)}, "descheduler")]
+
+
+def releases(inv: Inventory) -> list[HelmRelease]:
+    """The descheduler chart (pinned) as a Deployment running every interval with our policy."""
+    v = inv.role("descheduler")
+    if not (v.descheduler_enabled and v.descheduler_install):
+        return []
+    return [HelmRelease(
+        name="descheduler", namespace=v.descheduler_namespace, chart="descheduler",
+        repo=pin("descheduler", "helm_repo"), version=pin("descheduler", "helm_chart_version"),
+        values={"kind": "Deployment", "deschedulingInterval": f"{v.descheduler_interval_seconds}s",
+                "deschedulerPolicyAPIVersion": "descheduler/v1alpha2", "deschedulerPolicy": policy(inv),
+                "leaderElection": {"enabled": True}},
+    )]

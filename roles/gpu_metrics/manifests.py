@@ -1,0 +1,145 @@
+"""What the gpu_metrics role declares: dcgm-exporter, the fabric exporter, scrape
+config, alert rules and dashboards (pure functions of the inventory)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from gpufleet.inventory import Inventory
+from gpufleet.stack.objects import Obj, config_map, meta, namespace, service_account
+from gpufleet.stack.role import HelmRelease
+from gpufleet.versions import pin
+
+#: dcgm-exporter counters (DCGM field names, DCGM 4 / dcgm-exporter 4.x).
+#: Tensor-core activity (PIPE_TENSOR_ACTIVE) is the utilisation that matters;
+#: GPU_UTIL only says a kernel ran.
+DCGM_COUNTERS: list[tuple[str, str, str]] = [
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (C)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "HBM temperature (C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (W)."),
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock (MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock (MHz)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Clocks event (throttle) reasons bitmask."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilisation (%)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "Ratio of cycles an SM has at least one warp assigned."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the memory interface is active."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error."),
+    ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "Single-bit (corrected) ECC errors, aggregate."),
+    ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "Double-bit (uncorrectable) ECC errors, aggregate."),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether a row remapping failed."),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "NVLink bandwidth counter, all lanes."),
+]
+
+EXPORTER = "gpufleet-fabric-exporter"
+
+
+def counters_csv() -> str:
+    """The dcgm-exporter counters file (``field, type, help`` per line)."""
+    return "# gpufleet dcgm-exporter counters: DCGM field, Prometheus type, help\n" + "".join(
+        f"{name}, {kind}, {help_}\n" for name, kind, help_ in DCGM_COUNTERS)
+
+
+def scrape_configs(inv: Inventory) -> list[Obj]:
+    """Prometheus scrape jobs for the fabric exporter and dcgm-exporter (pod discovery)."""
+    v = inv.role("gpu_metrics")
+    def job(name: str, app: str) -> Obj:
+        return {
+            "job_name": name, "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [v.gpu_metrics_namespace]}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": app, "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+            ],
+        }
+    return [job("gpufleet-fabric", EXPORTER), job("dcgm-exporter", "dcgm-exporter")]
+
+
+def rule_file(inv: Inventory) -> Obj:
+    """The Prometheus rule file with the inventory's thresholds."""
+    from .rules import build_rules
+
+    v = inv.role("gpu_metrics")
+    return build_rules(gpu_temp_threshold_celsius=v.gpu_metrics_gpu_temp_threshold_celsius,
+                       memory_temp_threshold_celsius=v.gpu_metrics_memory_temp_threshold_celsius,
+                       for_seconds=v.gpu_metrics_alert_for_seconds)
+
+
+def fabric_exporter(inv: Inventory) -> list[Obj]:
+    """The gpufleet fabric exporter DaemonSet on every GPU node, reading the host's /sys."""
+    v = inv.role("gpu_metrics")
+    ns, port = v.gpu_metrics_namespace, v.gpu_metrics_exporter_port
+    pod_labels = {"app.kubernetes.io/name": EXPORTER}
+    container = {
+        "name": "exporter", "image": pin("gpufleet", "image"),
+        "args": ["exporter", "--sysfs-root", "/host/sys", "--port", str(port)],
+        "ports": [{"name": "metrics", "containerPort": port}],
+        "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+        "livenessProbe": {"httpGet": {"path": "/metrics", "port": port}, "periodSeconds": 30},
+        "volumeMounts": [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}],
+        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+    }
+    ds = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": meta(EXPORTER, ns),
+        "spec": {"selector": {"matchLabels": pod_labels},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}},
+                 "template": {"metadata": {"labels": pod_labels}, "spec": {
+                     "serviceAccountName": EXPORTER,
+                     "tolerations": [{"operator": "Exists"}],
+                     "priorityClassName": "system-node-critical",
+                     "containers": [container],
+                     "volumes": [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}]}}},
+    }
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": meta(EXPORTER, ns),
+           "spec": {"clusterIP": "None", "selector": pod_labels, "ports": [{"name": "metrics", "port": port}]}}
+    return [service_account(EXPORTER, ns), ds, svc]
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """Namespace, counters file, exporter DaemonSet, scrape config, rules and dashboards."""
+    v = inv.role("gpu_metrics")
+    if not v.gpu_metrics_enabled:
+        return []
+    from .dashboards import build_dashboards
+
+    ns = v.gpu_metrics_namespace
+    rules = rule_file(inv)
+    out: list[Obj] = [namespace(ns), config_map("dcgm-counters", ns, {"counters.csv": counters_csv()}, "dcgm-exporter")]
+    out += fabric_exporter(inv)
+    out.append(config_map("gpufleet-scrape-config", ns, {"scrape-configs.yaml": yaml.safe_dump(scrape_configs(inv), sort_keys=False)},
+                          "prometheus"))
+    out.append(config_map("gpufleet-rules", ns, {"gpufleet.rules.yaml": yaml.safe_dump(rules, sort_keys=False)}, "prometheus",
+                          {"prometheus_rule": "1"}))
+    if v.gpu_metrics_prometheus_operator:
+        out.append({"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta("gpufleet", ns),
+                    "spec": rules})
+        out.append({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta(EXPORTER, ns),
+                    "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": EXPORTER}},
+                             "endpoints": [{"port": "metrics", "interval": f"{v.gpu_metrics_scrape_interval_seconds}s"}]}})
+    if v.gpu_metrics_grafana_dashboards:
+        for name, dash in sorted(build_dashboards().items()):
+            out.append(config_map(f"dashboard-{name}", ns, {f"{name}.json": json.dumps(dash, indent=1, sort_keys=True)},
+                                  "grafana", {"grafana_dashboard": "1"}))
+    return out
+
+
+def releases(inv: Inventory) -> list[HelmRelease]:
+    """dcgm-exporter (Helm, pinned) reading gpufleet's counters file."""
+    v = inv.role("gpu_metrics")
+    if not (v.gpu_metrics_enabled and v.gpu_metrics_dcgm_exporter_install):
+        return []
+    return [HelmRelease(
+        name="dcgm-exporter", namespace=v.gpu_metrics_namespace, chart="dcgm-exporter",
+        repo=pin("dcgm_exporter", "helm_repo"), version=pin("dcgm_exporter", "helm_chart_version"),
+        values={
+            "arguments": ["-f", "/etc/gpufleet/counters.csv"],
+            "extraConfigMapVolumes": [{"name": "gpufleet-counters", "configMap": {"name": "dcgm-counters"}}],
+            "extraVolumeMounts": [{"name": "gpufleet-counters", "mountPath": "/etc/gpufleet", "readOnly": True}],
+            "serviceMonitor": {"enabled": v.gpu_metrics_prometheus_operator,
+                               "interval": f"{v.gpu_metrics_scrape_interval_seconds}s"},
+        },
+    )]

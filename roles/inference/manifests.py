@@ -1,0 +1,72 @@
+"""What the inference role declares: Deployments with HPA and PodDisruptionBudget.
+
+Pods get the low PriorityClass (training preempts them), prefer in-cluster
+nodes (soft node affinity against ``type=virtual-kubelet``), tolerate the
+degraded-node taint (GPUs fit for inference) and the GPU taint, and do NOT
+tolerate ``gpufleet.io/cluster-has-free-gpus``: the taint controller
+decides when they may run outside.
+"""
+
+from __future__ import annotations
+
+from gpufleet.inventory import Inventory
+from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT
+from gpufleet.stack.objects import Obj, meta
+
+VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
+DEGRADED_TAINT = "gpufleet.io/degraded"
+#: Tolerated so pods may run on virtual nodes once the controller removes the free-GPU taint.
+VIRTUAL_NODE_TAINT = "virtual-kubelet.io/provider"
+
+
+def pod_spec(inv: Inventory, d) -> Obj:
+    """The inference pod: low priority, GPU request, affinity and tolerations (see module doc)."""
+    priority = min(inv.role("kueue").kueue_priority_classes, key=lambda p: p.value).name
+    resources = {"cpu": d.cpu, "memory": d.memory}
+    if d.gpus_per_pod:
+        resources[GPU_RESOURCE] = str(d.gpus_per_pod)
+    return {
+        "priorityClassName": priority,
+        "terminationGracePeriodSeconds": 30,
+        "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "preference": {"matchExpressions": [{"key": VIRTUAL_NODE_LABEL[0], "operator": "NotIn",
+                                                 "values": [VIRTUAL_NODE_LABEL[1]]}]}}]}},
+        "tolerations": [
+            {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
+            {"key": DEGRADED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+            {"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+        ],
+        "containers": [{
+            "name": "server", "image": d.image,
+            "ports": [{"name": "http", "containerPort": 8000}],
+            "resources": {"requests": resources, "limits": {k: v for k, v in resources.items() if k != "cpu"}},
+            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 5},
+        }],
+    }
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """Namespace, and per deployment: Deployment, HorizontalPodAutoscaler, PodDisruptionBudget."""
+    from gpufleet.stack.objects import namespace
+
+    v = inv.role("inference")
+    if not v.inference_enabled:
+        return []
+    ns = v.inference_namespace
+    out: list[Obj] = [namespace(ns)]
+    for d in v.inference_deployments:
+        sel = {"app.kubernetes.io/name": d.name}
+        out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
+                    "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
+                             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
+                             "template": {"metadata": {"labels": {**sel, "gpufleet.io/workload": "inference"}},
+                                          "spec": pod_spec(inv, d)}}})
+        out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta(d.name, ns, component="inference"),
+                    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
+                             "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,
+                             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                                 "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}})
+        out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(d.name, ns, component="inference"),
+                    "spec": {"minAvailable": d.pdb_min_available, "selector": {"matchLabels": sel}}})
+    return out

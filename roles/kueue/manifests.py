@@ -1,0 +1,145 @@
+"""What the kueue role declares, as plain manifests (pure functions of the inventory).
+
+Kueue API: ``kueue.x-k8s.io/v1beta2`` (the storage version of the pinned
+Kueue, src/gpufleet/versions.yaml). Quota: every flavor's capacity split
+over the ClusterQueues by share (gpufleet.quota.shares); cpu and memory
+follow each queue's GPU quota so no queue holds CPU it has no GPUs for.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from gpufleet.inventory import Inventory
+from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
+from gpufleet.quota.shares import gpu_quotas, split
+from gpufleet.stack.objects import Obj, meta, namespace
+from gpufleet.stack.role import HelmRelease
+from gpufleet.versions import pin
+
+API = "kueue.x-k8s.io/v1beta2"
+#: Job kinds Kueue manages (its `integrations.frameworks`).
+FRAMEWORKS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
+
+
+def configuration(inv: Inventory) -> Obj:
+    """Kueue's controller Configuration: waitForPodsReady (all-or-nothing gangs) and integrations."""
+    v = inv.role("kueue")
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": v.kueue_namespace,
+        "manageJobsWithoutQueueName": False,
+        "waitForPodsReady": {
+            "timeout": f"{v.kueue_wait_for_pods_ready_timeout_seconds}s",
+            "blockAdmission": True,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+        },
+        "integrations": {"frameworks": FRAMEWORKS},
+    }
+
+
+def quotas(inv: Inventory, capacity: dict[str, int] | None = None) -> dict[str, dict[str, dict[str, int]]]:
+    """nominalQuota per ClusterQueue and flavor: ``{queue: {flavor: {"gpu", "cpu", "memory"}}}``.
+
+    ``capacity`` (flavor -> schedulable GPUs) replaces the inventory's GPU
+    capacity (quota sync passes what the cluster really has); cpu (cores) and
+    memory (bytes) are shared in proportion to each queue's GPUs.
+    """
+    v = inv.role("kueue")
+    shares = {q.name: q.share for q in v.kueue_cluster_queues}
+    out: dict[str, dict[str, dict[str, int]]] = {q: {} for q in shares}
+    for flavor, cap in inv.flavors().items():
+        gpus_total = cap.gpus if capacity is None else capacity.get(flavor, 0)
+        pinned = {q.name: q.nominal_gpus[flavor] for q in v.kueue_cluster_queues if q.nominal_gpus and flavor in q.nominal_gpus}
+        gpus = gpu_quotas(gpus_total, v.kueue_reserve_gpus, shares, pinned)
+        weights = {q: g for q, g in gpus.items() if g > 0}
+        scale = gpus_total / cap.gpus if cap.gpus else 0
+        cpu = split(int(cap.cpu * scale), weights) if weights else {}
+        mem = split(int(cap.memory_bytes * scale), weights) if weights else {}
+        for q in shares:
+            out[q][flavor] = {"gpu": gpus[q], "cpu": cpu.get(q, 0), "memory": mem.get(q, 0)}
+    return out
+
+
+def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -> Obj:
+    """One ClusterQueue in the cohort, one resource group covering cpu, memory and GPUs."""
+    v = inv.role("kueue")
+    q = next(q for q in v.kueue_cluster_queues if q.name == name)
+    flavors = []
+    for flavor, res in quota.items():
+        gpu: Obj = {"name": GPU_RESOURCE, "nominalQuota": res["gpu"]}
+        if q.borrowing_limit_gpus is not None:
+            gpu["borrowingLimit"] = q.borrowing_limit_gpus
+        flavors.append({"name": flavor, "resources": [
+            {"name": "cpu", "nominalQuota": res["cpu"]},
+            {"name": "memory", "nominalQuota": res["memory"]},
+            gpu,
+        ]})
+    return {
+        "apiVersion": API, "kind": "ClusterQueue", "metadata": meta(name, component="kueue"),
+        "spec": {
+            "cohortName": v.kueue_cohort,
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any",
+                           "borrowWithinCohort": {"policy": "LowerPriority"}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": flavors}],
+        },
+    }
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """Namespaces, ResourceFlavors, ClusterQueues, LocalQueues and both kinds of priority class."""
+    v = inv.role("kueue")
+    if not v.kueue_enabled:
+        return []
+    out: list[Obj] = []
+    for ns in dict.fromkeys(lq.namespace for lq in v.kueue_local_queues):
+        out.append(namespace(ns))
+    for pc in v.kueue_priority_classes:
+        out.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": meta(pc.name, component="kueue"),
+                    "value": pc.value, "description": pc.description, "preemptionPolicy": pc.preemption_policy,
+                    "globalDefault": False})
+    for wpc in v.kueue_workload_priority_classes:
+        out.append({"apiVersion": API, "kind": "WorkloadPriorityClass", "metadata": meta(wpc.name, component="kueue"),
+                    "value": wpc.value, "description": wpc.description})
+    for flavor in inv.flavors():
+        out.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"),
+                    "spec": {"nodeLabels": {LABEL_FLAVOR: flavor},
+                             "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}]}})
+    for name, quota in quotas(inv).items():
+        out.append(cluster_queue(inv, name, quota))
+    for lq in v.kueue_local_queues:
+        out.append({"apiVersion": API, "kind": "LocalQueue", "metadata": meta(lq.name, lq.namespace, component="kueue"),
+                    "spec": {"clusterQueue": lq.cluster_queue}})
+    if v.kueue_quota_sync_enabled:
+        out += quota_sync(inv)
+    return out
+
+
+def releases(inv: Inventory) -> list[HelmRelease]:
+    """The Kueue Helm chart (pinned) with gpufleet's controller configuration."""
+    v = inv.role("kueue")
+    if not (v.kueue_enabled and v.kueue_install):
+        return []
+    return [HelmRelease(
+        name="kueue", namespace=v.kueue_namespace, chart=pin("kueue", "helm_chart"),
+        version=pin("kueue", "helm_chart_version"),
+        values={"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(configuration(inv), sort_keys=False)}},
+    )]
+
+
+def quota_sync(inv: Inventory) -> list[Obj]:
+    """The ``gpufleet quota-sync`` controller: reads Nodes and Pods, patches ClusterQueues."""
+    from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, controller, rule
+
+    v = inv.role("kueue")
+    rules = [
+        rule([""], ["nodes", "pods"], ["get", "list", "watch"]),
+        rule(["kueue.x-k8s.io"], ["clusterqueues"], ["get", "list", "watch", "patch", "update"]),
+        rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors"], ["get", "list", "watch"]),
+        LEASE_RULE, EVENT_RULE,
+    ]
+    return [namespace(v.kueue_quota_sync_namespace),
+            *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules)]

@@ -1,0 +1,23 @@
+"""What the taint_controller role declares: the ``gpufleet taint-controller`` Deployment."""
+
+from __future__ import annotations
+
+from gpufleet.inventory import Inventory
+from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
+
+NAMESPACE = "gpufleet-system"
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """ServiceAccount, RBAC (read nodes/pods, patch node taints), Deployment with leader election."""
+    v = inv.role("taint_controller")
+    if not v.taint_controller_enabled:
+        return []
+    rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch"]), rule([""], ["pods"], ["get", "list", "watch"]),
+             LEASE_RULE, EVENT_RULE]
+    args = ["taint-controller", "--env", inv.env,
+            "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),
+            "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal]
+    if v.taint_controller_signal == "prometheus":
+        args += ["--prometheus-url", v.taint_controller_prometheus_url]
+    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules)]

@@ -1,0 +1,41 @@
+"""What the virtual_kubelet role declares: one virtual kubelet Deployment per pool.
+
+Each runs ``gpufleet virtual-kubelet --pool NAME`` as a single replica (a
+node has one kubelet; Recreate so two never overlap), with RBAC to own its
+Node and Lease, to watch and update the pods bound to it, and to record
+events. The kubernetes provider reads the other cluster's kubeconfig from
+the pool's Secret, mounted read-only.
+"""
+
+from __future__ import annotations
+
+from gpufleet.inventory import Inventory
+from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, rule
+
+
+def objects(inv: Inventory) -> list[Obj]:
+    """Namespace, and per pool: ServiceAccount, ClusterRole(Binding), Deployment."""
+    v = inv.role("virtual_kubelet")
+    if not v.virtual_kubelet_enabled or not v.virtual_kubelet_pools:
+        return []
+    ns = v.virtual_kubelet_namespace
+    rules = [rule([""], ["nodes", "nodes/status"], ["get", "list", "watch", "create", "update", "patch"]),
+             rule([""], ["pods"], ["get", "list", "watch", "update", "patch", "delete"]),
+             rule([""], ["pods/status"], ["update", "patch"]),
+             rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "patch"]),
+             rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
+             EVENT_RULE]
+    out: list[Obj] = [namespace(ns)]
+    for pool in v.virtual_kubelet_pools:
+        name = f"vk-{pool.name}"
+        volumes = mounts = None
+        if pool.kubeconfig_secret:
+            volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
+            mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
+        objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
+                          memory="512Mi", volumes=volumes, mounts=mounts)
+        deployment = objs[-1]
+        deployment["spec"]["replicas"] = 1
+        deployment["spec"]["strategy"] = {"type": "Recreate"}
+        out += objs
+    return out

@@ -1,0 +1,1 @@
+"""Kueue quota: sharing real capacity over ClusterQueues, and keeping it in sync."""

@@ -1,0 +1,75 @@
+"""The stack program: read config and inventory, compose roles, export.
+
+Thin on purpose (Pulumi's examples): environments differ by data only. The
+stack name selects ``inventories/<stack>/`` unless the stack config sets
+``gpufleet:inventory``; every other ``gpufleet:<variable>`` stack-config key
+overrides that variable with the highest precedence.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+import pulumi
+
+from gpufleet.inventory import Inventory, load
+from gpufleet.inventory.roles import ROLE_NAMES
+from gpufleet.stack.role import Namespaces, NamespacesArgs, RoleArgs, RoleComponent
+
+PROJECT = "gpufleet"
+
+
+def stack_config() -> dict[str, Any]:
+    """``gpufleet:*`` stack-config values (JSON-decoded where they are JSON), keyed without the prefix."""
+    out: dict[str, Any] = {}
+    for key, raw in pulumi.runtime.config.get_config_env().items():
+        if not key.startswith(f"{PROJECT}:"):
+            continue
+        try:
+            out[key.split(":", 1)[1]] = json.loads(raw)
+        except (TypeError, ValueError):
+            out[key.split(":", 1)[1]] = raw
+    return out
+
+
+def component_class(role: str) -> type[RoleComponent]:
+    """The ComponentResource class in ``roles/<role>/component.py``."""
+    module = importlib.import_module(f"roles.{role}.component")
+    return next(v for v in vars(module).values()
+                if isinstance(v, type) and issubclass(v, RoleComponent) and v is not RoleComponent)
+
+
+def namespaces(inv: Inventory) -> list[str]:
+    """Every Namespace any enabled role declares, once, in role order."""
+    names: list[str] = []
+    for role in ROLE_NAMES:
+        manifests = importlib.import_module(f"roles.{role}.manifests")
+        names += [o["metadata"]["name"] for o in manifests.objects(inv) if o["kind"] == "Namespace"]
+    return list(dict.fromkeys(names))
+
+
+def compose(inv: Inventory, provider: pulumi.ProviderResource | None = None) -> dict[str, RoleComponent]:
+    """Declare the Namespaces and every enabled role; returns role -> component."""
+    ns = Namespaces("namespaces", NamespacesArgs(tuple(namespaces(inv)), provider))
+    components: dict[str, RoleComponent] = {}
+    for role in ROLE_NAMES:
+        if not inv.enabled(role):
+            continue
+        deps: list[pulumi.Resource] = [ns] + ([components["kueue"]] if "kueue" in components else [])
+        components[role] = component_class(role)(role.replace("_", "-"), RoleArgs(inv, provider),
+                                                 pulumi.ResourceOptions(depends_on=deps))
+    return components
+
+
+def main() -> None:
+    """Entry point of ``stacks/__main__.py``."""
+    config = stack_config()
+    env = config.pop("inventory", None) or pulumi.get_stack()
+    inv = load(env, overrides=config, overrides_file=f"Pulumi.{pulumi.get_stack()}.yaml")
+    components = compose(inv)
+    pulumi.export("environment", env)
+    pulumi.export("nodes", len(inv.hosts))
+    pulumi.export("gpus", sum(f.gpus for f in inv.flavors().values()))
+    pulumi.export("roles", sorted(components))

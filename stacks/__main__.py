@@ -1,0 +1,5 @@
+"""gpufleet's Pulumi program (Pulumi.yaml: ``main: stacks/``)."""
+
+from gpufleet.stack.program import main
+
+main()
