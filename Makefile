@@ -1,0 +1,30 @@
+# The two commands a newcomer needs (README.md): `make demo` and `make test`.
+# Each installs what it needs: the Python environment (pinned, pyproject.toml)
+# and the local cluster's components (built once into ~/.cache/gpufleet).
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+
+.PHONY: install demo test bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+	$(BIN)/invoke local.install
+
+demo: install
+	$(BIN)/invoke demo
+
+test: install
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/invoke bench
+
+clean:
+	-$(BIN)/invoke local.down
+	rm -rf $(VENV) out

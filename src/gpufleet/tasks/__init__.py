@@ -1,0 +1,1 @@
+"""invoke task modules; ``tasks.py`` at the checkout root composes them."""

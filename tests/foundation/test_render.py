@@ -1,0 +1,59 @@
+"""``invoke render`` output: stable files, and every object valid against the pinned schemas."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.paths import REPO_ROOT
+from gpufleet.schemas import validate
+
+
+@pytest.fixture(scope="module", params=["local", "staging", "prod"])
+def rendered(request, tmp_path_factory) -> tuple[str, Path]:
+    out = tmp_path_factory.mktemp(request.param)
+    invoke = Path(sys.executable).with_name("invoke")
+    subprocess.run([str(invoke), "render", "--env", request.param, "--out", str(out)], cwd=REPO_ROOT, check=True,
+                   capture_output=True)
+    return request.param, out
+
+
+def test_every_rendered_object_validates_against_pinned_schemas(rendered) -> None:
+    env, out = rendered
+    files = sorted(out.glob("*.yaml"))
+    assert len(files) > 20
+    errors = {}
+    for path in files:
+        obj = yaml.safe_load(path.read_text())
+        problems = validate(obj)
+        if problems:
+            errors[path.name] = problems
+    assert errors == {}
+
+
+def test_file_names_are_stable_and_rerender_removes_stale_files(rendered) -> None:
+    env, out = rendered
+    (out / "stale--object.yaml").write_text("{}")
+    before = sorted(p.name for p in out.glob("*.yaml") if p.name != "stale--object.yaml")
+    invoke = Path(sys.executable).with_name("invoke")
+    subprocess.run([str(invoke), "render", "--env", env, "--out", str(out)], cwd=REPO_ROOT, check=True, capture_output=True)
+    assert sorted(p.name for p in out.glob("*.yaml")) == before
+    assert f"clusterqueue--{'staging' if env == 'staging' else 'research'}.yaml" in before
+
+
+def test_schema_validation_catches_a_bad_field() -> None:
+    bad = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "x"},
+           "spec": {"cohort": "old-field-name"}}
+    assert validate(bad) == ["spec: Additional properties are not allowed ('cohort' was unexpected)"]
+
+
+def test_render_refuses_a_bad_inventory_with_a_clear_message(tmp_path: Path) -> None:
+    invoke = Path(sys.executable).with_name("invoke")
+    proc = subprocess.run([str(invoke), "render", "--env", "nope", "--out", str(tmp_path)], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "nope" in proc.stderr and "known: local, prod, staging" in proc.stderr

@@ -1,0 +1,143 @@
+"""Each role's objects and their key fields, declared through the real stack program under Pulumi mocks."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import yaml
+
+from gpufleet.inventory import load
+from gpufleet.stack.render import Rendered, render
+
+
+@cache
+def stack(env: str, **overrides) -> Rendered:
+    return render(load(env, overrides=overrides or None))
+
+
+def find(r: Rendered, kind: str, name: str, namespace: str | None = None) -> dict:
+    for o in r.objects:
+        md = o["metadata"]
+        if o["kind"] == kind and md["name"] == name and md.get("namespace") == namespace:
+            return o
+    raise AssertionError(f"{kind} {namespace}/{name} not declared; have {sorted((o['kind'], o['metadata']['name']) for o in r.objects)}")
+
+
+def test_every_role_is_a_component_with_a_gpufleet_token() -> None:
+    tokens = dict((name, typ) for typ, name in stack("prod").components)
+    assert tokens["kueue"] == "gpufleet:scheduling:Kueue"
+    assert tokens["virtual-kubelet"] == "gpufleet:flip:VirtualKubelet"
+    assert set(tokens) == {"namespaces", "kueue", "gpu-metrics", "parallel-fs", "training", "virtual-kubelet",
+                           "taint-controller", "descheduler", "node-health", "inference"}
+
+
+def test_kueue_flavors_queues_in_one_cohort_and_quota_from_inventory() -> None:
+    r = stack("prod")
+    flavor = find(r, "ResourceFlavor", "h100-sxm-80gb")
+    assert flavor["spec"]["nodeLabels"] == {"gpufleet.io/flavor": "h100-sxm-80gb"}
+    pre, res = find(r, "ClusterQueue", "pretraining"), find(r, "ClusterQueue", "research")
+    assert pre["spec"]["cohortName"] == res["spec"]["cohortName"] == "gpufleet"
+    gpu = lambda cq: next(x["nominalQuota"] for x in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]  # noqa: E731
+                          if x["name"] == "nvidia.com/gpu")
+    # 1,024 GPUs - 16 reserved = 1,008, split 3:1 with nothing lost to rounding.
+    assert (gpu(pre), gpu(res)) == (756, 252)
+    assert find(r, "LocalQueue", "pretrain", "team-pretrain")["spec"]["clusterQueue"] == "pretraining"
+
+
+def test_staging_has_a_flavor_per_gpu_model_in_each_queue() -> None:
+    cq = find(stack("staging"), "ClusterQueue", "staging")
+    assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["a100-sxm-80gb", "h100-sxm-80gb"]
+
+
+def test_training_priority_preempts_inference() -> None:
+    r = stack("prod")
+    training, inference = find(r, "PriorityClass", "gpufleet-training"), find(r, "PriorityClass", "gpufleet-inference")
+    assert training["value"] > inference["value"]
+    assert training["preemptionPolicy"] == "PreemptLowerPriority" and inference["preemptionPolicy"] == "Never"
+    assert find(r, "WorkloadPriorityClass", "training-production")["value"] == 1000
+
+
+def test_kueue_helm_release_carries_wait_for_pods_ready() -> None:
+    (release,) = [x for x in stack("prod").releases if x["name"] == "kueue"]
+    assert release["version"] == "0.17.0"
+    config = yaml.safe_load(release["values"]["managerConfig"]["controllerManagerConfigYaml"])
+    assert config["waitForPodsReady"]["timeout"] == "600s" and config["waitForPodsReady"]["blockAdmission"] is True
+    assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
+
+
+def test_local_switches_installs_off_but_keeps_configuration() -> None:
+    r = stack("local")
+    assert r.releases == []
+    find(r, "ClusterQueue", "training")
+    find(r, "ConfigMap", "gpufleet-descheduler-policy", "kube-system")
+
+
+def test_descheduler_only_acts_on_the_virtual_node_taint() -> None:
+    cm = find(stack("prod"), "ConfigMap", "gpufleet-descheduler-policy", "kube-system")
+    policy = yaml.safe_load(cm["data"]["policy.yaml"])
+    assert policy["apiVersion"] == "descheduler/v1alpha2"
+    args = {p["name"]: p.get("args") for p in policy["profiles"][0]["pluginConfig"]}
+    assert args["RemovePodsViolatingNodeTaints"] == {"includedTaints": ["gpufleet.io/cluster-has-free-gpus"]}
+    assert policy["maxNoOfPodsToEvictTotal"] == 5
+    (release,) = [x for x in stack("prod").releases if x["name"] == "descheduler"]
+    assert release["values"]["deschedulerPolicy"] == policy
+
+
+def test_inference_is_low_priority_prefers_in_cluster_and_has_a_pdb() -> None:
+    r = stack("prod")
+    spec = find(r, "Deployment", "chat", "inference")["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "gpufleet-inference"
+    pref = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+    assert pref["matchExpressions"][0] == {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}
+    tolerated = {t["key"] for t in spec["tolerations"]}
+    assert "gpufleet.io/cluster-has-free-gpus" not in tolerated and "gpufleet.io/degraded" in tolerated
+    assert find(r, "PodDisruptionBudget", "chat", "inference")["spec"]["minAvailable"] == 12
+    assert find(r, "HorizontalPodAutoscaler", "chat", "inference")["spec"]["maxReplicas"] == 64
+
+
+@pytest.mark.parametrize("name", ["taint-controller", "node-health", "quota-sync", "vk-burst-cluster", "vk-gpu-rental"])
+def test_controllers_have_least_privilege_rbac_requests_and_probes(name: str) -> None:
+    r = stack("prod")
+    dep = find(r, "Deployment", name, "gpufleet-system")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["requests"]["cpu"] and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    role = find(r, "ClusterRole", f"gpufleet:{name}")
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert "*" not in verbs and not any("*" in rule["resources"] for rule in role["rules"])
+    binding = find(r, "ClusterRoleBinding", f"gpufleet:{name}")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "gpufleet-system"}]
+
+
+def test_virtual_kubelet_runs_one_replica_per_pool_with_its_kubeconfig() -> None:
+    dep = find(stack("prod"), "Deployment", "vk-gpu-rental", "gpufleet-system")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == "gpu-rental-kubeconfig"
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--pool", "gpu-rental"]
+
+
+def test_checkpoint_volume_per_team_on_weka() -> None:
+    r = stack("prod")
+    assert find(r, "StorageClass", "gpufleet-checkpoints")["provisioner"] == "csi.weka.io"
+    pvc = find(r, "PersistentVolumeClaim", "gpufleet-checkpoints", "team-research")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "500Ti"
+
+
+def test_disabled_role_declares_nothing() -> None:
+    r = stack("staging", inference_enabled=False)
+    assert not [o for o in r.objects if o["metadata"].get("namespace") == "inference"]
+    assert "inference" not in dict((n, t) for t, n in r.components)
+
+
+def test_gpu_metrics_counters_exporter_and_rules() -> None:
+    r = stack("prod")
+    counters = find(r, "ConfigMap", "dcgm-counters", "gpu-metrics")["data"]["counters.csv"]
+    for field in ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP",
+                  "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "DCGM_FI_DEV_POWER_USAGE",
+                  "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"):
+        assert field in counters
+    ds = find(r, "DaemonSet", "gpufleet-fabric-exporter", "gpu-metrics")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["args"][:3] == ["exporter", "--sysfs-root", "/host/sys"]
+    rules = find(r, "PrometheusRule", "gpufleet", "gpu-metrics")["spec"]
+    assert any("78" in str(rule.get("expr")) for g in rules["groups"] for rule in g["rules"])
+    assert [x for x in r.releases if x["name"] == "dcgm-exporter"][0]["values"]["arguments"] == ["-f", "/etc/gpufleet/counters.csv"]
