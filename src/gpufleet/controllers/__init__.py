@@ -1,0 +1,1 @@
+"""Pieces every gpufleet controller shares: leader election, health and metrics endpoint."""
