@@ -1,0 +1,7 @@
+"""The gpufleet fabric exporter: InfiniBand/RoCE port counters from sysfs and GPU health from NVML.
+
+Modules: :mod:`.sysfs` (pure sysfs reader), :mod:`.nvml` (NVML backend protocol,
+pynvml backend, sampler), :mod:`.collector` (Prometheus collectors),
+:mod:`.main` (the ``gpufleet exporter`` command), :mod:`.fakenode` and
+:mod:`.standin` (fixture nodes for tests and benchmarks).
+"""

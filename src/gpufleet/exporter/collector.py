@@ -1,0 +1,386 @@
+"""Prometheus collectors: fresh metric families from sysfs and NVML on every scrape.
+
+Two custom collectors (prometheus/client_python "custom collectors"): each
+``collect()`` reads its source now and yields new metric families, so there
+is no shared mutable metric state besides the cumulative error counters.
+
+Naming follows ``gpufleet_<subsystem>_<name>`` with the unit in the name and
+``_total`` on counters; enums are ``*_id`` gauges whose help lists the codes;
+each metric has one fixed label set. A value the source does not offer
+(missing file, NVML "not supported") gives no series, never a zero.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpufleet.exporter import sysfs
+from gpufleet.exporter.nvml import CLOCKS_EVENT_REASONS, NvmlSampler
+
+NAMESPACE = "gpufleet"
+
+#: ``counters/`` files exported as named metrics: file -> (metric name without
+#: namespace, help, multiplier to the metric's unit). Help texts paraphrase the
+#: kernel ABI (Documentation/ABI/stable/sysfs-class-infiniband) and IBA vol. 1.
+PORT_COUNTERS: dict[str, tuple[str, str, int]] = {
+    "port_xmit_data": (
+        "infiniband_port_transmit_bytes_total",
+        "Data octets transmitted on all VLs (IBA PortXmitData; sysfs counts 4-octet units, multiplied by 4 here).",
+        sysfs.DATA_OCTETS_PER_UNIT,
+    ),
+    "port_rcv_data": (
+        "infiniband_port_receive_bytes_total",
+        "Data octets received on all VLs (IBA PortRcvData; sysfs counts 4-octet units, multiplied by 4 here).",
+        sysfs.DATA_OCTETS_PER_UNIT,
+    ),
+    "port_xmit_packets": ("infiniband_port_transmit_packets_total", "Packets transmitted on all VLs (IBA PortXmitPkts).", 1),
+    "port_rcv_packets": ("infiniband_port_receive_packets_total", "Packets received on all VLs (IBA PortRcvPkts).", 1),
+    "unicast_xmit_packets": ("infiniband_port_transmit_unicast_packets_total", "Unicast packets transmitted (IBA PortUnicastXmitPkts).", 1),
+    "unicast_rcv_packets": ("infiniband_port_receive_unicast_packets_total", "Unicast packets received (IBA PortUnicastRcvPkts).", 1),
+    "multicast_xmit_packets": ("infiniband_port_transmit_multicast_packets_total", "Multicast packets transmitted (IBA PortMulticastXmitPkts).", 1),
+    "multicast_rcv_packets": ("infiniband_port_receive_multicast_packets_total", "Multicast packets received (IBA PortMulticastRcvPkts).", 1),
+    "port_xmit_wait": (
+        "infiniband_port_transmit_wait_total",
+        "Ticks during which the port had data to transmit but sent none (IBA PortXmitWait; congestion/back-pressure).",
+        1,
+    ),
+    "symbol_error": ("infiniband_port_symbol_errors_total", "Minor link errors detected on one or more physical lanes (IBA SymbolErrorCounter, 16-bit).", 1),
+    "link_error_recovery": (
+        "infiniband_port_link_error_recovery_total",
+        "Successful link error recovery processes (IBA LinkErrorRecoveryCounter, 8-bit).",
+        1,
+    ),
+    "link_downed": (
+        "infiniband_port_link_downed_total",
+        "Failed link error recoveries that took the link down (IBA LinkDownedCounter, 8-bit).",
+        1,
+    ),
+    "port_rcv_errors": ("infiniband_port_receive_errors_total", "Received packets containing an error (IBA PortRcvErrors, 16-bit).", 1),
+    "port_rcv_remote_physical_errors": (
+        "infiniband_port_receive_remote_physical_errors_total",
+        "Received packets marked with the EBP delimiter (IBA PortRcvRemotePhysicalErrors, 16-bit).",
+        1,
+    ),
+    "port_rcv_switch_relay_errors": (
+        "infiniband_port_receive_switch_relay_errors_total",
+        "Received packets discarded because they could not be forwarded (IBA PortRcvSwitchRelayErrors, 16-bit).",
+        1,
+    ),
+    "port_xmit_discards": (
+        "infiniband_port_transmit_discards_total",
+        "Outbound packets discarded because the port was down or congested (IBA PortXmitDiscards, 16-bit).",
+        1,
+    ),
+    "port_xmit_constraint_errors": (
+        "infiniband_port_transmit_constraint_errors_total",
+        "Packets not transmitted due to outbound raw filtering or partition enforcement (IBA, 8-bit).",
+        1,
+    ),
+    "port_rcv_constraint_errors": (
+        "infiniband_port_receive_constraint_errors_total",
+        "Packets received and discarded due to inbound raw filtering or partition enforcement (IBA, 8-bit).",
+        1,
+    ),
+    "local_link_integrity_errors": (
+        "infiniband_port_local_link_integrity_errors_total",
+        "Times the local physical error count exceeded its threshold (IBA LocalLinkIntegrityErrors, 4-bit).",
+        1,
+    ),
+    "excessive_buffer_overrun_errors": (
+        "infiniband_port_excessive_buffer_overrun_errors_total",
+        "Consecutive flow-control update periods with buffer overrun (IBA ExcessiveBufferOverrunErrors, 4-bit).",
+        1,
+    ),
+    "VL15_dropped": ("infiniband_port_vl15_dropped_total", "Incoming VL15 (subnet management) packets dropped (IBA VL15Dropped, 16-bit).", 1),
+}
+
+PORT_STATE_HELP = (
+    "Logical port state from sysfs 'state' (IBA PortState): "
+    "1=DOWN, 2=INIT, 3=ARMED, 4=ACTIVE, 5=ACTIVE_DEFER. Healthy is 4."
+)
+PHYS_STATE_HELP = (
+    "Physical port state from sysfs 'phys_state' (IBA PortPhysicalState): "
+    "1=Sleep, 2=Polling, 3=Disabled, 4=PortConfigurationTraining, 5=LinkUp, "
+    "6=LinkErrorRecovery, 7=PhyTest. Healthy is 5."
+)
+
+_PORT_LABELS = ["hca", "port"]
+_GPU_LABELS = ["gpu"]
+
+
+def _name(suffix: str) -> str:
+    return f"{NAMESPACE}_{suffix}"
+
+
+def _nonempty(families: list[Metric]) -> Iterator[Metric]:
+    """Yield only families that have samples: a source that offers nothing gives no family."""
+    for family in families:
+        if family.samples:
+            yield family
+
+
+class InfiniBandCollector(Collector):
+    """Collects ``gpufleet_infiniband_*`` from ``<sysfs_root>/class/infiniband``.
+
+    Args:
+        sysfs_root: sysfs mount point (``/sys``; a fixture tree in tests).
+
+    One bad file never fails the scrape: its series is absent and
+    ``gpufleet_infiniband_read_errors_total{file}`` counts the failure.
+    """
+
+    def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys") -> None:
+        self.sysfs_root = sysfs_root
+        self._read_errors: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+        self.last_duration_seconds = 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        """Read sysfs now and yield the families (see module docs for naming)."""
+        start = time.perf_counter()
+        data = sysfs.read_infiniband(self.sysfs_root)
+        with self._lock:
+            for error in data.errors:
+                self._read_errors[(error.path, error.reason)] += 1
+            read_errors = sorted(self._read_errors.items())
+
+        info = InfoMetricFamily(_name("infiniband_hca"), "HCA identification from sysfs (board_id, fw_ver, hca_type, node_guid); value 1.", labels=["hca"])
+        port_info = InfoMetricFamily(
+            _name("infiniband_port"),
+            "Port link layer (InfiniBand, or Ethernet for RoCE) and rate text as the kernel prints it; value 1.",
+            labels=_PORT_LABELS,
+        )
+        state = GaugeMetricFamily(_name("infiniband_port_state_id"), PORT_STATE_HELP, labels=_PORT_LABELS)
+        phys = GaugeMetricFamily(_name("infiniband_port_physical_state_id"), PHYS_STATE_HELP, labels=_PORT_LABELS)
+        rate = GaugeMetricFamily(
+            _name("infiniband_port_rate_bytes_per_second"),
+            "Port data rate from sysfs 'rate' (e.g. '400 Gb/sec (4X NDR)'), in bytes per second (Gb/s * 1e9 / 8).",
+            labels=_PORT_LABELS,
+        )
+        named = {
+            file: CounterMetricFamily(_name(metric), help_text, labels=_PORT_LABELS)
+            for file, (metric, help_text, _) in PORT_COUNTERS.items()
+        }
+        other = CounterMetricFamily(
+            _name("infiniband_port_pma_stat_total"),
+            "Files under ports/<port>/counters/ (IBA PMA) without a named metric here (raw value, unit as the file counts).",
+            labels=[*_PORT_LABELS, "counter"],
+        )
+        hw = CounterMetricFamily(
+            _name("infiniband_port_hw_stat_total"),
+            "Driver statistics under ports/<port>/hw_counters/ (kernel rdma_hw_stats, e.g. mlx5 out_of_buffer, np_cnp_sent), raw values.",
+            labels=[*_PORT_LABELS, "counter"],
+        )
+        saturated = GaugeMetricFamily(
+            _name("infiniband_counter_saturated"),
+            "1 when an IBA PMA counter sits at its width's maximum (all-ones; IB counters stop there instead "
+            "of wrapping: 4/8/16-bit error counters, 32-bit data counters without extended counters), so its rate "
+            "reads flat while errors may continue; reset the counters (perfquery -x -R). 0 otherwise.",
+            labels=[*_PORT_LABELS, "counter"],
+        )
+        for device in data.devices:
+            info.add_metric(
+                [device.name],
+                {
+                    "board_id": device.board_id or "",
+                    "fw_ver": device.fw_ver or "",
+                    "hca_type": device.hca_type or "",
+                    "node_guid": device.node_guid or "",
+                },
+            )
+            for port in device.ports:
+                labels = [device.name, str(port.port)]
+                if port.link_layer is not None or port.rate_text is not None:
+                    port_info.add_metric(labels, {"link_layer": port.link_layer or "", "rate": port.rate_text or ""})
+                if port.state is not None:
+                    state.add_metric(labels, port.state.code)
+                if port.phys_state is not None:
+                    phys.add_metric(labels, port.phys_state.code)
+                if port.rate_bytes_per_second is not None:
+                    rate.add_metric(labels, port.rate_bytes_per_second)
+                for file, value in port.counters.items():
+                    if file in named:
+                        named[file].add_metric(labels, value * PORT_COUNTERS[file][2])
+                    else:
+                        other.add_metric([*labels, file], value)
+                    flag = sysfs.is_saturated(file, value, port)
+                    if flag is not None:
+                        saturated.add_metric([*labels, file], 1 if flag else 0)
+                for file, value in (port.hw_counters or {}).items():
+                    hw.add_metric([*labels, file], value)
+
+        errors = CounterMetricFamily(
+            _name("infiniband_read_errors_total"),
+            "Scrapes in which a sysfs file existed but could not be read or parsed; 'file' is relative to the "
+            "sysfs root, 'reason' the OS error or 'malformed'. The file's own series is absent meanwhile.",
+            labels=["file", "reason"],
+        )
+        for (path, reason), count in read_errors:
+            errors.add_metric([path, reason], count)
+        self.last_duration_seconds = time.perf_counter() - start
+        yield from _nonempty([info, port_info, state, phys, rate, *named.values(), other, hw, saturated, errors])
+
+
+class GpuCollector(Collector):
+    """Collects ``gpufleet_gpu_*`` through an :class:`~gpufleet.exporter.nvml.NvmlSampler`.
+
+    ``gpufleet_gpu_nvml_available`` is always present (0 without library or
+    driver); a GPU NVML reports lost has ``gpufleet_gpu_lost 1`` and no
+    other series. XID events and NVML errors accumulate across scrapes.
+    """
+
+    def __init__(self, sampler: NvmlSampler) -> None:
+        self.sampler = sampler
+        self._xids: Counter[tuple[str, str]] = Counter()
+        self._errors: Counter[tuple[str, str, str]] = Counter()
+        self._lock = threading.Lock()
+        self.last_duration_seconds = 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        """Sample NVML now and yield the families."""
+        start = time.perf_counter()
+        sample = self.sampler.sample()
+        with self._lock:
+            for gpu_index, xid in sample.xid_events:
+                self._xids[(str(gpu_index), str(xid))] += 1
+            for err in sample.errors:
+                self._errors[err] += 1
+            xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1])))
+            errors = sorted(self._errors.items())
+
+        available = GaugeMetricFamily(
+            _name("gpu_nvml_available"),
+            "1 when NVML initialised (driver and libnvidia-ml present), 0 otherwise; without it no other gpufleet_gpu_* series exist.",
+        )
+        available.add_metric([], 1 if sample.available else 0)
+        devices = GaugeMetricFamily(_name("gpu_devices"), "GPUs the driver enumerates (nvmlDeviceGetCount), lost ones included.")
+        if sample.device_count is not None:
+            devices.add_metric([], sample.device_count)
+        lost = GaugeMetricFamily(
+            _name("gpu_lost"),
+            "1 when NVML returns GPU_IS_LOST for the GPU (fallen off the bus, XID 79; needs a reset or reboot), 0 otherwise.",
+            labels=_GPU_LABELS,
+        )
+        info = InfoMetricFamily(_name("gpu"), "GPU identification from NVML (uuid, name, pci_bus_id); value 1.", labels=_GPU_LABELS)
+        temp = GaugeMetricFamily(_name("gpu_temperature_celsius"), "GPU die temperature in Celsius (NVML_TEMPERATURE_GPU).", labels=_GPU_LABELS)
+        mem_temp = GaugeMetricFamily(
+            _name("gpu_memory_temperature_celsius"), "GPU memory (HBM) temperature in Celsius (NVML field NVML_FI_DEV_MEMORY_TEMP).", labels=_GPU_LABELS
+        )
+        power = GaugeMetricFamily(_name("gpu_power_watts"), "Board power draw in watts (nvmlDeviceGetPowerUsage milliwatts / 1000).", labels=_GPU_LABELS)
+        reasons = GaugeMetricFamily(
+            _name("gpu_clocks_event_reason"),
+            "1 when the clocks-event (throttle) reason is active (nvmlDeviceGetCurrentClocksEventReasons): "
+            + "; ".join(f"{name}: {meaning}" for name, (_, meaning) in CLOCKS_EVENT_REASONS.items())
+            + ".",
+            labels=[*_GPU_LABELS, "reason"],
+        )
+        ecc = CounterMetricFamily(
+            _name("gpu_ecc_errors_total"),
+            "Aggregate (lifetime, survives reboots) ECC error count by type corrected/uncorrected (nvmlDeviceGetTotalEccErrors).",
+            labels=[*_GPU_LABELS, "type"],
+        )
+        retired = GaugeMetricFamily(
+            _name("gpu_retired_pages"),
+            "Retired framebuffer pages by cause single_bit_ecc/double_bit_ecc (nvmlDeviceGetRetiredPages; pre-Ampere).",
+            labels=[*_GPU_LABELS, "cause"],
+        )
+        retired_pending = GaugeMetricFamily(
+            _name("gpu_retired_pages_pending"), "1 when a page retirement waits for the next GPU reset.", labels=_GPU_LABELS
+        )
+        remapped = GaugeMetricFamily(
+            _name("gpu_remapped_rows"),
+            "Memory rows remapped by type correctable/uncorrectable (nvmlDeviceGetRemappedRows; Ampere and later).",
+            labels=[*_GPU_LABELS, "type"],
+        )
+        remap_pending = GaugeMetricFamily(_name("gpu_remapped_rows_pending"), "1 when a row remap waits for the next GPU reset.", labels=_GPU_LABELS)
+        remap_failure = GaugeMetricFamily(
+            _name("gpu_remapped_rows_failure"), "1 when a row remap failed (no spare rows left: replace the GPU).", labels=_GPU_LABELS
+        )
+        nvlink_up = GaugeMetricFamily(
+            _name("gpu_nvlink_up"), "1 when the NVLink is active (nvmlDeviceGetNvLinkState enabled), 0 when inactive.", labels=[*_GPU_LABELS, "link"]
+        )
+        nvlink_errors = CounterMetricFamily(
+            _name("gpu_nvlink_errors_total"),
+            "NVLink data-link error counters (nvmlDeviceGetNvLinkErrorCounter) by type: replay, recovery, "
+            "crc_flit, crc_data, ecc_data.",
+            labels=[*_GPU_LABELS, "link", "type"],
+        )
+        for gpu in sample.gpus:
+            g = str(gpu.index)
+            lost.add_metric([g], 1 if gpu.lost else 0)
+            if gpu.lost:
+                continue
+            if gpu.uuid is not None or gpu.name is not None or gpu.pci_bus_id is not None:
+                info.add_metric([g], {"uuid": gpu.uuid or "", "name": gpu.name or "", "pci_bus_id": gpu.pci_bus_id or ""})
+            if gpu.temperature_celsius is not None:
+                temp.add_metric([g], gpu.temperature_celsius)
+            if gpu.memory_temperature_celsius is not None:
+                mem_temp.add_metric([g], gpu.memory_temperature_celsius)
+            if gpu.power_watts is not None:
+                power.add_metric([g], gpu.power_watts)
+            if gpu.clocks_event_reasons is not None:
+                for reason, (bit, _) in CLOCKS_EVENT_REASONS.items():
+                    reasons.add_metric([g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
+            for type_name, count in gpu.ecc_errors.items():
+                ecc.add_metric([g, type_name], count)
+            for cause, count in gpu.retired_pages.items():
+                retired.add_metric([g, cause], count)
+            if gpu.retired_pages_pending is not None:
+                retired_pending.add_metric([g], 1 if gpu.retired_pages_pending else 0)
+            for type_name, count in gpu.remapped_rows.items():
+                remapped.add_metric([g, type_name], count)
+            if gpu.remapped_rows_pending is not None:
+                remap_pending.add_metric([g], 1 if gpu.remapped_rows_pending else 0)
+            if gpu.remapped_rows_failure is not None:
+                remap_failure.add_metric([g], 1 if gpu.remapped_rows_failure else 0)
+            for link in gpu.nvlinks:
+                if link.up is not None:
+                    nvlink_up.add_metric([g, str(link.link)], 1 if link.up else 0)
+                for type_name, count in link.errors.items():
+                    nvlink_errors.add_metric([g, str(link.link), type_name], count)
+
+        xid = CounterMetricFamily(
+            _name("gpu_xid_events_total"),
+            "Critical XID events NVML delivered (nvmlEventTypeXidCriticalError) since the exporter started, by XID code "
+            "(see NVIDIA's XID catalogue: e.g. 48 double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC).",
+            labels=[*_GPU_LABELS, "xid"],
+        )
+        for (g, code), count in xids:
+            xid.add_metric([g, code], count)
+        nvml_errors = CounterMetricFamily(
+            _name("gpu_nvml_errors_total"),
+            "Unexpected NVML errors by GPU ('' for node-wide calls), call and error name; 'not supported' is not counted.",
+            labels=[*_GPU_LABELS, "call", "error"],
+        )
+        for (g, call, err), count in errors:
+            nvml_errors.add_metric([g, call, err], count)
+        self.last_duration_seconds = time.perf_counter() - start
+        yield from _nonempty(
+            [
+                available,
+                devices,
+                lost,
+                info,
+                temp,
+                mem_temp,
+                power,
+                reasons,
+                ecc,
+                retired,
+                retired_pending,
+                remapped,
+                remap_pending,
+                remap_failure,
+                nvlink_up,
+                nvlink_errors,
+                xid,
+                nvml_errors,
+            ]
+        )

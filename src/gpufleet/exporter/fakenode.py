@@ -1,0 +1,640 @@
+"""Fixture GPU nodes built in Python: sysfs trees, a fake NVML, tool stand-ins.
+
+One JSON-able *node description* drives everything a fixture node needs:
+
+* :func:`build_sysfs` writes ``class/infiniband/...`` under a directory, for
+  ``gpufleet exporter --sysfs-root`` and the fabric node checks;
+* :class:`FakeNvmlBackend` implements :class:`~gpufleet.exporter.nvml.NvmlBackend`
+  from it (``gpufleet exporter --nvml-fake FILE``);
+* :func:`write_node` also writes the ``nvidia-smi``, ``nv-fabricmanager`` and
+  kernel-log stand-ins (:mod:`gpufleet.exporter.standin`) and a
+  ``proc/mounts`` with the checkpoint filesystem, for the testinfra checks.
+
+Nothing is checked in as a tree or a blob: :data:`FIXTURE_NODES` builds each
+named node. Description shape (all keys optional unless noted)::
+
+    {"name": str, "epoch": float,                 # epoch: start of growth specs
+     "clock": float,                              # optional: freeze growth at this instant
+     "driver_version": str, "fabric_manager_version": str | None,
+     "nvml": "ok" | "<nvml error name>",           # e.g. "library_not_found"
+     "checkpoint_fs_type": "wekafs",
+     "gpus": [{"index": int, "uuid": str, "name": str, "pci_bus_id": str,
+               "lost": bool, "temperature": V, "memory_temperature": V, "power_watts": V,
+               "clocks_event_reasons": [reason, ...],
+               "ecc": {"corrected": V, "uncorrected": V},
+               "retired_pages": {"single_bit_ecc": V, "double_bit_ecc": V, "pending": V},
+               "remapped_rows": {"correctable": V, "uncorrectable": V, "pending": V, "failure": V},
+               "xids": [int, ...],
+               "nvlinks": [{"up": bool, "replay": V, "recovery": V, "crc_flit": V,
+                            "crc_data": V, "ecc_data": V}, ...]}],
+     "hcas": [{"name": str, "board_id": str, "fw_ver": str, "hca_type": str, "node_guid": str,
+               "ports": [{"port": int, "state": str, "phys_state": str, "rate": str,
+                          "link_layer": str, "counters": {file: int | str},
+                          "hw_counters": {file: int | str} | None,
+                          "unreadable": [relative path, ...]}]}],
+     "kernel_log": [str, ...],
+     "inventory": {host vars the inventory holds for this node}}
+
+where ``V`` is a number, ``"[N/A]"``/``"[Not Supported]"`` (NVML: NOT_SUPPORTED),
+``{"nvml_error": "<name>"}`` (NVML raises that error) or
+``{"base": n, "per_second": r}`` (a growing counter). A string counter value
+is written verbatim (a malformed file); a path in ``unreadable`` becomes a
+directory, which no reader can read as a file, root included.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from gpufleet.exporter import standin
+from gpufleet.exporter.nvml import CLOCKS_EVENT_REASONS, NVLINK_ERROR_COUNTERS, RETIREMENT_CAUSES
+
+Node = dict[str, Any]
+
+#: PCI bus ids of the 8 GPUs on an HGX H100 board, in NVML index order.
+HGX_BUS_IDS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
+
+DRIVER_VERSION = "550.54.15"
+
+_NVLINK_COUNTER_BY_VALUE = {v: k for k, v in NVLINK_ERROR_COUNTERS.items()}
+_CAUSE_BY_VALUE = {v: k for k, v in RETIREMENT_CAUSES.items()}
+_ERROR_CODES = {
+    name.removeprefix("NVML_ERROR_").lower(): value
+    for name, value in vars(pynvml).items()
+    if name.startswith("NVML_ERROR_") and isinstance(value, int)
+}
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def h100_gpu(index: int, nvlinks: int = 18, **overrides: Any) -> dict[str, Any]:
+    """A healthy H100 SXM GPU description at ``index`` (bus id from :data:`HGX_BUS_IDS`).
+
+    Defaults: 41 C die, 47 C HBM, 312.5 W, idle clocks reason, no ECC errors,
+    retired pages ``[N/A]`` (Hopper uses row remapping instead), no remapped
+    rows, ``nvlinks`` active links without errors. ``overrides`` replace keys.
+    """
+    bus = HGX_BUS_IDS[index % len(HGX_BUS_IDS)]
+    gpu: dict[str, Any] = {
+        "index": index,
+        "uuid": f"GPU-8f6c{index:04x}-55aa-4c1e-9d3b-{index:012x}",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{bus.upper()}:00.0",
+        "lost": False,
+        "temperature": 41,
+        "memory_temperature": 47,
+        "power_watts": 312.5,
+        "clocks_event_reasons": ["gpu_idle"],
+        "ecc": {"corrected": 0, "uncorrected": 0},
+        "retired_pages": {"single_bit_ecc": "[N/A]", "double_bit_ecc": "[N/A]", "pending": "[N/A]"},
+        "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+        "xids": [],
+        "nvlinks": [nvlink() for _ in range(nvlinks)],
+    }
+    gpu.update(overrides)
+    return gpu
+
+
+def nvlink(up: bool = True, **counters: Any) -> dict[str, Any]:
+    """One NVLink: ``up`` and error counters (default 0) by :data:`NVLINK_ERROR_COUNTERS` name."""
+    link: dict[str, Any] = {"up": up, **{name: 0 for name in NVLINK_ERROR_COUNTERS}}
+    link.update(counters)
+    return link
+
+
+#: mlx5 port hw_counters with realistic names (values are arbitrary but fixed).
+MLX5_HW_COUNTERS = {
+    "duplicate_request": 0,
+    "implied_nak_seq_err": 0,
+    "local_ack_timeout_err": 3,
+    "np_cnp_sent": 0,
+    "np_ecn_marked_roce_packets": 0,
+    "out_of_buffer": 0,
+    "out_of_sequence": 0,
+    "packet_seq_err": 0,
+    "req_cqe_error": 0,
+    "req_remote_access_errors": 0,
+    "req_remote_invalid_request": 0,
+    "resp_cqe_error": 0,
+    "resp_local_length_error": 0,
+    "rnr_nak_retry_err": 0,
+    "rp_cnp_handled": 0,
+    "rx_atomic_requests": 0,
+    "rx_read_requests": 81920,
+    "rx_write_requests": 1048576,
+    "lifespan": 10,
+}
+
+
+def ib_counters(extended: bool = True, **values: int | str) -> dict[str, int | str]:
+    """A ``counters/`` directory: every IBA PortCounters file, plus the extended-only
+    ``unicast_*``/``multicast_*`` ones when ``extended``. ``values`` override."""
+    counters: dict[str, int | str] = {
+        "VL15_dropped": 0,
+        "excessive_buffer_overrun_errors": 0,
+        "link_downed": 0,
+        "link_error_recovery": 0,
+        "local_link_integrity_errors": 0,
+        "port_rcv_constraint_errors": 0,
+        "port_rcv_data": 1234567890123 if extended else 2147483000,
+        "port_rcv_errors": 0,
+        "port_rcv_packets": 9876543210 if extended else 123456789,
+        "port_rcv_remote_physical_errors": 0,
+        "port_rcv_switch_relay_errors": 0,
+        "port_xmit_constraint_errors": 0,
+        "port_xmit_data": 2345678901234 if extended else 1073741000,
+        "port_xmit_discards": 0,
+        "port_xmit_packets": 8765432109 if extended else 98765432,
+        "port_xmit_wait": 1500,
+        "symbol_error": 0,
+    }
+    if extended:
+        counters.update(
+            multicast_rcv_packets=12,
+            multicast_xmit_packets=0,
+            unicast_rcv_packets=9876543198,
+            unicast_xmit_packets=8765432109,
+        )
+    counters.update(values)
+    return counters
+
+
+def ib_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
+    """An ACTIVE/LinkUp 400 Gb/s NDR InfiniBand port with extended counters and mlx5 hw_counters."""
+    desc: dict[str, Any] = {
+        "port": port,
+        "state": "4: ACTIVE",
+        "phys_state": "5: LinkUp",
+        "rate": "400 Gb/sec (4X NDR)",
+        "link_layer": "InfiniBand",
+        "counters": ib_counters(),
+        "hw_counters": dict(MLX5_HW_COUNTERS),
+        "unreadable": [],
+    }
+    desc.update(overrides)
+    return desc
+
+
+def roce_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
+    """An ACTIVE 200 Gb/s RoCE (Ethernet link layer) port with mlx5 hw_counters."""
+    hw = dict(MLX5_HW_COUNTERS, np_cnp_sent=4711, rp_cnp_handled=4700, np_ecn_marked_roce_packets=5120)
+    return ib_port(port, rate="200 Gb/sec (4X HDR)", link_layer="Ethernet", hw_counters=hw, **overrides)
+
+
+def hca(name: str, ports: list[dict[str, Any]] | None = None, hca_type: str = "MT4129") -> dict[str, Any]:
+    """An mlx5 HCA (ConnectX-7 by default) with the given ports (one NDR IB port if omitted)."""
+    n = int(name.rsplit("_", 1)[-1]) if name.rsplit("_", 1)[-1].isdigit() else 0
+    return {
+        "name": name,
+        "board_id": "MT_0000000838",
+        "fw_ver": "28.39.1002",
+        "hca_type": hca_type,
+        "node_guid": f"a088:c203:0045:{0x7a10 + n:04x}",
+        "ports": ports if ports is not None else [ib_port()],
+    }
+
+
+def inventory_hcas(node: Node) -> list[dict[str, Any]]:
+    """``node_hcas`` inventory entries matching the node's HCA ports as built (the healthy expectation)."""
+    entries = []
+    for dev in node.get("hcas", []):
+        for port in dev["ports"]:
+            entries.append(
+                {
+                    "name": dev["name"],
+                    "port": port["port"],
+                    "rate_gbps": _gbps(port.get("rate")),
+                    "link_layer": port["link_layer"],
+                }
+            )
+    return entries
+
+
+def _gbps(rate: str | None) -> int:
+    try:
+        return int(float(str(rate).split()[0]))
+    except (ValueError, IndexError):
+        return 0
+
+
+def node(name: str, gpus: list[dict[str, Any]], hcas: list[dict[str, Any]], **extra: Any) -> Node:
+    """A node description with driver/fabric manager versions and a matching healthy ``inventory``."""
+    desc: Node = {
+        "name": name,
+        "epoch": 0.0,
+        "driver_version": DRIVER_VERSION,
+        "fabric_manager_version": DRIVER_VERSION,
+        "nvml": "ok",
+        "checkpoint_fs_type": "wekafs",
+        "gpus": gpus,
+        "hcas": hcas,
+        "kernel_log": [
+            "2025-01-01T00:00:00+0000 node kernel: mlx5_core 0000:1a:00.0: mlx5_pcie_event: PCIe slot power capability was not advertised.",
+        ],
+    }
+    desc.update(extra)
+    desc.setdefault(
+        "inventory",
+        {
+            "gpu_model": "H100-SXM-80GB",
+            "gpu_count": len(gpus),
+            "gpu_nvlink_count": max((len(g.get("nvlinks", [])) for g in gpus), default=0),
+            "node_hcas": inventory_hcas(desc),
+            "nvidia_driver_version": DRIVER_VERSION,
+            "nvidia_fabric_manager_version": DRIVER_VERSION,
+        },
+    )
+    return desc
+
+
+def healthy_node(name: str = "healthy", gpus: int = 8, hcas: int = 2, nvlinks: int = 18, roce: bool = True) -> Node:
+    """A healthy HGX H100 node: ``gpus`` GPUs with ``nvlinks`` links each, ``hcas`` NDR HCAs and a RoCE HCA."""
+    devices = [hca(f"mlx5_{i}") for i in range(hcas)]
+    if roce:
+        devices.append(hca(f"mlx5_{hcas}", [roce_port()], hca_type="MT4125"))
+    return node(name, [h100_gpu(i, nvlinks=nvlinks) for i in range(gpus)], devices)
+
+
+def fabric_faults_node() -> Node:
+    """Fabric faults: a port DOWN/Polling, a 200 Gb/s link where 400 is expected, a
+    RoCE port where InfiniBand is expected, missing hw_counters, saturated counters
+    (32-bit data without extended counters, 16-bit symbol_error, 8-bit link_downed,
+    4-bit local_link_integrity_errors), a malformed and an unreadable file; also a
+    fabric manager version drift and a GPU that is healthy."""
+    down = ib_port(state="1: DOWN", phys_state="2: Polling", counters=ib_counters(link_downed=3))
+    saturated = ib_port(
+        rate="200 Gb/sec (4X HDR)",
+        hw_counters=None,
+        counters=ib_counters(
+            extended=False,
+            port_xmit_data=(1 << 32) - 1,
+            symbol_error=65535,
+            link_downed=255,
+            local_link_integrity_errors=15,
+            port_rcv_errors="N/A (no PMA)",
+        ),
+        unreadable=["counters/port_rcv_remote_physical_errors"],
+    )
+    roce_where_ib = roce_port()
+    desc = node(
+        "fabric-faults",
+        [h100_gpu(0, nvlinks=4)],
+        [hca("mlx5_0", [down]), hca("mlx5_1", [saturated], hca_type="MT4123"), hca("mlx5_2", [roce_where_ib])],
+        fabric_manager_version="535.161.08",
+    )
+    inventory = desc["inventory"]
+    for entry in inventory["node_hcas"]:
+        entry["rate_gbps"] = 400
+        entry["link_layer"] = "InfiniBand"
+    return desc
+
+
+def gpu_faults_node() -> Node:
+    """GPU faults on 4 GPUs: GPU 0 memory 97 C and an NVLink down; GPU 1 die 91 C
+    with thermal slowdown and a growing NVLink CRC counter; GPU 2 uncorrectable ECC,
+    a pending row remap, XID 48, memory temperature ``[N/A]``, power
+    ``[Not Supported]`` and an NVML error; GPU 3 fallen off the bus (XID 79).
+    The driver version drifts from the inventory pin."""
+    gpus = [
+        h100_gpu(0, nvlinks=4, memory_temperature=97),
+        h100_gpu(
+            1,
+            nvlinks=4,
+            temperature=91,
+            clocks_event_reasons=["sw_thermal_slowdown", "hw_thermal_slowdown"],
+        ),
+        h100_gpu(
+            2,
+            nvlinks=4,
+            memory_temperature="[N/A]",
+            power_watts="[Not Supported]",
+            clocks_event_reasons={"nvml_error": "unknown"},
+            ecc={"corrected": 12, "uncorrected": 2},
+            remapped_rows={"correctable": 1, "uncorrectable": 2, "pending": True, "failure": False},
+            xids=[48],
+        ),
+        h100_gpu(3, nvlinks=4, lost=True),
+    ]
+    gpus[0]["nvlinks"][3] = nvlink(up=False)
+    gpus[1]["nvlinks"][2] = nvlink(crc_flit={"base": 17, "per_second": 50}, replay=4)
+    desc = node("gpu-faults", gpus, [hca("mlx5_0")])
+    desc["driver_version"] = "550.90.07"
+    return desc
+
+
+def missing_gpu_node() -> Node:
+    """Eight GPUs in the inventory, seven enumerated (one GPU gone from the bus entirely)."""
+    desc = healthy_node("missing-gpu", gpus=8, hcas=1, nvlinks=18, roce=False)
+    desc["gpus"] = desc["gpus"][:7]
+    return desc
+
+
+def no_nvml_node() -> Node:
+    """A node without the NVIDIA driver: NVML reports LIBRARY_NOT_FOUND, InfiniBand still works."""
+    desc = node("no-nvml", [], [hca("mlx5_0"), hca("mlx5_1", [roce_port()], hca_type="MT4125")])
+    desc["nvml"] = "library_not_found"
+    return desc
+
+
+#: Named fixture nodes: name -> builder. Exporter expositions and node-check
+#: fixtures both come from these.
+FIXTURE_NODES: dict[str, Callable[[], Node]] = {
+    "healthy": healthy_node,
+    "fabric-faults": fabric_faults_node,
+    "gpu-faults": gpu_faults_node,
+    "missing-gpu": missing_gpu_node,
+    "no-nvml": no_nvml_node,
+}
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def build_sysfs(desc: Node, sysfs_root: str | os.PathLike[str]) -> Path:
+    """Write the node's ``class/infiniband`` tree under ``sysfs_root``; returns the root.
+
+    Counter values are written as ``"<n>\\n"`` like the kernel; string values
+    verbatim; ``hw_counters: None`` omits the directory; ``unreadable`` paths
+    (relative to the port directory) become directories.
+    """
+    root = Path(sysfs_root)
+    class_dir = root / "class" / "infiniband"
+    class_dir.mkdir(parents=True, exist_ok=True)
+    for dev in desc.get("hcas", []):
+        ddir = class_dir / dev["name"]
+        ddir.mkdir(exist_ok=True)
+        for key in ("board_id", "fw_ver", "hca_type", "node_guid"):
+            if dev.get(key) is not None:
+                (ddir / key).write_text(f"{dev[key]}\n")
+        for port in dev.get("ports", []):
+            write_port(ddir / "ports" / str(port["port"]), port)
+    return root
+
+
+def write_port(pdir: Path, port: dict[str, Any]) -> None:
+    """Write one port directory (``state``, ``phys_state``, ``rate``, ``link_layer``, counters)."""
+    pdir.mkdir(parents=True, exist_ok=True)
+    for key in ("state", "phys_state", "rate", "link_layer"):
+        if port.get(key) is not None:
+            (pdir / key).write_text(f"{port[key]}\n")
+    for group in ("counters", "hw_counters"):
+        values = port.get(group)
+        if values is None:
+            continue
+        gdir = pdir / group
+        gdir.mkdir(exist_ok=True)
+        for name, value in values.items():
+            (gdir / name).write_text(value if isinstance(value, str) else f"{value}\n")
+    for rel in port.get("unreadable", []):
+        target = pdir / rel
+        if target.is_file():
+            target.unlink()
+        target.mkdir(parents=True, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class FakeNodePaths:
+    """Where :func:`write_node` put a fixture node's pieces.
+
+    Attributes:
+        root: the node's directory.
+        description: the node description JSON (``--nvml-fake`` takes it).
+        sysfs_root: the sysfs tree (``--sysfs-root``, inventory ``node_sysfs_root``).
+        proc_root: holds ``mounts`` (inventory ``node_proc_root``).
+        checkpoint_dir: a real writable directory listed in ``proc/mounts``
+            with the description's ``checkpoint_fs_type``.
+        nvidia_smi, nv_fabricmanager, kernel_log: stand-in executables.
+    """
+
+    root: Path
+    description: Path
+    sysfs_root: Path
+    proc_root: Path
+    checkpoint_dir: Path
+    nvidia_smi: Path
+    nv_fabricmanager: Path
+    kernel_log: Path
+
+
+def write_node(desc: Node, directory: str | os.PathLike[str], python: str = sys.executable) -> FakeNodePaths:
+    """Materialise a fixture node under ``directory``.
+
+    Writes ``node.json`` (``epoch`` set to now unless the description has a
+    non-zero one), the sysfs tree, ``proc/mounts``, a checkpoint directory and
+    three stand-in scripts run by ``python -S`` (standard library only).
+
+    Returns:
+        The :class:`FakeNodePaths`.
+    """
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    desc = copy.deepcopy(desc)
+    if not desc.get("epoch"):
+        desc["epoch"] = time.time()
+    description = root / "node.json"
+    description.write_text(json.dumps(desc, indent=1, sort_keys=True))
+    sysfs_root = build_sysfs(desc, root / "sys")
+    checkpoint_dir = root / "mnt" / "checkpoints"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    proc_root = root / "proc"
+    proc_root.mkdir(exist_ok=True)
+    fs_type = desc.get("checkpoint_fs_type", "wekafs")
+    mount_lines = [
+        "overlay / overlay rw,relatime 0 0",
+        "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+    ]
+    if fs_type:
+        mount_lines.append(f"weka-fs01 {_mount_escape(str(checkpoint_dir))} {fs_type} rw,relatime 0 0")
+    (proc_root / "mounts").write_text("\n".join(mount_lines) + "\n")
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    source = Path(standin.__file__).read_text()
+    scripts = {}
+    for tool in standin.TOOLS:
+        path = bin_dir / tool
+        path.write_text(
+            f"#!{python} -S\n{source}\n\nif __name__ == '__main__':\n"
+            f"    sys.exit(main({tool!r}, sys.argv[1:], {str(description)!r}))\n"
+        )
+        path.chmod(0o755)
+        scripts[tool] = path
+    return FakeNodePaths(
+        root=root,
+        description=description,
+        sysfs_root=sysfs_root,
+        proc_root=proc_root,
+        checkpoint_dir=checkpoint_dir,
+        nvidia_smi=scripts["nvidia-smi"],
+        nv_fabricmanager=scripts["nv-fabricmanager"],
+        kernel_log=scripts["kernel-log"],
+    )
+
+
+def _mount_escape(path: str) -> str:
+    """Escape a path as /proc/mounts does (octal for space, tab, newline, backslash)."""
+    return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+
+
+# --------------------------------------------------------------------------- fake NVML
+
+
+def _nvml_error(name: str) -> pynvml.NVMLError:
+    return pynvml.NVMLError(_ERROR_CODES.get(name, pynvml.NVML_ERROR_UNKNOWN))
+
+
+class FakeNvmlBackend:
+    """:class:`~gpufleet.exporter.nvml.NvmlBackend` driven by a node description.
+
+    Args:
+        desc: a node description dict, or a path to its JSON file.
+
+    Semantics follow NVML: ``init`` raises the description's ``nvml`` error if
+    not ``"ok"``; ``device_handle`` raises GPU_IS_LOST for a lost GPU; values
+    ``"[N/A]"``/``"[Not Supported]"`` raise NOT_SUPPORTED; ``{"nvml_error": name}``
+    raises that error; NVLink indices past the GPU's last raise
+    INVALID_ARGUMENT (NOT_SUPPORTED on a GPU without NVLink). Each GPU's
+    ``xids`` are delivered once, after the GPU is registered for events.
+    """
+
+    def __init__(self, desc: Node | str | os.PathLike[str]) -> None:
+        if not isinstance(desc, dict):
+            desc = json.loads(Path(desc).read_text())
+        self.desc = desc
+        self.epoch = float(desc.get("epoch") or time.time())
+        self._gpus = {int(g["index"]): g for g in desc.get("gpus", [])}
+        self._pending: list[tuple[int, int]] = []
+        self.initialised = False
+
+    def _value(self, spec: Any) -> Any:
+        value = standin.evaluate(spec, self.epoch, standin.node_now(self.desc))
+        if isinstance(value, str) and value in standin.NOT_AVAILABLE:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if isinstance(value, dict) and "nvml_error" in value:
+            raise _nvml_error(value["nvml_error"])
+        return value
+
+    def _gpu(self, handle: int) -> dict[str, Any]:
+        if not self.initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        return self._gpus[handle]
+
+    def init(self) -> None:
+        """Succeeds when the description's ``nvml`` is ``"ok"`` (default)."""
+        status = self.desc.get("nvml", "ok")
+        if status != "ok":
+            raise _nvml_error(status)
+        self.initialised = True
+
+    def shutdown(self) -> None:
+        """Forget initialisation."""
+        self.initialised = False
+
+    def device_count(self) -> int:
+        """Number of GPUs in the description."""
+        if not self.initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        return len(self._gpus)
+
+    def device_handle(self, index: int) -> int:
+        """The index itself; GPU_IS_LOST for a lost GPU, INVALID_ARGUMENT past the last."""
+        if not self.initialised:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
+        if index not in self._gpus:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if self._gpus[index].get("lost"):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return index
+
+    def device_uuid(self, handle: int) -> str:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return str(self._value(self._gpu(handle)["uuid"]))
+
+    def device_name(self, handle: int) -> str:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return str(self._value(self._gpu(handle)["name"]))
+
+    def device_pci_bus_id(self, handle: int) -> str:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return str(self._value(self._gpu(handle)["pci_bus_id"]))
+
+    def temperature_celsius(self, handle: int) -> float:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return float(self._value(self._gpu(handle).get("temperature", "[N/A]")))
+
+    def memory_temperature_celsius(self, handle: int) -> float:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return float(self._value(self._gpu(handle).get("memory_temperature", "[N/A]")))
+
+    def power_milliwatts(self, handle: int) -> int:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend` (description holds watts)."""
+        return int(round(float(self._value(self._gpu(handle).get("power_watts", "[N/A]"))) * 1000))
+
+    def clocks_event_reasons(self, handle: int) -> int:
+        """Bitmask from the description's list of reason names."""
+        reasons = self._value(self._gpu(handle).get("clocks_event_reasons", []))
+        mask = 0
+        for reason in reasons:
+            mask |= CLOCKS_EVENT_REASONS[reason][0]
+        return mask
+
+    def ecc_aggregate(self, handle: int, error_type: int) -> int:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        key = "uncorrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+        return int(self._value(self._gpu(handle).get("ecc", {}).get(key, "[N/A]")))
+
+    def retired_pages(self, handle: int, cause: int) -> int:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return int(self._value(self._gpu(handle).get("retired_pages", {}).get(_CAUSE_BY_VALUE[cause], "[N/A]")))
+
+    def retired_pages_pending(self, handle: int) -> bool:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return bool(self._value(self._gpu(handle).get("retired_pages", {}).get("pending", "[N/A]")))
+
+    def remapped_rows(self, handle: int) -> tuple[int, int, bool, bool]:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        rows = self._gpu(handle).get("remapped_rows", "[N/A]")
+        rows = self._value(rows) if not isinstance(rows, dict) or "nvml_error" in rows else rows
+        return (
+            int(self._value(rows.get("correctable", "[N/A]"))),
+            int(self._value(rows.get("uncorrectable", "[N/A]"))),
+            bool(self._value(rows.get("pending", "[N/A]"))),
+            bool(self._value(rows.get("failure", "[N/A]"))),
+        )
+
+    def _link(self, handle: int, link: int) -> dict[str, Any]:
+        links = self._gpu(handle).get("nvlinks", [])
+        if not links:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < len(links):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]
+
+    def nvlink_up(self, handle: int, link: int) -> bool:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return bool(self._value(self._link(handle, link).get("up", True)))
+
+    def nvlink_error_counter(self, handle: int, link: int, counter: int) -> int:
+        """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
+        return int(self._value(self._link(handle, link).get(_NVLINK_COUNTER_BY_VALUE[counter], 0)))
+
+    def register_xid_events(self, handle: int, index: int) -> None:
+        """Queue the GPU's described XIDs for the next poll."""
+        for xid in self._gpu(handle).get("xids", []):
+            self._pending.append((index, int(xid)))
+
+    def poll_xid_events(self, max_events: int) -> list[tuple[int, int]]:
+        """Deliver up to ``max_events`` queued XID events, oldest first."""
+        events, self._pending = self._pending[:max_events], self._pending[max_events:]
+        return events

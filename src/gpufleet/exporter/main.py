@@ -1,0 +1,118 @@
+"""``gpufleet exporter``: serve ``/metrics`` (or print one exposition with ``--once``).
+
+Flags mirror node_exporter where they overlap (``--sysfs-root`` is
+``--path.sysfs``). ``--nvml-fake FILE`` replaces the NVML library by a node
+description (:mod:`gpufleet.exporter.fakenode`) for fixture nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
+from gpufleet.exporter.nvml import NvmlBackend, NvmlSampler, PynvmlBackend
+
+log = logging.getLogger("gpufleet.exporter")
+
+#: Default port: unassigned in the Prometheus default port allocations wiki at the time of writing.
+DEFAULT_PORT = 9838
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the exporter's flags to ``parser`` (the ``exporter`` subcommand of ``gpufleet``)."""
+    parser.add_argument("--listen-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
+    parser.add_argument("--sysfs-root", default="/sys", help="sysfs mount point, like node_exporter --path.sysfs (default: %(default)s)")
+    parser.add_argument("--nvml-fake", metavar="FILE", help="read GPUs from a node description JSON instead of NVML (fixtures)")
+    parser.add_argument("--no-nvml", action="store_true", help="do not collect GPU metrics at all")
+    parser.add_argument("--once", action="store_true", help="print one exposition to stdout and exit")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+class ExporterSelfCollector(Collector):
+    """``gpufleet_exporter_collector_duration_seconds{collector}``: time the previous collect took."""
+
+    def __init__(self, collectors: dict[str, InfiniBandCollector | GpuCollector]) -> None:
+        self.collectors = collectors
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield one gauge sample per collector (seconds, from the previous scrape)."""
+        family = GaugeMetricFamily(
+            "gpufleet_exporter_collector_duration_seconds",
+            "Seconds the collector's previous collect() took (sysfs reads or NVML calls).",
+            labels=["collector"],
+        )
+        for name, collector in self.collectors.items():
+            family.add_metric([name], collector.last_duration_seconds)
+        yield family
+
+
+def build_registry(
+    sysfs_root: str = "/sys",
+    nvml_backend: NvmlBackend | None = None,
+    self_metrics: bool = False,
+) -> CollectorRegistry:
+    """A registry with the InfiniBand collector and, given a backend, the GPU collector.
+
+    Args:
+        sysfs_root: sysfs mount point.
+        nvml_backend: NVML backend; ``None`` leaves GPUs out entirely.
+        self_metrics: add process metrics and collector durations (not
+            deterministic, so off for ``--once`` fixtures).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    collectors: dict[str, InfiniBandCollector | GpuCollector] = {"infiniband": InfiniBandCollector(sysfs_root)}
+    if nvml_backend is not None:
+        collectors["nvml"] = GpuCollector(NvmlSampler(nvml_backend))
+    for collector in collectors.values():
+        registry.register(collector)
+    if self_metrics:
+        from prometheus_client import ProcessCollector
+
+        ProcessCollector(registry=registry)
+        registry.register(ExporterSelfCollector(collectors))
+    return registry
+
+
+def backend_from_args(args: argparse.Namespace) -> NvmlBackend | None:
+    """The NVML backend the flags ask for: fake, none, or the real pynvml one."""
+    if args.no_nvml:
+        return None
+    if args.nvml_fake:
+        from gpufleet.exporter.fakenode import FakeNvmlBackend
+
+        return FakeNvmlBackend(args.nvml_fake)
+    return PynvmlBackend()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the exporter with parsed ``args``; returns the process exit code.
+
+    With ``--once`` prints one exposition (text format 0.0.4) and returns 0.
+    Otherwise serves ``http://LISTEN:PORT/metrics`` until SIGTERM/SIGINT.
+    """
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    backend = backend_from_args(args)
+    if args.once:
+        registry = build_registry(args.sysfs_root, backend)
+        sys.stdout.write(generate_latest(registry).decode())
+        sys.stdout.flush()
+        return 0
+    registry = build_registry(args.sysfs_root, backend, self_metrics=True)
+    server, thread = start_http_server(args.port, addr=args.listen_address, registry=registry)
+    log.info("serving /metrics on %s:%d (sysfs %s)", args.listen_address, args.port, args.sysfs_root)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    return 0

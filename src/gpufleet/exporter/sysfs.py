@@ -1,0 +1,382 @@
+"""Read InfiniBand/RoCE HCA and port state from sysfs: a pure module, no metrics.
+
+This module is to the exporter what procfs ``sysfs/class_infiniband.go`` is to
+node_exporter's ``collector/infiniband_linux.go``: it turns the files under
+``<sysfs-root>/class/infiniband/`` into plain dataclasses and knows nothing
+about Prometheus. The layout and the meaning of every file come from the
+kernel's ``Documentation/ABI/stable/sysfs-class-infiniband`` and the port
+counter tables in ``drivers/infiniband/core/sysfs.c``::
+
+    class/infiniband/<hca>/{board_id,fw_ver,hca_type,node_guid}
+    class/infiniband/<hca>/ports/<port>/{state,phys_state,rate,link_layer}
+    class/infiniband/<hca>/ports/<port>/counters/<name>      (IBA PMA PortCounters[Extended])
+    class/infiniband/<hca>/ports/<port>/hw_counters/<name>   (driver counters, mlx5 and others)
+
+Rules the reader keeps (and the exporter relies on):
+
+* a missing file or directory is not an error: the value is ``None`` / the
+  key is absent, so the series is absent rather than zero;
+* a file that exists but cannot be read or parsed (permission, I/O error,
+  ``N/A (no PMA)`` from old kernels, garbage) is recorded as a
+  :class:`ReadError` naming the file and never raises;
+* values are returned raw: ``port_xmit_data``/``port_rcv_data`` stay in the
+  4-octet units the IBA PMA counts in (see :data:`DATA_OCTETS_PER_UNIT`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: ``port_xmit_data`` and ``port_rcv_data`` count 32-bit words: "Total number of
+#: data octets, divided by 4 (lanes)" (sysfs-class-infiniband ABI; IBA vol. 1,
+#: PortXmitData/PortRcvData). Multiply by this to get bytes.
+DATA_OCTETS_PER_UNIT = 4
+
+#: Bit width of each PortCounters field exposed under ``counters/`` (IBA vol. 1
+#: table "PortCounters"; kernel ``PORT_PMA_ATTR(name, counter, width, offset)``).
+#: IB PMA counters do not wrap: they stop at all-ones (``2**width - 1``).
+#: The data and packet counters are 32-bit in PortCounters and 64-bit when the
+#: HCA reports extended counters (``PORT_PMA_ATTR_EXT``); see
+#: :func:`counter_width`.
+PMA_COUNTER_WIDTH_BITS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+    "port_xmit_wait": 32,
+    # 32-bit in PortCounters, 64-bit in PortCountersExtended: see counter_width().
+    "port_xmit_data": 32,
+    "port_rcv_data": 32,
+    "port_xmit_packets": 32,
+    "port_rcv_packets": 32,
+    # Only in the extended (IETF) table, always 64-bit.
+    "unicast_xmit_packets": 64,
+    "unicast_rcv_packets": 64,
+    "multicast_xmit_packets": 64,
+    "multicast_rcv_packets": 64,
+}
+
+#: Counters that are 64-bit when the port uses PortCountersExtended.
+EXTENDABLE_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"})
+
+#: Files in ``hw_counters/`` that are not counters. ``lifespan`` is the cache
+#: lifetime of the driver statistics in milliseconds (kernel ``sysfs.c``).
+HW_COUNTER_NON_COUNTERS = frozenset({"lifespan"})
+
+#: ``rate`` reads e.g. ``400 Gb/sec (4X NDR)`` or ``2.5 Gb/sec (1X SDR)``.
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec\b")
+#: ``state`` and ``phys_state`` read ``<code>: <name>``, e.g. ``4: ACTIVE``, ``5: LinkUp``.
+_ENUM_RE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class ReadError:
+    """One file that exists but could not be read or parsed.
+
+    Attributes:
+        path: the file, relative to the sysfs root (``class/infiniband/mlx5_0/ports/1/counters/symbol_error``).
+        reason: short cause: the OS error name or ``malformed``.
+    """
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EnumValue:
+    """A ``<code>: <name>`` sysfs value such as ``4: ACTIVE``.
+
+    Attributes:
+        code: the numeric code (IBA PortState / PortPhysicalState).
+        name: the text after the colon, as the kernel prints it.
+    """
+
+    code: int
+    name: str
+
+
+@dataclass
+class InfiniBandPort:
+    """One port of an HCA, values raw as sysfs has them (``None`` = file absent or unreadable).
+
+    Attributes:
+        port: port number (1-based, the directory name).
+        state: logical port state (``1: DOWN`` .. ``4: ACTIVE``, ``5: ACTIVE_DEFER``).
+        phys_state: physical port state (``2: Polling``, ``3: Disabled``, ``5: LinkUp`` ...).
+        rate_text: the ``rate`` file stripped, e.g. ``400 Gb/sec (4X NDR)``.
+        rate_bytes_per_second: ``rate`` converted: Gb/s * 1e9 / 8 (signalling
+            data rate after encoding, as the kernel reports it).
+        link_layer: ``InfiniBand`` or ``Ethernet`` (RoCE).
+        counters: ``counters/<name>`` -> raw integer (PMA units; data counters in 4-octet words).
+        hw_counters: ``hw_counters/<name>`` -> raw integer; ``None`` when the
+            directory does not exist (not every driver has it).
+    """
+
+    port: int
+    state: EnumValue | None = None
+    phys_state: EnumValue | None = None
+    rate_text: str | None = None
+    rate_bytes_per_second: float | None = None
+    link_layer: str | None = None
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] | None = None
+
+    @property
+    def extended_counters(self) -> bool:
+        """True when the port's ``counters/`` come from PortCountersExtended.
+
+        The kernel picks the extended (IETF) table, whose data and packet
+        counters are 64-bit, when the PMA ClassPortInfo has
+        ``IB_PMA_CLASS_CAP_EXT_WIDTH``; only that table has the
+        ``unicast_*``/``multicast_*`` files, so their presence is the signal.
+        (The rare "no IETF" extended table is 64-bit too but indistinguishable
+        from the 32-bit one; :func:`is_saturated` handles it conservatively.)
+        """
+        return "unicast_xmit_packets" in self.counters or "unicast_rcv_packets" in self.counters
+
+
+@dataclass
+class InfiniBandDevice:
+    """One HCA (``class/infiniband/<name>``).
+
+    Attributes:
+        name: device name, e.g. ``mlx5_0``.
+        board_id, fw_ver, hca_type, node_guid: identification files, ``None`` if absent.
+        ports: ports sorted by number.
+    """
+
+    name: str
+    board_id: str | None = None
+    fw_ver: str | None = None
+    hca_type: str | None = None
+    node_guid: str | None = None
+    ports: list[InfiniBandPort] = field(default_factory=list)
+
+
+@dataclass
+class InfiniBandClass:
+    """Everything read from ``class/infiniband`` in one pass.
+
+    Attributes:
+        devices: HCAs sorted by name (empty when the class directory is absent).
+        errors: files that exist but could not be read or parsed.
+    """
+
+    devices: list[InfiniBandDevice] = field(default_factory=list)
+    errors: list[ReadError] = field(default_factory=list)
+
+
+def counter_width(name: str, port: InfiniBandPort) -> int | None:
+    """Bit width of ``counters/<name>`` on ``port``, or ``None`` if not an IBA PMA counter.
+
+    Widths follow the IBA PortCounters table (:data:`PMA_COUNTER_WIDTH_BITS`);
+    data/packet counters are 64-bit on ports with extended counters.
+    """
+    width = PMA_COUNTER_WIDTH_BITS.get(name)
+    if width is not None and name in EXTENDABLE_COUNTERS and port.extended_counters:
+        return 64
+    return width
+
+
+def is_saturated(name: str, value: int, port: InfiniBandPort) -> bool | None:
+    """Whether a ``counters/`` value sits at its width's maximum (all-ones).
+
+    IB PMA counters clamp at ``2**width - 1`` instead of wrapping (IBA vol. 1,
+    PortCounters: "when the counter reaches its maximum value it shall stop"),
+    so a saturated counter shows a flat rate while errors keep happening.
+    A 32-bit data counter on a port that may be extended (no ``unicast_*``
+    files) is flagged at ``2**32 - 1`` too: the chance of a true 64-bit value
+    sitting exactly there is negligible, a missed saturation is not; a value
+    above ``2**32 - 1`` shows the counter is really 64-bit.
+
+    Returns:
+        True/False, or ``None`` when the width is unknown (not a PMA counter).
+    """
+    width = counter_width(name, port)
+    if width is None:
+        return None
+    if value == (1 << width) - 1:
+        return True
+    # A "32-bit" data counter above 2**32 - 1 is really a 64-bit one (the
+    # no-IETF extended table): it saturates at 2**64 - 1.
+    return width == 32 and name in EXTENDABLE_COUNTERS and value == (1 << 64) - 1
+
+
+def parse_enum(text: str) -> EnumValue:
+    """Parse ``"4: ACTIVE"`` into ``EnumValue(4, "ACTIVE")``.
+
+    Raises:
+        ValueError: when the text is not ``<integer>: <name>``.
+    """
+    m = _ENUM_RE.match(text)
+    if not m:
+        raise ValueError(f"not '<code>: <name>': {text!r}")
+    return EnumValue(int(m.group(1)), m.group(2))
+
+
+def parse_rate(text: str) -> float:
+    """Parse ``"400 Gb/sec (4X NDR)"`` into bytes per second (400e9 / 8 = 5e10).
+
+    The kernel prints the port's data rate in Gb/s (active width times active
+    speed, ``rate_show`` in ``drivers/infiniband/core/sysfs.c``).
+
+    Raises:
+        ValueError: when the text does not start with ``<number> Gb/sec``.
+    """
+    m = _RATE_RE.match(text)
+    if not m:
+        raise ValueError(f"not '<n> Gb/sec ...': {text!r}")
+    return float(m.group(1)) * 1e9 / 8
+
+
+def parse_counter(text: str) -> int:
+    """Parse a counter file's content (a non-negative decimal integer).
+
+    Raises:
+        ValueError: on anything else, e.g. ``N/A (no PMA)`` or a negative number.
+    """
+    value = int(text.strip(), 10)
+    if value < 0:
+        raise ValueError(f"negative counter: {text!r}")
+    return value
+
+
+class _Reader:
+    """Reads files below one sysfs root, collecting errors instead of raising."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.errors: list[ReadError] = []
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def text(self, path: Path) -> str | None:
+        """File content stripped; ``None`` when absent (silently) or unreadable (recorded)."""
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(4096)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+            return None
+        try:
+            return data.decode("ascii").strip()
+        except UnicodeDecodeError:
+            self.errors.append(ReadError(self.rel(path), "malformed"))
+            return None
+
+    def parsed(self, path: Path, parse):
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ValueError:
+            self.errors.append(ReadError(self.rel(path), "malformed"))
+            return None
+
+    def listdir(self, path: Path) -> list[str] | None:
+        """Sorted entry names; ``None`` when the directory is absent or unreadable (recorded)."""
+        try:
+            return sorted(os.listdir(path))
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            self.errors.append(ReadError(self.rel(path), "malformed"))
+            return None
+        except OSError as exc:
+            self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+            return None
+
+    def counters(self, directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, int] | None:
+        names = self.listdir(directory)
+        if names is None:
+            return None
+        values: dict[str, int] = {}
+        for name in names:
+            if name in skip:
+                continue
+            value = self.parsed(directory / name, parse_counter)
+            if value is not None:
+                values[name] = value
+        return values
+
+
+def _os_reason(exc: OSError) -> str:
+    import errno
+
+    if isinstance(exc, IsADirectoryError):
+        return "is_a_directory"
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__).lower()
+
+
+def _port_sort_key(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def read_infiniband(sysfs_root: str | os.PathLike[str] = "/sys") -> InfiniBandClass:
+    """Read every HCA and port under ``<sysfs_root>/class/infiniband``.
+
+    Args:
+        sysfs_root: the sysfs mount point (``/sys`` on a host, a fixture tree in tests).
+
+    Returns:
+        An :class:`InfiniBandClass`; devices and ports are sorted so output is
+        deterministic. A missing ``class/infiniband`` gives no devices and no errors.
+
+    Never raises for file content or permissions; those become
+    :class:`ReadError` entries naming the file.
+    """
+    root = Path(sysfs_root)
+    reader = _Reader(root)
+    result = InfiniBandClass(errors=reader.errors)
+    class_dir = root / "class" / "infiniband"
+    for hca in reader.listdir(class_dir) or []:
+        hca_dir = class_dir / hca
+        device = InfiniBandDevice(
+            name=hca,
+            board_id=reader.text(hca_dir / "board_id"),
+            fw_ver=reader.text(hca_dir / "fw_ver"),
+            hca_type=reader.text(hca_dir / "hca_type"),
+            node_guid=reader.text(hca_dir / "node_guid"),
+        )
+        ports_dir = hca_dir / "ports"
+        for port_name in sorted(reader.listdir(ports_dir) or [], key=_port_sort_key):
+            if not port_name.isdigit():
+                continue
+            pdir = ports_dir / port_name
+            rate_text = reader.text(pdir / "rate")
+            rate_bps = None
+            if rate_text is not None:
+                try:
+                    rate_bps = parse_rate(rate_text)
+                except ValueError:
+                    reader.errors.append(ReadError(reader.rel(pdir / "rate"), "malformed"))
+                    rate_text = None
+            device.ports.append(
+                InfiniBandPort(
+                    port=int(port_name),
+                    state=reader.parsed(pdir / "state", parse_enum),
+                    phys_state=reader.parsed(pdir / "phys_state", parse_enum),
+                    rate_text=rate_text,
+                    rate_bytes_per_second=rate_bps,
+                    link_layer=reader.text(pdir / "link_layer"),
+                    counters=reader.counters(pdir / "counters") or {},
+                    hw_counters=reader.counters(pdir / "hw_counters", HW_COUNTER_NON_COUNTERS),
+                )
+            )
+        result.devices.append(device)
+    return result

@@ -1,0 +1,1 @@
+"""Helpers around a real Prometheus server (Debian's ``prometheus`` package) for tests and local runs."""

@@ -1,0 +1,92 @@
+"""A real Prometheus (Debian's package) scrapes a real ``gpufleet exporter`` process.
+
+The fixture node's ``port_xmit_data`` grows by a known number of 4-octet
+units per second; ``rate(gpufleet_infiniband_port_transmit_bytes_total[5s])``
+must come back as 4 x that, within tolerance.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from gpufleet.exporter.fakenode import healthy_node, write_node
+from gpufleet.prom.server import free_port, running_prometheus
+
+UNITS_PER_SECOND = 25_000_000  # 4-octet units: 100 MB/s, 800 Mb/s
+BYTES_PER_SECOND = 4 * UNITS_PER_SECOND
+
+
+class GrowingCounter(threading.Thread):
+    """Rewrites a sysfs counter file every 20 ms as ``base + rate * elapsed`` (atomic rename)."""
+
+    def __init__(self, path, base: int, per_second: int) -> None:
+        super().__init__(daemon=True)
+        self.path, self.base, self.per_second = path, base, per_second
+        self.stop = threading.Event()
+        self.start_time = time.monotonic()
+
+    def run(self) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        while not self.stop.is_set():
+            value = self.base + int(self.per_second * (time.monotonic() - self.start_time))
+            tmp.write_text(f"{value}\n")
+            os.replace(tmp, self.path)
+            self.stop.wait(0.02)
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    paths = write_node(healthy_node(gpus=2, hcas=1, nvlinks=4, roce=False), tmp_path / "node")
+    counter = paths.sysfs_root / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"
+    grower = GrowingCounter(counter, base=10_000, per_second=UNITS_PER_SECOND)
+    grower.start()
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli", "exporter", "--listen-address", "127.0.0.1", "--port", str(port),
+         "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"exporter did not serve {url}: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.1)
+    yield f"127.0.0.1:{port}"
+    grower.stop.set()
+    proc.terminate()
+    try:
+        assert proc.wait(10) == 0, "exporter did not exit cleanly on SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_prometheus_sees_the_byte_rate(exporter, tmp_path):
+    scrape = [{"job_name": "gpufleet-exporter", "scrape_interval": "1s", "static_configs": [{"targets": [exporter]}]}]
+    with running_prometheus(scrape, workdir=tmp_path / "prometheus") as prom:
+        prom.wait_for_targets_up(1)
+        selector = 'gpufleet_infiniband_port_transmit_bytes_total{hca="mlx5_0",port="1"}'
+        prom.wait_for(f"count_over_time({selector}[5s]) >= 5", timeout=20)
+        rate = prom.query_value(f"rate({selector}[5s])")
+        assert rate == pytest.approx(BYTES_PER_SECOND, rel=0.05), f"rate {rate} B/s, expected {BYTES_PER_SECOND}"
+        # The rest of the exposition made it too: GPUs, enums, the exporter's own timing.
+        assert prom.query_value("gpufleet_gpu_nvml_available") == 1
+        assert prom.query_value('gpufleet_infiniband_port_state_id{hca="mlx5_0"}') == 4
+        assert prom.query_value('count(gpufleet_gpu_nvlink_up == 1)') == 8
+        assert prom.query_value('gpufleet_exporter_collector_duration_seconds{collector="infiniband"}') is not None
+        assert prom.query_value('gpufleet_infiniband_read_errors_total') is None  # atomic rewrites: no torn reads

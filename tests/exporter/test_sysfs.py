@@ -1,0 +1,136 @@
+"""The pure sysfs reader: parsing, widths, saturation, missing and bad files."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.exporter import sysfs
+from gpufleet.exporter.fakenode import build_sysfs, hca, healthy_node, ib_counters, ib_port, node, roce_port
+
+
+@pytest.mark.parametrize(
+    ("text", "bytes_per_second"),
+    [
+        ("400 Gb/sec (4X NDR)", 50e9),
+        ("200 Gb/sec (4X HDR)", 25e9),
+        ("2.5 Gb/sec (1X SDR)", 312.5e6),
+        ("56 Gb/sec (4X FDR)", 7e9),
+        ("10 Gb/sec (4X)", 1.25e9),
+    ],
+)
+def test_parse_rate_gives_bytes_per_second(text, bytes_per_second):
+    assert sysfs.parse_rate(text) == pytest.approx(bytes_per_second)
+
+
+@pytest.mark.parametrize("text", ["", "fast", "Gb/sec 400", "400 Mb/sec"])
+def test_parse_rate_rejects_garbage(text):
+    with pytest.raises(ValueError):
+        sysfs.parse_rate(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "name"),
+    [("4: ACTIVE", 4, "ACTIVE"), ("1: DOWN", 1, "DOWN"), ("5: LinkUp", 5, "LinkUp"), ("2: Polling", 2, "Polling")],
+)
+def test_parse_enum(text, code, name):
+    assert sysfs.parse_enum(text) == sysfs.EnumValue(code, name)
+
+
+@pytest.mark.parametrize("text", ["ACTIVE", "x: ACTIVE", "4:", "-1: DOWN"])
+def test_parse_enum_rejects_garbage(text):
+    with pytest.raises(ValueError):
+        sysfs.parse_enum(text)
+
+
+@pytest.mark.parametrize("text", ["N/A (no PMA)", "-3", "12abc", ""])
+def test_parse_counter_rejects_garbage(text):
+    with pytest.raises(ValueError):
+        sysfs.parse_counter(text)
+
+
+NARROW = sysfs.InfiniBandPort(port=1, counters=ib_counters(extended=False))
+EXTENDED = sysfs.InfiniBandPort(port=1, counters=ib_counters(extended=True))
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "port", "expected"),
+    [
+        ("local_link_integrity_errors", 15, NARROW, True),  # 4-bit
+        ("local_link_integrity_errors", 14, NARROW, False),
+        ("excessive_buffer_overrun_errors", 15, NARROW, True),  # 4-bit
+        ("link_downed", 255, NARROW, True),  # 8-bit
+        ("link_error_recovery", 255, NARROW, True),  # 8-bit
+        ("link_error_recovery", 254, NARROW, False),
+        ("symbol_error", 65535, NARROW, True),  # 16-bit
+        ("port_rcv_errors", 65535, NARROW, True),  # 16-bit
+        ("symbol_error", 65534, NARROW, False),
+        ("port_xmit_wait", 2**32 - 1, EXTENDED, True),  # 32-bit in both tables
+        ("port_xmit_data", 2**32 - 1, NARROW, True),  # 32-bit without extended counters
+        ("port_xmit_data", 2**32 - 1, EXTENDED, False),  # 64-bit with them
+        ("port_xmit_data", 2**64 - 1, EXTENDED, True),
+        ("port_rcv_data", 2**40, NARROW, False),  # above 32 bits: really 64-bit ("no IETF" table)
+        ("port_rcv_data", 2**64 - 1, NARROW, True),
+        ("unicast_xmit_packets", 2**64 - 1, EXTENDED, True),
+        ("some_vendor_counter", 2**16 - 1, NARROW, None),  # unknown width: no verdict
+    ],
+)
+def test_saturation_uses_each_counters_width(name, value, port, expected):
+    assert sysfs.is_saturated(name, value, port) is expected
+
+
+def test_reads_healthy_hcas_sorted_with_raw_units(tmp_path):
+    build_sysfs(healthy_node(gpus=0, hcas=2), tmp_path)
+    data = sysfs.read_infiniband(tmp_path)
+    assert data.errors == []
+    assert [d.name for d in data.devices] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    port = data.devices[0].ports[0]
+    assert port.state == sysfs.EnumValue(4, "ACTIVE")
+    assert port.phys_state == sysfs.EnumValue(5, "LinkUp")
+    assert port.rate_text == "400 Gb/sec (4X NDR)"
+    assert port.rate_bytes_per_second == 50e9
+    assert port.link_layer == "InfiniBand"
+    assert port.counters["port_xmit_data"] == 2345678901234  # raw 4-octet units
+    assert port.extended_counters
+    assert "lifespan" not in port.hw_counters
+    assert data.devices[2].ports[0].link_layer == "Ethernet"
+
+
+def test_missing_files_are_absent_not_errors(tmp_path):
+    port = ib_port(hw_counters=None, counters=ib_counters())
+    del port["counters"]["symbol_error"]
+    port["rate"] = None
+    build_sysfs(node("n", [], [hca("mlx5_0", [port])]), tmp_path)
+    data = sysfs.read_infiniband(tmp_path)
+    got = data.devices[0].ports[0]
+    assert data.errors == []
+    assert got.hw_counters is None
+    assert "symbol_error" not in got.counters
+    assert got.rate_text is None and got.rate_bytes_per_second is None
+
+
+def test_malformed_and_unreadable_files_are_recorded_not_raised(tmp_path):
+    port = roce_port(
+        state="garbage",
+        counters=ib_counters(symbol_error="N/A (no PMA)\n"),
+        unreadable=["counters/link_downed", "rate"],
+    )
+    build_sysfs(node("n", [], [hca("mlx5_0", [port])]), tmp_path)
+    (tmp_path / "class/infiniband/mlx5_0/ports/1/hw_counters/out_of_buffer").write_bytes(b"\xff\xfe")
+    data = sysfs.read_infiniband(tmp_path)
+    prefix = "class/infiniband/mlx5_0/ports/1/"
+    assert sorted((e.path.removeprefix(prefix), e.reason) for e in data.errors) == [
+        ("counters/link_downed", "is_a_directory"),
+        ("counters/symbol_error", "malformed"),
+        ("hw_counters/out_of_buffer", "malformed"),
+        ("rate", "is_a_directory"),
+        ("state", "malformed"),
+    ]
+    got = data.devices[0].ports[0]
+    assert got.state is None and got.rate_text is None
+    assert "symbol_error" not in got.counters and "link_downed" not in got.counters
+    assert got.counters["port_rcv_errors"] == 0  # the rest of the port still reads
+
+
+def test_no_infiniband_class_means_no_devices(tmp_path):
+    data = sysfs.read_infiniband(tmp_path)
+    assert data.devices == [] and data.errors == []
