@@ -1,0 +1,282 @@
+"""Submit a rendered training job to its Kueue LocalQueue and follow it until its pods run.
+
+The job is created suspended with ``kueue.x-k8s.io/queue-name``; Kueue makes a
+Workload for it, reserves quota for the whole gang (``QuotaReserved``), admits
+it (``Admitted``) and unsuspends it; then the pods start. :func:`submit`
+follows those steps with a rich progress display and returns when every pod
+runs on a node, or raises :class:`SubmitError` with the reason Kueue (or the
+scheduler) gives when that has not happened within the timeout. A job that
+times out is left queued: Kueue may still admit it when quota frees up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from kubernetes import client, config, dynamic
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from .render import LABEL_JOB
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+#: Kueue v0.17 serves v1beta1 and v1beta2 (storage); we read v1beta2.
+KUEUE_VERSION = "v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+class SubmitError(RuntimeError):
+    """The job could not be submitted, admitted or started; the message says why.
+
+    ``workload`` is the Kueue Workload's name when one exists; ``created``
+    whether the job objects were created (and are still queued).
+    """
+
+    def __init__(self, message: str, *, workload: str | None = None, created: bool = False):
+        super().__init__(message)
+        self.workload = workload
+        self.created = created
+
+
+@dataclass
+class SubmitResult:
+    """Where a submitted job stands: its Workload, admission, and pods running on which nodes."""
+
+    kind: str
+    namespace: str
+    name: str
+    workload: str | None = None
+    quota_reserved: bool = False
+    admitted: bool = False
+    pods_running: int = 0
+    nodes: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+    """A Kubernetes API client from ``kubeconfig`` (default ``$KUBECONFIG`` or ``~/.kube/config``).
+
+    Raises:
+        kubernetes.config.ConfigException: the kubeconfig is missing or invalid.
+    """
+    return config.new_client_from_config(config_file=kubeconfig, context=context)
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _is_true(conds: dict[str, dict[str, Any]], kind: str) -> bool:
+    return conds.get(kind, {}).get("status") == "True"
+
+
+def workload_reason(workload: dict[str, Any] | None, kind: str = "job") -> str:
+    """Why a Workload is not (yet) admitted, from its conditions, in one line.
+
+    Order: ``Finished``, ``Evicted``, ``QuotaReserved`` false (e.g. "couldn't
+    assign flavors to pod set workers: insufficient quota for nvidia.com/gpu
+    ..."), ``Admitted`` false (admission checks), ``PodsReady`` false.
+    """
+    if workload is None:
+        return (f"Kueue created no Workload for the {kind}: is Kueue running and does its configuration "
+                f"manage {kind}s (integrations.frameworks)?")
+    conds = _conditions(workload)
+    for ctype, bad in (("Finished", "True"), ("Evicted", "True"), ("QuotaReserved", "False"),
+                       ("Admitted", "False"), ("PodsReady", "False")):
+        c = conds.get(ctype)
+        if c and c.get("status") == bad:
+            return f"Workload {workload['metadata']['name']}: {ctype}={bad} ({c.get('reason', '')}): {c.get('message', '')}"
+    if not conds:
+        return f"Workload {workload['metadata']['name']}: no conditions yet: Kueue has not considered it"
+    return f"Workload {workload['metadata']['name']}: " + "; ".join(
+        f"{t}={c.get('status')} ({c.get('reason', '')})" for t, c in conds.items())
+
+
+def pods_reason(pods: Sequence[Any]) -> str:
+    """Why pods are not running: the first pending pod's scheduling message, or the phases."""
+    for pod in pods:
+        for cond in pod.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return f"pod {pod.metadata.name}: {cond.reason}: {cond.message}"
+    phases: dict[str, int] = {}
+    for pod in pods:
+        phases[pod.status.phase] = phases.get(pod.status.phase, 0) + 1
+    return "pods: " + (", ".join(f"{n} {p}" for p, n in sorted(phases.items())) or "none created yet")
+
+
+def _main_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    for obj in objects:
+        if QUEUE_LABEL in (obj.get("metadata", {}).get("labels") or {}):
+            return obj
+    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL}: nothing for Kueue to admit")
+
+
+def preflight(api: client.ApiClient, namespace: str, queue: str, priority_class: str | None) -> None:
+    """Check the namespace, the LocalQueue and the WorkloadPriorityClass exist on the cluster.
+
+    Raises:
+        SubmitError: naming the flag (``--queue``, ``--set priority_class``) and what is missing.
+    """
+    custom = client.CustomObjectsApi(api)
+    try:
+        client.CoreV1Api(api).read_namespace(namespace)
+    except ApiException as e:
+        if e.status == 404:
+            raise SubmitError(f"--queue {namespace}/{queue}: namespace {namespace} does not exist on the cluster") from None
+        raise
+    try:
+        custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", queue)
+    except ApiException as e:
+        if e.status == 404:
+            raise SubmitError(f"--queue {namespace}/{queue}: no LocalQueue {queue} in namespace {namespace} "
+                              "on the cluster (or Kueue is not installed)") from None
+        raise
+    if priority_class:
+        try:
+            custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", priority_class)
+        except ApiException as e:
+            if e.status == 404:
+                raise SubmitError(f"--set priority_class={priority_class}: no WorkloadPriorityClass "
+                                  f"{priority_class} on the cluster") from None
+            raise
+
+
+def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Create ``objects`` in order (any kind, CRDs included); returns the created queue-labelled object.
+
+    Raises:
+        SubmitError: an object exists already, or its kind is not served by the cluster.
+    """
+    dyn = dynamic.DynamicClient(api)
+    main = _main_object(objects)
+    created_main: dict[str, Any] = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        ident = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
+        try:
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        except dynamic.exceptions.ResourceNotFoundError:
+            raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
+                              "(is its controller and CRD installed?)") from None
+        try:
+            out = resource.create(body=obj, namespace=meta.get("namespace"))
+        except ApiException as e:
+            if e.status == 409:
+                raise SubmitError(f"{ident} already exists: delete it or choose another --name") from None
+            raise SubmitError(f"{ident}: the API server refused it: {e.status} {e.reason}: {e.body}") from None
+        if obj is main:
+            created_main = out.to_dict()
+    return created_main
+
+
+def find_workload(api: client.ApiClient, namespace: str, owner_uid: str) -> dict[str, Any] | None:
+    """The Kueue Workload owned by the object with ``owner_uid``, or None."""
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads")["items"]
+    for wl in items:
+        if any(ref.get("uid") == owner_uid for ref in wl["metadata"].get("ownerReferences") or []):
+            return wl
+    return None
+
+
+def follow(
+    api: client.ApiClient,
+    main: dict[str, Any],
+    pods_expected: int,
+    *,
+    timeout: float,
+    console: Console | None = None,
+    poll_seconds: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> SubmitResult:
+    """Follow the Workload of ``main`` (a created object) until ``pods_expected`` pods run.
+
+    Raises:
+        SubmitError: not admitted, or pods not running, within ``timeout``
+            seconds (the message has the Workload's or the scheduler's reason),
+            or the Workload finished first.
+    """
+    meta = main["metadata"]
+    ns, name, uid, kind = meta["namespace"], meta["name"], meta["uid"], main["kind"]
+    core = client.CoreV1Api(api)
+    result = SubmitResult(kind=kind, namespace=ns, name=name)
+    deadline = clock() + timeout
+    console = console or Console(stderr=True)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        admission = progress.add_task(f"{kind} {ns}/{name}: waiting for its Kueue Workload", total=2)
+        running = progress.add_task("pods running", total=pods_expected)
+        workload = None
+        pods: list[Any] = []
+        while True:
+            workload = find_workload(api, ns, uid)
+            if workload is not None:
+                result.workload = workload["metadata"]["name"]
+                conds = _conditions(workload)
+                result.quota_reserved = _is_true(conds, "QuotaReserved")
+                result.admitted = _is_true(conds, "Admitted")
+                if _is_true(conds, "Finished"):
+                    result.reason = workload_reason(workload, kind)
+                    raise SubmitError(f"{kind} {ns}/{name} finished before all pods ran: {result.reason}",
+                                      workload=result.workload, created=True)
+                state = "admitted" if result.admitted else "quota reserved" if result.quota_reserved else "pending"
+                progress.update(admission, completed=int(result.quota_reserved) + int(result.admitted),
+                                description=f"Workload {result.workload}: {state}")
+            pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_JOB}={name}").items
+            up = [p for p in pods if p.status.phase in ("Running", "Succeeded") and p.spec.node_name]
+            result.pods_running = len(up)
+            result.nodes = sorted({p.spec.node_name for p in up})
+            progress.update(running, completed=min(len(up), pods_expected))
+            if result.admitted and len(up) >= pods_expected:
+                return result
+            if clock() >= deadline:
+                break
+            time.sleep(poll_seconds)
+    if not result.admitted:
+        result.reason = workload_reason(workload, kind)
+        what = "was not admitted by Kueue"
+    else:
+        result.reason = pods_reason([p for p in pods if p.status.phase != "Running"] or pods)
+        what = f"was admitted but only {result.pods_running}/{pods_expected} pods run"
+    raise SubmitError(f"{kind} {ns}/{name} {what} within {timeout:g} s: {result.reason}\n"
+                      f"It is still queued; delete it with: kubectl -n {ns} delete {kind.lower()} {name}",
+                      workload=result.workload, created=True)
+
+
+def submit(
+    api: client.ApiClient,
+    objects: Sequence[dict[str, Any]],
+    pods_expected: int,
+    *,
+    timeout: float,
+    console: Console | None = None,
+    poll_seconds: float = 1.0,
+) -> SubmitResult:
+    """Check the queue, create ``objects`` and follow Kueue admission and pod start.
+
+    Args:
+        api: client for the target cluster (:func:`api_client`).
+        objects: rendered objects in apply order; exactly one carries the
+            ``kueue.x-k8s.io/queue-name`` label.
+        pods_expected: pods that must run (the job's nodes).
+        timeout: seconds to wait for admission and running pods.
+        console: where progress goes (default stderr).
+        poll_seconds: seconds between polls of the Workload and pods.
+
+    Returns:
+        :class:`SubmitResult` once the Workload is admitted and all pods run.
+
+    Raises:
+        SubmitError: missing queue or priority class, an object that exists,
+            or no admission / running pods within ``timeout`` (with the reason).
+    """
+    main = _main_object(objects)
+    labels = main["metadata"].get("labels") or {}
+    preflight(api, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
+    created = create_objects(api, objects)
+    created.setdefault("kind", main["kind"])
+    return follow(api, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds)
