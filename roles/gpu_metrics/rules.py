@@ -1,0 +1,294 @@
+"""Prometheus alert rules for GPUs and the fabric, as a rule-file dict.
+
+:func:`build_rules` returns ``{"groups": [...]}``: the same dict is written as
+a plain Prometheus rule file and used as a PrometheusRule ``spec``. Alerts
+read the gpufleet fabric exporter (``gpufleet_*``) and, for temperatures,
+dcgm-exporter too (``DCGM_FI_DEV_GPU_TEMP``, ``DCGM_FI_DEV_MEMORY_TEMP``):
+both run on every GPU node and either may be down, so the temperature alerts
+have one rule per source under the same alert name, told apart by ``source``.
+
+Every alert carries ``severity`` (``critical``: the node_health controller
+takes the node out; ``warning``: a person looks), ``fault`` (a short stable
+name the remediation controller maps to a taint reason) and ``component``.
+Behaviour is pinned by ``promtool test rules`` in ``tests/rules/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Where an alert's node name comes from: the scrape config's ``node`` label
+#: (``__meta_kubernetes_pod_node_name``), dcgm-exporter's ``Hostname``, else the target.
+NODE = "{{ with $labels.node }}{{ . }}{{ else }}{{ with $labels.Hostname }}{{ . }}{{ else }}{{ $labels.instance }}{{ end }}{{ end }}"
+
+#: Window over which counters must grow for the "rising" alerts.
+ERROR_WINDOW = "5m"
+#: Window for events that must not have happened at all recently (XID, uncorrectable ECC, read errors).
+EVENT_WINDOW = "10m"
+
+#: IB error counters with an alert each: metric, alert name, fault, what it means.
+IB_ERROR_ALERTS: list[tuple[str, str, str, str]] = [
+    (
+        "gpufleet_infiniband_port_symbol_errors_total",
+        "GpufleetInfiniBandSymbolErrorsRising",
+        "ib-symbol-errors",
+        "symbol errors (bit errors on the physical lanes: cable, transceiver or dirty connector)",
+    ),
+    (
+        "gpufleet_infiniband_port_link_downed_total",
+        "GpufleetInfiniBandLinkDownedRising",
+        "ib-link-downed",
+        "link-downed events (link error recovery failed and the link went down)",
+    ),
+    (
+        "gpufleet_infiniband_port_link_error_recovery_total",
+        "GpufleetInfiniBandLinkErrorRecoveryRising",
+        "ib-link-error-recovery",
+        "link error recoveries (the link retrained; traffic stalled meanwhile)",
+    ),
+    (
+        "gpufleet_infiniband_port_receive_errors_total",
+        "GpufleetInfiniBandReceiveErrorsRising",
+        "ib-receive-errors",
+        "receive errors (malformed packets received: CRC, length, VL mapping)",
+    ),
+]
+
+
+def _number(value: float) -> str:
+    """``78.0`` -> ``"78"``, ``77.5`` -> ``"77.5"`` (PromQL literal)."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _alert(
+    name: str,
+    expr: str,
+    *,
+    severity: str,
+    fault: str,
+    summary: str,
+    description: str,
+    for_seconds: int = 0,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_seconds:
+        rule["for"] = f"{int(for_seconds)}s"
+    rule["labels"] = {"severity": severity, "fault": fault, "component": "gpu_metrics", **(extra_labels or {})}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def _new_or_increased(metric: str, window: str) -> str:
+    """Counter grew within ``window``, or appeared within it (``increase`` misses a series born at 1)."""
+    return f"(increase({metric}[{window}]) > 0) or ({metric} unless {metric} offset {window})"
+
+
+def build_rules(
+    gpu_temp_threshold_celsius: float = 78,
+    memory_temp_threshold_celsius: float = 85,
+    for_seconds: int = 60,
+) -> dict[str, Any]:
+    """The gpu_metrics Prometheus rule file.
+
+    Args:
+        gpu_temp_threshold_celsius: GPU die temperature above which a GPU is
+            pulled (Celsius). 78 C is the operating rule of large training
+            fleets: H100 SXM throttles its clocks towards 85-87 C, and one slow
+            GPU stalls the whole gang; the margin catches failing cooling early.
+        memory_temp_threshold_celsius: HBM temperature threshold (Celsius);
+            HBM3 is specified to 95 C and throttles before, 85 leaves margin.
+        for_seconds: how long a state condition (temperature, port state,
+            NVLink down) must hold before firing, seconds (60 = "for 1 minute").
+
+    Returns:
+        ``{"groups": [{"name": ..., "rules": [...]}, ...]}`` (Prometheus rule
+        file format, also a valid PrometheusRule ``spec``).
+
+    Raises:
+        ValueError: on a non-positive threshold or a negative ``for_seconds``.
+    """
+    if gpu_temp_threshold_celsius <= 0 or memory_temp_threshold_celsius <= 0:
+        raise ValueError("temperature thresholds must be positive (Celsius)")
+    if for_seconds < 0:
+        raise ValueError("for_seconds must be >= 0")
+    gpu_t = _number(gpu_temp_threshold_celsius)
+    mem_t = _number(memory_temp_threshold_celsius)
+    hold = f"{int(for_seconds)}s"
+
+    gpu_rules: list[dict[str, Any]] = []
+    for source, metric in (
+        ("gpufleet-exporter", "gpufleet_gpu_temperature_celsius"),
+        ("dcgm-exporter", "DCGM_FI_DEV_GPU_TEMP"),
+    ):
+        gpu_rules.append(
+            _alert(
+                "GpufleetGPUTemperatureHigh",
+                f"{metric} > {gpu_t}",
+                severity="critical",
+                fault="gpu-temperature",
+                for_seconds=for_seconds,
+                extra_labels={"source": source},
+                summary=f"GPU {{{{ $labels.gpu }}}} on {NODE} above {gpu_t} C",
+                description=(
+                    f"GPU {{{{ $labels.gpu }}}} on {NODE} has been at {{{{ $value }}}} C for more than {hold} "
+                    f"(threshold {gpu_t} C, source {source}). A hot GPU throttles and stalls its whole job: "
+                    "the node is taken out for repair."
+                ),
+            )
+        )
+    for source, metric in (
+        ("gpufleet-exporter", "gpufleet_gpu_memory_temperature_celsius"),
+        ("dcgm-exporter", "DCGM_FI_DEV_MEMORY_TEMP"),
+    ):
+        gpu_rules.append(
+            _alert(
+                "GpufleetGPUMemoryTemperatureHigh",
+                f"{metric} > {mem_t}",
+                severity="critical",
+                fault="gpu-memory-temperature",
+                for_seconds=for_seconds,
+                extra_labels={"source": source},
+                summary=f"GPU {{{{ $labels.gpu }}}} memory on {NODE} above {mem_t} C",
+                description=(
+                    f"HBM of GPU {{{{ $labels.gpu }}}} on {NODE} has been at {{{{ $value }}}} C for more than {hold} "
+                    f"(threshold {mem_t} C, source {source})."
+                ),
+            )
+        )
+    gpu_rules += [
+        _alert(
+            "GpufleetGPULost",
+            "gpufleet_gpu_lost == 1",
+            severity="critical",
+            fault="gpu-lost",
+            summary=f"GPU {{{{ $labels.gpu }}}} on {NODE} has fallen off the bus",
+            description=f"NVML reports GPU_IS_LOST for GPU {{{{ $labels.gpu }}}} on {NODE} (XID 79 class): it needs a reset or the node a reboot/repair.",
+        ),
+        _alert(
+            "GpufleetGPUUncorrectableECC",
+            # increase() only: the counter is lifetime (InfoROM), so a series "born"
+            # non-zero at exporter start holds old errors, not new ones.
+            f'increase(gpufleet_gpu_ecc_errors_total{{type="uncorrected"}}[{EVENT_WINDOW}]) > 0',
+            severity="critical",
+            fault="gpu-ecc",
+            summary=f"Uncorrectable ECC errors on GPU {{{{ $labels.gpu }}}} on {NODE}",
+            description=f"GPU {{{{ $labels.gpu }}}} on {NODE} counted new uncorrectable (double-bit) ECC errors in the last {EVENT_WINDOW}.",
+        ),
+        _alert(
+            "GpufleetGPURowRemapFailure",
+            "gpufleet_gpu_remapped_rows_failure == 1",
+            severity="critical",
+            fault="gpu-row-remap-failure",
+            summary=f"GPU {{{{ $labels.gpu }}}} on {NODE} failed to remap a memory row",
+            description=f"GPU {{{{ $labels.gpu }}}} on {NODE} has no spare memory rows left: replace the GPU.",
+        ),
+        _alert(
+            "GpufleetGPUXidError",
+            _new_or_increased("gpufleet_gpu_xid_events_total", EVENT_WINDOW),
+            severity="warning",
+            fault="gpu-xid",
+            summary=f"XID {{{{ $labels.xid }}}} on GPU {{{{ $labels.gpu }}}} on {NODE}",
+            description=f"NVML delivered critical XID {{{{ $labels.xid }}}} for GPU {{{{ $labels.gpu }}}} on {NODE} in the last {EVENT_WINDOW}.",
+        ),
+        _alert(
+            "GpufleetNVMLUnavailable",
+            "gpufleet_gpu_nvml_available == 0",
+            severity="warning",
+            fault="nvml-unavailable",
+            for_seconds=max(for_seconds, 300),
+            summary=f"NVML unavailable on {NODE}",
+            description=f"The fabric exporter on {NODE} cannot initialise NVML (driver not loaded or library missing): GPU health is blind there.",
+        ),
+    ]
+
+    nvlink_rules = [
+        _alert(
+            "GpufleetNVLinkErrorsRising",
+            f"increase(gpufleet_gpu_nvlink_errors_total[{ERROR_WINDOW}]) > 0",
+            severity="warning",
+            fault="nvlink-errors",
+            summary=f"NVLink {{{{ $labels.link }}}} of GPU {{{{ $labels.gpu }}}} on {NODE}: {{{{ $labels.type }}}} errors rising",
+            description=(
+                f"NVLink {{{{ $labels.link }}}} of GPU {{{{ $labels.gpu }}}} on {NODE} counted {{{{ $value }}}} new "
+                f"{{{{ $labels.type }}}} errors in {ERROR_WINDOW}."
+            ),
+        ),
+        _alert(
+            "GpufleetNVLinkDown",
+            "gpufleet_gpu_nvlink_up == 0",
+            severity="critical",
+            fault="nvlink-down",
+            for_seconds=for_seconds,
+            summary=f"NVLink {{{{ $labels.link }}}} of GPU {{{{ $labels.gpu }}}} on {NODE} is down",
+            description=f"NVLink {{{{ $labels.link }}}} of GPU {{{{ $labels.gpu }}}} on {NODE} has been inactive for more than {hold}.",
+        ),
+    ]
+
+    fabric_rules = [
+        _alert(
+            alert,
+            f"increase({metric}[{ERROR_WINDOW}]) > 0",
+            severity="warning",
+            fault=fault,
+            summary=f"InfiniBand {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE}: {meaning.split(' (')[0]} rising",
+            description=(
+                f"{{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} counted {{{{ $value }}}} new {meaning} in "
+                f"{ERROR_WINDOW}. Counters clamp when full: see GpufleetInfiniBandCounterSaturated."
+            ),
+        )
+        for metric, alert, fault, meaning in IB_ERROR_ALERTS
+    ]
+    fabric_rules += [
+        _alert(
+            "GpufleetInfiniBandPortNotActive",
+            "gpufleet_infiniband_port_state_id != 4",
+            severity="critical",
+            fault="ib-port-down",
+            for_seconds=for_seconds,
+            summary=f"InfiniBand {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} is not ACTIVE",
+            description=(
+                f"{{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} has been in state {{{{ $value }}}} "
+                f"(1=DOWN, 2=INIT, 3=ARMED; 4=ACTIVE expected) for more than {hold}."
+            ),
+        ),
+        _alert(
+            "GpufleetInfiniBandCounterSaturated",
+            "gpufleet_infiniband_counter_saturated == 1",
+            severity="warning",
+            fault="ib-counter-saturated",
+            summary=f"InfiniBand {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE}: {{{{ $labels.counter }}}} saturated",
+            description=(
+                f"Counter {{{{ $labels.counter }}}} of {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} sits at its "
+                "maximum and no longer counts: its rate reads flat whatever happens. Reset the port counters (perfquery -x -R)."
+            ),
+        ),
+        _alert(
+            "GpufleetFabricExporterReadErrors",
+            _new_or_increased("gpufleet_infiniband_read_errors_total", EVENT_WINDOW),
+            severity="warning",
+            fault="exporter-read-errors",
+            summary=f"Fabric exporter on {NODE} cannot read {{{{ $labels.file }}}}",
+            description=(
+                f"The fabric exporter on {NODE} failed to read {{{{ $labels.file }}}} ({{{{ $labels.reason }}}}) in the last "
+                f"{EVENT_WINDOW}; the series it feeds is absent, so alerts on it stay silent."
+            ),
+        ),
+    ]
+    return {
+        "groups": [
+            {"name": "gpufleet-gpu", "rules": gpu_rules},
+            {"name": "gpufleet-nvlink", "rules": nvlink_rules},
+            {"name": "gpufleet-fabric", "rules": fabric_rules},
+        ]
+    }
+
+
+def alert_names(rules: dict[str, Any]) -> list[str]:
+    """Distinct alert names in a rule-file dict, in order of appearance."""
+    names: list[str] = []
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule and rule["alert"] not in names:
+                names.append(rule["alert"])
+    return names
