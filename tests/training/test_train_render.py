@@ -197,3 +197,9 @@ def test_templates_fail_on_undefined_variables(template, inventory):
 def test_local_fleet_size_follows_fleet_nodes():
     (js,) = [d for d in yaml.safe_load_all(r.render("local", "jobset", "big", 24, fleet_nodes=32)) if d]
     assert js["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 24
+
+
+def test_checkpoint_claim_is_the_one_parallel_fs_declares():
+    from roles.parallel_fs.manifests import PVC_NAME
+
+    assert r.CHECKPOINT_CLAIM == PVC_NAME

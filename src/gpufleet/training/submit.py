@@ -148,28 +148,41 @@ def preflight(api: client.ApiClient, namespace: str, queue: str, priority_class:
 def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Create ``objects`` in order (any kind, CRDs included); returns the created queue-labelled object.
 
+    All or nothing: when one object fails, those created before it are deleted again.
+
     Raises:
-        SubmitError: an object exists already, or its kind is not served by the cluster.
+        SubmitError: an object exists already, its kind is not served by the
+            cluster, or the API server refused it (with its message).
     """
     dyn = dynamic.DynamicClient(api)
     main = _main_object(objects)
     created_main: dict[str, Any] = {}
-    for obj in objects:
-        meta = obj["metadata"]
-        ident = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
-        try:
-            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        except dynamic.exceptions.ResourceNotFoundError:
-            raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
-                              "(is its controller and CRD installed?)") from None
-        try:
-            out = resource.create(body=obj, namespace=meta.get("namespace"))
-        except ApiException as e:
-            if e.status == 409:
-                raise SubmitError(f"{ident} already exists: delete it or choose another --name") from None
-            raise SubmitError(f"{ident}: the API server refused it: {e.status} {e.reason}: {e.body}") from None
-        if obj is main:
-            created_main = out.to_dict()
+    done: list[tuple[Any, str, str | None]] = []
+    try:
+        for obj in objects:
+            meta = obj["metadata"]
+            ident = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
+            try:
+                resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            except dynamic.exceptions.ResourceNotFoundError:
+                raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
+                                  "(are its controller and CRD installed?)") from None
+            try:
+                out = resource.create(body=obj, namespace=meta.get("namespace"))
+            except ApiException as e:
+                if e.status == 409:
+                    raise SubmitError(f"{ident} already exists: delete it or choose another --name") from None
+                raise SubmitError(f"{ident}: the API server refused it: {e.status} {e.reason}: {e.body}") from None
+            done.append((resource, meta["name"], meta.get("namespace")))
+            if obj is main:
+                created_main = out.to_dict()
+    except SubmitError:
+        for resource, name, ns in reversed(done):
+            try:
+                resource.delete(name=name, namespace=ns)
+            except ApiException:
+                pass  # best effort; the error below says what failed
+        raise
     return created_main
 
 
