@@ -1,0 +1,512 @@
+"""Grafana dashboards as code, built with the official grafana-foundation-sdk.
+
+:func:`build_dashboards` returns ``{name: dashboard JSON dict}``; the role
+ships each as a ConfigMap for the Grafana sidecar. Three dashboards:
+
+* ``gpufleet-gpus``: tensor-core activity (``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``,
+  the utilisation that matters) beside plain GPU utilisation
+  (``DCGM_FI_DEV_GPU_UTIL``, which only says a kernel ran), temperatures
+  against the alert thresholds, GPU health (lost, XID, ECC, throttling).
+* ``gpufleet-fabric``: InfiniBand throughput (rate of the exporter's byte
+  counters) and link utilisation, IB error counters, port state and
+  saturated counters, NVLink errors and down links.
+* ``gpufleet-queues``: Kueue queue state (pending and admitted workloads,
+  GPU usage against nominal quota per ClusterQueue and flavor).
+
+All panels query the ``${datasource}`` Prometheus variable; GPU and fabric
+panels filter on the ``node`` label the role's scrape config sets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import GraphTresholdsStyleMode, LegendDisplayMode, LegendPlacement
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, Threshold, ThresholdsMode, VariableRefresh
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+#: Thresholds drawn on temperature panels, the defaults of the alert rules (Celsius).
+GPU_TEMP_THRESHOLD_CELSIUS = 78
+MEMORY_TEMP_THRESHOLD_CELSIUS = 85
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+NODE = 'node=~"$node"'
+RATE = "$__rate_interval"
+
+
+class _Ids:
+    """Sequential panel ids (Grafana needs them unique within a dashboard)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def __call__(self) -> int:
+        self.next += 1
+        return self.next
+
+
+def _row(ids: _Ids, title: str) -> dashboard.Row:
+    return dashboard.Row(title).id(ids())
+
+
+def _query(expr: str, legend: str, ref: str = "A", instant: bool = False) -> prometheus.Dataquery:
+    q = prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
+    return q.instant() if instant else q
+
+
+def _timeseries(
+    ids: _Ids,
+    title: str,
+    description: str,
+    queries: list[tuple[str, str]],
+    unit: str,
+    span: int = 12,
+    threshold: float | None = None,
+    min_value: float | None = None,
+    max_value: float | None = None,
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(span)
+        .height(8)
+        .legend(common_builders.VizLegendOptions().display_mode(LegendDisplayMode.LIST).placement(LegendPlacement.BOTTOM).show_legend(True))
+    )
+    for i, (expr, legend) in enumerate(queries):
+        panel = panel.with_target(_query(expr, legend, ref=chr(ord("A") + i)))
+    if min_value is not None:
+        panel = panel.min(min_value)
+    if max_value is not None:
+        panel = panel.max(max_value)
+    if threshold is not None:
+        panel = panel.thresholds(
+            dashboard.ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps([Threshold(value=None, color="green"), Threshold(value=threshold, color="red")])
+        ).thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(GraphTresholdsStyleMode.DASHED))
+    return panel
+
+
+def _stat(ids: _Ids, title: str, description: str, expr: str, red_from: float = 1, span: int = 6) -> stat.Panel:
+    return (
+        stat.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, "", instant=True))
+        .span(span)
+        .height(4)
+        .no_value("0")
+        .thresholds(
+            dashboard.ThresholdsConfig()
+            .mode(ThresholdsMode.ABSOLUTE)
+            .steps([Threshold(value=None, color="green"), Threshold(value=red_from, color="red")])
+        )
+    )
+
+
+def _table(ids: _Ids, title: str, description: str, expr: str, span: int = 12) -> table.Panel:
+    return (
+        table.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, "", instant=True).format(PromQueryFormat.TABLE))
+        .span(span)
+        .height(8)
+    )
+
+
+def _base(uid: str, title: str, description: str, tags: list[str], node_variable: str | None) -> dashboard.Dashboard:
+    board = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["gpufleet", *tags])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .editable()
+        .with_variable(dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus"))
+    )
+    if node_variable:
+        board = board.with_variable(
+            dashboard.QueryVariable("node")
+            .label("Node")
+            .datasource(DATASOURCE)
+            .query(f"label_values({node_variable}, node)")
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        )
+    return board
+
+
+def gpus_dashboard() -> dashboard.Dashboard:
+    """``gpufleet-gpus``: activity, temperatures and health of every GPU."""
+    ids = _Ids()
+    return (
+        _base(
+            "gpufleet-gpus",
+            "gpufleet / GPUs",
+            "Tensor-core activity next to GPU utilisation, temperatures against the alert thresholds, GPU health.",
+            ["gpu", "dcgm"],
+            "gpufleet_gpu_devices",
+        )
+        .with_row(_row(ids, "Activity"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Tensor-core activity",
+                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: fraction of cycles the tensor (HMMA) pipes are busy. "
+                "This is the utilisation that matters for training.",
+                [(f"avg by (node, gpu) (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{NODE}}})", "{{node}} GPU {{gpu}}")],
+                "percentunit",
+                min_value=0,
+                max_value=1,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPU utilisation",
+                "DCGM_FI_DEV_GPU_UTIL: percent of time a kernel was running. 100% with low tensor activity means "
+                "the GPU waits on memory, input or communication.",
+                [(f"avg by (node, gpu) (DCGM_FI_DEV_GPU_UTIL{{{NODE}}})", "{{node}} GPU {{gpu}}")],
+                "percent",
+                min_value=0,
+                max_value=100,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Fleet tensor-core activity vs GPU utilisation",
+                "Averages over the selected nodes: the gap between the two is work that is not tensor math.",
+                [
+                    (f"avg(DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{{{NODE}}})", "tensor-core activity"),
+                    (f"avg(DCGM_FI_DEV_GPU_UTIL{{{NODE}}}) / 100", "GPU utilisation"),
+                ],
+                "percentunit",
+                span=24,
+                min_value=0,
+                max_value=1,
+            )
+        )
+        .with_row(_row(ids, "Temperatures"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPU temperature",
+                f"gpufleet_gpu_temperature_celsius (NVML). Above {GPU_TEMP_THRESHOLD_CELSIUS} C for 1 minute the node is pulled.",
+                [(f"max by (node, gpu) (gpufleet_gpu_temperature_celsius{{{NODE}}})", "{{node}} GPU {{gpu}}")],
+                "celsius",
+                threshold=GPU_TEMP_THRESHOLD_CELSIUS,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "HBM temperature",
+                f"gpufleet_gpu_memory_temperature_celsius (NVML). Alert above {MEMORY_TEMP_THRESHOLD_CELSIUS} C.",
+                [(f"max by (node, gpu) (gpufleet_gpu_memory_temperature_celsius{{{NODE}}})", "{{node}} GPU {{gpu}}")],
+                "celsius",
+                threshold=MEMORY_TEMP_THRESHOLD_CELSIUS,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPU temperature (dcgm-exporter)",
+                "DCGM_FI_DEV_GPU_TEMP: the same reading from dcgm-exporter; the alerts use either source.",
+                [(f"max by (node, gpu) (DCGM_FI_DEV_GPU_TEMP{{{NODE}}})", "{{node}} GPU {{gpu}}")],
+                "celsius",
+                threshold=GPU_TEMP_THRESHOLD_CELSIUS,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Thermal throttling",
+                "GPUs whose clocks are held down by software or hardware thermal slowdown.",
+                [
+                    (
+                        f'sum by (node) (gpufleet_gpu_clocks_event_reason{{{NODE},reason=~"sw_thermal_slowdown|hw_thermal_slowdown"}})',
+                        "{{node}}",
+                    )
+                ],
+                "short",
+                min_value=0,
+            )
+        )
+        .with_row(_row(ids, "Health"))
+        .with_panel(_stat(ids, "GPUs lost", "GPUs NVML reports fallen off the bus.", f"sum(gpufleet_gpu_lost{{{NODE}}})"))
+        .with_panel(
+            _stat(
+                ids,
+                "NVML unavailable",
+                "Nodes whose exporter cannot reach NVML (driver not loaded).",
+                f"count(gpufleet_gpu_nvml_available{{{NODE}}} == 0)",
+            )
+        )
+        .with_panel(
+            _stat(ids, "XID events (1h)", "Critical XID events in the last hour.", f"sum(increase(gpufleet_gpu_xid_events_total{{{NODE}}}[1h]))")
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "Uncorrectable ECC (1h)",
+                "New uncorrectable ECC errors in the last hour.",
+                f'sum(increase(gpufleet_gpu_ecc_errors_total{{{NODE},type="uncorrected"}}[1h]))',
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Power draw",
+                "gpufleet_gpu_power_watts per GPU.",
+                [(f"gpufleet_gpu_power_watts{{{NODE}}}", "{{node}} GPU {{gpu}}")],
+                "watt",
+                span=24,
+            )
+        )
+    )
+
+
+def fabric_dashboard() -> dashboard.Dashboard:
+    """``gpufleet-fabric``: InfiniBand throughput and errors, NVLink errors."""
+    ids = _Ids()
+    port = "{{node}} {{hca}}/{{port}}"
+    return (
+        _base(
+            "gpufleet-fabric",
+            "gpufleet / Fabric",
+            "InfiniBand/RoCE throughput and errors from sysfs, NVLink errors from NVML (gpufleet fabric exporter).",
+            ["infiniband", "nvlink"],
+            "gpufleet_infiniband_port_state_id",
+        )
+        .with_row(_row(ids, "InfiniBand throughput"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Transmit",
+                "rate(gpufleet_infiniband_port_transmit_bytes_total): bytes per second (sysfs port_xmit_data x 4).",
+                [(f"rate(gpufleet_infiniband_port_transmit_bytes_total{{{NODE}}}[{RATE}])", port)],
+                "Bps",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Receive",
+                "rate(gpufleet_infiniband_port_receive_bytes_total): bytes per second (sysfs port_rcv_data x 4).",
+                [(f"rate(gpufleet_infiniband_port_receive_bytes_total{{{NODE}}}[{RATE}])", port)],
+                "Bps",
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Link utilisation (transmit)",
+                "Transmit rate over the port's data rate (sysfs 'rate').",
+                [
+                    (
+                        f"rate(gpufleet_infiniband_port_transmit_bytes_total{{{NODE}}}[{RATE}])"
+                        f" / gpufleet_infiniband_port_rate_bytes_per_second{{{NODE}}}",
+                        port,
+                    )
+                ],
+                "percentunit",
+                min_value=0,
+                max_value=1,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Transmit wait",
+                "rate(gpufleet_infiniband_port_transmit_wait_total): ticks per second with data queued but not sent (congestion).",
+                [(f"rate(gpufleet_infiniband_port_transmit_wait_total{{{NODE}}}[{RATE}])", port)],
+                "short",
+            )
+        )
+        .with_row(_row(ids, "InfiniBand errors"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Link errors (per 5m)",
+                "New symbol errors, link-downed events, link error recoveries and receive errors per port.",
+                [
+                    (f"increase(gpufleet_infiniband_port_symbol_errors_total{{{NODE}}}[5m]) > 0", f"symbol_error {port}"),
+                    (f"increase(gpufleet_infiniband_port_link_downed_total{{{NODE}}}[5m]) > 0", f"link_downed {port}"),
+                    (f"increase(gpufleet_infiniband_port_link_error_recovery_total{{{NODE}}}[5m]) > 0", f"link_error_recovery {port}"),
+                    (f"increase(gpufleet_infiniband_port_receive_errors_total{{{NODE}}}[5m]) > 0", f"port_rcv_errors {port}"),
+                ],
+                "short",
+                span=24,
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _stat(ids, "Ports not ACTIVE", "Ports whose logical state is not 4 (ACTIVE).", f"count(gpufleet_infiniband_port_state_id{{{NODE}}} != 4)")
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "Saturated counters",
+                "IB counters stuck at their maximum: their rates read flat. Reset with perfquery -x -R.",
+                f"count(gpufleet_infiniband_counter_saturated{{{NODE}}} == 1)",
+            )
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "Exporter read errors (1h)",
+                "sysfs files the exporter failed to read or parse in the last hour.",
+                f"sum(increase(gpufleet_infiniband_read_errors_total{{{NODE}}}[1h]))",
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "Saturated counters (which)",
+                "Each saturated counter: node, HCA, port, counter.",
+                f"gpufleet_infiniband_counter_saturated{{{NODE}}} == 1",
+                span=6,
+            )
+        )
+        .with_row(_row(ids, "NVLink"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "NVLink errors (per 5m)",
+                "New NVLink replay/recovery/CRC/ECC errors per GPU link (gpufleet_gpu_nvlink_errors_total).",
+                [
+                    (
+                        f"sum by (node, gpu, link, type) (increase(gpufleet_gpu_nvlink_errors_total{{{NODE}}}[5m])) > 0",
+                        "{{node}} GPU {{gpu}} link {{link}} {{type}}",
+                    )
+                ],
+                "short",
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "NVLinks down",
+                "NVLinks reported inactive, per node.",
+                [(f"count by (node) (gpufleet_gpu_nvlink_up{{{NODE}}} == 0)", "{{node}}")],
+                "short",
+                min_value=0,
+            )
+        )
+    )
+
+
+def queues_dashboard() -> dashboard.Dashboard:
+    """``gpufleet-queues``: Kueue ClusterQueue state (pending, admitted, GPU usage against quota)."""
+    ids = _Ids()
+    gpu = 'resource="nvidia.com/gpu"'
+    cq = 'cluster_queue=~"$cluster_queue"'
+    board = _base(
+        "gpufleet-queues",
+        "gpufleet / Queues",
+        "Kueue: pending and admitted workloads and GPU usage against nominal quota per ClusterQueue.",
+        ["kueue"],
+        None,
+    ).with_variable(
+        dashboard.QueryVariable("cluster_queue")
+        .label("ClusterQueue")
+        .datasource(DATASOURCE)
+        .query("label_values(kueue_pending_workloads, cluster_queue)")
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+    )
+    return (
+        board.with_row(_row(ids, "Workloads"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Pending workloads",
+                "kueue_pending_workloads by ClusterQueue and status (active: waiting for quota; inadmissible: cannot be admitted as is).",
+                [(f"sum by (cluster_queue, status) (kueue_pending_workloads{{{cq}}})", "{{cluster_queue}} {{status}}")],
+                "short",
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Admitted active workloads",
+                "kueue_admitted_active_workloads by ClusterQueue.",
+                [(f"sum by (cluster_queue) (kueue_admitted_active_workloads{{{cq}}})", "{{cluster_queue}}")],
+                "short",
+                min_value=0,
+            )
+        )
+        .with_row(_row(ids, "GPU quota"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPU usage / nominal quota",
+                "kueue_cluster_queue_resource_usage over kueue_cluster_queue_nominal_quota for nvidia.com/gpu, per "
+                "ClusterQueue and flavor. Above 1 means borrowing from the cohort.",
+                [
+                    (
+                        f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{cq},{gpu}}})"
+                        f" / sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{cq},{gpu}}})",
+                        "{{cluster_queue}} {{flavor}}",
+                    )
+                ],
+                "percentunit",
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPUs used and nominal quota",
+                "Absolute GPU usage and nominal quota per ClusterQueue and flavor.",
+                [
+                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{cq},{gpu}}})", "used {{cluster_queue}} {{flavor}}"),
+                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{cq},{gpu}}})", "quota {{cluster_queue}} {{flavor}}"),
+                ],
+                "short",
+                min_value=0,
+            )
+        )
+    )
+
+
+def to_json(board: dashboard.Dashboard) -> dict[str, Any]:
+    """Serialise a built SDK dashboard to plain JSON-able dicts (the SDK's own encoder)."""
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
+
+
+def build_dashboards() -> dict[str, dict[str, Any]]:
+    """All gpufleet dashboards: ``{name: Grafana dashboard JSON}``.
+
+    Names are the dashboard uids (``gpufleet-gpus``, ``gpufleet-fabric``,
+    ``gpufleet-queues``); values are the JSON model Grafana imports
+    (schemaVersion from the SDK, panels with unique ids, a ``datasource``
+    variable of type prometheus).
+    """
+    return {name: to_json(builder()) for name, builder in (
+        ("gpufleet-gpus", gpus_dashboard),
+        ("gpufleet-fabric", fabric_dashboard),
+        ("gpufleet-queues", queues_dashboard),
+    )}

@@ -1,0 +1,132 @@
+"""roles/gpu_metrics/dashboards.py: the dashboards build, reference the right series, and every query parses."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gpufleet.prom.server import running_prometheus
+from roles.gpu_metrics.dashboards import build_dashboards
+from roles.gpu_metrics.rules import build_rules
+
+EXPOSITIONS = Path(__file__).parents[1] / "exporter" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def dashboards() -> dict[str, dict]:
+    return build_dashboards()
+
+
+def panels(board: dict) -> list[dict]:
+    return [p for p in board["panels"] if p.get("type") != "row"]
+
+
+def exprs(board: dict) -> list[str]:
+    return [t["expr"] for p in panels(board) for t in p.get("targets", [])]
+
+
+def test_builds_three_json_dashboards(dashboards):
+    assert sorted(dashboards) == ["gpufleet-fabric", "gpufleet-gpus", "gpufleet-queues"]
+    for name, board in dashboards.items():
+        json.dumps(board)  # plain JSON
+        assert board["uid"] == name
+        assert "gpufleet" in board["tags"]
+        ids = [p["id"] for p in board["panels"]]
+        assert len(ids) == len(set(ids)) and 0 not in ids, f"{name}: panel ids must be unique and set"
+        variables = {v["name"]: v for v in board["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+        for panel in panels(board):
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+            refs = [t["refId"] for t in panel["targets"]]
+            assert refs and len(refs) == len(set(refs)), panel["title"]
+            assert panel.get("description"), f"{name}/{panel['title']}: say what the panel shows"
+
+
+def test_tensor_activity_and_gpu_utilisation_side_by_side(dashboards):
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
+    tensor, util = by_title["Tensor-core activity"], by_title["GPU utilisation"]
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in tensor["targets"][0]["expr"]
+    assert "DCGM_FI_DEV_GPU_UTIL" in util["targets"][0]["expr"]
+    assert tensor["gridPos"]["y"] == util["gridPos"]["y"]
+    assert tensor["gridPos"]["x"] + tensor["gridPos"]["w"] == util["gridPos"]["x"]
+
+
+@pytest.mark.parametrize(
+    ("name", "needles"),
+    [
+        (
+            "gpufleet-gpus",
+            [
+                "gpufleet_gpu_temperature_celsius",
+                "gpufleet_gpu_memory_temperature_celsius",
+                "DCGM_FI_DEV_GPU_TEMP",
+                "gpufleet_gpu_lost",
+                "gpufleet_gpu_xid_events_total",
+            ],
+        ),
+        (
+            "gpufleet-fabric",
+            [
+                "rate(gpufleet_infiniband_port_transmit_bytes_total",
+                "rate(gpufleet_infiniband_port_receive_bytes_total",
+                "gpufleet_infiniband_port_symbol_errors_total",
+                "gpufleet_infiniband_port_link_downed_total",
+                "gpufleet_infiniband_port_link_error_recovery_total",
+                "gpufleet_infiniband_port_receive_errors_total",
+                "gpufleet_infiniband_counter_saturated",
+                "gpufleet_gpu_nvlink_errors_total",
+            ],
+        ),
+        (
+            "gpufleet-queues",
+            [
+                "kueue_pending_workloads",
+                "kueue_admitted_active_workloads",
+                "kueue_cluster_queue_resource_usage",
+                "kueue_cluster_queue_nominal_quota",
+            ],
+        ),
+    ],
+)
+def test_references_the_series(dashboards, name, needles):
+    text = "\n".join(exprs(dashboards[name]))
+    missing = [n for n in needles if n not in text]
+    assert not missing, f"{name} does not query {missing}"
+
+
+def test_temperature_panels_draw_the_alert_threshold(dashboards):
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
+    steps = by_title["GPU temperature"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert steps[-1]["value"] == 78
+    assert by_title["GPU temperature"]["fieldConfig"]["defaults"]["unit"] == "celsius"
+
+
+def _exported_metric_names() -> set[str]:
+    names = set()
+    for prom in EXPOSITIONS.glob("*.prom"):
+        for line in prom.read_text().splitlines():
+            if line and not line.startswith("#"):
+                names.add(re.split(r"[{ ]", line, 1)[0])
+    return names
+
+
+def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
+    """Every gpufleet_* name in alerts and panels exists in some fixture exposition (typos break alerts silently)."""
+    exported = _exported_metric_names()
+    texts = [e for board in dashboards.values() for e in exprs(board)]
+    texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
+    used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t)}
+    assert used, "no gpufleet_ metric referenced at all?"
+    assert used - exported == set()
+
+
+def test_every_query_parses_in_real_prometheus(dashboards, tmp_path):
+    """Each panel query, with Grafana's variables substituted, is valid PromQL for Debian's Prometheus."""
+    with running_prometheus([], workdir=tmp_path / "prometheus") as prom:
+        for name, board in dashboards.items():
+            for expr in exprs(board):
+                concrete = expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$cluster_queue", ".*")
+                prom.query(concrete)  # raises PrometheusError with the parse error
