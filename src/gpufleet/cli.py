@@ -16,6 +16,8 @@ from collections.abc import Sequence
 #: command name -> (module with add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("gpufleet.exporter.main", "serve InfiniBand/NVLink/GPU health metrics for Prometheus"),
+    "quota-sync": ("gpufleet.quota.main", "keep ClusterQueue nominalQuota equal to the real schedulable capacity"),
+    "node-health": ("gpufleet.health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
 }
 
 

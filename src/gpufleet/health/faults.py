@@ -1,0 +1,283 @@
+"""From the exporter's series in Prometheus to faults per node (pure, given the query results).
+
+Series come from the gpufleet exporter (:mod:`gpufleet.exporter.collector`);
+the node a series belongs to is its ``node`` label, which the scrape
+config adds from ``__meta_kubernetes_pod_node_name``
+(``roles/gpu_metrics/manifests.py``). Every rule reads raw samples (an
+instant query of a range selector, ``metric[window]``), so it sees exactly
+the samples Prometheus stored, and ignores samples older than the node's
+last return (annotation ``gpufleet.io/returned-at``): evidence from before a
+repair never pulls the node again.
+
+Fault kinds (``node_health_degraded_faults`` uses the same names):
+
+=================== ============================================================== ==========================================
+kind                rule                                                           series
+=================== ============================================================== ==========================================
+gpu_temp            the last N samples (``node_health_hot_samples``) of one GPU    ``gpufleet_gpu_temperature_celsius``
+                    all above ``gpu_metrics_gpu_temp_threshold_celsius``
+memory_temp         same, HBM, ``gpu_metrics_memory_temp_threshold_celsius``       ``gpufleet_gpu_memory_temperature_celsius``
+xid                 a fatal XID (``node_health_fatal_xids``) counted within the    ``gpufleet_gpu_xid_events_total{xid}``
+                    event window
+ecc_uncorrectable   uncorrected ECC errors grew within the event window, or a      ``gpufleet_gpu_ecc_errors_total{type="uncorrected"}``,
+                    row remap failed                                               ``gpufleet_gpu_remapped_rows_failure``
+nvlink_errors       NVLink error counters grew more than the threshold within the  ``gpufleet_gpu_nvlink_errors_total``,
+                    error window, or a link is down                                ``gpufleet_gpu_nvlink_up``
+ib_errors           InfiniBand error counters grew more than the threshold within  ``gpufleet_infiniband_port_*_total`` (errors),
+                    the error window, or a port is not ACTIVE                      ``gpufleet_infiniband_port_state_id``
+gpu_missing         NVML reports a GPU lost, or fewer GPUs than the node's         ``gpufleet_gpu_lost``, ``gpufleet_gpu_devices``
+                    ``nvidia.com/gpu.count`` label
+=================== ============================================================== ==========================================
+
+Counter growth sums the positive steps between consecutive samples (a
+reset counts from zero); a series that first appears inside the window
+(after its start, by more than two scrape intervals) counts its first value
+as growth: exporter counters such as XIDs start at their first event.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``(metric, fault)`` of InfiniBand error counters (the ones gpu_metrics alerts on, and two more).
+IB_ERROR_COUNTERS = (
+    "gpufleet_infiniband_port_symbol_errors_total",
+    "gpufleet_infiniband_port_link_downed_total",
+    "gpufleet_infiniband_port_link_error_recovery_total",
+    "gpufleet_infiniband_port_receive_errors_total",
+    "gpufleet_infiniband_port_receive_remote_physical_errors_total",
+    "gpufleet_infiniband_port_local_link_integrity_errors_total",
+)
+TEMP_METRIC = "gpufleet_gpu_temperature_celsius"
+MEM_TEMP_METRIC = "gpufleet_gpu_memory_temperature_celsius"
+XID_METRIC = "gpufleet_gpu_xid_events_total"
+ECC_METRIC = "gpufleet_gpu_ecc_errors_total"
+REMAP_FAILURE_METRIC = "gpufleet_gpu_remapped_rows_failure"
+NVLINK_ERRORS_METRIC = "gpufleet_gpu_nvlink_errors_total"
+NVLINK_UP_METRIC = "gpufleet_gpu_nvlink_up"
+IB_STATE_METRIC = "gpufleet_infiniband_port_state_id"
+GPU_LOST_METRIC = "gpufleet_gpu_lost"
+GPU_DEVICES_METRIC = "gpufleet_gpu_devices"
+#: IBA PortState ACTIVE.
+IB_ACTIVE = 4
+
+FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing")
+
+Series = dict[str, Any]  # {"metric": {labels}, "values": [[ts, "v"], ...]} (matrix) or "value": [ts, "v"] (vector)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """Thresholds and windows of the fault rules.
+
+    Attributes:
+        hot_samples: consecutive samples above a temperature threshold (``node_health_hot_samples``).
+        gpu_temp_celsius: GPU threshold (``gpu_metrics_gpu_temp_threshold_celsius``).
+        memory_temp_celsius: HBM threshold (``gpu_metrics_memory_temp_threshold_celsius``).
+        fatal_xids: XIDs that are faults (``node_health_fatal_xids``).
+        scrape_interval_seconds: the exporter's scrape interval (``gpu_metrics_scrape_interval_seconds``).
+        event_window_seconds: how far back an XID or ECC event counts.
+        error_window_seconds: window of NVLink/IB error growth.
+        nvlink_error_threshold: NVLink errors per node within the window tolerated (growth above it is a fault).
+        ib_error_threshold: InfiniBand errors per node within the window tolerated.
+        node_label: label naming the node on every series.
+    """
+
+    hot_samples: int = 3
+    gpu_temp_celsius: float = 78.0
+    memory_temp_celsius: float = 85.0
+    fatal_xids: frozenset[int] = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 120})
+    scrape_interval_seconds: float = 15.0
+    event_window_seconds: float = 600.0
+    error_window_seconds: float = 300.0
+    nvlink_error_threshold: int = 0
+    ib_error_threshold: int = 0
+    node_label: str = "node"
+
+    @property
+    def hot_window_seconds(self) -> float:
+        """Range that holds the last ``hot_samples`` samples with margin: (N + 1) scrape intervals, at least 30 s."""
+        return max((self.hot_samples + 1) * self.scrape_interval_seconds, 30.0)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault on one node.
+
+    Attributes:
+        node: node name.
+        kind: one of :data:`FAULT_KINDS`.
+        detail: what was seen, for Events and the history (e.g. ``GPU 3: 81, 82, 84 C > 78 C``).
+        since: Unix time of the sample that completed the evidence (the N-th hot
+            sample, the first sample showing growth): latency is measured from it.
+    """
+
+    node: str
+    kind: str
+    detail: str
+    since: float
+
+
+@dataclass
+class Queries:
+    """The PromQL of each rule (instant queries; range selectors return raw samples)."""
+
+    rules: Rules
+    selectors: dict[str, str] = field(default_factory=dict)
+
+    def all(self) -> dict[str, str]:
+        """name -> PromQL."""
+        r = self.rules
+        hot = f"{int(math.ceil(r.hot_window_seconds))}s"
+        ev = f"{int(r.event_window_seconds)}s"
+        er = f"{int(r.error_window_seconds)}s"
+        ib = "|".join(IB_ERROR_COUNTERS)
+        return {
+            "gpu_temp": f"{TEMP_METRIC}[{hot}]",
+            "memory_temp": f"{MEM_TEMP_METRIC}[{hot}]",
+            "xid": f"{XID_METRIC}[{ev}]",
+            "ecc": f'{ECC_METRIC}{{type="uncorrected"}}[{ev}]',
+            "remap_failure": f"{REMAP_FAILURE_METRIC} == 1",
+            "nvlink_errors": f"{NVLINK_ERRORS_METRIC}[{er}]",
+            "nvlink_down": f"{NVLINK_UP_METRIC} == 0",
+            "ib_errors": f'{{__name__=~"{ib}"}}[{er}]',
+            "ib_down": f"{IB_STATE_METRIC} != {IB_ACTIVE}",
+            "gpu_lost": f"{GPU_LOST_METRIC} == 1",
+            "gpu_devices": GPU_DEVICES_METRIC,
+        }
+
+
+def _samples(series: Series, since: float) -> list[tuple[float, float]]:
+    values = series.get("values")
+    if values is None and "value" in series:
+        values = [series["value"]]
+    out = []
+    for ts, v in values or []:
+        t = float(ts)
+        if t >= since:
+            out.append((t, float(v)))
+    return out
+
+
+def hot_streak(samples: list[tuple[float, float]], threshold: float, n: int) -> tuple[float, list[float]] | None:
+    """``(time of the N-th sample, the N values)`` when the last ``n`` samples are all above ``threshold``, else None."""
+    if len(samples) < n:
+        return None
+    last = samples[-n:]
+    if all(v > threshold for _, v in last):
+        return last[-1][0], [v for _, v in last]
+    return None
+
+
+def growth(samples: list[tuple[float, float]], window_start: float, scrape_interval: float) -> tuple[float, float | None]:
+    """``(growth, time of the first sample that grew)`` of a counter's samples (module docstring)."""
+    if not samples:
+        return 0.0, None
+    total, first_t = 0.0, None
+    if samples[0][0] > window_start + 2 * scrape_interval and samples[0][1] > 0:
+        total, first_t = samples[0][1], samples[0][0]
+    for (_, a), (t, b) in zip(samples, samples[1:]):
+        step = b - a if b >= a else b
+        if step > 0:
+            total += step
+            first_t = first_t if first_t is not None else t
+    return total, first_t
+
+
+def _node(series: Series, rules: Rules) -> str | None:
+    return (series.get("metric") or {}).get(rules.node_label)
+
+
+def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, returned_at: dict[str, float] | None = None,
+             expected_gpus: dict[str, int] | None = None) -> dict[str, list[Fault]]:
+    """Faults per node from the query results (pure).
+
+    Args:
+        results: name (as in :meth:`Queries.all`) -> the query's result list.
+        rules: thresholds.
+        now: evaluation time (Unix seconds); windows end here.
+        returned_at: node -> Unix time of its last return; earlier samples are ignored.
+        expected_gpus: node -> GPUs it should have (``nvidia.com/gpu.count``), for gpu_missing.
+
+    Returns:
+        node -> faults (at most one per kind: the first found, GPUs/ports in label order).
+    """
+    returned_at = returned_at or {}
+    out: dict[str, dict[str, Fault]] = {}
+
+    def add(node: str, kind: str, detail: str, since: float) -> None:
+        out.setdefault(node, {}).setdefault(kind, Fault(node, kind, detail, since))
+
+    def cutoff(node: str, window: float) -> float:
+        return max(now - window, returned_at.get(node, 0.0))
+
+    def by_label(name: str) -> list[tuple[str, Series]]:
+        rows = [(n, s) for s in results.get(name, []) if (n := _node(s, rules))]
+        return sorted(rows, key=lambda r: (r[0], sorted((r[1].get("metric") or {}).items())))
+
+    for name, kind, threshold in (("gpu_temp", "gpu_temp", rules.gpu_temp_celsius),
+                                  ("memory_temp", "memory_temp", rules.memory_temp_celsius)):
+        for node, s in by_label(name):
+            streak = hot_streak(_samples(s, cutoff(node, rules.hot_window_seconds)), threshold, rules.hot_samples)
+            if streak:
+                t, vals = streak
+                gpu = s["metric"].get("gpu", "?")
+                add(node, kind, f"GPU {gpu}: {', '.join(f'{v:g}' for v in vals)} C > {threshold:g} C "
+                                f"({rules.hot_samples} samples)", t)
+    for node, s in by_label("xid"):
+        xid = s["metric"].get("xid", "")
+        if not xid.isdigit() or int(xid) not in rules.fatal_xids:
+            continue
+        start = cutoff(node, rules.event_window_seconds)
+        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
+        if g > 0 and t is not None:
+            add(node, "xid", f"GPU {s['metric'].get('gpu', '?')}: fatal XID {xid} ({g:g} events)", t)
+    for node, s in by_label("ecc"):
+        start = cutoff(node, rules.event_window_seconds)
+        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
+        if g > 0 and t is not None:
+            add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: {g:g} uncorrectable ECC errors", t)
+    for node, s in by_label("remap_failure"):
+        pts = _samples(s, returned_at.get(node, 0.0))
+        if pts:
+            add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: row remapping failed (no spare rows)", pts[-1][0])
+
+    def counter_growth(name: str, kind: str, threshold: int, what: str) -> None:
+        per: dict[str, tuple[float, float, list[str]]] = {}
+        for node, s in by_label(name):
+            start = cutoff(node, rules.error_window_seconds)
+            g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
+            if g > 0 and t is not None:
+                total, first, where = per.get(node, (0.0, t, []))
+                m = s["metric"]
+                where.append(f"{m.get('__name__', name).removeprefix('gpufleet_')}"
+                             f"{{{','.join(f'{k}={v}' for k, v in sorted(m.items()) if k in ('gpu', 'link', 'type', 'hca', 'port'))}}}+{g:g}")
+                per[node] = (total + g, min(first, t), where)
+        for node, (total, first, where) in per.items():
+            if total > threshold:
+                add(node, kind, f"{total:g} {what} errors in {int(rules.error_window_seconds)}s "
+                                f"(threshold {threshold}): {'; '.join(where[:4])}", first)
+
+    counter_growth("nvlink_errors", "nvlink_errors", rules.nvlink_error_threshold, "NVLink")
+    counter_growth("ib_errors", "ib_errors", rules.ib_error_threshold, "InfiniBand")
+    for node, s in by_label("nvlink_down"):
+        pts = _samples(s, returned_at.get(node, 0.0))
+        if pts:
+            add(node, "nvlink_errors", f"GPU {s['metric'].get('gpu', '?')} NVLink {s['metric'].get('link', '?')} down", pts[-1][0])
+    for node, s in by_label("ib_down"):
+        pts = _samples(s, returned_at.get(node, 0.0))
+        if pts:
+            add(node, "ib_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} state "
+                                   f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
+    for node, s in by_label("gpu_lost"):
+        pts = _samples(s, returned_at.get(node, 0.0))
+        if pts:
+            add(node, "gpu_missing", f"GPU {s['metric'].get('gpu', '?')} lost (NVML GPU_IS_LOST)", pts[-1][0])
+    for node, s in by_label("gpu_devices"):
+        pts = _samples(s, returned_at.get(node, 0.0))
+        want = (expected_gpus or {}).get(node)
+        if pts and want is not None and pts[-1][1] < want:
+            add(node, "gpu_missing", f"{pts[-1][1]:g} GPUs visible to NVML, {want} expected", pts[-1][0])
+    return {n: list(f.values()) for n, f in sorted(out.items())}

@@ -1,0 +1,116 @@
+"""``gpufleet node-health``: the remediation controller (Deployment of the node_health role).
+
+Every ``--interval`` seconds, while holding Lease
+``<node_health_namespace>/gpufleet-node-health``: evaluate the exporter's
+series in Prometheus and act (:mod:`gpufleet.health.remediate`). Serves
+``/metrics`` (``gpufleet_node_health_*``) and ``/healthz`` on ``--port``.
+Settings come from the inventory (``--env``); flags override them.
+``--once`` evaluates and acts once, waits for the drains, prints what it did
+and exits (no Lease): the way to try it by hand, with ``--dry-run``.
+Exit codes: 0 ok, 1 leadership lost or a failed ``--once``, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+
+from gpufleet.controllers.serve import Liveness
+
+log = logging.getLogger("gpufleet.node-health")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``node-health`` subcommand's flags."""
+    parser.add_argument("--env", required=True, help="inventory environment (folder of inventories/)")
+    parser.add_argument("--prometheus-url", help="Prometheus base URL (default: node_health_prometheus_url)")
+    parser.add_argument("--dry-run", action="store_true", default=None, help="decide and record Events, change no node")
+    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--interval", type=float, help="seconds between evaluations (default 5)")
+    parser.add_argument("--port", type=int, default=8080, help="port of /metrics and /healthz, 0 for none (default 8080)")
+    parser.add_argument("--namespace", help="swap requests and Lease namespace (default: node_health_namespace)")
+    parser.add_argument("--max-nodes-out", type=int, help="override node_health_max_nodes_out")
+    parser.add_argument("--hot-samples", type=int, help="override node_health_hot_samples")
+    parser.add_argument("--scrape-interval", type=float, dest="scrape_interval_seconds",
+                        help="exporter scrape interval in seconds (default: gpu_metrics_scrape_interval_seconds)")
+    parser.add_argument("--error-window", type=float, dest="error_window_seconds", help="NVLink/IB error window, s (default 300)")
+    parser.add_argument("--event-window", type=float, dest="event_window_seconds", help="XID/ECC event window, s (default 600)")
+    parser.add_argument("--nvlink-error-threshold", type=int, help="NVLink errors tolerated per node and window (default 0)")
+    parser.add_argument("--ib-error-threshold", type=int, help="InfiniBand errors tolerated per node and window (default 0)")
+    parser.add_argument("--node-label", help="series label naming the node (default node)")
+    parser.add_argument("--drain-timeout", type=float, dest="drain_timeout_seconds", help="seconds a swap's drain may take (600)")
+    parser.add_argument("--degraded-clear", type=float, dest="degraded_clear_seconds",
+                        help="fault-free seconds before a degraded node returns by itself (600)")
+    parser.add_argument("--once", action="store_true", help="one evaluation, wait for drains, print a JSON summary, exit")
+    parser.add_argument("--no-leader-election", action="store_true", help="run without the Lease (a single instance)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def settings_from_args(args: argparse.Namespace):
+    """:class:`~gpufleet.health.remediate.Settings` from the inventory and the flags.
+
+    Raises:
+        gpufleet.inventory.InventoryError: unknown environment or invalid inventory.
+    """
+    from gpufleet.health.remediate import Settings
+    from gpufleet.inventory import load
+
+    inv = load(args.env)
+    return Settings.from_inventory(
+        inv, prometheus_url=args.prometheus_url, dry_run=args.dry_run, interval_seconds=args.interval,
+        namespace=args.namespace, max_nodes_out=args.max_nodes_out, hot_samples=args.hot_samples,
+        scrape_interval_seconds=args.scrape_interval_seconds, error_window_seconds=args.error_window_seconds,
+        event_window_seconds=args.event_window_seconds, nvlink_error_threshold=args.nvlink_error_threshold,
+        ib_error_threshold=args.ib_error_threshold, node_label=args.node_label,
+        drain_timeout_seconds=args.drain_timeout_seconds, degraded_clear_seconds=args.degraded_clear_seconds)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the controller (module docstring)."""
+    from gpufleet.health.promql import PromClient
+    from gpufleet.health.remediate import Remediator
+    from gpufleet.inventory import InventoryError
+    from gpufleet.ops.kube import OpsError, api_client
+    from gpufleet.ops.runtime import run_controller
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = settings_from_args(args)
+        api = api_client(args.kubeconfig, args.context)
+    except (InventoryError, OpsError) as exc:
+        print(f"gpufleet node-health: {exc}", file=sys.stderr)
+        return 2
+    rem = Remediator(api, PromClient(settings.prometheus_url), settings)
+    if args.once:
+        report = rem.step()
+        rem.wait()
+        rem.close()
+        print(json.dumps({
+            "faults": {n: [f"{f.kind}: {f.detail}" for f in fs] for n, fs in report.faults.items()},
+            "decisions": [{"node": d.node, "action": d.action, "why": d.why, "lemon": d.lemon} for d in report.decisions],
+            "recovered": report.recovered, "errors": report.errors, "dry_run": settings.dry_run,
+        }, indent=1))
+        return 1 if report.errors else 0
+    liveness = Liveness(max_age=max(120.0, 10 * settings.interval_seconds))
+
+    def loop(stop: threading.Event) -> None:
+        while not stop.is_set():
+            report = rem.step()
+            for e in report.errors:
+                log.warning("%s", e)
+            for d in report.decisions:
+                if d.action != "skip":
+                    log.info("%s %s: %s (%s)", d.action, d.node, d.detail, d.why)
+            liveness.beat()
+            stop.wait(settings.interval_seconds)
+
+    try:
+        return run_controller("gpufleet-node-health", settings.namespace, loop, port=args.port, liveness=liveness,
+                              registry=rem.registry, leader_election=not args.no_leader_election,
+                              kubeconfig=args.kubeconfig, context=args.context)
+    finally:
+        rem.close()

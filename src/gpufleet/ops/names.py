@@ -1,0 +1,71 @@
+"""Names ops, quota sync and node health share: taints, labels, annotations (DESIGN.md "Names").
+
+Everything that marks a node as out of service, degraded or up for
+replacement is spelled here once, so the quota sync (which excludes such
+nodes), the swap steps (which set them), the remediation controller and
+``invoke status`` (which report them) cannot disagree.
+"""
+
+from __future__ import annotations
+
+#: Taint of a node out for swap: ``gpufleet.io/swap=<reason>:NoSchedule``.
+SWAP_TAINT = "gpufleet.io/swap"
+#: Taint of a degraded node (fit for inference, not training): ``gpufleet.io/degraded=<fault>:NoSchedule``.
+DEGRADED_TAINT = "gpufleet.io/degraded"
+#: Taint the taint controller keeps on virtual nodes while the cluster has free GPUs.
+FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
+
+#: Taints Kubernetes itself puts on nodes that must not run new pods
+#: (kubernetes.io/docs/reference/labels-annotations-taints). ``unschedulable``
+#: is the taint form of a cordon.
+KUBERNETES_UNHEALTHY_TAINTS = (
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure",
+    "node.kubernetes.io/network-unavailable",
+    "node.kubernetes.io/out-of-service",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "node.cloudprovider.kubernetes.io/shutdown",
+)
+#: Every taint key that takes a node's GPUs out of the schedulable capacity
+#: Kueue may hand out. The degraded taint is here too: training (what Kueue
+#: admits) does not tolerate it, so its GPUs are not training capacity.
+UNSCHEDULABLE_TAINTS = (SWAP_TAINT, DEGRADED_TAINT, *KUBERNETES_UNHEALTHY_TAINTS)
+
+#: Label on a node whose replacement was requested (a provider integration selects on it).
+REPLACEMENT_LABEL = "gpufleet.io/replacement-requested"
+#: Label on a lemon node: repeated attributable failures; stays out until a person returns it.
+LEMON_LABEL = "gpufleet.io/lemon"
+#: Label of virtual nodes (the virtual-kubelet convention).
+VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
+#: Label selecting ResourceFlavors (set on every GPU node from the inventory).
+FLAVOR_LABEL = "gpufleet.io/flavor"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+#: Node annotations written by the swap steps (times are RFC 3339 UTC).
+ANN_SWAP_REASON = "gpufleet.io/swap-reason"
+ANN_SWAP_SOURCE = "gpufleet.io/swap-source"
+ANN_SWAPPED_AT = "gpufleet.io/swapped-at"
+#: "true" when the swap step cordoned the node (return uncordons only then).
+ANN_CORDONED_BY_SWAP = "gpufleet.io/cordoned-by-swap"
+ANN_RETURNED_AT = "gpufleet.io/returned-at"
+ANN_DEGRADED_AT = "gpufleet.io/degraded-at"
+#: JSON list of ``{"time", "fault", "action", "detail"}``: the node's attributable failures.
+ANN_HEALTH_HISTORY = "gpufleet.io/health-history"
+ANN_LEMON_REASON = "gpufleet.io/lemon-reason"
+
+#: Swap-request ConfigMaps (see gpufleet.ops.swap): label selecting them, and their state label.
+SWAP_REQUEST_LABEL = "gpufleet.io/swap-request"
+SWAP_STATE_LABEL = "gpufleet.io/swap-state"
+SWAP_NODE_LABEL = "gpufleet.io/node"
+#: Default namespace of gpufleet's own objects (node_health_namespace, kueue_quota_sync_namespace).
+SYSTEM_NAMESPACE = "gpufleet-system"
+
+#: Kueue (kueue.x-k8s.io/v1beta2, the pinned v0.17).
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"

@@ -1,0 +1,215 @@
+"""``invoke status``: the fleet on one screen.
+
+What it shows, and where each figure comes from (all from the API server,
+read once):
+
+* GPUs: total (``status.allocatable`` of in-cluster nodes, virtual nodes
+  excluded), schedulable (nodes that count for quota,
+  :mod:`gpufleet.quota.capacity`), held by training, held by inference in
+  the cluster and outside (pods on virtual nodes, label
+  ``type=virtual-kubelet``), held by other pods, and free. A pod holds
+  the GPUs it requests while bound and not finished.
+* Per ClusterQueue and flavor: the nominal quota in the cluster, its
+  share of the real schedulable capacity (what a resync would set), GPUs
+  reserved by admitted workloads; a quota above its share is flagged stale.
+* Nodes out and why (swap/degraded taints, cordon, NotReady, lemon).
+* Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
+
+Pod classification: training = the highest Kubernetes PriorityClass of the
+kueue role, or a Kueue podset/queue label; inference = the lowest
+PriorityClass, or label ``gpufleet.io/workload=inference``; other = the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.utils import parse_quantity
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.inventory import Inventory
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops.kube import list_items, list_nodes
+from gpufleet.ops.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One ClusterQueue x flavor: nominal in the cluster (None: no such queue), share of real capacity, reserved."""
+
+    cluster_queue: str
+    flavor: str
+    nominal: int | None
+    share_of_real: int
+    reserved: int
+
+    @property
+    def stale(self) -> bool:
+        """The quota differs from its share of the real capacity (a resync would change it)."""
+        return self.nominal is not None and self.nominal != self.share_of_real
+
+
+@dataclass(frozen=True)
+class VirtualNodeRow:
+    """A virtual node: pool label, whether it carries the free-GPUs taint, GPU capacity and GPUs held by pods on it."""
+
+    name: str
+    pool: str
+    free_gpus_taint: bool
+    gpus: int
+    used: int
+
+
+@dataclass
+class FleetStatus:
+    """The figures :func:`render` shows (see the module docstring). GPUs are counts of ``nvidia.com/gpu``."""
+
+    env: str
+    gpus_total: int = 0
+    gpus_schedulable: int = 0
+    training: int = 0
+    inference_in_cluster: int = 0
+    inference_outside: int = 0
+    other: int = 0
+    nodes_total: int = 0
+    queues: list[QueueRow] = field(default_factory=list)
+    nodes_out: list[nodeutil.NodeSummary] = field(default_factory=list)
+    virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        """Schedulable GPUs no in-cluster pod holds (never below 0)."""
+        return max(self.gpus_schedulable - self.training - self.inference_in_cluster - self.other, 0)
+
+
+def pod_gpus(pod: Obj) -> int:
+    """GPUs a pod requests (containers summed; an init container may need more), requests else limits."""
+    spec = pod.get("spec") or {}
+
+    def per(c: Obj) -> int:
+        r = c.get("resources") or {}
+        v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
+        return int(parse_quantity(v)) if v is not None else 0
+
+    return max([sum(per(c) for c in spec.get("containers") or [])] + [per(c) for c in spec.get("initContainers") or []])
+
+
+def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
+    """``training``, ``inference`` or ``other`` (module docstring)."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    pc = (pod.get("spec") or {}).get("priorityClassName")
+    if labels.get("gpufleet.io/workload") == "inference" or pc == inference_pc:
+        return "inference"
+    if pc == training_pc or KUEUE_PODSET_LABEL in labels or KUEUE_QUEUE_LABEL in labels:
+        return "training"
+    return "other"
+
+
+def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj]) -> FleetStatus:
+    """The :class:`FleetStatus` from objects already read (pure)."""
+    from roles.kueue.manifests import quotas
+
+    from gpufleet.quota.capacity import flavor_capacity, gpu_map
+    from gpufleet.quota.resync import _quota_of, reserved_gpus
+
+    v = inv.role("kueue")
+    pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
+    training_pc, inference_pc = pcs[-1].name, pcs[0].name
+    st = FleetStatus(env=inv.env)
+    by_name = {nodeutil.name(n): n for n in nodes}
+    virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
+    used_on: dict[str, int] = {}
+    for n, obj in by_name.items():
+        if n in virtual:
+            continue
+        s = nodeutil.summarize(obj)
+        st.nodes_total += 1
+        st.gpus_total += s.gpus
+        if s.schedulable:
+            st.gpus_schedulable += s.gpus
+        elif s.gpus or nodeutil.is_out(obj):
+            st.nodes_out.append(s)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        g = pod_gpus(pod)
+        if not g:
+            continue
+        used_on[node] = used_on.get(node, 0) + g
+        kind = classify(pod, training_pc, inference_pc)
+        if node in virtual:
+            if kind == "inference":
+                st.inference_outside += g
+            continue
+        if kind == "training":
+            st.training += g
+        elif kind == "inference":
+            st.inference_in_cluster += g
+        else:
+            st.other += g
+    for n in sorted(virtual):
+        obj = by_name[n]
+        st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
+                                               nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
+    real = quotas(inv, capacity=gpu_map(flavor_capacity(nodes, inv.flavors())))
+    cqs = {cq["metadata"]["name"]: cq for cq in cluster_queues}
+    for q, flavors in real.items():
+        cq = cqs.get(q)
+        reserved = reserved_gpus(cq) if cq else {}
+        for f, r in flavors.items():
+            nominal = _quota_of(cq, f)["nominal"] if cq else None
+            st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
+    st.nodes_out.sort(key=lambda s: s.name)
+    return st
+
+
+def gather(api: client.ApiClient, inv: Inventory) -> FleetStatus:
+    """Read nodes, pods and ClusterQueues once and :func:`build` the status."""
+    nodes = list_nodes(api)
+    pods = list_items(api, "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
+    try:
+        cqs = list_items(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues")[0]
+    except Exception:  # noqa: BLE001 - Kueue not installed: the screen still shows nodes and pods
+        cqs = []
+    return build(inv, nodes, pods, cqs)
+
+
+def render(st: FleetStatus) -> Group:
+    """The status screen as rich renderables (one Group)."""
+    gpus = Table(title=f"GPUs — env {st.env}, {st.nodes_total} nodes", show_header=True)
+    for col in ("total", "schedulable", "training", "inference (cluster)", "inference (outside)", "other", "free"):
+        gpus.add_column(col, justify="right")
+    gpus.add_row(*(str(x) for x in (st.gpus_total, st.gpus_schedulable, st.training, st.inference_in_cluster,
+                                    st.inference_outside, st.other, st.free)))
+    queues = Table(title="ClusterQueue quota vs real capacity (GPUs)")
+    for col, j in (("queue", "left"), ("flavor", "left"), ("nominal quota", "right"), ("share of real", "right"),
+                   ("admitted", "right"), ("", "left")):
+        queues.add_column(col, justify=j)
+    for r in st.queues:
+        flag = Text("missing in cluster", style="red") if r.nominal is None else (
+            Text("stale: run quota.resync", style="yellow") if r.stale else Text("ok", style="green"))
+        over = Text(str(r.reserved), style="red") if r.nominal is not None and r.reserved > r.share_of_real else Text(str(r.reserved))
+        queues.add_row(r.cluster_queue, r.flavor, "-" if r.nominal is None else str(r.nominal), str(r.share_of_real), over, flag)
+    out = Table(title=f"Nodes out ({len(st.nodes_out)})")
+    for col in ("node", "flavor", "GPUs", "why", "lemon"):
+        out.add_column(col)
+    for s in st.nodes_out:
+        out.add_row(s.name, s.flavor or "-", str(s.gpus), "; ".join(s.reasons), "LEMON" if s.lemon else "")
+    if not st.nodes_out:
+        out.add_row("(none)", "", "", "", "")
+    virt = Table(title="Virtual nodes (outside capacity)")
+    for col in ("node", "pool", "GPUs", "in use", "free-GPUs taint"):
+        virt.add_column(col)
+    for r in st.virtual_nodes:
+        virt.add_row(r.name, r.pool, str(r.gpus), str(r.used),
+                     Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
+    if not st.virtual_nodes:
+        virt.add_row("(none)", "", "", "", "")
+    return Group(gpus, queues, out, virt)

@@ -1,0 +1,495 @@
+"""Take a node out for replacement, bring it back, or move it to the degraded tier.
+
+Swap (``invoke node.swap``, and the remediation controller for hardware faults):
+
+1. one Node patch, guarded by its resourceVersion (retried on 409): cordon,
+   taint ``gpufleet.io/swap=<reason>:NoSchedule``, label
+   ``gpufleet.io/replacement-requested=true``, annotations with the full
+   reason, source and time;
+2. the swap request (below) in state ``draining``;
+3. drain through the Eviction API (:mod:`gpufleet.ops.drain`: PDBs
+   respected, pods that cannot leave are reported, never deleted);
+4. the swap request updated to ``requested`` (drained) or
+   ``drain-incomplete`` (pods left, listed), and an Event on the Node.
+
+The taint's value must be a label value (63 characters of
+``[A-Za-z0-9_.-]``), so free-text reasons are slugged there
+(``"GPU 3 hot"`` -> ``GPU-3-hot``); the annotation and the swap request keep
+the text as given.
+
+**The swap request is a ConfigMap**, ``<namespace>/swap-<node>`` labelled
+``gpufleet.io/swap-request=true``, ``gpufleet.io/node=<node>`` and
+``gpufleet.io/swap-state=<state>``. Why not a CRD: a provider integration
+only lists and reads a few flat fields; a ConfigMap needs no CRD to install
+and version in every environment before the first swap can be recorded,
+the node_health role's RBAC already covers it, ``kubectl get cm -l
+gpufleet.io/swap-state=requested`` is the whole integration API, and
+nothing here needs a status subresource or schema validation beyond what
+this module writes. Data keys (all strings; JSON where noted):
+``node, reason, source, requested_at, state, flavor, gpus, lemon,
+evicted`` (JSON list of ``ns/name``), ``blocked`` (JSON object ``ns/name`` ->
+why), ``history`` (JSON list, the node's failure history), ``returned_at``.
+
+Return (``invoke node.return``) undoes all of it: the swap and degraded
+taints and the replacement label go, the node is uncordoned if the swap
+cordoned it, the request goes to state ``returned`` (kept as a record). A
+lemon node (label ``gpufleet.io/lemon=true``, see gpufleet.health) is only
+returned with ``clear_lemon``, by a person.
+
+Both are idempotent: a swap of a node already out resumes what is missing
+(a drain that timed out, a missing request) and raises
+:class:`AlreadyOut` when nothing is; a return of a node in service raises
+:class:`NotOut`. ``dry_run`` computes the same plan and checks each eviction
+with ``dryRun=All``, writing nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.ops import drain as drainer
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops.kube import OpsError, call_json, ensure_namespace, get_node, record_event, update_with_retry
+from gpufleet.ops.names import (
+    ANN_CORDONED_BY_SWAP,
+    ANN_DEGRADED_AT,
+    ANN_HEALTH_HISTORY,
+    ANN_LEMON_REASON,
+    ANN_RETURNED_AT,
+    ANN_SWAP_REASON,
+    ANN_SWAP_SOURCE,
+    ANN_SWAPPED_AT,
+    DEGRADED_TAINT,
+    LEMON_LABEL,
+    REPLACEMENT_LABEL,
+    SWAP_NODE_LABEL,
+    SWAP_REQUEST_LABEL,
+    SWAP_STATE_LABEL,
+    SWAP_TAINT,
+    SYSTEM_NAMESPACE,
+)
+
+Node = dict[str, Any]
+EVENT_COMPONENT = "gpufleet-ops"
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class AlreadyOut(OpsError):
+    """The node is already out for swap and nothing is left to do."""
+
+
+class NotOut(OpsError):
+    """``return`` of a node that is in service."""
+
+
+class LemonNode(OpsError):
+    """``return`` of a lemon node without ``clear_lemon``."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One field a plan changes: ``what`` (e.g. ``taint gpufleet.io/swap``), ``before`` and ``after`` as text."""
+
+    what: str
+    before: str
+    after: str
+
+
+@dataclass
+class NodePlan:
+    """Changes to one Node and the merge patch that makes them.
+
+    Attributes:
+        node: node name.
+        changes: the diff, for display.
+        patch: JSON merge patch (no resourceVersion; the apply adds it).
+        resume: the node was already out for swap (this run completes it).
+    """
+
+    node: str
+    changes: list[Change]
+    patch: dict[str, Any]
+    resume: bool = False
+
+
+@dataclass
+class SwapResult:
+    """What :func:`swap` did (or would do, ``dry_run``).
+
+    Attributes:
+        plan: the node diff.
+        drain: the drain (dry run: the eviction check), None when not drained.
+        request: ``namespace/name`` of the swap-request ConfigMap.
+        state: the request's state after the run.
+        dry_run: nothing was written.
+    """
+
+    plan: NodePlan
+    drain: drainer.DrainResult | None
+    request: str
+    state: str
+    dry_run: bool = False
+
+
+@dataclass
+class ReturnResult:
+    """What :func:`return_node` did (or would do)."""
+
+    plan: NodePlan
+    request: str | None
+    dry_run: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def slug(text: str, fallback: str = "manual") -> str:
+    """``text`` as a Kubernetes label/taint value: ``[A-Za-z0-9_.-]``, 63 characters, alphanumeric ends."""
+    s = _SLUG_BAD.sub("-", text.strip())[:63]
+    s = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", s)
+    return s or fallback
+
+
+def _taint_str(t: dict[str, str] | None) -> str:
+    if t is None:
+        return "-"
+    return f"{t['key']}={t.get('value', '')}:{t.get('effect', '')}"
+
+
+def _without(taints: list[dict[str, str]], *keys: str) -> list[dict[str, str]]:
+    return [t for t in taints if t.get("key") not in keys]
+
+
+def plan_swap(node: Node, reason: str, *, source: str = "manual", now: str | None = None,
+              taint_value: str | None = None) -> NodePlan:
+    """The Node changes of a swap (pure).
+
+    Args:
+        node: the Node as read (dict).
+        reason: free text; slugged into the taint value unless ``taint_value``.
+        source: ``manual`` or ``node-health``.
+        now: RFC 3339 time to record (default: now).
+        taint_value: the taint's value (slugged), e.g. the fault kind; default: the reason.
+
+    Returns:
+        A :class:`NodePlan`. A node already out keeps its original reason and
+        time; only what is missing is planned (``resume=True``).
+
+    Raises:
+        OpsError: empty reason.
+    """
+    if not reason.strip():
+        raise OpsError("--reason is empty: say why the node goes out (it is recorded for the replacement)")
+    now = now or nodeutil.now_rfc3339()
+    name = nodeutil.name(node)
+    ann = nodeutil.annotations(node)
+    lab = nodeutil.labels(node)
+    existing = nodeutil.taint(node, SWAP_TAINT)
+    changes: list[Change] = []
+    patch: dict[str, Any] = {}
+    meta_ann: dict[str, str | None] = {}
+    meta_lab: dict[str, str | None] = {}
+    spec: dict[str, Any] = {}
+
+    if not nodeutil.is_cordoned(node):
+        changes.append(Change("spec.unschedulable (cordon)", "false", "true"))
+        spec["unschedulable"] = True
+        meta_ann[ANN_CORDONED_BY_SWAP] = "true"
+    elif existing is None and ANN_CORDONED_BY_SWAP not in ann:
+        meta_ann[ANN_CORDONED_BY_SWAP] = "false"  # cordoned by someone else: return leaves it cordoned
+    if existing is None:
+        want = {"key": SWAP_TAINT, "value": slug(taint_value or reason), "effect": "NoSchedule"}
+        taints = _without(nodeutil.taints(node), SWAP_TAINT, DEGRADED_TAINT) + [want]
+        spec["taints"] = taints
+        changes.append(Change(f"taint {SWAP_TAINT}", "-", _taint_str(want)))
+        degraded = nodeutil.taint(node, DEGRADED_TAINT)
+        if degraded is not None:
+            changes.append(Change(f"taint {DEGRADED_TAINT}", _taint_str(degraded), "- (superseded by the swap)"))
+        meta_ann.update({ANN_SWAP_REASON: reason, ANN_SWAP_SOURCE: source, ANN_SWAPPED_AT: now})
+        changes.append(Change(f"annotation {ANN_SWAP_REASON}", ann.get(ANN_SWAP_REASON, "-"), reason))
+    if lab.get(REPLACEMENT_LABEL) != "true":
+        meta_lab[REPLACEMENT_LABEL] = "true"
+        changes.append(Change(f"label {REPLACEMENT_LABEL}", lab.get(REPLACEMENT_LABEL, "-"), "true"))
+    if spec:
+        patch["spec"] = spec
+    if meta_ann or meta_lab:
+        patch["metadata"] = {k: v for k, v in (("annotations", meta_ann), ("labels", meta_lab)) if v}
+    return NodePlan(name, changes, patch, resume=existing is not None)
+
+
+def plan_return(node: Node, *, clear_lemon: bool = False, now: str | None = None) -> NodePlan:
+    """The Node changes of a return (pure).
+
+    Raises:
+        NotOut: no swap or degraded taint, no replacement label, not a lemon.
+        LemonNode: a lemon and not ``clear_lemon`` (the message gives its history).
+    """
+    name = nodeutil.name(node)
+    ann = nodeutil.annotations(node)
+    lab = nodeutil.labels(node)
+    swap_t, degr_t = nodeutil.taint(node, SWAP_TAINT), nodeutil.taint(node, DEGRADED_TAINT)
+    lemon = nodeutil.is_lemon(node)
+    if swap_t is None and degr_t is None and lab.get(REPLACEMENT_LABEL) is None and not lemon:
+        why = "; it is cordoned by someone else (kubectl uncordon)" if nodeutil.is_cordoned(node) else ""
+        raise NotOut(f"node {name} is not out (no {SWAP_TAINT} or {DEGRADED_TAINT} taint, no replacement "
+                     f"requested): nothing to return{why}")
+    if lemon and not clear_lemon:
+        hist = nodeutil.health_history(node)
+        last = "; ".join(f"{e.get('time', '?')} {e.get('fault', '?')}" for e in hist[-5:]) or "no history recorded"
+        raise LemonNode(f"node {name} is a lemon ({ann.get(ANN_LEMON_REASON, 'repeated failures')}; recent: {last}). "
+                        "It stays out until a person returns it: once its hardware is replaced or checked, run "
+                        f"`invoke node.return {name} --clear-lemon`")
+    now = now or nodeutil.now_rfc3339()
+    changes: list[Change] = []
+    spec: dict[str, Any] = {}
+    meta_ann: dict[str, str | None] = {}
+    meta_lab: dict[str, str | None] = {}
+    if swap_t is not None or degr_t is not None:
+        spec["taints"] = _without(nodeutil.taints(node), SWAP_TAINT, DEGRADED_TAINT) or None
+        for t in (swap_t, degr_t):
+            if t is not None:
+                changes.append(Change(f"taint {t['key']}", _taint_str(t), "-"))
+    if nodeutil.is_cordoned(node):
+        if ann.get(ANN_CORDONED_BY_SWAP) == "true":
+            spec["unschedulable"] = None
+            changes.append(Change("spec.unschedulable (cordon)", "true", "false"))
+        else:
+            changes.append(Change("spec.unschedulable (cordon)", "true", "true (cordoned before the swap: left as is)"))
+    if lab.get(REPLACEMENT_LABEL) is not None:
+        meta_lab[REPLACEMENT_LABEL] = None
+        changes.append(Change(f"label {REPLACEMENT_LABEL}", lab[REPLACEMENT_LABEL], "-"))
+    if lemon:
+        meta_lab[LEMON_LABEL] = None
+        meta_ann[ANN_LEMON_REASON] = None
+        meta_ann[ANN_HEALTH_HISTORY] = "[]"
+        changes.append(Change(f"label {LEMON_LABEL}", "true", "- (cleared by a person; history archived in the swap request)"))
+    for key in (ANN_SWAP_REASON, ANN_SWAP_SOURCE, ANN_SWAPPED_AT, ANN_CORDONED_BY_SWAP, ANN_DEGRADED_AT):
+        if key in ann:
+            meta_ann[key] = None
+    meta_ann[ANN_RETURNED_AT] = now
+    changes.append(Change(f"annotation {ANN_RETURNED_AT}", ann.get(ANN_RETURNED_AT, "-"), now))
+    patch: dict[str, Any] = {"metadata": {k: v for k, v in (("annotations", meta_ann), ("labels", meta_lab)) if v}}
+    if spec:
+        patch["spec"] = spec
+    return NodePlan(name, changes, patch)
+
+
+def plan_degrade(node: Node, fault: str, *, now: str | None = None) -> NodePlan | None:
+    """Taint ``gpufleet.io/degraded=<fault>:NoSchedule`` (pure); None when the node already carries it or is out for swap."""
+    if nodeutil.taint(node, SWAP_TAINT) is not None or nodeutil.taint(node, DEGRADED_TAINT) is not None:
+        return None
+    now = now or nodeutil.now_rfc3339()
+    want = {"key": DEGRADED_TAINT, "value": slug(fault, "fault"), "effect": "NoSchedule"}
+    patch = {"spec": {"taints": nodeutil.taints(node) + [want]},
+             "metadata": {"annotations": {ANN_DEGRADED_AT: now}}}
+    return NodePlan(nodeutil.name(node), [Change(f"taint {DEGRADED_TAINT}", "-", _taint_str(want))], patch)
+
+
+# --------------------------------------------------------------------------- swap requests
+
+
+def request_name(node: str) -> str:
+    """Name of the swap-request ConfigMap of ``node``."""
+    return f"swap-{node}"[:253]
+
+
+def get_request(api: client.ApiClient, node: str, namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any] | None:
+    """The swap-request ConfigMap of ``node``, None when there is none."""
+    try:
+        return call_json(api, "GET", f"/api/v1/namespaces/{namespace}/configmaps/{request_name(node)}")
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[str, str]) -> dict[str, Any]:
+    """Create or update (merge) the swap-request ConfigMap of ``node`` with ``data``; its state label follows ``data["state"]``."""
+    name = nodeutil.name(node)
+    labels = {SWAP_REQUEST_LABEL: "true", SWAP_NODE_LABEL: name[:63], SWAP_STATE_LABEL: data.get("state", "requested")}
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": request_name(name), "namespace": namespace, "labels": labels}, "data": data}
+    try:
+        return call_json(api, "POST", path, body=body)
+    except ApiException as exc:
+        if exc.status == 404:
+            ensure_namespace(api, namespace)
+            return call_json(api, "POST", path, body=body)
+        if exc.status != 409:
+            raise
+    return call_json(api, "PATCH", f"{path}/{request_name(name)}", content_type="application/merge-patch+json",
+                     body={"metadata": {"labels": labels}, "data": data})
+
+
+def _request_data(node: Node, reason: str, source: str, state: str, when: str) -> dict[str, str]:
+    return {"node": nodeutil.name(node), "reason": reason, "source": source, "requested_at": when, "state": state,
+            "flavor": nodeutil.flavor(node) or "", "gpus": str(nodeutil.gpus(node, "capacity")),
+            "lemon": "true" if nodeutil.is_lemon(node) else "false",
+            "history": json.dumps(nodeutil.health_history(node))}
+
+
+def _apply_plan(api: client.ApiClient, name: str, replan: Callable[[Node], NodePlan | None]) -> tuple[Node, NodePlan | None]:
+    """Apply the plan recomputed on each (re-)read, guarded by resourceVersion."""
+    box: dict[str, NodePlan | None] = {}
+
+    def change(obj: Node) -> dict[str, Any] | None:
+        p = replan(obj)
+        box["plan"] = p
+        return p.patch if p and p.patch else None
+
+    after, _ = update_with_retry(api, f"/api/v1/nodes/{name}", change)
+    return after, box.get("plan")
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "manual", timeout: float = 600.0,
+         dry_run: bool = False, force: bool = False, namespace: str = SYSTEM_NAMESPACE,
+         progress: Callable[[drainer.DrainProgress], None] | None = None,
+         on_tainted: Callable[[Node], None] | None = None, extra_history: dict[str, Any] | None = None,
+         taint_value: str | None = None) -> SwapResult:
+    """Cordon, taint, drain and request a replacement for ``node_name`` (module docstring).
+
+    Args:
+        api: API client.
+        node_name: the node.
+        reason: why (free text).
+        source: ``manual`` (a person) or ``node-health`` (the controller).
+        timeout: seconds the drain may take.
+        dry_run: plan and check evictions (``dryRun=All``), write nothing.
+        force: also evict pods no controller owns.
+        namespace: where swap requests live (node_health_namespace).
+        progress: drain progress callback.
+        on_tainted: called with the Node right after the taint is applied
+            (before the drain): the controller measures its latency there.
+        extra_history: an entry to append to the node's failure history in
+            the same patch (the controller's attributable failure).
+        taint_value: the swap taint's value (default: the reason, slugged).
+
+    Returns:
+        A :class:`SwapResult`.
+
+    Raises:
+        NodeNotFound: unknown node (near matches listed).
+        AlreadyOut: already out for swap, drained and recorded.
+        OpsError: empty reason; Conflict when the node kept changing.
+    """
+    node = get_node(api, node_name)
+    plan = plan_swap(node, reason, source=source, taint_value=taint_value)
+    req_ns_name = f"{namespace}/{request_name(node_name)}"
+    if plan.resume and not plan.changes:
+        request = get_request(api, node_name, namespace)
+        evictable, unmanaged, _ = drainer.plan(_pods(api, node_name), force=force)
+        if request is not None and not evictable and request["data"].get("state") != "draining":
+            ann = nodeutil.annotations(node)
+            raise AlreadyOut(
+                f"node {node_name} is already out: {SWAP_TAINT}={nodeutil.taint(node, SWAP_TAINT).get('value')} "
+                f"since {ann.get(ANN_SWAPPED_AT, '?')} ({ann.get(ANN_SWAP_SOURCE, '?')}: {ann.get(ANN_SWAP_REASON, '?')}); "
+                f"swap request {req_ns_name} is {request['data'].get('state')!r}"
+                + (f", {len(unmanaged)} unmanaged pods left on it" if unmanaged else "")
+                + f". Nothing to do; `invoke node.return {node_name}` brings it back")
+    if dry_run:
+        check = drainer.drain(api, node_name, timeout=timeout, force=force, dry_run=True)
+        return SwapResult(plan, check, req_ns_name, "dry-run", dry_run=True)
+
+    def replan(obj: Node) -> NodePlan:
+        p = plan_swap(obj, reason, source=source, taint_value=taint_value)
+        if extra_history is not None:
+            hist = nodeutil.health_history(obj) + [extra_history]
+            p.patch.setdefault("metadata", {}).setdefault("annotations", {})[ANN_HEALTH_HISTORY] = json.dumps(hist)
+        return p
+
+    node, applied = _apply_plan(api, node_name, replan)
+    if applied is not None:
+        plan = applied
+    if on_tainted:
+        on_tainted(node)
+    ann = nodeutil.annotations(node)
+    when, why, src = ann.get(ANN_SWAPPED_AT, nodeutil.now_rfc3339()), ann.get(ANN_SWAP_REASON, reason), ann.get(ANN_SWAP_SOURCE, source)
+    if not plan.resume:
+        record_event(api, node, "NodeSwapRequested", f"cordoned and tainted {SWAP_TAINT} ({src}): {why}; draining",
+                     type_="Warning", component=f"gpufleet-{src}", action="Swap")
+    write_request(api, node, namespace, _request_data(node, why, src, "draining", when))
+    result = drainer.drain(api, node_name, timeout=timeout, force=force, progress=progress)
+    state = "requested" if result.complete else "drain-incomplete"
+    data = _request_data(node, why, src, state, when)
+    data["evicted"] = json.dumps(sorted(str(p) for p in result.evicted))
+    data["blocked"] = json.dumps({str(p): r for p, r in sorted(result.blocked.items(), key=lambda kv: str(kv[0]))})
+    write_request(api, node, namespace, data)
+    if result.complete:
+        record_event(api, node, "NodeDrained", f"{len(result.evicted)} pods evicted in {result.seconds:.0f}s; "
+                     f"replacement requested ({req_ns_name})", component=f"gpufleet-{src}", action="Drain")
+    else:
+        left = ", ".join(f"{p}: {r}" for p, r in list(result.blocked.items())[:5])
+        record_event(api, node, "NodeDrainIncomplete", f"{len(result.blocked)} pods could not be evicted: {left}",
+                     type_="Warning", component=f"gpufleet-{src}", action="Drain")
+    return SwapResult(plan, result, req_ns_name, state)
+
+
+def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = False, dry_run: bool = False,
+                namespace: str = SYSTEM_NAMESPACE) -> ReturnResult:
+    """Bring a swapped or degraded node back into service (module docstring).
+
+    Raises:
+        NodeNotFound: unknown node.
+        NotOut: the node is in service.
+        LemonNode: a lemon and not ``clear_lemon``.
+    """
+    node = get_node(api, node_name)
+    plan = plan_return(node, clear_lemon=clear_lemon)
+    request = get_request(api, node_name, namespace)
+    req_name = f"{namespace}/{request_name(node_name)}" if request is not None else None
+    if dry_run:
+        return ReturnResult(plan, req_name, dry_run=True)
+    before = node
+    node, applied = _apply_plan(api, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
+    plan = applied or plan
+    notes = []
+    if request is not None:
+        data = {"state": "returned", "returned_at": nodeutil.annotations(node).get(ANN_RETURNED_AT, nodeutil.now_rfc3339())}
+        if clear_lemon and nodeutil.is_lemon(before):
+            data["history"] = json.dumps(nodeutil.health_history(before))
+            data["lemon"] = "cleared"
+        write_request(api, before, namespace, {**request.get("data", {}), **data})
+        notes.append(f"swap request {req_name} marked returned")
+    if nodeutil.is_cordoned(node):
+        notes.append("still cordoned: it was cordoned before the swap (kubectl uncordon when ready)")
+    record_event(api, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else ""),
+                 component=EVENT_COMPONENT, action="Return")
+    return ReturnResult(plan, req_name, notes=notes)
+
+
+def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, source: str = "node-health",
+            extra_history: dict[str, Any] | None = None) -> NodePlan | None:
+    """Move a node to the degraded tier: taint ``gpufleet.io/degraded=<fault>:NoSchedule``; no cordon, no drain.
+
+    Inference tolerates the taint; training does not, and the descheduler's
+    RemovePodsViolatingNodeTaints moves training pods off slowly. Returns the
+    plan applied, None when the node was already degraded or out.
+    """
+
+    def replan(obj: Node) -> NodePlan | None:
+        p = plan_degrade(obj, fault)
+        if p is not None and extra_history is not None:
+            p.patch["metadata"]["annotations"][ANN_HEALTH_HISTORY] = json.dumps(nodeutil.health_history(obj) + [extra_history])
+        return p
+
+    node, plan = _apply_plan(api, node_name, replan)
+    if plan is not None:
+        record_event(api, node, "NodeDegraded", f"tainted {DEGRADED_TAINT}={slug(fault, 'fault')}: {detail} "
+                     "(inference only; training pods move off)", type_="Warning", component=f"gpufleet-{source}",
+                     action="Degrade")
+    return plan
+
+
+def _pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    from gpufleet.ops.kube import pods_on_node
+
+    return pods_on_node(api, node)

@@ -1,0 +1,289 @@
+"""The quota-sync service: watch Nodes, debounce, resync, export what it did.
+
+* A watcher thread lists and watches Nodes (JSON, resuming from bookmarks,
+  relisting on 410 Gone) and keeps a slim cache: only the fields capacity
+  depends on (:func:`slim`). A node event marks the state dirty only when
+  the node's capacity signature changes (flavor, GPUs, schedulable,
+  virtual), so heartbeats cost nothing.
+* The loop waits for dirty (or ``resync_seconds`` for a periodic resync
+  that also repairs quota someone else edited), then ``debounce_seconds``
+  more so a burst (a rack going down) gives one resync, then computes
+  the plan from the cache plus a fresh read of ClusterQueues, Workloads
+  and LocalQueues, and applies it (:func:`gpufleet.quota.resync.apply`,
+  optimistic concurrency, retried on 409).
+* Zero-capacity flavors are applied (the controller sees the cluster it
+  runs in; the one-shot task is the one that guards against a wrong
+  kubeconfig), with a Warning Event.
+* Drift and gangs that cannot fit get their Events once per new finding.
+
+Metrics (``gpufleet_quota_*``): nominal and schedulable GPUs, drift, gangs
+that cannot fit, resyncs by result, 409 conflicts, resync duration, and
+convergence: seconds from the first node event of a burst to its quota
+applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpufleet.inventory import Inventory
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops.kube import list_items, record_event, watch_json
+from gpufleet.ops.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
+from gpufleet.quota import resync
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+#: Seconds after the first node event of a burst before resyncing.
+DEBOUNCE_SECONDS = 1.0
+#: Seconds between resyncs without node events (repairs quota edited by others).
+RESYNC_SECONDS = 300.0
+#: Server-side timeout of one watch request.
+WATCH_SECONDS = 240
+
+
+def slim(node: Obj) -> Obj:
+    """The fields of a Node capacity depends on, in the Node's own shape (so every ``nodes`` function works)."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    keep = {k: labels[k] for k in (FLAVOR_LABEL, VIRTUAL_NODE_LABEL[0]) if k in labels}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    return {"metadata": {"name": meta.get("name"), "labels": keep},
+            "spec": {"unschedulable": spec.get("unschedulable", False), "taints": spec.get("taints") or []},
+            "status": {"allocatable": {GPU_RESOURCE: gpus} if gpus is not None else {},
+                       "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
+
+
+def signature(node: Obj) -> tuple:
+    """What quota depends on: flavor, GPUs, out reasons, virtual."""
+    return (nodeutil.flavor(node), nodeutil.gpus(node), tuple(nodeutil.out_reasons(node)), nodeutil.is_virtual(node))
+
+
+class NodeCache:
+    """Slim Nodes by name, fed by :meth:`run` (list + watch); ``dirty`` is set on capacity changes."""
+
+    def __init__(self, api: client.ApiClient):
+        self.api = api
+        self.nodes: dict[str, Obj] = {}
+        self.lock = threading.Lock()
+        self.dirty = threading.Event()
+        self.synced = threading.Event()
+        #: monotonic time of the first change not yet resynced.
+        self.first_change: float | None = None
+        self.events = 0
+
+    def _mark(self) -> None:
+        with self.lock:
+            if self.first_change is None:
+                self.first_change = time.monotonic()
+        self.dirty.set()
+
+    def take(self) -> tuple[list[Obj], float | None]:
+        """The cached nodes and the time of the first unsynced change; clears dirty."""
+        with self.lock:
+            first, self.first_change = self.first_change, None
+            self.dirty.clear()
+            return list(self.nodes.values()), first
+
+    def _relist(self) -> str:
+        items, rv = list_items(self.api, "/api/v1/nodes")
+        fresh = {nodeutil.name(n): slim(n) for n in items}
+        with self.lock:
+            changed = {k: signature(v) for k, v in fresh.items()} != {k: signature(v) for k, v in self.nodes.items()}
+            self.nodes = fresh
+        if changed or not self.synced.is_set():
+            self._mark()
+        self.synced.set()
+        return rv
+
+    def apply_event(self, kind: str, obj: Obj) -> None:
+        """Apply one watch event to the cache (ADDED, MODIFIED, DELETED)."""
+        name = (obj.get("metadata") or {}).get("name")
+        if not name:
+            return
+        self.events += 1
+        with self.lock:
+            old = self.nodes.get(name)
+            if kind == "DELETED":
+                self.nodes.pop(name, None)
+                new = None
+            else:
+                new = slim(obj)
+                self.nodes[name] = new
+        if (old is None) != (new is None) or (old is not None and new is not None and signature(old) != signature(new)):
+            self._mark()
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch until ``stop``; relist on 410 Gone or errors (backing off)."""
+        rv = None
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    rv = self._relist()
+                for kind, obj in watch_json(self.api, "/api/v1/nodes", resource_version=rv, timeout_seconds=WATCH_SECONDS):
+                    if stop.is_set():
+                        return
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            rv = None
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if kind != "BOOKMARK":
+                        self.apply_event(kind, obj)
+                backoff = 1.0
+            except Exception as exc:  # noqa: BLE001 - the watch reconnects
+                log.warning("node watch: %s; relisting in %.0fs", exc, backoff)
+                rv = None
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+class Metrics:
+    """``gpufleet_quota_*`` metrics in one registry."""
+
+    def __init__(self, registry: CollectorRegistry):
+        p = "gpufleet_quota_"
+        self.nominal = Gauge(p + "nominal_gpus", "GPU nominalQuota per ClusterQueue and flavor after the last resync.",
+                             ["cluster_queue", "flavor"], registry=registry)
+        self.schedulable = Gauge(p + "schedulable_gpus", "Schedulable GPUs per flavor at the last resync.", ["flavor"], registry=registry)
+        self.drift = Gauge(p + "drift_gpus", "GPUs admitted above the ClusterQueue's nominal quota (capacity fell below "
+                           "usage; nothing is evicted).", ["cluster_queue", "flavor"], registry=registry)
+        self.cannot_fit = Gauge(p + "gangs_cannot_fit", "Pending workloads wanting more GPUs than their ClusterQueue can get "
+                                "with the capacity schedulable now.", ["cluster_queue"], registry=registry)
+        self.resyncs = Counter(p + "sync_resyncs_total", "Resyncs by result (changed, unchanged, error).", ["result"], registry=registry)
+        self.conflicts = Counter(p + "sync_conflicts_total", "409 Conflicts met while patching ClusterQueues (each retried).",
+                                 registry=registry)
+        self.duration = Histogram(p + "sync_duration_seconds", "Seconds to compute and apply one resync.",
+                                  buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=registry)
+        self.convergence = Histogram(p + "sync_convergence_seconds", "Seconds from the first node event of a burst to "
+                                     "its quota applied.", buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 30, 60), registry=registry)
+        self.last_success = Gauge(p + "sync_last_success_timestamp_seconds", "Unix time of the last successful resync.",
+                                  registry=registry)
+
+
+@dataclass
+class SyncOutcome:
+    """One controller resync: the plan, what was applied, and the convergence time (None: periodic resync)."""
+
+    plan: resync.ResyncPlan | None
+    applied: resync.ApplyResult | None
+    convergence: float | None
+    error: str | None = None
+    seconds: float = 0.0
+    at: float = field(default_factory=time.time)
+
+
+class QuotaSync:
+    """The service behind ``gpufleet quota-sync`` (module docstring).
+
+    Args:
+        api: API client (built once).
+        inv: the environment's inventory (queues, shares, reserve).
+        registry: metrics registry.
+        debounce_seconds, resync_seconds: see the module constants.
+    """
+
+    def __init__(self, api: client.ApiClient, inv: Inventory, registry: CollectorRegistry | None = None, *,
+                 debounce_seconds: float = DEBOUNCE_SECONDS, resync_seconds: float = RESYNC_SECONDS):
+        self.api, self.inv = api, inv
+        self.registry = registry or CollectorRegistry()
+        self.metrics = Metrics(self.registry)
+        self.cache = NodeCache(api)
+        self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds
+        self._reported: set[tuple] = set()
+        self.history: list[SyncOutcome] = []
+
+    def resync_once(self, first_change: float | None = None) -> SyncOutcome:
+        """Compute from the cache and apply; record metrics and Events for new findings."""
+        t0 = time.monotonic()
+        nodes, first = self.cache.take()
+        first = first if first_change is None else first_change
+        try:
+            cqs = list_items(self.api, resync.CQ_PATH)[0]
+            wls = list_items(self.api, resync.WL_PATH)[0]
+            lqs = list_items(self.api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues")[0]
+            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs)
+            applied = resync.apply(self.api, plan, allow_zero=True, events=False)
+        except (ApiException, resync.OpsError, OSError) as exc:
+            self.metrics.resyncs.labels("error").inc()
+            log.error("resync failed: %s", exc)
+            if first is not None:  # keep the burst pending
+                with self.cache.lock:
+                    self.cache.first_change = min(first, self.cache.first_change or first)
+                self.cache.dirty.set()
+            out = SyncOutcome(None, None, None, error=str(exc), seconds=time.monotonic() - t0)
+            self.history.append(out)
+            return out
+        self.metrics.conflicts.inc(applied.conflicts)
+        self.metrics.resyncs.labels("changed" if applied.patched else "unchanged").inc()
+        self._export(plan)
+        self._report(plan)
+        done = time.monotonic()
+        conv = done - first if first is not None else None
+        if conv is not None and applied.patched:
+            self.metrics.convergence.observe(conv)
+        self.metrics.duration.observe(done - t0)
+        self.metrics.last_success.set(time.time())
+        out = SyncOutcome(plan, applied, conv if applied.patched else None, seconds=done - t0)
+        self.history = self.history[-99:] + [out]
+        if applied.patched:
+            log.info("quota resynced in %.2fs (%s): %s", done - t0, ", ".join(applied.patched),
+                     "; ".join(f"{c.cluster_queue}/{c.flavor}/{c.resource}: {c.before} -> {c.after}" for c in plan.changes))
+        return out
+
+    def _export(self, plan: resync.ResyncPlan) -> None:
+        for q, flavors in plan.desired.items():
+            for f, r in flavors.items():
+                self.metrics.nominal.labels(q, f).set(r["gpu"])
+        for f, c in plan.capacity.items():
+            self.metrics.schedulable.labels(f).set(c.schedulable_gpus)
+        drift = {(d.cluster_queue, d.flavor): d.gpus for d in plan.drift}
+        for q, flavors in plan.desired.items():
+            for f in flavors:
+                self.metrics.drift.labels(q, f).set(drift.get((q, f), 0))
+            self.metrics.cannot_fit.labels(q).set(sum(1 for g in plan.cannot_fit if g.cluster_queue == q))
+
+    def _report(self, plan: resync.ResyncPlan) -> None:
+        new_drift = [d for d in plan.drift if ("drift", d.cluster_queue, d.flavor, d.reserved, d.nominal) not in self._reported]
+        new_gangs = [g for g in plan.cannot_fit if ("gang", g.workload, g.max_gpus) not in self._reported]
+        for d in new_drift:
+            self._reported.add(("drift", d.cluster_queue, d.flavor, d.reserved, d.nominal))
+        for g in new_gangs:
+            self._reported.add(("gang", g.workload, g.max_gpus))
+        if new_drift or new_gangs:
+            resync.record_findings(self.api, plan, new_drift, new_gangs)
+        for f in plan.zero_flavors:
+            key = ("zero", f, plan.capacity[f].nodes)
+            if key not in self._reported:
+                self._reported.add(key)
+                log.warning("flavor %s has no schedulable GPU: quota 0 in every ClusterQueue", f)
+
+    def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
+        """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
+        watcher = threading.Thread(target=self.cache.run, args=(stop,), daemon=True, name="quota-sync-watch")
+        watcher.start()
+        self.cache.synced.wait(60)
+        last = 0.0
+        while not stop.is_set():
+            woke = self.cache.dirty.wait(min(5.0, self.resync_seconds))
+            on_beat()
+            if stop.is_set():
+                break
+            if not woke and time.monotonic() - last < self.resync_seconds:
+                continue
+            if woke:
+                stop.wait(self.debounce_seconds)
+            self.resync_once()
+            last = time.monotonic()

@@ -1,0 +1,188 @@
+"""invoke tasks for nodes: ``node.swap`` and ``node.return``.
+
+Each task parses its flags and calls a plain function of this module
+(:func:`swap_node`, :func:`return_node`), which calls :mod:`gpufleet.ops.swap`.
+Exit codes: 0 done; 1 the operation cannot proceed (node already out, not
+out, a lemon, pods left on the node after the drain timeout, conflicts);
+2 bad input (unknown node, with near matches; empty reason; bad kubeconfig).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from invoke import Collection, Context, task
+from invoke.exceptions import Exit
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpufleet.ops.exits import fail_on_ops_error
+from gpufleet.ops.names import SYSTEM_NAMESPACE
+
+_KUBE_HELP = {
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+    "context": "kubeconfig context (default: the current one)",
+    "namespace": f"namespace of swap-request ConfigMaps (node_health_namespace; default {SYSTEM_NAMESPACE})",
+}
+
+
+def _diff_table(title: str, plan) -> Table:
+    t = Table(title=title)
+    for col in ("field", "now", "after"):
+        t.add_column(col)
+    for ch in plan.changes:
+        t.add_row(ch.what, ch.before, ch.after)
+    if not plan.changes:
+        t.add_row("(no change)", "", "")
+    return t
+
+
+def _pods_table(title: str, drain) -> Table:
+    t = Table(title=title)
+    for col in ("pod", "outcome", "why"):
+        t.add_column(col)
+    for p in drain.evicted:
+        t.add_row(str(p), "would be evicted" if drain.dry_run else "evicted", "")
+    for p, why in drain.blocked.items():
+        t.add_row(str(p), "[red]blocked[/red]", why)
+    for p, why in drain.skipped.items():
+        t.add_row(str(p), "skipped", why)
+    if not (drain.evicted or drain.blocked or drain.skipped):
+        t.add_row("(no pods on the node)", "", "")
+    return t
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        raise Exit("refusing to act without confirmation: pass --yes (stdin is not a terminal)", code=2)
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def swap_node(node: str, reason: str, *, dry_run: bool = False, yes: bool = False, timeout: float = 600.0,
+              force: bool = False, namespace: str = SYSTEM_NAMESPACE, kubeconfig: str | None = None,
+              context: str | None = None, console: Console | None = None):
+    """Show the swap's diff and eviction check; unless dry run, confirm, then swap with a progress bar.
+
+    Returns:
+        The :class:`gpufleet.ops.swap.SwapResult` (the dry-run one when ``dry_run`` or not confirmed).
+
+    Raises:
+        gpufleet.ops.kube.OpsError (and subclasses): see :func:`gpufleet.ops.swap.swap`.
+    """
+    from gpufleet.ops import swap as swapper
+    from gpufleet.ops.kube import InputError, api_client
+
+    console = console or Console()
+    if timeout <= 0:
+        raise InputError(f"--timeout {timeout:g}: expected seconds > 0")
+    if not reason.strip():
+        raise InputError("--reason is empty: say why the node goes out (it is recorded for the replacement)")
+    api = api_client(kubeconfig, context)
+    try:
+        check = swapper.swap(api, node, reason, dry_run=True, force=force, namespace=namespace, timeout=timeout)
+        verb = "resume swap of" if check.plan.resume else "swap"
+        console.print(_diff_table(f"node.swap {node}: node changes", check.plan))
+        console.print(_pods_table(f"drain check (Eviction API, dryRun=All): {len(check.drain.evicted)} evictable now, "
+                                  f"{len(check.drain.blocked)} blocked", check.drain))
+        console.print(f"swap request: {check.request} (ConfigMap, label gpufleet.io/swap-request=true)")
+        if dry_run:
+            console.print("[bold]dry run: nothing changed[/bold]")
+            return check
+        if not yes and not _confirm(f"{verb} {node}?"):
+            console.print("not confirmed: nothing changed")
+            return check
+        with Progress(TextColumn("[bold]draining {task.fields[node]}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[blocked]}"), TimeElapsedColumn(), console=console) as bar:
+            tid = bar.add_task("drain", total=len(check.drain.evicted) + len(check.drain.blocked), node=node, blocked="")
+
+            def progress(p) -> None:
+                left = f"{len(p.blocked)} waiting (PDB or API)" if p.blocked else ""
+                bar.update(tid, total=p.total, completed=p.done, blocked=left)
+
+            result = swapper.swap(api, node, reason, timeout=timeout, force=force, namespace=namespace, progress=progress)
+    finally:
+        api.close()
+    d = result.drain
+    console.print(_pods_table(f"drain of {node}: {len(d.evicted)} evicted in {d.seconds:.1f}s, "
+                              f"{len(d.blocked)} left", d))
+    console.print(f"{node}: out for swap; replacement requested in {result.request} (state {result.state})")
+    return result
+
+
+def return_node(node: str, *, dry_run: bool = False, clear_lemon: bool = False, namespace: str = SYSTEM_NAMESPACE,
+                kubeconfig: str | None = None, context: str | None = None, console: Console | None = None):
+    """Show the return's diff and, unless dry run, return the node to service.
+
+    Returns:
+        The :class:`gpufleet.ops.swap.ReturnResult`.
+
+    Raises:
+        gpufleet.ops.kube.NodeNotFound, gpufleet.ops.swap.NotOut, gpufleet.ops.swap.LemonNode.
+    """
+    from gpufleet.ops import swap as swapper
+    from gpufleet.ops.kube import api_client
+
+    console = console or Console()
+    api = api_client(kubeconfig, context)
+    try:
+        result = swapper.return_node(api, node, clear_lemon=clear_lemon, dry_run=dry_run, namespace=namespace)
+    finally:
+        api.close()
+    console.print(_diff_table(f"node.return {node}" + (" (dry run: nothing changed)" if dry_run else ""), result.plan))
+    for note in result.notes:
+        console.print(note)
+    if not dry_run:
+        console.print(f"{node}: back in service")
+    return result
+
+
+@task(help={
+    "node": "node name (kubectl get nodes)",
+    "reason": "why it goes out (free text; recorded in the taint, the node and the swap request)",
+    "dry_run": "show the node diff and check each eviction with dryRun=All; change nothing",
+    "yes": "do not ask for confirmation",
+    "timeout": "seconds the drain may take before the pods left are reported (default 600)",
+    "force": "also evict pods no controller owns (they are not recreated)",
+    **_KUBE_HELP,
+})
+def swap(c: Context, node: str, reason: str = "", dry_run: bool = False, yes: bool = False, timeout: float = 600.0,
+         force: bool = False, namespace: str = SYSTEM_NAMESPACE, kubeconfig: str = "", context: str = "") -> None:
+    """Take NODE out for replacement: cordon, taint gpufleet.io/swap, drain through the Eviction API, request a replacement.
+
+    PodDisruptionBudgets are respected (blocked evictions are retried until
+    --timeout); pods that cannot leave are listed, never deleted. Labels the
+    node gpufleet.io/replacement-requested=true and records the request as
+    ConfigMap <namespace>/swap-<node> for the provider integration.
+    Idempotent: re-running resumes an unfinished swap. Example:
+    invoke node.swap gpu-rack-a-0003 --reason "GPU 5 at 84 C" --yes
+    """
+    with fail_on_ops_error("node.swap"):
+        result = swap_node(node, reason, dry_run=dry_run, yes=yes, timeout=timeout, force=force, namespace=namespace,
+                           kubeconfig=kubeconfig or None, context=context or None)
+    if not result.dry_run and result.drain is not None and not result.drain.complete:
+        raise Exit(f"node.swap: {node} is out, but {len(result.drain.blocked)} pods are still on it (listed above); "
+                   f"re-run to retry them", code=1)
+
+
+@task(name="return", help={
+    "node": "node name",
+    "dry_run": "show the diff; change nothing",
+    "clear_lemon": "also return a lemon node (a person's decision, after its hardware was replaced or checked)",
+    **_KUBE_HELP,
+})
+def return_(c: Context, node: str, dry_run: bool = False, clear_lemon: bool = False, namespace: str = SYSTEM_NAMESPACE,
+            kubeconfig: str = "", context: str = "") -> None:
+    """Bring NODE back into service: remove the swap/degraded taints and the replacement label, uncordon.
+
+    Uncordons only if the swap cordoned it; marks the swap request returned
+    (kept as a record). Lemon nodes need --clear-lemon. Example:
+    invoke node.return gpu-rack-a-0003
+    """
+    with fail_on_ops_error("node.return"):
+        return_node(node, dry_run=dry_run, clear_lemon=clear_lemon, namespace=namespace,
+                    kubeconfig=kubeconfig or None, context=context or None)
+
+
+#: The ``node`` collection; tasks.py adds it with ``ns.add_collection(node)``.
+node = Collection("node", swap, return_)

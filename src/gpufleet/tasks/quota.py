@@ -1,0 +1,78 @@
+"""invoke tasks for Kueue quota: ``quota.resync``.
+
+The task parses its flags and calls :func:`resync`, a plain function.
+Exit codes: 0 done (or nothing to do), 1 the cluster refused or a
+zero-capacity flavor without ``--allow-zero``, 2 bad input (unknown
+environment, unreadable kubeconfig).
+"""
+
+from __future__ import annotations
+
+from invoke import Collection, Context, task
+from rich.console import Console
+
+from gpufleet.tasks.common import fail_on_inventory_error
+from gpufleet.ops.exits import fail_on_ops_error
+
+_KUBE_HELP = {
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+    "context": "kubeconfig context (default: the current one)",
+}
+
+
+def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfig: str | None = None,
+           context: str | None = None, console: Console | None = None):
+    """Compute (and with ``apply`` write) every ClusterQueue's nominalQuota from the real capacity; print the diff.
+
+    Returns:
+        ``(plan, apply result or None)`` (:mod:`gpufleet.quota.resync`).
+
+    Raises:
+        gpufleet.inventory.InventoryError: unknown or invalid environment.
+        gpufleet.ops.kube.OpsError: wrong cluster, zero-capacity flavor without ``allow_zero``, conflicts.
+    """
+    from gpufleet.inventory import load
+    from gpufleet.ops.kube import api_client
+    from gpufleet.quota import resync as rs
+    from gpufleet.quota.report import render
+
+    console = console or Console()
+    inv = load(env)
+    api = api_client(kubeconfig, context)
+    try:
+        plan = rs.compute(api, inv)
+        applied = rs.apply(api, plan, allow_zero=allow_zero) if apply and plan.changes else None
+        if apply and not plan.changes:
+            applied = rs.ApplyResult()
+            rs.record_findings(api, plan)
+    finally:
+        api.close()
+    console.print(render(plan, applied))
+    return plan, applied
+
+
+@task(help={
+    "env": "environment: a folder of inventories/ (local, staging, prod)",
+    "apply": "write the new quotas (default: only show the diff)",
+    "allow_zero": "allow setting a flavor's quota to 0 when none of its nodes is schedulable",
+    **_KUBE_HELP,
+})
+def resync_task(c: Context, env: str, apply: bool = False, allow_zero: bool = False, kubeconfig: str = "",
+                context: str = "") -> None:
+    """Make every ClusterQueue's nominalQuota its share of the real schedulable GPUs; show the diff.
+
+    Capacity per ResourceFlavor: nodes Ready, schedulable, without swap,
+    degraded or unhealthy taints, minus kueue_reserve_gpus; shared by the
+    queues' shares (kueue role). Writes with a resourceVersion precondition,
+    retried on conflict. Never evicts: workloads admitted above a lowered
+    quota keep running and are reported, with pending gangs that can no
+    longer fit. Example: invoke quota.resync --env local --apply
+    """
+    with fail_on_inventory_error(), fail_on_ops_error("quota.resync"):
+        resync(env, apply=apply, allow_zero=allow_zero, kubeconfig=kubeconfig or None, context=context or None)
+
+
+resync_task.__name__ = "resync"
+#: The ``quota`` collection; tasks.py adds it with ``ns.add_collection(quota)``.
+quota = Collection("quota")
+quota.add_task(resync_task, name="resync")
