@@ -2,7 +2,10 @@
 
 from invoke import Collection
 
-from gpufleet.tasks import render
+from gpufleet.tasks import node, quota, render, status, train
 
-ns = Collection(render.render)
+ns = Collection(render.render, status.status)
+ns.add_collection(train.train)
+ns.add_collection(quota.quota)
+ns.add_collection(node.node)
 ns.configure({"run": {"echo": False, "pty": False}})
