@@ -30,8 +30,9 @@ def test_hot_streak_needs_n_consecutive_samples():
 def test_growth_handles_resets_and_new_series():
     assert growth([(0, 5), (15, 5), (30, 7)], 0, 15) == (2, 30)
     assert growth([(0, 5), (15, 1), (30, 3)], 0, 15) == (3, 15)  # reset: 1 counts from zero
-    assert growth([(100, 1), (115, 1)], 0, 15) == (1, 100)  # series born inside the window
-    assert growth([(10, 1), (25, 1)], 0, 15) == (0, None)  # existed at the window start
+    assert growth([(100, 1), (115, 1)], 0, 15, count_new_series=True) == (1, 100)  # XID counter born in the window
+    assert growth([(100, 1), (115, 1)], 0, 15) == (0, None)  # a hardware counter's history is not news
+    assert growth([(10, 1), (25, 1)], 0, 15, count_new_series=True) == (0, None)  # existed at the window start
 
 
 def test_temperature_rule_counts_the_last_n_samples():
@@ -54,7 +55,8 @@ def test_fatal_xid_ecc_nvlink_ib_and_missing_gpus():
     res = {
         "xid": [series({"node": "x", "gpu": "2", "xid": "79"}, [1, 1], end=NOW - 10),
                 series({"node": "y", "gpu": "2", "xid": "13"}, [1, 1], end=NOW - 10)],  # 13 is not fatal
-        "ecc": [series({"node": "e", "gpu": "0", "type": "uncorrected"}, [3] * 38 + [4])],
+        "ecc": [series({"node": "e", "gpu": "0", "type": "uncorrected"}, [3] * 38 + [4]),
+                series({"node": "old", "gpu": "0", "type": "uncorrected"}, [9] * 5)],  # lifetime errors, no growth
         "nvlink_errors": [series({"node": "l", "gpu": "0", "link": "2", "type": "replay"}, [10] * 19 + [12])],
         "ib_errors": [series({"__name__": "gpufleet_infiniband_port_link_downed_total", "node": "i", "hca": "mlx5_0",
                               "port": "1"}, [0] * 19 + [1])],

@@ -30,9 +30,12 @@ gpu_missing         NVML reports a GPU lost, or fewer GPUs than the node's      
 =================== ============================================================== ==========================================
 
 Counter growth sums the positive steps between consecutive samples (a
-reset counts from zero); a series that first appears inside the window
-(after its start, by more than two scrape intervals) counts its first value
-as growth: exporter counters such as XIDs start at their first event.
+reset counts from zero). For XIDs only, a series that first appears inside
+the window (after its start, by more than two scrape intervals) also counts
+its first value: the exporter creates that counter at its first event. The
+hardware counters (lifetime ECC, NVLink, InfiniBand) are never counted from
+their first value: a node joining, or its exporter restarting, must not
+look like errors that just happened.
 """
 
 from __future__ import annotations
@@ -171,12 +174,16 @@ def hot_streak(samples: list[tuple[float, float]], threshold: float, n: int) -> 
     return None
 
 
-def growth(samples: list[tuple[float, float]], window_start: float, scrape_interval: float) -> tuple[float, float | None]:
-    """``(growth, time of the first sample that grew)`` of a counter's samples (module docstring)."""
+def growth(samples: list[tuple[float, float]], window_start: float, scrape_interval: float, *,
+           count_new_series: bool = False) -> tuple[float, float | None]:
+    """``(growth, time of the first sample that grew)`` of a counter's samples (module docstring).
+
+    ``count_new_series``: a series born inside the window counts its first value.
+    """
     if not samples:
         return 0.0, None
     total, first_t = 0.0, None
-    if samples[0][0] > window_start + 2 * scrape_interval and samples[0][1] > 0:
+    if count_new_series and samples[0][0] > window_start + 2 * scrape_interval and samples[0][1] > 0:
         total, first_t = samples[0][1], samples[0][0]
     for (_, a), (t, b) in zip(samples, samples[1:]):
         step = b - a if b >= a else b
@@ -231,7 +238,7 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
         if not xid.isdigit() or int(xid) not in rules.fatal_xids:
             continue
         start = cutoff(node, rules.event_window_seconds)
-        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
+        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds, count_new_series=True)
         if g > 0 and t is not None:
             add(node, "xid", f"GPU {s['metric'].get('gpu', '?')}: fatal XID {xid} ({g:g} events)", t)
     for node, s in by_label("ecc"):

@@ -1,0 +1,95 @@
+"""Simulated GPU nodes for the remediation controller's tests and benchmark.
+
+Each :class:`SimulatedNode` is the project's own exporter (the collectors of
+:mod:`gpufleet.exporter.collector`, NVML through
+:class:`~gpufleet.exporter.fakenode.FakeNvmlBackend`, a fixture sysfs tree)
+served over HTTP on loopback, with knobs that change what the next scrape
+sees: heat a GPU, raise an XID, lose a GPU, grow NVLink or InfiniBand
+errors. A real Prometheus scrapes them with a ``node`` label per target
+(:func:`scrape_config`), exactly as the gpu_metrics role's relabeling
+labels the DaemonSet's pods, so the controller's queries and the metric
+names are the ones production uses.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from gpufleet.exporter.fakenode import FakeNvmlBackend, build_sysfs, healthy_node
+from gpufleet.exporter.main import build_registry
+
+
+@dataclass
+class SimulatedNode:
+    """One node's exporter on ``127.0.0.1:port``; mutate it with the methods below.
+
+    Attributes:
+        name: the Kubernetes node it stands for (the ``node`` label).
+        desc: the node description the fake NVML reads (mutated in place).
+        port: the HTTP port of ``/metrics``.
+    """
+
+    name: str
+    desc: dict[str, Any]
+    backend: FakeNvmlBackend
+    port: int
+    _server: Any = field(repr=False, default=None)
+
+    @property
+    def target(self) -> str:
+        """``host:port`` for a scrape config."""
+        return f"127.0.0.1:{self.port}"
+
+    def set_temperature(self, gpu: int, celsius: float, memory: bool = False) -> None:
+        """Set GPU ``gpu``'s die (or HBM) temperature as of the next scrape."""
+        self.desc["gpus"][gpu]["memory_temperature" if memory else "temperature"] = celsius
+
+    def raise_xid(self, gpu: int, xid: int) -> None:
+        """Deliver one XID event on GPU ``gpu`` (counted by the next scrape)."""
+        self.backend._pending.append((gpu, xid))  # the fake's event queue, as NVML's event set
+
+    def add_ecc_uncorrected(self, gpu: int, n: int = 1) -> None:
+        """Add ``n`` uncorrected ECC errors on GPU ``gpu``."""
+        self.desc["gpus"][gpu]["ecc"]["uncorrected"] += n
+
+    def add_nvlink_errors(self, gpu: int, link: int = 0, kind: str = "replay", n: int = 1) -> None:
+        """Add ``n`` NVLink errors of ``kind`` on one link."""
+        self.desc["gpus"][gpu]["nvlinks"][link][kind] += n
+
+    def lose_gpu(self, gpu: int) -> None:
+        """Make NVML report GPU ``gpu`` lost."""
+        self.desc["gpus"][gpu]["lost"] = True
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def start_node(name: str, *, gpus: int = 8, workdir: str | Path | None = None) -> SimulatedNode:
+    """Serve a healthy simulated node's metrics on a free loopback port.
+
+    Args:
+        name: node name (the ``node`` label Prometheus adds).
+        gpus: GPUs (two NVLinks each, one InfiniBand HCA, to keep scrapes small).
+        workdir: where the sysfs tree goes (default: a new temp dir).
+    """
+    desc = healthy_node(name, gpus=gpus, hcas=1, nvlinks=2, roce=False)
+    root = Path(workdir or tempfile.mkdtemp(prefix=f"gpufleet-sim-{name}-")) / "sys"
+    build_sysfs(desc, root)
+    backend = FakeNvmlBackend(desc)
+    registry = build_registry(str(root), nvml_backend=backend)
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    return SimulatedNode(name, desc, backend, server.server_port, server)
+
+
+def scrape_config(nodes: list[SimulatedNode], interval: str = "1s", job: str = "gpufleet-fabric") -> dict[str, Any]:
+    """A Prometheus scrape job for ``nodes``, each target labelled ``node=<name>``."""
+    return {"job_name": job, "scrape_interval": interval, "scrape_timeout": interval,
+            "static_configs": [{"targets": [n.target], "labels": {"node": n.name}} for n in nodes]}

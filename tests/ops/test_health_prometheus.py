@@ -1,0 +1,77 @@
+"""Fault rules against a real Prometheus scraping the project's exporter on simulated nodes (no Kubernetes)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpufleet.health.faults import Queries, Rules, evaluate
+from gpufleet.health.promql import PromClient, PromError
+from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+
+RULES = Rules(hot_samples=3, scrape_interval_seconds=1)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    """Four simulated nodes and a Prometheus scraping them every second."""
+    nodes = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in ("healthy", "hot", "xid", "links")}
+    try:
+        with running_prometheus([scrape_config(list(nodes.values()))]) as prom:
+            prom.wait_for_targets_up(len(nodes))
+            yield nodes, prom
+    except PrometheusNotFound as exc:
+        pytest.skip(str(exc))
+    finally:
+        for n in nodes.values():
+            n.stop()
+
+
+def faults_now(prom) -> dict:
+    client = PromClient(prom.url)
+    now = time.time()
+    results = {k: client.query(q, at=now) for k, q in Queries(RULES).all().items()}
+    return evaluate(results, RULES, now, expected_gpus={"healthy": 8, "hot": 8, "xid": 8, "links": 8})
+
+
+def wait_faults(prom, want: set[str], timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = faults_now(prom)
+        if want <= set(got):
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"faults {sorted(want)} not all found after {timeout}s: {got}")
+        time.sleep(0.5)
+
+
+def test_faults_from_real_series(sim):
+    nodes, prom = sim
+    time.sleep(2)
+    assert faults_now(prom) == {}
+    t0 = time.time()
+    nodes["hot"].set_temperature(5, 84)
+    nodes["xid"].raise_xid(2, 79)
+    nodes["links"].add_nvlink_errors(0, 1, "crc_flit", 7)
+    got = wait_faults(prom, {"hot", "xid", "links"})
+    assert "healthy" not in got
+    hot = got["hot"][0]
+    assert hot.kind == "gpu_temp" and "GPU 5: 84, 84, 84 C > 78 C" in hot.detail
+    # three samples at one second: the third is at least ~2 s after the change
+    assert hot.since - t0 >= 1.5
+    assert got["xid"][0].kind == "xid" and "XID 79" in got["xid"][0].detail
+    assert got["links"][0].kind == "nvlink_errors" and "+7" in got["links"][0].detail
+
+
+def test_lost_gpu_is_missing(sim):
+    nodes, prom = sim
+    nodes["healthy"].lose_gpu(7)
+    got = wait_faults(prom, {"healthy"})
+    assert got["healthy"][0].kind == "gpu_missing" and "GPU 7 lost" in got["healthy"][0].detail
+
+
+def test_prometheus_errors_are_clear():
+    with pytest.raises(PromError, match="127.0.0.1:9"):
+        PromClient("http://127.0.0.1:9", timeout=1).query("up")
