@@ -1,0 +1,190 @@
+"""``invoke health.nodes``: the testinfra node checks over an environment's inventory, with a summary.
+
+The checks themselves are ``tests/nodes/`` (pytest-testinfra); this module
+runs them in a pytest subprocess with the Ansible connection on
+``inventories/<env>/hosts.yml`` and turns their ``--node-report`` JSON into a
+rich table per host and area (gpu, fabric, storage, software).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from invoke import Collection, task
+from invoke.exceptions import Exit
+from rich.console import Console
+from rich.table import Table
+
+from gpufleet.paths import INVENTORIES, REPO_ROOT
+
+NODE_CHECKS = REPO_ROOT / "tests" / "nodes"
+AREAS = ("gpu", "fabric", "storage", "software")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One node check outcome.
+
+    Attributes:
+        host: inventory host name.
+        area: ``gpu``, ``fabric``, ``storage`` or ``software`` (the tests/nodes folder).
+        test: test id, e.g. ``test_gpu_temperature[gpu-a-001-gpu3]``.
+        outcome: ``passed``, ``failed`` or ``skipped``.
+        message: the check's message for failures and skips (names GPU/HCA/port and value).
+    """
+
+    host: str
+    area: str
+    test: str
+    outcome: str
+    message: str = ""
+
+
+@dataclass
+class NodeCheckRun:
+    """A finished run of the node checks.
+
+    Attributes:
+        returncode: pytest's exit code (0 all passed, 1 failures, 2-5 usage/collection problems).
+        results: one :class:`CheckResult` per test.
+        command: the pytest command line.
+        output: pytest's combined stdout/stderr (for diagnosing rc >= 2).
+    """
+
+    returncode: int
+    results: list[CheckResult] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        """The failed checks."""
+        return [r for r in self.results if r.outcome == "failed"]
+
+
+def run_node_checks(
+    inventory: str | os.PathLike[str],
+    limit: str | None = None,
+    pytest_args: Sequence[str] = (),
+    node_checks: str | os.PathLike[str] = NODE_CHECKS,
+    timeout: float | None = None,
+) -> NodeCheckRun:
+    """Run ``tests/nodes`` against every host of ``inventory`` (or those matching ``limit``).
+
+    Args:
+        inventory: Ansible inventory file (``inventories/<env>/hosts.yml``).
+        limit: host or group pattern, passed to testinfra as ``--hosts``.
+        pytest_args: extra pytest arguments (e.g. ``-k temperature``).
+        node_checks: the node checks folder.
+        timeout: seconds before the run is killed (``None``: no limit).
+
+    Returns:
+        A :class:`NodeCheckRun`; never raises for failing checks.
+
+    Raises:
+        subprocess.TimeoutExpired: when ``timeout`` passes.
+    """
+    with tempfile.TemporaryDirectory(prefix="gpufleet-health-") as tmp:
+        report = Path(tmp) / "report.json"
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(node_checks),
+            "--connection=ansible",
+            f"--ansible-inventory={inventory}",
+            f"--node-report={report}",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--no-header",
+        ]
+        if limit:
+            command.append(f"--hosts={limit}")
+        command += list(pytest_args)
+        env = dict(os.environ)
+        # testinfra calls `ansible-inventory`: use the one installed beside this interpreter.
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        results = []
+        if report.exists():
+            results = [CheckResult(**r) for r in json.loads(report.read_text())]
+    return NodeCheckRun(returncode=proc.returncode, results=results, command=command, output=proc.stdout + proc.stderr)
+
+
+def summary_table(run: NodeCheckRun, title: str) -> Table:
+    """Rich table: one row per host and area with passed/failed/skipped counts and the first failures."""
+    table = Table(title=title)
+    table.add_column("host")
+    table.add_column("area")
+    table.add_column("passed", justify="right", style="green")
+    table.add_column("failed", justify="right", style="red")
+    table.add_column("skipped", justify="right", style="yellow")
+    table.add_column("first failures")
+    counts: dict[tuple[str, str], Counter[str]] = {}
+    failures: dict[tuple[str, str], list[str]] = {}
+    for r in run.results:
+        key = (r.host or "-", r.area)
+        counts.setdefault(key, Counter())[r.outcome] += 1
+        if r.outcome == "failed":
+            failures.setdefault(key, []).append(r.message or r.test)
+    order = {a: i for i, a in enumerate(AREAS)}
+    for host, area in sorted(counts, key=lambda k: (k[0], order.get(k[1], 99), k[1])):
+        c = counts[(host, area)]
+        shown = failures.get((host, area), [])
+        more = f" (+{len(shown) - 3} more)" if len(shown) > 3 else ""
+        table.add_row(host, area, str(c["passed"]), str(c["failed"] or ""), str(c["skipped"] or ""), "\n".join(shown[:3]) + more)
+    return table
+
+
+def print_summary(run: NodeCheckRun, title: str, console: Console | None = None) -> None:
+    """Print the summary table and, for a broken run (pytest rc >= 2), the tail of pytest's output."""
+    console = console or Console()
+    console.print(summary_table(run, title))
+    total = Counter(r.outcome for r in run.results)
+    console.print(f"{total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped")
+    if run.returncode >= 2:
+        console.print(f"[red]pytest exited {run.returncode}[/red]: {' '.join(run.command)}")
+        console.print(run.output[-4000:], markup=False, highlight=False)
+
+
+@task(
+    help={
+        "env": "environment: a folder of inventories/ (local, staging, prod)",
+        "limit": "only hosts matching this host or group pattern (Ansible-style, e.g. rack_a or gpu-a-0*)",
+        "pytest_args": "extra pytest arguments, quoted, e.g. \"-k temperature -x\"",
+    }
+)
+def nodes(c, env, limit=None, pytest_args=""):
+    """Run the testinfra node checks (tests/nodes) on ENV's hosts and print a summary per host and area.
+
+    Connects with Ansible's inventory inventories/ENV/hosts.yml (its
+    ansible_user, ansible_host, become settings); expected values (GPU count,
+    HCAs and rates, thresholds, pinned versions) come from the same
+    inventory. Exits 1 when any check fails, 2 when the run itself broke.
+    """
+    inventory = INVENTORIES / env / "hosts.yml"
+    if not inventory.exists():
+        raise Exit(f"no inventory {inventory} (environments: {', '.join(sorted(p.name for p in INVENTORIES.iterdir() if p.is_dir()))})", code=2)
+    import shlex
+
+    run = run_node_checks(inventory, limit=limit, pytest_args=shlex.split(pytest_args))
+    print_summary(run, f"health.nodes --env {env}" + (f" --limit {limit}" if limit else ""))
+    if run.returncode >= 2 and run.returncode != 5:
+        raise Exit(code=2)
+    if run.returncode == 5 or not run.results:
+        raise Exit(f"no node checks ran (no host matches {limit or 'the inventory'}?)", code=2)
+    if run.failed:
+        raise Exit(code=1)
+
+
+ns = Collection("health")
+ns.add_task(nodes)

@@ -1,0 +1,121 @@
+"""GPU checks through ``nvidia-smi``: count, reachability, temperatures, ECC, retired memory, XIDs.
+
+Thresholds come from the inventory: ``gpu_metrics_gpu_temp_threshold_celsius``
+(78 C: the fleet's operating rule, same as the alert),
+``gpu_metrics_memory_temp_threshold_celsius`` (85 C),
+``node_health_max_retired_pages`` (0) and ``node_health_xid_lookback_minutes`` (60).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nodecheck import GpuRef, Node, bus_key, number, yes_no
+
+
+def _reachable(gpu: GpuRef):
+    """The nvidia-smi row of a reachable GPU, or skip pointing at test_gpu_reachable."""
+    row = gpu.node.gpu(gpu.index)
+    if row is None or row.lost:
+        pytest.skip(f"{gpu.node.name} GPU {gpu.index} is not reachable: see test_gpu_reachable")
+    return row
+
+
+def test_gpu_count(node: Node):
+    """nvidia-smi enumerates as many GPUs as the inventory's ``gpu_count`` (lost ones count as present)."""
+    gpus = node.gpus
+    if not gpus and node.query_gpu.rc not in (0, 15):
+        pytest.fail(f"{node.name}: `{node.query_gpu.command}` failed (rc {node.query_gpu.rc}): {node.query_gpu.stderr.strip() or node.query_gpu.stdout.strip()}")
+    listed = ", ".join(g.bus_id for g in gpus) or "none"
+    assert len(gpus) == node.expected_gpu_count, (
+        f"{node.name}: nvidia-smi lists {len(gpus)} GPUs ({listed}), inventory gpu_count is "
+        f"{node.expected_gpu_count} ({node.var('gpu_model')})"
+    )
+
+
+def test_gpu_reachable(gpu: GpuRef):
+    """The GPU is enumerated and NVML can talk to it (not fallen off the bus)."""
+    row = gpu.node.gpu(gpu.index)
+    assert row is not None, f"{gpu.node.name} GPU {gpu.index}: missing, nvidia-smi lists only {len(gpu.node.gpus)} GPUs"
+    assert not row.lost, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): {row.error or 'GPU is lost'}"
+
+
+def test_gpu_temperature(gpu: GpuRef):
+    """GPU die temperature is below ``gpu_metrics_gpu_temp_threshold_celsius``."""
+    row = _reachable(gpu)
+    threshold = float(gpu.node.var("gpu_metrics_gpu_temp_threshold_celsius"))
+    temp = number(row.value("temperature.gpu"))
+    assert temp is not None, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): temperature not reported ({row.value('temperature.gpu')})"
+    assert temp < threshold, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): temperature {temp:g} C >= threshold {threshold:g} C"
+
+
+def test_gpu_memory_temperature(gpu: GpuRef):
+    """HBM temperature is below ``gpu_metrics_memory_temp_threshold_celsius`` (skipped where not reported)."""
+    row = _reachable(gpu)
+    threshold = float(gpu.node.var("gpu_metrics_memory_temp_threshold_celsius"))
+    temp = number(row.value("temperature.memory"))
+    if temp is None:
+        pytest.skip(f"{gpu.node.name} GPU {gpu.index}: memory temperature not reported ({row.value('temperature.memory')})")
+    assert temp < threshold, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): memory temperature {temp:g} C >= threshold {threshold:g} C"
+
+
+def test_gpu_no_uncorrectable_ecc(gpu: GpuRef):
+    """No uncorrectable (double-bit) ECC error over the GPU's lifetime (aggregate counter)."""
+    row = _reachable(gpu)
+    errors = number(row.value("ecc.errors.uncorrected.aggregate.total"))
+    if errors is None:
+        pytest.skip(f"{gpu.node.name} GPU {gpu.index}: ECC counters not reported (ECC disabled?)")
+    assert errors == 0, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): {errors:g} uncorrectable ECC errors (aggregate)"
+
+
+def test_gpu_retired_memory(gpu: GpuRef):
+    """Retired memory within ``node_health_max_retired_pages`` and nothing waiting for a reset.
+
+    Pre-Ampere GPUs retire pages (``retired_pages.*``); Ampere and later remap
+    rows instead (``--query-remapped-rows``; NVIDIA "GPU Memory Error
+    Management"): whichever the GPU reports is checked, a failed row remap
+    always fails.
+    """
+    row = _reachable(gpu)
+    limit = int(gpu.node.var("node_health_max_retired_pages"))
+    problems: list[str] = []
+    reported = False
+    sbe, dbe = number(row.value("retired_pages.sbe")), number(row.value("retired_pages.dbe"))
+    pending = yes_no(row.value("retired_pages.pending"))
+    if sbe is not None or dbe is not None or pending is not None:
+        reported = True
+        retired = (sbe or 0) + (dbe or 0)
+        if retired > limit:
+            problems.append(f"{retired:g} retired pages (single-bit {sbe}, double-bit {dbe}) > limit {limit}")
+        if pending:
+            problems.append("page retirement pending (needs a GPU reset)")
+    remap = gpu.node.remapped_rows.get(bus_key(row.bus_id))
+    if remap is not None and number(remap.get("remapped_rows.uncorrectable")) is not None:
+        reported = True
+        uncorrectable = number(remap["remapped_rows.uncorrectable"]) or 0
+        if yes_no(remap.get("remapped_rows.failure")):
+            problems.append("row remapping failed (no spare rows left)")
+        if yes_no(remap.get("remapped_rows.pending")):
+            problems.append("row remap pending (needs a GPU reset)")
+        if uncorrectable > limit:
+            problems.append(f"{uncorrectable:g} rows remapped for uncorrectable errors > limit {limit}")
+    if not reported:
+        pytest.skip(f"{gpu.node.name} GPU {gpu.index}: neither retired pages nor remapped rows reported")
+    assert not problems, f"{gpu.node.name} GPU {gpu.index} ({row.bus_id}): " + "; ".join(problems)
+
+
+def test_gpu_no_recent_xid(gpu: GpuRef):
+    """No XID for the GPU in the kernel log of the last ``node_health_xid_lookback_minutes``."""
+    node = gpu.node
+    row = node.gpu(gpu.index)
+    if row is None:
+        pytest.skip(f"{node.name} GPU {gpu.index} is not enumerated: see test_gpu_reachable")
+    log = node.kernel_log
+    if log.rc != 0:
+        pytest.fail(f"{node.name}: cannot read the kernel log (`{log.command}` rc {log.rc}): {log.stderr.strip()}")
+    key = bus_key(row.bus_id)
+    xids = [(xid, line) for bus, xid, line in node.xids if bus == key]
+    assert not xids, (
+        f"{node.name} GPU {gpu.index} ({row.bus_id}): XID {', '.join(str(x) for x, _ in xids)} in the last "
+        f"{node.var('node_health_xid_lookback_minutes')} min: {xids[-1][1]}"
+    )
