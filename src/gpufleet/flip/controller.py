@@ -1,0 +1,185 @@
+"""The taint controller: signal -> hysteresis -> taint on the virtual nodes, plus flip-out and flip-back.
+
+Every :data:`~gpufleet.flip.names.TICK_SECONDS` (:meth:`TaintController.tick`):
+
+1. read the free-GPU signal (:mod:`gpufleet.flip.signal`);
+2. feed it to the state machine (:class:`~gpufleet.flip.decision.Hysteresis`);
+3. make every virtual node of the configured pools (labels
+   ``type=virtual-kubelet``, ``gpufleet.io/pool in (...)``) carry
+   ``gpufleet.io/cluster-has-free-gpus:NoSchedule`` exactly when the state
+   is *tainted* (never NoExecute; other taints untouched; a virtual node
+   that registers later is brought in line on the next tick);
+4. run the flip-out (:mod:`gpufleet.flip.flipout`) and the flip-back
+   (:mod:`gpufleet.flip.flipback`) passes.
+
+Initial state: tainted if any virtual node of the pools carries the taint
+(a restarted controller resumes what it was doing), unknown if there is
+none yet (the first sustained excursion decides).
+
+Metrics (prefix ``gpufleet_taint_controller_``): ``free_gpus`` (the
+signal), ``tainted`` (1, 0, -1 unknown), ``transitions_total{to}``,
+``decision_latency_seconds`` (decision to every virtual node patched),
+``reaction_seconds`` (first sample of the streak to every node patched:
+the hold time plus the latency), ``signal_errors_total``,
+``virtual_nodes{tainted}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import Counter, Gauge, Histogram
+
+from gpufleet.vk.kube import Kube, KubeError, NotFound
+
+from .decision import Decision, Hysteresis
+from .flipback import FlipBack
+from .flipout import FlipOut, set_taint
+from .names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL, TICK_SECONDS
+
+log = logging.getLogger(__name__)
+
+FREE = Gauge("gpufleet_taint_controller_free_gpus", "Free schedulable GPUs in the cluster (the signal); NaN if unavailable.")
+TAINTED = Gauge("gpufleet_taint_controller_tainted",
+                "Taint state: 1 virtual nodes tainted (inference stays in), 0 untainted (may run outside), -1 unknown.")
+TRANSITIONS = Counter("gpufleet_taint_controller_transitions_total", "Taint state changes, by new state.", ["to"])
+LATENCY = Histogram("gpufleet_taint_controller_decision_latency_seconds",
+                    "Seconds from a decision to every virtual node carrying it.",
+                    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+REACTION = Histogram("gpufleet_taint_controller_reaction_seconds",
+                     "Seconds from the first sample of the deciding streak to every virtual node carrying the decision.",
+                     buckets=(1, 2, 5, 10, 15, 30, 60, 90, 120, 300, 600))
+SIGNAL_ERRORS = Counter("gpufleet_taint_controller_signal_errors_total", "Ticks without a signal value.")
+VNODES = Gauge("gpufleet_taint_controller_virtual_nodes", "Virtual nodes of the configured pools, by taint.", ["tainted"])
+FREE_TAINT = {"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}
+
+
+@dataclass
+class Transition:
+    """One applied state change: when (clock), to what, reaction and latency (seconds), why."""
+
+    at: float
+    tainted: bool
+    reaction_seconds: float
+    latency_seconds: float
+    reason: str
+
+
+@dataclass
+class TaintController:
+    """See the module docstring.
+
+    Args:
+        kube: client.
+        signal: an object with ``value() -> float | None`` (ApiServerSignal, PrometheusSignal).
+        caches: an ApiServerSignal whose ``nodes``/``pods`` informers are read (may be ``signal`` itself).
+        machine: the hysteresis state machine (its ``tainted`` is set from the nodes on :meth:`start`).
+        pools: pool names whose virtual nodes are managed (empty: every virtual node).
+        flip_out / flip_back: the two passes, or None to skip them.
+        clock: monotonic seconds.
+    """
+
+    kube: Kube
+    signal: object
+    caches: object
+    machine: Hysteresis
+    pools: tuple[str, ...] = ()
+    flip_out: FlipOut | None = None
+    flip_back: FlipBack | None = None
+    clock: Callable[[], float] = time.monotonic
+    transitions: list[Transition] = field(default_factory=list)
+    last_value: float | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def virtual_nodes(self) -> list[dict]:
+        """Node views of the managed virtual nodes."""
+        return [n for n in self.caches.nodes.items()
+                if n["virtual"] and (not self.pools or n["labels"].get(POOL_LABEL) in self.pools)]
+
+    @staticmethod
+    def has_taint(node: dict) -> bool:
+        """Whether a node view carries the free-GPU taint (NoSchedule)."""
+        return any(t.get("key") == FREE_GPUS_TAINT and t.get("effect") == FREE_GPUS_EFFECT for t in node["taints"])
+
+    def start(self) -> "TaintController":
+        """Take the initial state from the virtual nodes (module docstring)."""
+        nodes = self.virtual_nodes()
+        if nodes and self.machine.tainted is None:
+            self.machine.tainted = any(self.has_taint(n) for n in nodes)
+        TAINTED.set(-1 if self.machine.tainted is None else int(self.machine.tainted))
+        return self
+
+    def apply(self, tainted: bool) -> int:
+        """Make every managed virtual node carry (or not) the taint; returns how many were patched.
+
+        Errors on one node are logged and retried on the next tick.
+        """
+        changed = 0
+        for n in self.virtual_nodes():
+            if self.has_taint(n) == tainted:
+                continue
+            try:
+                if set_taint(self.kube, n["name"], dict(FREE_TAINT), add=tainted):
+                    changed += 1
+            except NotFound:
+                pass
+            except (KubeError, httpx.HTTPError) as exc:
+                log.warning("taint controller: node %s: %s", n["name"], exc)
+        return changed
+
+    def tick(self) -> Decision:
+        """One cycle (module docstring); returns the decision taken."""
+        value = self.signal.value()
+        self.last_value = value
+        if value is None:
+            SIGNAL_ERRORS.inc()
+            FREE.set(float("nan"))
+        else:
+            FREE.set(value)
+        now = self.clock()
+        decision = self.machine.observe(value, now)
+        if decision.tainted is not None:
+            started = self.clock()
+            self.apply(decision.tainted)
+            if decision.changed:
+                done = self.clock()
+                t = Transition(done, decision.tainted, done - decision.since, done - started, decision.reason)
+                self.transitions.append(t)
+                TRANSITIONS.labels("tainted" if decision.tainted else "untainted").inc()
+                LATENCY.observe(t.latency_seconds)
+                REACTION.observe(t.reaction_seconds)
+                log.info("taint controller: %s virtual nodes (%s)", "tainted" if decision.tainted else "untainted",
+                         decision.reason)
+        TAINTED.set(-1 if decision.tainted is None else int(decision.tainted))
+        vn = self.virtual_nodes()
+        on = sum(self.has_taint(n) for n in vn)
+        VNODES.labels("true").set(on)
+        VNODES.labels("false").set(len(vn) - on)
+        for loop in (self.flip_out, self.flip_back):
+            if loop is not None:
+                try:
+                    loop.tick()
+                except Exception:
+                    log.exception("taint controller: %s pass failed", type(loop).__name__)
+        return decision
+
+    def run(self, tick_seconds: float = TICK_SECONDS, beat: Callable[[], None] = lambda: None) -> None:
+        """Tick every ``tick_seconds`` until :meth:`stop`; ``beat`` is called after each tick (liveness)."""
+        self.start()
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.tick()
+                beat()
+            except Exception:
+                log.exception("taint controller: tick failed")
+            self._stop.wait(max(0.0, tick_seconds - (time.monotonic() - began)))
+
+    def stop(self) -> None:
+        """Stop :meth:`run`."""
+        self._stop.set()

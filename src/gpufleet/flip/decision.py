@@ -1,0 +1,98 @@
+"""The taint decision: a small hysteresis state machine over the free-GPU signal, clock injected.
+
+States: ``tainted`` (inference stays in-cluster: the virtual nodes carry
+``gpufleet.io/cluster-has-free-gpus:NoSchedule``) and ``untainted``
+(inference may run outside), plus ``None`` (unknown) before the first
+decision when the controller could not read the nodes' current state.
+
+Rules, for samples ``(free_gpus, now)``:
+
+* ``free > high`` continuously for ``hold`` seconds -> ``tainted``;
+* ``free < low`` continuously for ``hold`` seconds -> ``untainted``;
+* ``low <= free <= high`` (the band) is no evidence either way: both
+  streaks restart;
+* a missing sample (``None``: the signal is unavailable) restarts both
+  streaks and changes nothing (no decision on stale data).
+
+"Continuously" means every sample since the streak's first one satisfied
+the condition, and the last one is at least ``hold`` seconds after the
+first. With ``low < high`` the machine cannot flap: leaving a state needs a
+sustained excursion across the *other* mark. ``hold = 0`` decides on the
+first sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one sample led to.
+
+    Attributes:
+        tainted: the desired state after the sample (None: still unknown).
+        changed: whether this sample changed it.
+        since: when the streak that caused a change began (seconds, the
+            injected clock), else None; ``now - since`` is the reaction time.
+        reason: a one-line explanation (for logs and Events).
+    """
+
+    tainted: bool | None
+    changed: bool
+    since: float | None
+    reason: str
+
+
+class Hysteresis:
+    """The state machine (see the module docstring).
+
+    Args:
+        high: high-water mark in free GPUs (taint above it).
+        low: low-water mark in free GPUs (untaint below it); must be < ``high``.
+        hold: seconds a condition must hold.
+        tainted: the initial state (from the nodes), or None if unknown.
+
+    Raises:
+        ValueError: ``low >= high`` or ``hold < 0``.
+    """
+
+    def __init__(self, high: float, low: float, hold: float, tainted: bool | None = None):
+        if low >= high:
+            raise ValueError(f"low-water mark ({low}) must be below the high-water mark ({high})")
+        if hold < 0:
+            raise ValueError(f"hold time must be >= 0 seconds, not {hold}")
+        self.high, self.low, self.hold = high, low, hold
+        self.tainted = tainted
+        self.above_since: float | None = None
+        self.below_since: float | None = None
+        self.transitions = 0
+
+    def observe(self, free: float | None, now: float) -> Decision:
+        """Feed one sample taken at ``now`` (seconds); returns the :class:`Decision`."""
+        if free is None:
+            self.above_since = self.below_since = None
+            return Decision(self.tainted, False, None, "signal unavailable: no decision")
+        if free > self.high:
+            self.below_since = None
+            if self.above_since is None:
+                self.above_since = now
+            if self.tainted is not True and now - self.above_since >= self.hold:
+                return self._go(True, self.above_since, f"{free:g} free GPUs > high-water {self.high:g} "
+                                                        f"for {now - self.above_since:.1f}s")
+        elif free < self.low:
+            self.above_since = None
+            if self.below_since is None:
+                self.below_since = now
+            if self.tainted is not False and now - self.below_since >= self.hold:
+                return self._go(False, self.below_since, f"{free:g} free GPUs < low-water {self.low:g} "
+                                                         f"for {now - self.below_since:.1f}s")
+        else:
+            self.above_since = self.below_since = None
+        return Decision(self.tainted, False, None, f"{free:g} free GPUs: no change")
+
+    def _go(self, tainted: bool, since: float, reason: str) -> Decision:
+        self.tainted = tainted
+        self.transitions += 1
+        self.above_since = self.below_since = None
+        return Decision(tainted, True, since, reason)

@@ -1,0 +1,120 @@
+"""The flip-back loop: move pods from tainted virtual nodes back in-cluster, within the migration budget.
+
+While a virtual node carries ``gpufleet.io/cluster-has-free-gpus:NoSchedule``,
+every pod on it that does not tolerate that taint is a *candidate*. Each
+tick, :class:`~gpufleet.flip.budget.MigrationBudget` picks which candidates
+may go now (pods per minute per workload, lowest priority first, at most
+``max_in_flight`` per workload at a time). Two modes:
+
+* ``release`` (default; the descheduler evicts): label the pod
+  ``gpufleet.io/flip-back=released``. The descheduler's policy selects only
+  pods with that label (DefaultEvictor ``labelSelector``), so it evicts
+  exactly the released pods, at its interval, within its per-cycle limits,
+  through the Eviction API (PDBs respected).
+* ``evict`` (clusters without the descheduler): evict the pod through the
+  Eviction API here. A PDB refusal (429) gives the token back; the pod is
+  tried again on a later tick.
+
+See README.md in this folder for the split with the descheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx
+from prometheus_client import Counter, Gauge
+
+from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
+
+from .budget import Candidate, MigrationBudget, workload_of
+from .flipout import tolerates
+from .names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
+
+log = logging.getLogger(__name__)
+
+RELEASES = Counter("gpufleet_flip_back_releases_total",
+                   "Pods the flip-back released (release mode) or evicted (evict mode), by result.", ["mode", "result"])
+CANDIDATES = Gauge("gpufleet_flip_back_candidates", "Pods on tainted virtual nodes that do not tolerate the taint.")
+
+MODES = ("release", "evict", "off")
+
+
+def candidates(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], attempted: set[str]) -> list[Candidate]:
+    """Pods on tainted virtual nodes that do not tolerate the free-GPU taint (node/pod views)."""
+    taint = {"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}
+    tainted = {n["name"] for n in nodes if n["virtual"]
+               and any(t.get("key") == FREE_GPUS_TAINT and t.get("effect") == FREE_GPUS_EFFECT for t in n["taints"])}
+    out = []
+    for p in pods:
+        meta = p["metadata"]
+        if p["node"] not in tainted or meta.get("deletionTimestamp") or p["phase"] in ("Succeeded", "Failed"):
+            continue
+        if tolerates(p["tolerations"], taint):
+            continue
+        released = (meta.get("labels") or {}).get(RELEASE_LABEL[0]) == RELEASE_LABEL[1] or meta["uid"] in attempted
+        out.append(Candidate(meta["namespace"], meta["name"], meta["uid"], p["priority"],
+                             workload_of({"metadata": meta}), p["created"], p["node"], released))
+    return out
+
+
+class FlipBack:
+    """Releases or evicts flip-back candidates within a :class:`MigrationBudget`.
+
+    Args:
+        kube: client.
+        nodes / pods: informers of node and pod views.
+        budget: the migration budget.
+        mode: ``release``, ``evict`` or ``off``.
+        clock: monotonic seconds (the budget's time base).
+    """
+
+    def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = "release",
+                 clock: Callable[[], float] = time.monotonic):
+        if mode not in MODES:
+            raise ValueError(f"flip-back mode {mode!r}: expected one of {', '.join(MODES)}")
+        self.kube = kube
+        self.nodes = nodes
+        self.pods = pods
+        self.budget = budget
+        self.mode = mode
+        self.clock = clock
+        self.attempted: dict[str, float] = {}  # evict mode: UID -> when evicted
+
+    def tick(self) -> list[Candidate]:
+        """One pass; returns the candidates acted on. Never raises for API errors."""
+        if self.mode == "off":
+            return []
+        now = self.clock()
+        # An evicted pod normally leaves the cache within a second; forget attempts after a minute.
+        self.attempted = {u: t for u, t in self.attempted.items() if now - t < 60}
+        cands = candidates(self.nodes.items(), self.pods.items(), set(self.attempted))
+        CANDIDATES.set(len(cands))
+        chosen = self.budget.plan(cands, now)
+        for c in chosen:
+            try:
+                if self.mode == "release":
+                    self.kube.patch("v1", "pods", c.name, {"metadata": {"labels": {RELEASE_LABEL[0]: RELEASE_LABEL[1]}}},
+                                    c.namespace)
+                    RELEASES.labels(self.mode, "released").inc()
+                    log.info("flip-back: released %s/%s (%s, priority %d) on %s", c.namespace, c.name, c.workload,
+                             c.priority, c.node)
+                else:
+                    self.kube.evict(c.namespace, c.name)
+                    self.attempted[c.uid] = now
+                    RELEASES.labels(self.mode, "evicted").inc()
+                    log.info("flip-back: evicted %s/%s (%s, priority %d) from %s", c.namespace, c.name, c.workload,
+                             c.priority, c.node)
+            except TooManyRequests:
+                self.budget.refund(c)
+                RELEASES.labels(self.mode, "blocked").inc()
+            except (NotFound, Conflict):
+                RELEASES.labels(self.mode, "gone").inc()
+            except (KubeError, httpx.HTTPError) as exc:
+                self.budget.refund(c)
+                RELEASES.labels(self.mode, "error").inc()
+                log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)
+        return chosen

@@ -1,0 +1,195 @@
+"""``gpufleet taint-controller``: the taint controller, flip-out and flip-back, one active instance.
+
+Defaults come from the inventory (``--env``): the taint_controller role
+(marks, hold, signal, PromQL, Prometheus URL), the virtual_kubelet pools,
+the descheduler role's migration budget and the kueue role's highest
+PriorityClass (flip-out preemptors). Flags override them.
+
+Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (unknown environment,
+inconsistent marks, unknown mode); 1 when the cluster cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal as signals
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from gpufleet.vk.kube import ConfigError, Kube, KubeError
+
+from .budget import MigrationBudget
+from .controller import TaintController
+from .decision import Hysteresis
+from .flipback import MODES, FlipBack
+from .flipout import FlipOut
+from .names import LEASE_NAME, TICK_SECONDS
+from .signal import ApiServerSignal, PrometheusSignal
+
+log = logging.getLogger("gpufleet.flip")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the controller needs, resolved from the inventory and flags.
+
+    Units: GPUs for the marks, seconds for times, pods per minute for the budget.
+    """
+
+    high_water: float
+    low_water: float
+    hold_seconds: float
+    signal: str = "apiserver"
+    prometheus_url: str = ""
+    promql: str = ""
+    pools: tuple[str, ...] = ()
+    flip_out: bool = True
+    flip_out_classes: tuple[str, ...] = ("gpufleet-training",)
+    flip_out_max_wait: float = 300.0
+    flip_back: str = "release"
+    pods_per_minute: float = 10.0
+    max_in_flight: int = 1
+    tick_seconds: float = TICK_SECONDS
+
+
+def settings_from_inventory(env: str, **overrides: Any) -> Settings:
+    """:class:`Settings` from ``inventories/<env>`` with ``overrides`` (None values ignored).
+
+    Raises:
+        gpufleet.inventory.InventoryError: the inventory is invalid.
+        ValueError: the resulting marks are inconsistent.
+    """
+    from gpufleet.inventory import load
+
+    inv = load(env)
+    tc, vk, ds, kq = (inv.role(r) for r in ("taint_controller", "virtual_kubelet", "descheduler", "kueue"))
+    top = max(kq.kueue_priority_classes, key=lambda p: p.value).name
+    base = dict(
+        high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
+        hold_seconds=tc.taint_controller_hold_seconds, signal=tc.taint_controller_signal,
+        prometheus_url=tc.taint_controller_prometheus_url, promql=tc.taint_controller_promql,
+        pools=tuple(p.name for p in vk.virtual_kubelet_pools), flip_out_classes=(top,),
+        pods_per_minute=ds.descheduler_migration_pods_per_minute,
+    )
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    s = Settings(**base)
+    if s.low_water >= s.high_water:
+        raise ValueError(f"--low-water {s.low_water:g} must be below --high-water {s.high_water:g}")
+    if s.flip_back not in MODES:
+        raise ValueError(f"--flip-back {s.flip_back!r}: expected one of {', '.join(MODES)}")
+    return s
+
+
+def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintController, ApiServerSignal]:
+    """The controller and its caches (not started).
+
+    The node/pod caches are always built (virtual nodes, flip-out and
+    flip-back read them); the signal is the caches or a Prometheus query.
+    """
+    caches = ApiServerSignal(kube)
+    sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
+    machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds)
+    out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
+                  clock=clock) if s.flip_out else None
+    back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
+                    mode=s.flip_back, clock=clock) if s.flip_back != "off" else None
+    ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, clock=clock)
+    return ctl, caches
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``gpufleet taint-controller``."""
+    parser.add_argument("--env", default="local", help="inventory environment giving the defaults (default local)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    parser.add_argument("--high-water", type=float, default=None, help="free GPUs above which virtual nodes are tainted")
+    parser.add_argument("--low-water", type=float, default=None, help="free GPUs below which the taint is removed")
+    parser.add_argument("--hold-seconds", type=float, default=None, help="seconds a mark must be crossed before acting")
+    parser.add_argument("--signal", choices=("apiserver", "prometheus"), default=None, help="where free GPUs come from")
+    parser.add_argument("--prometheus-url", default=None, help="Prometheus base URL (signal prometheus)")
+    parser.add_argument("--promql", default=None, help="PromQL giving free GPUs (signal prometheus)")
+    parser.add_argument("--pool", action="append", dest="pools", default=None,
+                        help="manage the virtual node of this pool (repeatable; default: every pool of the inventory)")
+    parser.add_argument("--flip-out", action=argparse.BooleanOptionalAction, default=None,
+                        help="evict inference PDB-respecting for pending training pods (default on)")
+    parser.add_argument("--flip-out-priority-class", action="append", dest="flip_out_classes", default=None,
+                        help="PriorityClass of pods the flip-out makes room for (default: the highest of the inventory)")
+    parser.add_argument("--flip-out-max-wait", type=float, default=None,
+                        help="seconds of PDB refusals after which flip-out deletes victims (default 300)")
+    parser.add_argument("--flip-back", choices=MODES, default=None,
+                        help="release: label pods for the descheduler (default); evict: Eviction API here; off")
+    parser.add_argument("--pods-per-minute", type=float, default=None,
+                        help="flip-back budget per workload (default descheduler_migration_pods_per_minute)")
+    parser.add_argument("--namespace", default="gpufleet-system", help="namespace of the leader-election Lease")
+    parser.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease (tests)")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz port (0: off)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT (see the module docstring for exit codes)."""
+    from gpufleet.controllers.serve import Liveness, serve
+    from gpufleet.inventory import InventoryError, environments
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.env not in environments():
+        print(f"gpufleet taint-controller: --env {args.env!r}: expected one of {', '.join(environments())}",
+              file=sys.stderr)
+        return 2
+    try:
+        s = settings_from_inventory(
+            args.env, high_water=args.high_water, low_water=args.low_water, hold_seconds=args.hold_seconds,
+            signal=args.signal, prometheus_url=args.prometheus_url, promql=args.promql,
+            pools=tuple(args.pools) if args.pools else None, flip_out=args.flip_out,
+            flip_out_classes=tuple(args.flip_out_classes) if args.flip_out_classes else None,
+            flip_out_max_wait=args.flip_out_max_wait, flip_back=args.flip_back, pods_per_minute=args.pods_per_minute)
+        kube = Kube.from_kubeconfig(args.kubeconfig, user_agent="gpufleet-taint-controller")
+    except (InventoryError, ValueError, ConfigError) as exc:
+        print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
+        return 2
+    ctl, caches = build(kube, s)
+    try:
+        caches.start()
+    except (TimeoutError, KubeError, httpx.HTTPError) as exc:
+        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.config.server}: {exc}", file=sys.stderr)
+        return 1
+    liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
+    if args.metrics_port:
+        serve(args.metrics_port, liveness)
+    stop = threading.Event()
+    signals.signal(signals.SIGTERM, lambda *_: (stop.set(), ctl.stop()))
+    signals.signal(signals.SIGINT, lambda *_: (stop.set(), ctl.stop()))
+    log.info("taint controller: high %g, low %g, hold %gs, signal %s, pools %s", s.high_water, s.low_water,
+             s.hold_seconds, s.signal, ", ".join(s.pools) or "all")
+    if args.no_leader_election:
+        ctl.run(s.tick_seconds, liveness.beat)
+        return 0
+    from kubernetes import config as kconfig
+
+    from gpufleet.controllers.leader import run_as_leader
+
+    try:
+        kconfig.load_incluster_config() if args.kubeconfig is None and _in_cluster() else kconfig.load_kube_config(
+            config_file=args.kubeconfig)
+    except kconfig.ConfigException as exc:
+        print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
+        return 2
+    while not stop.is_set():
+        liveness.beat()  # waiting for the Lease is healthy
+        run_as_leader(LEASE_NAME, args.namespace, lambda: ctl.run(s.tick_seconds, liveness.beat),
+                      on_lost=ctl.stop, stop=stop)
+        if not stop.is_set():
+            log.warning("taint controller: lost the Lease; stopping to let the new leader act")
+            return 1
+    return 0
+
+
+def _in_cluster() -> bool:
+    import os
+
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))

@@ -1,0 +1,192 @@
+"""The taint controller's signal: free schedulable GPUs in the cluster.
+
+Definition (:func:`free_gpus`): over the *in-cluster* nodes (not labelled
+``type=virtual-kubelet``) that are ``Ready``, not cordoned and carry no
+``NoSchedule``/``NoExecute`` taint other than the GPU node taint and the
+degraded taint (:data:`~gpufleet.flip.names.BENIGN_TAINTS`; so nodes out for
+swap, unreachable, or reserved by the flip-out do not count), the sum of
+``max(0, allocatable nvidia.com/gpu - GPU requests of the non-terminal pods
+bound there)``. Unit: GPUs.
+
+Two sources:
+
+* :class:`ApiServerSignal`: a watch-based cache of Nodes and of non-terminal
+  Pods (``fieldSelector=status.phase!=Succeeded,status.phase!=Failed``;
+  a pod that finishes leaves the cache through the watch). Listed once at
+  start; no periodic full lists. Its caches are shared with the flip-out
+  and flip-back loops.
+* :class:`PrometheusSignal`: an instant query (``taint_controller_promql``)
+  against Prometheus' HTTP API; the result is a scalar or the sum of a
+  vector. An error or an empty result is "no sample" (None).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from gpufleet.vk.informer import Informer
+from gpufleet.vk.kube import Kube, api_path, parse_time
+from gpufleet.vk.provider import pod_requests
+
+from .names import BENIGN_TAINTS, GPU, VIRTUAL_LABEL
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------- compact objects
+
+
+def node_view(node: dict) -> dict[str, Any]:
+    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    labels = meta.get("labels") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    try:
+        gpus = int(float((status.get("allocatable") or {}).get(GPU, 0)))
+    except ValueError:
+        gpus = 0
+    return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": labels,
+            "virtual": labels.get(VIRTUAL_LABEL[0]) == VIRTUAL_LABEL[1], "ready": ready,
+            "unschedulable": bool(spec.get("unschedulable")), "taints": list(spec.get("taints") or []),
+            "gpus": gpus, "resourceVersion": meta.get("resourceVersion")}
+
+
+def pod_view(pod: dict) -> dict[str, Any]:
+    """What the caches keep of a Pod (enough for the signal, flip-out and flip-back)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
+                     if k in meta},
+        "created": parse_time(meta.get("creationTimestamp")) or 0.0,
+        "node": spec.get("nodeName") or "",
+        "gpus": int(pod_requests(pod).get(GPU, 0)),
+        "priority": int(spec.get("priority") or 0),
+        "priorityClassName": spec.get("priorityClassName") or "",
+        "preemptionPolicy": spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+        "tolerations": list(spec.get("tolerations") or []),
+        "phase": status.get("phase") or "Pending",
+        "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
+        "ready": ready,
+    }
+
+
+def blocking_taints(node: dict[str, Any]) -> list[dict]:
+    """The node's NoSchedule/NoExecute taints other than :data:`BENIGN_TAINTS`."""
+    return [t for t in node["taints"] if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in BENIGN_TAINTS]
+
+
+def schedulable(node: dict[str, Any]) -> bool:
+    """In-cluster, Ready, not cordoned, no blocking taint (see the module docstring)."""
+    return not node["virtual"] and node["ready"] and not node["unschedulable"] and not blocking_taints(node)
+
+
+def gpus_used(pods: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """GPUs requested per node by the non-terminal pods bound to it: ``{node: gpus}``."""
+    used: dict[str, int] = {}
+    for p in pods:
+        if p["node"] and p["phase"] not in ("Succeeded", "Failed") and p["gpus"]:
+            used[p["node"]] = used.get(p["node"], 0) + p["gpus"]
+    return used
+
+
+def free_gpus(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> int:
+    """Free schedulable GPUs (module docstring) from :func:`node_view` and :func:`pod_view` values."""
+    used = gpus_used(pods)
+    return sum(max(0, n["gpus"] - used.get(n["name"], 0)) for n in nodes if schedulable(n))
+
+
+# ------------------------------------------------------------------------------- sources
+
+
+class ApiServerSignal:
+    """Free GPUs from watch-maintained caches of Nodes and non-terminal Pods.
+
+    Attributes:
+        nodes / pods: the informers (shared with the flip-out and flip-back loops).
+    """
+
+    name = "apiserver"
+
+    def __init__(self, kube: Kube):
+        self.nodes: Informer[dict] = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes")
+        self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"), transform=pod_view, name="pods",
+                                             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
+
+    def start(self, timeout: float = 60.0) -> "ApiServerSignal":
+        """Start both watches and wait for their first lists (raises TimeoutError)."""
+        self.nodes.start()
+        self.pods.start()
+        if not (self.nodes.wait_synced(timeout) and self.pods.wait_synced(timeout)):
+            raise TimeoutError(f"nodes/pods not listed within {timeout:.0f}s")
+        return self
+
+    def stop(self) -> None:
+        """Stop both watches."""
+        self.nodes.stop()
+        self.pods.stop()
+
+    def value(self) -> float | None:
+        """Free GPUs now, or None before both caches are synced."""
+        if not (self.nodes.synced.is_set() and self.pods.synced.is_set()):
+            return None
+        return float(free_gpus(self.nodes.items(), self.pods.items()))
+
+
+def parse_prometheus(answer: dict) -> float | None:
+    """The number in a Prometheus ``/api/v1/query`` answer: a scalar, or the sum of a vector; None if empty/failed."""
+    if answer.get("status") != "success":
+        return None
+    data = answer.get("data") or {}
+    result = data.get("result")
+    if data.get("resultType") == "scalar":
+        return float(result[1])
+    if data.get("resultType") == "vector":
+        return sum(float(s["value"][1]) for s in result) if result else None
+    return None
+
+
+class PrometheusSignal:
+    """Free GPUs from a PromQL instant query.
+
+    Args:
+        url: Prometheus base URL (``http://prometheus.monitoring:9090``).
+        query: the PromQL expression (``taint_controller_promql``).
+        timeout: seconds per query.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, url: str, query: str, timeout: float = 5.0):
+        self.url = url.rstrip("/")
+        self.query = query
+        self.errors = 0
+        self._client = httpx.Client(timeout=timeout)
+
+    def start(self, timeout: float = 0.0) -> "PrometheusSignal":
+        """Nothing to start (queries are made on demand); returns self."""
+        return self
+
+    def stop(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def value(self) -> float | None:
+        """The query's value now, or None (error or no data; counted in ``errors``)."""
+        try:
+            resp = self._client.get(f"{self.url}/api/v1/query", params={"query": self.query})
+            resp.raise_for_status()
+            value = parse_prometheus(resp.json())
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as exc:
+            self.errors += 1
+            log.warning("prometheus signal: %s", exc)
+            return None
+        if value is None:
+            self.errors += 1
+        return value

@@ -1,0 +1,14 @@
+"""gpufleet's virtual kubelet: external GPU capacity as a Node of the cluster.
+
+Seams as in virtual-kubelet/virtual-kubelet: the node side
+(:mod:`~gpufleet.vk.node` for the Node and its status,
+:mod:`~gpufleet.vk.lease` for the Lease heartbeat), the pod side
+(:mod:`~gpufleet.vk.pods`, one reconcile loop), and the provider protocol
+(:mod:`~gpufleet.vk.provider`) that the two sides alone see. Providers live
+in :mod:`gpufleet.vk.providers` (``kubernetes``, ``simulated``);
+:mod:`~gpufleet.vk.translate` says what of a pod is kept, dropped or
+refused remotely. :mod:`~gpufleet.vk.kube` and :mod:`~gpufleet.vk.informer`
+are the small dict-based client, watch cache and work queue (also used by
+the taint controller). Entry point: ``gpufleet virtual-kubelet``
+(:mod:`~gpufleet.vk.main`). See README.md.
+"""

@@ -1,0 +1,178 @@
+"""``gpufleet virtual-kubelet --pool NAME``: one virtual node for one external capacity pool.
+
+Wiring (:class:`VirtualKubelet`): the pool's provider
+(:func:`gpufleet.vk.providers.build`), the node side
+(:class:`~gpufleet.vk.node.NodeController` and
+:class:`~gpufleet.vk.lease.LeaseHeartbeat`), the pod side
+(:class:`~gpufleet.vk.pods.PodController`), and ``/metrics`` + ``/healthz``.
+A node has one kubelet: the role runs one replica with ``Recreate``, so
+there is no leader election.
+
+Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (unknown environment or
+pool, provider configuration errors: the message says what to fix); 1 when
+the cluster or the provider cannot be reached at start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+import httpx
+
+from .kube import ConfigError, Kube, KubeError
+from .lease import LeaseHeartbeat
+from .node import NodeController, node_name_for
+from .pods import PodController
+from .provider import Provider, ProviderError
+
+log = logging.getLogger("gpufleet.vk")
+
+
+class VirtualKubelet:
+    """A running virtual node: provider(s), Node, Lease, pod loop.
+
+    Args:
+        kube: client of the cluster the node joins.
+        pool: the pool's name; provider_kind: its provider kind (for labels and taint).
+        providers: ``{name: Provider}`` behind the node (usually one: the pool's).
+        host_ip: the node's InternalIP.
+        workers / resync_seconds / status_interval / lease_seconds: loop settings.
+    """
+
+    def __init__(self, kube: Kube, pool: str, provider_kind: str, providers: dict[str, Provider], *,
+                 host_ip: str = "127.0.0.1", workers: int = 8, resync_seconds: float = 10.0,
+                 status_interval: float = 60.0, lease_seconds: int = 40, **pod_kwargs: Any):
+        self.kube = kube
+        self.pool = pool
+        self.providers = providers
+        self.node_name = node_name_for(pool)
+
+        def capacity():
+            caps = [p.capacity() for p in providers.values()]
+            first = caps[0]
+            from .provider import Capacity
+
+            return Capacity(gpus=sum(c.gpus for c in caps), cpu=sum(c.cpu for c in caps),
+                            memory_bytes=sum(c.memory_bytes for c in caps), pods=sum(c.pods for c in caps),
+                            gpu_product=first.gpu_product, price_per_gpu_hour=min(c.price_per_gpu_hour for c in caps))
+
+        self.node = NodeController(kube, pool, provider_kind, capacity, internal_ip=host_ip,
+                                   status_interval=status_interval)
+        self.lease = LeaseHeartbeat(kube, self.node_name, lambda: self.node.uid, duration=lease_seconds)
+        self.pods = PodController(kube, self.node_name, providers, host_ip=host_ip, workers=workers,
+                                  resync_seconds=resync_seconds, **pod_kwargs)
+
+    def start(self) -> "VirtualKubelet":
+        """Register the Node, start the Lease, the status loop and the pod loop.
+
+        Raises:
+            KubeError / httpx.HTTPError: the API server refused or is unreachable.
+            TimeoutError: the node's pods could not be listed.
+        """
+        self.node.register()
+        self.lease.renew()
+        self.lease.start()
+        self.node.start()
+        self.pods.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop every loop (remote pods stay; a restarted virtual kubelet adopts them)."""
+        self.pods.stop()
+        self.node.stop()
+        self.lease.stop()
+
+    def close(self) -> None:
+        """Stop, then close the providers' connections."""
+        self.stop()
+        for p in self.providers.values():
+            closer = getattr(p, "close", None)
+            if callable(closer):
+                closer()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``gpufleet virtual-kubelet``."""
+    parser.add_argument("--pool", required=True, help="pool name from virtual_kubelet_pools in the inventory")
+    parser.add_argument("--env", default="local", help="inventory environment (default local)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig of the cluster the node joins (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    parser.add_argument("--remote-kubeconfig", default=None,
+                        help="kubernetes pools: kubeconfig of the other cluster (default: the mounted Secret, "
+                             "else the pool's kubeconfig_secret read from the API)")
+    parser.add_argument("--namespace-prefix", default="", help="kubernetes pools: remote namespace prefix")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz port (0: off)")
+    parser.add_argument("--workers", type=int, default=8, help="pod reconcile threads")
+    parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
+                        help="the node's InternalIP (default $POD_IP)")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def build(args: argparse.Namespace) -> VirtualKubelet:
+    """A :class:`VirtualKubelet` from parsed flags (not started).
+
+    Raises:
+        ValueError: unknown environment or pool, provider configuration error (bad input).
+        ConfigError: unusable kubeconfig.
+        ProviderError: the remote side did not answer.
+    """
+    from gpufleet.inventory import InventoryError, environments, load
+    from gpufleet.vk.providers import build as build_provider
+
+    if args.env not in environments():
+        raise ValueError(f"--env {args.env!r}: expected one of {', '.join(environments())}")
+    try:
+        inv = load(args.env)
+    except InventoryError as exc:
+        raise ValueError(str(exc)) from None
+    v = inv.role("virtual_kubelet")
+    pools = {p.name: p for p in v.virtual_kubelet_pools}
+    if args.pool not in pools:
+        raise ValueError(f"--pool {args.pool!r}: no such pool in inventories/{args.env} "
+                         f"(known: {', '.join(pools) or 'none'})")
+    pool = pools[args.pool]
+    kube = Kube.from_kubeconfig(args.kubeconfig, user_agent=f"gpufleet-vk/{pool.name}")
+    overrides = {"namespace_prefix": args.namespace_prefix} if pool.provider == "kubernetes" and args.namespace_prefix else {}
+    provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=v.virtual_kubelet_namespace,
+                              remote_kubeconfig=args.remote_kubeconfig, **overrides)
+    return VirtualKubelet(kube, pool.name, pool.provider, {pool.name: provider}, host_ip=args.host_ip,
+                          workers=args.workers)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT (see the module docstring for exit codes)."""
+    from gpufleet.controllers.serve import Liveness, serve
+    from gpufleet.vk.providers import ProviderConfigError
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        vk = build(args)
+    except (ValueError, ConfigError, ProviderConfigError) as exc:
+        print(f"gpufleet virtual-kubelet: {exc}", file=sys.stderr)
+        return 2
+    except ProviderError as exc:
+        print(f"gpufleet virtual-kubelet: {exc}", file=sys.stderr)
+        return 1
+    try:
+        vk.start()
+    except (KubeError, TimeoutError, OSError, httpx.HTTPError) as exc:
+        print(f"gpufleet virtual-kubelet: cannot start on {vk.kube.config.server}: {exc}", file=sys.stderr)
+        return 1
+    liveness = Liveness(max_age=120)
+    if args.metrics_port:
+        serve(args.metrics_port, liveness)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("virtual node %s up (pool %s)", vk.node_name, vk.pool)
+    while not stop.wait(5):
+        if vk.lease.last_error is None:
+            liveness.beat()
+    vk.close()
+    return 0

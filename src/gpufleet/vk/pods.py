@@ -1,0 +1,430 @@
+"""The pod side of the virtual kubelet: one reconcile loop over the pods bound to the node.
+
+Inputs: a watch on pods with ``fieldSelector=spec.nodeName=<node>`` (only
+this node's pods, never a full list of the cluster), the providers'
+notifiers, and a resync every ``resync_seconds`` (provider ``get_pods``:
+placement, orphans). Every change queues the pod's ``namespace/name`` in a
+:class:`~gpufleet.vk.informer.WorkQueue`; ``workers`` threads reconcile
+them, never two on the same pod.
+
+Per pod (:meth:`PodController.reconcile`):
+
+1. **Deleted here** (``deletionTimestamp`` set): delete the remote pod;
+   once it is gone, delete the pod object with grace 0 and a UID
+   precondition (there is no real kubelet to finish the graceful deletion).
+2. **Terminal here** (Succeeded/Failed): delete the remote pod, if any.
+3. **No remote pod yet** and never started here (no ``status.startTime``):
+   choose a provider (:func:`gpufleet.vk.provider.choose`), create it there
+   (the provider translates: :mod:`gpufleet.vk.translate`), write
+   ``startTime`` and the first status. Refusals, "no provider has this GPU
+   model", and non-retryable provider errors mark the pod **Failed** with
+   the reason and an Event; retryable ones (capacity, network) are retried
+   with backoff for ``create_retry_seconds``, then Failed.
+4. **No remote pod, but started** (``startTime`` set, not created in the
+   last ``lost_grace_seconds``): the provider lost it → **Failed**,
+   reason ``ProviderLost``; the ReplicaSet replaces the pod. No heroics.
+5. **Remote pod exists**: mirror its status (phase, conditions,
+   containerStatuses, startTime, podIP; :func:`gpufleet.vk.translate.mirror_status`)
+   when it changed; copy label changes (``update_pod``); when the remote
+   pod is terminal, mirror it and then delete the remote pod.
+
+Restarts: nothing is kept on disk. Remote pods carry the source pod UID;
+on start the loop lists every provider's pods, adopts those whose source
+pod exists (no duplicate create), fails those that were started and are
+gone (rule 4), creates those never started (rule 3), and deletes remote
+pods whose source pod no longer exists (orphans), once the local cache is
+synced.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from . import metrics
+from .informer import Informer, WorkQueue
+from .kube import Conflict, Kube, KubeError, NotFound, api_path, now_rfc3339
+from .provider import SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, Pod, Provider, ProviderError, choose
+from .translate import Refused, mirror_status
+
+log = logging.getLogger(__name__)
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+def _slim(pod: dict) -> dict:
+    """The cached form of a pod: the object without ``managedFields`` (a third of its size)."""
+    pod.get("metadata", {}).pop("managedFields", None)
+    return pod
+
+
+def _state_kind(state: dict | None) -> str:
+    return next((k for k in ("running", "waiting", "terminated") if (state or {}).get(k) is not None), "")
+
+
+def _normalize_states(status: dict) -> dict:
+    """Spell out the other container states as null, so a strategic merge replaces the state."""
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for cs in status.get(key) or []:
+            for field in ("state", "lastState"):
+                st = cs.get(field)
+                if isinstance(st, dict) and st:
+                    for k in ("running", "waiting", "terminated"):
+                        st.setdefault(k, None)
+    return status
+
+
+def status_digest(status: dict) -> tuple:
+    """What decides whether a status write is needed: phase, IP, start, conditions, container states."""
+    conds = tuple(sorted((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
+                         if c.get("type") != "PodScheduled"))
+    containers = tuple(sorted((c.get("name"), bool(c.get("ready")), _state_kind(c.get("state")), c.get("restartCount", 0))
+                              for c in status.get("containerStatuses") or []))
+    return (status.get("phase"), status.get("podIP"), bool(status.get("startTime")), status.get("reason"), conds,
+            containers)
+
+
+class PodController:
+    """Reconciles the pods bound to one virtual node with its providers.
+
+    Args:
+        kube: client of the cluster the node is in.
+        node_name: the virtual node.
+        providers: ``{name: Provider}`` the node can place pods on.
+        host_ip: written as the pods' ``hostIP``.
+        workers: reconcile threads.
+        resync_seconds: how often every pod is re-checked and orphans collected.
+        create_retry_seconds: how long retryable create errors are retried before the pod fails.
+        lost_grace_seconds: how long after a create a missing remote pod is not yet "lost"
+            (a remote watch may lag the create).
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, kube: Kube, node_name: str, providers: dict[str, Provider], *, host_ip: str = "127.0.0.1",
+                 workers: int = 8, resync_seconds: float = 10.0, create_retry_seconds: float = 60.0,
+                 lost_grace_seconds: float = 30.0, clock: Callable[[], float] = time.monotonic):
+        self.kube = kube
+        self.node = node_name
+        self.providers = providers
+        self.host_ip = host_ip
+        self.workers = workers
+        self.resync_seconds = resync_seconds
+        self.create_retry_seconds = create_retry_seconds
+        self.lost_grace_seconds = lost_grace_seconds
+        self.clock = clock
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"),
+                                             params={"fieldSelector": f"spec.nodeName={node_name}"},
+                                             transform=_slim, handlers=[self._on_pod], name=f"pods-{node_name}")
+        self._lock = threading.Lock()
+        self.placement: dict[str, str] = {}  # source UID -> provider name
+        self._uid_by_key: dict[str, str] = {}
+        self._created_at: dict[str, float] = {}
+        self._seen_at: dict[str, float] = {}
+        self._attempts: dict[str, tuple[float, int]] = {}
+        self._events_sent: dict[str, set[str]] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.running_since: dict[str, float] = {}
+        for prov in providers.values():
+            if callable(getattr(prov, "notify_pods", None)):
+                prov.notify_pods(lambda ns, name: self.queue.add(f"{ns}/{name}"))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, sync_timeout: float = 60.0) -> "PodController":
+        """Start the watch, wait for its first list, adopt remote pods, start workers and resync.
+
+        Raises:
+            TimeoutError: the API server did not list the node's pods in ``sync_timeout`` s.
+        """
+        self.pods.start()
+        if not self.pods.wait_synced(sync_timeout):
+            raise TimeoutError(f"{self.node}: pods not listed within {sync_timeout:.0f}s")
+        self.resync()
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, daemon=True, name=f"vk-{self.node}-{i}")
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._resync_loop, daemon=True, name=f"vk-{self.node}-resync")
+        t.start()
+        self._threads.append(t)
+        return self
+
+    def stop(self) -> None:
+        """Stop watching and working (remote pods are left as they are, to be adopted on restart)."""
+        self._stop.set()
+        self.pods.stop()
+        self.queue.shutdown()
+
+    def _on_pod(self, kind: str, new: Any, old: Any) -> None:
+        self.queue.add(f"{new['metadata']['namespace']}/{new['metadata']['name']}")
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is None:
+                continue
+            started = time.perf_counter()
+            try:
+                delay = self.reconcile(key)
+                if delay is not None:
+                    self.queue.add_after(key, delay)
+            except (KubeError, httpx.HTTPError, ProviderError) as exc:
+                log.warning("%s: %s: %s; retrying", self.node, key, exc)
+                self.queue.add_after(key, 2.0)
+            except Exception:  # never let one pod kill the loop
+                log.exception("%s: reconciling %s failed", self.node, key)
+                self.queue.add_after(key, 5.0)
+            finally:
+                self.queue.done(key)
+                metrics.RECONCILE_SECONDS.labels(self.node).observe(time.perf_counter() - started)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync_seconds):
+            try:
+                self.resync()
+            except Exception:
+                log.exception("%s: resync failed", self.node)
+
+    def resync(self) -> None:
+        """Refresh placement from every provider, collect orphans, queue every pod, update gauges."""
+        local = {p["metadata"]["uid"]: p for p in self.pods.items()}
+        for name, prov in self.providers.items():
+            remote = prov.get_pods()
+            metrics.PROVIDER_PODS.labels(self.node, name).set(len(remote))
+            for rp in remote:
+                if rp.source_uid in local:
+                    with self._lock:
+                        self.placement.setdefault(rp.source_uid, name)
+                elif self.pods.synced.is_set():
+                    log.info("%s: deleting orphan remote pod %s/%s (source UID %s gone)", self.node, rp.namespace,
+                             rp.name, rp.source_uid)
+                    prov.delete_pod({"metadata": {"namespace": rp.namespace, "name": rp.name, "uid": rp.source_uid}})
+                    metrics.DELETES.labels(self.node, "orphan").inc()
+                    with self._lock:
+                        self.placement.pop(rp.source_uid, None)
+        phases: dict[str, int] = {}
+        for p in local.values():
+            phase = (p.get("status") or {}).get("phase") or "Pending"
+            phases[phase] = phases.get(phase, 0) + 1
+            self.queue.add(f"{p['metadata']['namespace']}/{p['metadata']['name']}")
+        for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
+            metrics.PODS.labels(self.node, phase).set(phases.get(phase, 0))
+
+    # ------------------------------------------------------------------ reconcile
+
+    def _remote(self, pod: Pod) -> tuple[Provider | None, dict | None]:
+        meta = pod["metadata"]
+        with self._lock:
+            name = self.placement.get(meta["uid"])
+        prov = self.providers.get(name) if name else None
+        if prov is None:
+            return None, None
+        remote = prov.get_pod(meta["namespace"], meta["name"])
+        if remote is not None and ((remote.get("metadata") or {}).get("annotations") or {}).get(SOURCE_UID) not in (
+                None, meta["uid"]):
+            remote = None  # a leftover of an earlier pod with the same name
+        return prov, remote
+
+    def _forget(self, uid: str) -> None:
+        with self._lock:
+            self.placement.pop(uid, None)
+        self._created_at.pop(uid, None)
+        self._attempts.pop(uid, None)
+        self._seen_at.pop(uid, None)
+        self.running_since.pop(uid, None)
+        self._events_sent.pop(uid, None)
+
+    def reconcile(self, key: str) -> float | None:
+        """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.
+
+        Raises:
+            KubeError / httpx.HTTPError / ProviderError: transient failures (the worker retries).
+        """
+        pod = self.pods.get(key)
+        old_uid = self._uid_by_key.get(key)
+        if pod is None:
+            if old_uid:
+                self._delete_remote_of(key, old_uid, "deleted")
+                self._uid_by_key.pop(key, None)
+            return None
+        meta, status = pod["metadata"], pod.get("status") or {}
+        uid = meta["uid"]
+        if old_uid and old_uid != uid:
+            self._delete_remote_of(key, old_uid, "deleted")
+        self._uid_by_key[key] = uid
+        self._seen_at.setdefault(uid, self.clock())
+        prov, remote = self._remote(pod)
+
+        if meta.get("deletionTimestamp"):
+            if remote is not None:
+                prov.delete_pod(pod)
+                metrics.DELETES.labels(self.node, "deleted").inc()
+                _, remote = self._remote(pod)
+                if remote is not None:
+                    return 0.5
+            try:
+                self.kube.delete("v1", "pods", meta["name"], meta["namespace"], grace_seconds=0, uid=uid)
+            except (NotFound, Conflict):
+                pass
+            self._forget(uid)
+            self._uid_by_key.pop(key, None)
+            return None
+
+        phase = status.get("phase")
+        if phase in TERMINAL:
+            if remote is not None:
+                prov.delete_pod(pod)
+                metrics.DELETES.labels(self.node, "finished").inc()
+            self._forget(uid)
+            return None
+
+        if remote is None:
+            created = self._created_at.get(uid)
+            if created is not None and self.clock() - created < self.lost_grace_seconds:
+                return 0.5  # the provider's view may lag its own create
+            if status.get("startTime") or prov is not None:
+                where = prov.name if prov is not None else "the provider"
+                self._fail(pod, "ProviderLost", f"{where} no longer has this pod's remote pod; the pod's controller "
+                                                "replaces it")
+                return None
+            return self._create(pod)
+
+        # Mirror remote status.
+        if prov is not None:
+            rlabels = (remote.get("metadata") or {}).get("labels") or {}
+            if {k: v for k, v in rlabels.items() if k != VIRTUAL_NODE_LABEL} != (meta.get("labels") or {}):
+                try:
+                    prov.update_pod(pod)
+                except ProviderError as exc:
+                    log.info("%s: %s: label update not applied: %s", self.node, key, exc)
+        rstatus = remote.get("status") or {}
+        self._write_status(pod, rstatus)
+        if rstatus.get("phase") in TERMINAL:
+            prov.delete_pod(pod)
+            metrics.DELETES.labels(self.node, "finished").inc()
+        return None
+
+    def _delete_remote_of(self, key: str, uid: str, cause: str) -> None:
+        with self._lock:
+            name = self.placement.get(uid)
+        if name and name in self.providers:
+            ns, pname = key.split("/", 1)
+            self.providers[name].delete_pod({"metadata": {"namespace": ns, "name": pname, "uid": uid}})
+            metrics.DELETES.labels(self.node, cause).inc()
+        self._forget(uid)
+
+    def _offers(self) -> list[Offer]:
+        out = []
+        for name, prov in self.providers.items():
+            cap, used = prov.capacity(), prov.used()
+            free = {"nvidia.com/gpu": cap.gpus - used.get("nvidia.com/gpu", 0.0), "cpu": cap.cpu - used.get("cpu", 0.0),
+                    "memory": cap.memory_bytes - used.get("memory", 0.0), "pods": cap.pods - used.get("pods", 0.0)}
+            out.append(Offer(name, cap.gpu_product, cap.price_per_gpu_hour, free))
+        return out
+
+    def _create(self, pod: Pod) -> float | None:
+        meta = pod["metadata"]
+        uid = meta["uid"]
+        first, attempts = self._attempts.get(uid, (self.clock(), 0))
+        self._attempts[uid] = (first, attempts + 1)
+        try:
+            name = choose(pod, self._offers())
+            self.providers[name].create_pod(pod)
+        except Refused as exc:
+            metrics.CREATES.labels(self.node, "refused").inc()
+            self._fail(pod, "Refused", f"the pod cannot run on a virtual node: {exc}")
+            return None
+        except ProviderError as exc:
+            if exc.retryable and self.clock() - first < self.create_retry_seconds:
+                metrics.CREATES.labels(self.node, "retry").inc()
+                self._event(pod, exc.reason, f"{exc} (retrying)")
+                return min(0.5 * 2 ** attempts, 10.0)
+            metrics.CREATES.labels(self.node, "failed").inc()
+            self._fail(pod, exc.reason if not isinstance(exc, NoProvider) or not exc.retryable else "OutOfCapacity",
+                       str(exc))
+            return None
+        metrics.CREATES.labels(self.node, "ok").inc()
+        with self._lock:
+            self.placement[uid] = name
+        self._created_at[uid] = self.clock()
+        self._attempts.pop(uid, None)
+        _, remote = self._remote(pod)
+        rstatus = (remote or {}).get("status") or {"phase": "Pending"}
+        self._write_status(pod, rstatus)
+        self._event(pod, "Scheduled", f"running on provider {name}", kind="Normal", once=False)
+        return None
+
+    def _write_status(self, pod: Pod, rstatus: dict) -> None:
+        meta, current = pod["metadata"], pod.get("status") or {}
+        new = mirror_status(rstatus, host_ip=self.host_ip)
+        new["startTime"] = current.get("startTime") or new.get("startTime") or now_rfc3339()
+        new.setdefault("phase", "Pending")
+        merged = {**current, **new}
+        if status_digest(merged) == status_digest(current):
+            return
+        self.kube.patch("v1", "pods", meta["name"], {"status": _normalize_states(copy.deepcopy(new))},
+                        meta["namespace"], subresource="status", patch="strategic")
+        metrics.STATUS_WRITES.labels(self.node).inc()
+        uid = meta["uid"]
+        if new.get("phase") == "Running" and uid not in self.running_since:
+            self.running_since[uid] = self.clock()
+            seen = self._seen_at.get(uid)
+            if seen is not None:
+                metrics.CREATE_TO_RUNNING.labels(self.node).observe(self.running_since[uid] - seen)
+
+    def _fail(self, pod: Pod, reason: str, message: str) -> None:
+        """Mark the source pod Failed (phase, reason, message, Ready False) and record a Warning Event."""
+        meta = pod["metadata"]
+        now = now_rfc3339()
+        containers = [{"name": c.get("name"), "image": c.get("image"), "imageID": "", "ready": False,
+                       "restartCount": 0, "started": False,
+                       "state": {"terminated": {"exitCode": 137, "reason": reason, "message": message[:1024],
+                                                "startedAt": None, "finishedAt": now}, "running": None, "waiting": None}}
+                      for c in (pod.get("spec") or {}).get("containers") or []]
+        status = {"phase": "Failed", "reason": reason, "message": message[:1024],
+                  "startTime": (pod.get("status") or {}).get("startTime") or now,
+                  "conditions": [{"type": "Ready", "status": "False", "reason": reason, "lastTransitionTime": now},
+                                 {"type": "ContainersReady", "status": "False", "reason": reason,
+                                  "lastTransitionTime": now}],
+                  "containerStatuses": containers}
+        try:
+            self.kube.patch("v1", "pods", meta["name"], {"status": status}, meta["namespace"], subresource="status",
+                            patch="strategic")
+        except NotFound:
+            return
+        metrics.FAILED.labels(self.node, reason).inc()
+        self._event(pod, reason, message)
+        log.info("%s: pod %s/%s Failed: %s: %s", self.node, meta["namespace"], meta["name"], reason, message)
+
+    def _event(self, pod: Pod, reason: str, message: str, *, kind: str = "Warning", once: bool = True) -> None:
+        """Record a core/v1 Event on the pod (once per pod and reason unless ``once`` is false); never raises."""
+        meta = pod["metadata"]
+        if once:
+            sent = self._events_sent.setdefault(meta["uid"], set())
+            if reason in sent:
+                return
+            sent.add(reason)
+        now = now_rfc3339()
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{os.urandom(6).hex()}", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
+                               "uid": meta["uid"]},
+            "reason": reason, "message": message[:1024], "type": kind,
+            "source": {"component": "gpufleet-virtual-kubelet", "host": self.node},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": "gpufleet.io/virtual-kubelet", "reportingInstance": self.node,
+        }
+        try:
+            self.kube.create("v1", "events", body, meta["namespace"])
+        except (KubeError, httpx.HTTPError) as exc:
+            log.info("%s: event %s on %s not recorded: %s", self.node, reason, meta["name"], exc)

@@ -1,0 +1,248 @@
+"""The provider protocol: the only thing the virtual kubelet's node and pod sides see of a backend.
+
+Same seams as virtual-kubelet's ``node.PodLifecycleHandler`` (+ its
+``PodNotifier``) and ``node.NodeProvider``: ``create_pod``, ``update_pod``,
+``delete_pod``, ``get_pod``, ``get_pod_status``, ``get_pods``, plus
+``capacity`` and an optional ``notify_pods``. Pods are the API's JSON
+dicts of the *source* pods (the ones bound to the virtual node); a provider
+translates them itself (:mod:`gpufleet.vk.translate`).
+
+Identity: every remote pod is tagged with the source pod's UID
+(:data:`SOURCE_UID`), so after a restart the virtual kubelet matches remote
+pods to source pods by UID, adopts them instead of creating duplicates, and
+garbage-collects the ones whose source pod is gone.
+
+Errors: :class:`ProviderError` for anything a provider cannot do (the pod
+side marks the pod Failed with its ``reason`` and message);
+:class:`PodNotFound` when the remote pod does not exist.
+
+Choosing a provider for a pod (:func:`choose`): only providers whose GPU
+model matches the pod's ``nvidia.com/gpu.product`` node selector (if it
+has one), then only those with free capacity for its requests, then the
+lowest price per GPU-hour (ties: the most free GPUs, then the name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+GPU = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: Annotation and label on remote pods: the source pod's UID / namespace / name / virtual node.
+SOURCE_UID = "gpufleet.io/source-uid"
+SOURCE_NAMESPACE = "gpufleet.io/source-namespace"
+SOURCE_NAME = "gpufleet.io/source-name"
+VIRTUAL_NODE_LABEL = "gpufleet.io/virtual-node"
+
+Pod = dict[str, Any]
+#: Called by a provider when a remote pod's status changed: ``(source namespace, source name)``.
+Notifier = Callable[[str, str], None]
+
+
+class ProviderError(RuntimeError):
+    """A provider could not do what was asked.
+
+    Attributes:
+        reason: CamelCase reason for the pod status / Event (``ProviderFailed``,
+            ``OutOfCapacity``, ``Refused``...).
+        retryable: whether trying again later may succeed (the pod side then
+            requeues instead of failing the pod).
+    """
+
+    def __init__(self, message: str, *, reason: str = "ProviderFailed", retryable: bool = False):
+        super().__init__(message)
+        self.reason = reason
+        self.retryable = retryable
+
+
+class PodNotFound(ProviderError):
+    """The provider has no pod for this source pod."""
+
+    def __init__(self, message: str):
+        super().__init__(message, reason="ProviderLost")
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a provider can run at most: GPUs, CPU cores, memory bytes, pods; price in USD per GPU-hour."""
+
+    gpus: int
+    cpu: int
+    memory_bytes: int
+    pods: int
+    gpu_product: str
+    price_per_gpu_hour: float
+
+    def resources(self) -> dict[str, str]:
+        """As Node ``status.capacity``: ``{"nvidia.com/gpu": "64", "cpu": "2048", "memory": "...", "pods": "1000"}``."""
+        return {GPU: str(self.gpus), "cpu": str(self.cpu), "memory": str(self.memory_bytes), "pods": str(self.pods)}
+
+
+@dataclass
+class RemotePod:
+    """A remote pod as :meth:`Provider.get_pods` lists it: the source UID it belongs to and its ref."""
+
+    source_uid: str
+    namespace: str
+    name: str
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A backend that runs pods for one virtual node (see the module docstring)."""
+
+    name: str
+
+    def create_pod(self, pod: Pod) -> None:
+        """Start ``pod`` remotely; idempotent per source UID (an existing remote pod is adopted).
+
+        Raises:
+            ProviderError: refused, out of capacity, or the backend failed.
+        """
+
+    def update_pod(self, pod: Pod) -> None:
+        """Apply what may change on a running pod (labels, annotations); raises ProviderError."""
+
+    def delete_pod(self, pod: Pod) -> None:
+        """Stop and remove the remote pod of ``pod`` (no error if already gone)."""
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """The remote pod of source pod ``namespace/name`` as the provider sees it, or None."""
+
+    def get_pod_status(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod status to mirror onto the source pod, or None if the remote pod is gone.
+
+        Shape: a Pod ``status`` dict (``phase``, ``conditions``,
+        ``containerStatuses``, ``startTime``, ``podIP``, ``reason``, ``message``).
+        """
+
+    def get_pods(self) -> list[RemotePod]:
+        """Every remote pod this provider runs for this virtual node (for resync and orphan GC)."""
+
+    def capacity(self) -> Capacity:
+        """What the provider offers (the virtual node's capacity and allocatable)."""
+
+    def used(self) -> dict[str, float]:
+        """What its running (non-terminal) remote pods request now, as :func:`pod_requests` shapes it."""
+
+    # Optional: ``notify_pods(callback: Notifier) -> None`` registers a callback
+    # the provider calls whenever a remote pod's status changes, so status
+    # reaches the source pod without waiting for the next resync.
+
+
+def supports_notify(provider: Any) -> bool:
+    """Whether ``provider`` has the optional ``notify_pods(callback)``."""
+    return callable(getattr(provider, "notify_pods", None))
+
+
+# ------------------------------------------------------------------------------- resources
+
+
+_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2Gi"`` -> 2147483648).
+
+    Raises:
+        ValueError: not a quantity. (Own parser: ``kubernetes.utils`` would
+            import the whole generated client into the virtual kubelet.)
+    """
+    if value in (None, ""):
+        return 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _QUANTITY.match(str(value).strip())
+    if not m or m.group(2) not in _SUFFIX:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return float(m.group(1)) * _SUFFIX[m.group(2)]
+
+
+def pod_requests(pod: Pod) -> dict[str, float]:
+    """Effective resource requests of a pod: max(sum of containers, largest init container), plus overhead.
+
+    Shape: ``{"nvidia.com/gpu": 1.0, "cpu": 4.0, "memory": 34359738368.0}``;
+    a container with limits but no requests of an extended resource (GPUs)
+    counts its limit, as the API server defaults requests to limits.
+    """
+    spec = pod.get("spec") or {}
+
+    def of(container: dict) -> dict[str, float]:
+        res = container.get("resources") or {}
+        req = dict(res.get("requests") or {})
+        for k, v in (res.get("limits") or {}).items():
+            req.setdefault(k, v)
+        return {k: quantity(v) for k, v in req.items()}
+
+    total: dict[str, float] = {}
+    for c in spec.get("containers") or []:
+        for k, v in of(c).items():
+            total[k] = total.get(k, 0.0) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in of(c).items():
+            total[k] = max(total.get(k, 0.0), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, 0.0) + quantity(v)
+    return total
+
+
+def pod_gpus(pod: Pod) -> int:
+    """GPUs (``nvidia.com/gpu``) the pod requests."""
+    return int(pod_requests(pod).get(GPU, 0))
+
+
+# ------------------------------------------------------------------------------- choice
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One provider's standing for a pod: what it has free now (``free`` as in :func:`pod_requests`)."""
+
+    name: str
+    gpu_product: str
+    price_per_gpu_hour: float
+    free: dict[str, float]
+
+
+class NoProvider(ProviderError):
+    """No provider fits the pod (GPU model or capacity); the message says which and why."""
+
+    def __init__(self, message: str, *, retryable: bool):
+        super().__init__(message, reason="NoProvider" if not retryable else "OutOfCapacity", retryable=retryable)
+
+
+def choose(pod: Pod, offers: Iterable[Offer]) -> str:
+    """The provider to run ``pod``: GPU model fit, then free capacity, then lowest price per GPU-hour.
+
+    Args:
+        pod: the source pod (its ``nodeSelector[nvidia.com/gpu.product]`` and requests matter).
+        offers: one :class:`Offer` per provider.
+
+    Returns:
+        The chosen provider's name.
+
+    Raises:
+        NoProvider: no provider has the GPU model (not retryable: the pod
+            cannot run here), or none has room right now (retryable).
+    """
+    offers = list(offers)
+    wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    models = [o for o in offers if not wanted or o.gpu_product == wanted]
+    if not models:
+        have = ", ".join(sorted({o.gpu_product for o in offers})) or "none"
+        raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+                         retryable=False)
+    req = pod_requests(pod)
+    fits = [o for o in models if all(o.free.get(k, 0.0) >= v for k, v in req.items() if k in (GPU, "cpu", "memory", "pods"))]
+    if not fits:
+        short = "; ".join(f"{o.name}: {GPU} free {o.free.get(GPU, 0):g} of {req.get(GPU, 0):g} asked" for o in models)
+        raise NoProvider(f"no provider has room for the pod now ({short})", retryable=True)
+    best = min(fits, key=lambda o: (o.price_per_gpu_hour, -o.free.get(GPU, 0.0), o.name))
+    return best.name

@@ -1,0 +1,330 @@
+"""The simulated provider: an in-process stand-in for a GPU rental API.
+
+A pod created here is ``Pending`` (``ContainerCreating``) for
+``start_latency_seconds``, then ``Running`` and Ready; a pod annotated
+``gpufleet.io/simulated-duration-seconds`` then ``Succeeded`` that many
+seconds later. Capacity (GPUs, CPU, memory, pods) is enforced: a create that
+does not fit raises a retryable ``OutOfCapacity``. ``failure_rate`` is the
+probability that a create fails (``ProviderFailed``, as a rental API
+refusing or timing out), drawn from a seeded RNG so runs are reproducible.
+Tests inject faults directly: :meth:`SimulatedProvider.fail_pod` (the remote
+pod fails) and :meth:`SimulatedProvider.lose_pod` (it vanishes).
+
+Time comes from an injected ``clock`` (seconds, monotonic) so unit tests
+drive it by hand; status is computed from it on every read. With a
+notifier registered (:meth:`notify_pods`) and :meth:`start` called, a
+background thread calls it at each due transition (real time); tests with a
+fake clock call :meth:`fire_due` instead.
+
+Memory: one small record per pod (about 1 KiB), not the pod manifest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.vk.provider import (
+    GPU, Capacity, Notifier, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, pod_requests,
+)
+from gpufleet.vk.translate import translate
+
+DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+#: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
+CPU_PER_GPU = 28
+MEMORY_PER_GPU = 256 * 2**30
+
+
+@dataclass
+class _SimPod:
+    uid: str
+    namespace: str
+    name: str
+    requests: dict[str, float]
+    containers: list[tuple[str, str]]  # (name, image)
+    created: float
+    created_wall: float
+    start_at: float
+    end_at: float | None
+    ip: str
+    failed: tuple[str, str] | None = None  # (reason, message)
+    failed_at: float | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _rfc3339(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+class SimulatedProvider:
+    """A GPU rental stand-in implementing :class:`gpufleet.vk.provider.Provider`.
+
+    Args:
+        name: provider (pool) name.
+        gpus: GPUs it can rent out at most.
+        gpu_product: the ``nvidia.com/gpu.product`` of its GPUs.
+        price_per_gpu_hour: USD per GPU-hour.
+        start_latency_seconds: seconds from create to Running.
+        failure_rate: probability (0..1) that a create fails.
+        max_pods: pods at most.
+        node_name: the virtual node (tag on the pods it lists).
+        clock: monotonic seconds (default ``time.monotonic``).
+        wall: epoch seconds for timestamps (default ``time.time``).
+        seed: RNG seed for failure injection.
+    """
+
+    def __init__(self, name: str, *, gpus: int, gpu_product: str, price_per_gpu_hour: float,
+                 start_latency_seconds: float = 0.0, failure_rate: float = 0.0, max_pods: int = 1000,
+                 node_name: str = "", cpu_per_gpu: int = CPU_PER_GPU, memory_per_gpu: int = MEMORY_PER_GPU,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time, seed: int = 0):
+        if gpus < 0 or not 0 <= failure_rate <= 1 or start_latency_seconds < 0:
+            raise ValueError("gpus >= 0, 0 <= failure_rate <= 1, start_latency_seconds >= 0")
+        self.name = name
+        self.node_name = node_name
+        self.latency = start_latency_seconds
+        self.failure_rate = failure_rate
+        self._capacity = Capacity(gpus=gpus, cpu=gpus * cpu_per_gpu or cpu_per_gpu,
+                                  memory_bytes=(gpus or 1) * memory_per_gpu, pods=max_pods,
+                                  gpu_product=gpu_product, price_per_gpu_hour=price_per_gpu_hour)
+        self.clock = clock
+        self.wall = wall
+        self._rng = random.Random(seed)
+        self._lock = threading.RLock()
+        self._pods: dict[str, _SimPod] = {}  # by source UID
+        self._by_name: dict[tuple[str, str], str] = {}
+        self._ip = 0
+        self._due: list[tuple[float, str]] = []
+        self._notifier: Notifier | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.creates = 0
+        self.deletes = 0
+
+    # ------------------------------------------------------------------ protocol
+
+    def capacity(self) -> Capacity:
+        """The configured capacity (see :class:`Capacity`)."""
+        return self._capacity
+
+    def used(self) -> dict[str, float]:
+        """Requests of the non-terminal pods: ``{"nvidia.com/gpu", "cpu", "memory", "pods"}``."""
+        now = self.clock()
+        used = {GPU: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
+        with self._lock:
+            for p in self._pods.values():
+                if self._phase(p, now) in ("Pending", "Running"):
+                    for k in (GPU, "cpu", "memory"):
+                        used[k] += p.requests.get(k, 0.0)
+                    used["pods"] += 1
+        return used
+
+    def create_pod(self, pod: Pod) -> None:
+        """Start renting for ``pod`` (idempotent by source UID).
+
+        Raises:
+            ProviderError: ``OutOfCapacity`` (retryable) or ``ProviderFailed`` (injected failure).
+            gpufleet.vk.translate.Refused: the pod cannot run remotely.
+        """
+        translate(pod, node_name=self.node_name)  # same refusals as a real remote
+        meta = pod["metadata"]
+        uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
+        req = pod_requests(pod)
+        with self._lock:
+            if uid in self._pods:
+                return
+            stale = self._by_name.get((ns, name))
+            if stale is not None and stale != uid:
+                self._drop(stale)
+            cap, used = self._capacity, self.used()
+            if (used[GPU] + req.get(GPU, 0) > cap.gpus or used["cpu"] + req.get("cpu", 0) > cap.cpu
+                    or used["memory"] + req.get("memory", 0) > cap.memory_bytes or used["pods"] + 1 > cap.pods):
+                raise ProviderError(f"{self.name}: out of capacity ({used[GPU]:g}/{cap.gpus} GPUs in use, "
+                                    f"{req.get(GPU, 0):g} asked)", reason="OutOfCapacity", retryable=True)
+            if self.failure_rate and self._rng.random() < self.failure_rate:
+                raise ProviderError(f"{self.name}: the rental API refused the pod (injected failure, "
+                                    f"rate {self.failure_rate:g})", reason="ProviderFailed")
+            now = self.clock()
+            duration = (meta.get("annotations") or {}).get(DURATION_ANNOTATION)
+            start_at = now + self.latency
+            end_at = start_at + float(duration) if duration not in (None, "") else None
+            self._ip += 1
+            sp = _SimPod(uid=uid, namespace=ns, name=name, requests=req,
+                         containers=[(c.get("name", ""), c.get("image", "")) for c in pod["spec"].get("containers") or []],
+                         created=now, created_wall=self.wall(), start_at=start_at, end_at=end_at,
+                         ip=f"100.64.{(self._ip >> 8) & 255}.{self._ip & 255}", labels=dict(meta.get("labels") or {}))
+            self._pods[uid] = sp
+            self._by_name[(ns, name)] = uid
+            self.creates += 1
+            self._schedule(start_at, uid)
+            if end_at is not None:
+                self._schedule(end_at, uid)
+        self._notify(ns, name)
+
+    def update_pod(self, pod: Pod) -> None:
+        """Record new labels (nothing else changes on a running rental)."""
+        with self._lock:
+            sp = self._pods.get(pod["metadata"]["uid"])
+            if sp is None:
+                raise PodNotFound(f"{self.name}: no pod for {pod['metadata']['namespace']}/{pod['metadata']['name']}")
+            sp.labels = dict(pod["metadata"].get("labels") or {})
+
+    def delete_pod(self, pod: Pod) -> None:
+        """Stop renting for ``pod`` at once (no error if it is gone)."""
+        meta = pod["metadata"]
+        with self._lock:
+            uid = meta.get("uid") or self._by_name.get((meta["namespace"], meta["name"]))
+            if uid in self._pods:
+                self._drop(uid)
+                self.deletes += 1
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """A pod manifest of the rental for source pod ``namespace/name`` (with status), or None."""
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            sp = self._pods.get(uid) if uid else None
+            if sp is None:
+                return None
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"namespace": namespace, "name": name, "labels": dict(sp.labels),
+                                 "annotations": {SOURCE_UID: sp.uid}},
+                    "spec": {"containers": [{"name": n, "image": i} for n, i in sp.containers]},
+                    "status": self._status(sp, self.clock())}
+
+    def get_pod_status(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The rental's pod status now (see the module docstring), or None if it is gone."""
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            sp = self._pods.get(uid) if uid else None
+            return None if sp is None else self._status(sp, self.clock())
+
+    def get_pods(self) -> list[RemotePod]:
+        """Every rental this provider holds, with its source UID and status."""
+        now = self.clock()
+        with self._lock:
+            return [RemotePod(sp.uid, sp.namespace, sp.name, self._status(sp, now)) for sp in self._pods.values()]
+
+    def notify_pods(self, callback: Notifier) -> None:
+        """Register ``callback(namespace, name)``, called on every status transition."""
+        self._notifier = callback
+
+    # ------------------------------------------------------------------ faults (tests, sim)
+
+    def fail_pod(self, namespace: str, name: str, reason: str = "HardwareFailure",
+                 message: str = "the rented GPU failed") -> None:
+        """Make the remote pod of ``namespace/name`` fail now (raises PodNotFound)."""
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            if uid is None or uid not in self._pods:
+                raise PodNotFound(f"{self.name}: no pod for {namespace}/{name}")
+            sp = self._pods[uid]
+            sp.failed, sp.failed_at = (reason, message), self.clock()
+        self._notify(namespace, name)
+
+    def lose_pod(self, namespace: str, name: str) -> None:
+        """Make the remote pod of ``namespace/name`` vanish, as if the provider lost it."""
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            if uid is not None:
+                self._drop(uid)
+        self._notify(namespace, name)
+
+    # ------------------------------------------------------------------ time
+
+    def start(self) -> "SimulatedProvider":
+        """Start the notifier thread (real time); returns self."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True, name=f"sim-{self.name}")
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the notifier thread."""
+        self._stop.set()
+        self._wake.set()
+
+    def fire_due(self) -> int:
+        """Notify every transition due by ``clock()``; returns how many (for fake-clock tests)."""
+        fired = []
+        now = self.clock()
+        with self._lock:
+            while self._due and self._due[0][0] <= now:
+                _, uid = heapq.heappop(self._due)
+                sp = self._pods.get(uid)
+                if sp is not None:
+                    fired.append((sp.namespace, sp.name))
+        for ns, name in fired:
+            self._notify(ns, name)
+        return len(fired)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.fire_due()
+            with self._lock:
+                wait = (self._due[0][0] - self.clock()) if self._due else 1.0
+            self._wake.wait(min(max(wait, 0.005), 1.0))
+            self._wake.clear()
+
+    def _schedule(self, at: float, uid: str) -> None:
+        heapq.heappush(self._due, (at, uid))
+        self._wake.set()
+
+    def _notify(self, namespace: str, name: str) -> None:
+        if self._notifier is not None:
+            self._notifier(namespace, name)
+
+    def _drop(self, uid: str) -> None:
+        sp = self._pods.pop(uid, None)
+        if sp is not None and self._by_name.get((sp.namespace, sp.name)) == uid:
+            del self._by_name[(sp.namespace, sp.name)]
+
+    # ------------------------------------------------------------------ status
+
+    def _phase(self, sp: _SimPod, now: float) -> str:
+        if sp.failed is not None:
+            return "Failed"
+        if now < sp.start_at:
+            return "Pending"
+        if sp.end_at is not None and now >= sp.end_at:
+            return "Succeeded"
+        return "Running"
+
+    def _status(self, sp: _SimPod, now: float) -> dict[str, Any]:
+        phase = self._phase(sp, now)
+        created = _rfc3339(sp.created_wall)
+        started = _rfc3339(sp.created_wall + (sp.start_at - sp.created))
+        running = phase == "Running"
+
+        def cond(kind: str, ok: bool, at: str) -> dict:
+            return {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None, "lastTransitionTime": at}
+
+        if phase == "Pending":
+            states = [{"waiting": {"reason": "ContainerCreating"}}] * len(sp.containers)
+        elif phase == "Running":
+            states = [{"running": {"startedAt": started}}] * len(sp.containers)
+        else:
+            code, reason = (0, "Completed") if phase == "Succeeded" else (1, sp.failed[0] if sp.failed else "Error")
+            states = [{"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
+                                      "finishedAt": _rfc3339(sp.created_wall + (now - sp.created))}}] * len(sp.containers)
+        at = started if phase != "Pending" else created
+        status: dict[str, Any] = {
+            "phase": phase,
+            "startTime": created,
+            "podIP": sp.ip,
+            "podIPs": [{"ip": sp.ip}],
+            "conditions": [cond("Initialized", True, created), cond("PodReadyToStartContainers", phase != "Pending", at),
+                           cond("ContainersReady", running, at), cond("Ready", running, at)],
+            "containerStatuses": [
+                {"name": n, "image": i, "imageID": f"sim://{i}", "containerID": f"sim://{sp.uid[:8]}-{n}",
+                 "ready": running, "started": running, "restartCount": 0, "state": st}
+                for (n, i), st in zip(sp.containers, states)
+            ],
+        }
+        if sp.failed is not None:
+            status["reason"], status["message"] = sp.failed
+        return status

@@ -1,0 +1,176 @@
+"""Translate a pod bound to a virtual node into the pod a provider runs remotely.
+
+A source pod refers to things of *its* cluster (nodes, service accounts,
+volumes, Secrets, scheduling constraints). The remote side is another
+cluster or a rental API that knows none of them. The rules, field by field:
+
+Kept (copied as is):
+    ``metadata.labels`` (plus our tags), ``metadata.annotations`` (plus
+    ours), ``spec.containers`` and ``spec.initContainers`` (image, command,
+    args, env with plain values or ``fieldRef``/``resourceFieldRef``, ports,
+    resources, probes, lifecycle, securityContext, workingDir),
+    ``restartPolicy``, ``terminationGracePeriodSeconds``,
+    ``activeDeadlineSeconds``, ``securityContext``, ``dnsPolicy`` (except
+    ``ClusterFirstWithHostNet``), ``hostname``, ``subdomain``,
+    ``imagePullPolicy``, ``shareProcessNamespace``, ``enableServiceLinks``,
+    ``overhead``-free resources, volumes of kind ``emptyDir`` and
+    ``downwardAPI`` with their mounts.
+
+Dropped (meaningless or harmful remotely):
+    ``nodeName``, ``nodeSelector``, ``affinity``, ``tolerations`` (they name
+    this cluster's nodes and taints; the provider adds its own remote
+    tolerations/node selector), ``schedulerName``, ``priority``,
+    ``priorityClassName``, ``preemptionPolicy``, ``runtimeClassName``,
+    ``topologySpreadConstraints``, ``serviceAccountName``,
+    ``serviceAccount``, ``automountServiceAccountToken`` (set to false),
+    the projected service-account token volume (``kube-api-access-*``) and
+    its mounts, ``imagePullSecrets`` (Secrets are not copied),
+    ``readinessGates``, ``resourceClaims``, ``ownerReferences``,
+    ``finalizers``, ``generateName``, ``uid``, ``resourceVersion``,
+    ``creationTimestamp``, ``managedFields``, ``status``.
+
+Refused (:class:`Refused`: the pod is marked Failed with reason
+``Refused`` and an Event says which field):
+    ``hostNetwork``, ``hostPID``, ``hostIPC``, volumes of kind
+    ``hostPath`` (or any other kind not kept above: PVCs, ConfigMaps,
+    Secrets, CSI, projected volumes other than the token), env
+    ``valueFrom`` of ``secretKeyRef``/``configMapKeyRef``, ``envFrom``
+    (ConfigMaps and Secrets are not copied to the remote side), ephemeral
+    containers, ``resourceClaims`` requests in containers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .provider import SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Pod
+
+#: Prefix of the service-account token volume the API server injects.
+TOKEN_VOLUME_PREFIX = "kube-api-access-"
+KEPT_VOLUME_KINDS = ("emptyDir", "downwardAPI")
+KEPT_SPEC = (
+    "containers", "initContainers", "restartPolicy", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
+    "securityContext", "dnsPolicy", "hostname", "subdomain", "shareProcessNamespace", "enableServiceLinks",
+    "dnsConfig", "setHostnameAsFQDN", "os",
+)
+REFUSED_SPEC = ("hostNetwork", "hostPID", "hostIPC")
+
+
+class Refused(ValueError):
+    """The pod uses something the remote side cannot honour; the message names the field."""
+
+    reason = "Refused"
+
+
+def _is_token_volume(vol: dict) -> bool:
+    return vol.get("name", "").startswith(TOKEN_VOLUME_PREFIX) and "projected" in vol
+
+
+def _check_container(c: dict, kind: str) -> None:
+    where = f"{kind} {c.get('name')!r}"
+    if c.get("envFrom"):
+        raise Refused(f"{where}: envFrom (ConfigMaps/Secrets are not copied to the remote side)")
+    for env in c.get("env") or []:
+        src = env.get("valueFrom") or {}
+        for ref in ("secretKeyRef", "configMapKeyRef"):
+            if ref in src:
+                raise Refused(f"{where}: env {env.get('name')!r} valueFrom.{ref} (not copied to the remote side)")
+    if (c.get("resources") or {}).get("claims"):
+        raise Refused(f"{where}: resources.claims (dynamic resource allocation is local to this cluster)")
+
+
+def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: str | None = None,
+              tolerations: list[dict] | None = None, node_selector: dict[str, str] | None = None) -> Pod:
+    """The remote pod for source ``pod`` (see the module docstring for what is kept, dropped, refused).
+
+    Args:
+        pod: the source pod (API JSON dict); not modified.
+        node_name: the virtual node it is bound to (tag :data:`VIRTUAL_NODE_LABEL`).
+        namespace / name: remote namespace and name (default: the source's).
+        tolerations / node_selector: what the remote side needs (e.g. its
+            own GPU node taint), set instead of the source's.
+
+    Returns:
+        A new pod manifest (apiVersion, kind, metadata, spec) tagged with the
+        source UID, namespace, name and the virtual node.
+
+    Raises:
+        Refused: a refused field is set (the message names it).
+    """
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    for key in REFUSED_SPEC:
+        if spec.get(key):
+            raise Refused(f"spec.{key} (the remote side cannot give a pod this node's {key[4:].lower()})")
+    if spec.get("ephemeralContainers"):
+        raise Refused("spec.ephemeralContainers")
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or []:
+            _check_container(c, kind[:-1])
+    dropped_volumes = set()
+    volumes = []
+    for vol in spec.get("volumes") or []:
+        if _is_token_volume(vol):
+            dropped_volumes.add(vol["name"])
+            continue
+        kinds = [k for k in vol if k != "name"]
+        if not kinds or kinds[0] not in KEPT_VOLUME_KINDS:
+            raise Refused(f"volume {vol.get('name')!r} of kind {kinds[0] if kinds else '?'} "
+                          f"(only {', '.join(KEPT_VOLUME_KINDS)} run remotely)")
+        volumes.append(copy.deepcopy(vol))
+
+    out_spec: dict[str, Any] = {k: copy.deepcopy(spec[k]) for k in KEPT_SPEC if k in spec}
+    if out_spec.get("dnsPolicy") == "ClusterFirstWithHostNet":
+        out_spec["dnsPolicy"] = "ClusterFirst"
+    for kind in ("containers", "initContainers"):
+        for c in out_spec.get(kind) or []:
+            mounts = [m for m in c.get("volumeMounts") or [] if m.get("name") not in dropped_volumes]
+            if mounts:
+                c["volumeMounts"] = mounts
+            else:
+                c.pop("volumeMounts", None)
+    if volumes:
+        out_spec["volumes"] = volumes
+    out_spec["automountServiceAccountToken"] = False
+    if tolerations:
+        out_spec["tolerations"] = copy.deepcopy(tolerations)
+    if node_selector:
+        out_spec["nodeSelector"] = dict(node_selector)
+
+    labels = dict(meta.get("labels") or {})
+    labels[VIRTUAL_NODE_LABEL] = node_name
+    annotations = dict(meta.get("annotations") or {})
+    annotations.update({SOURCE_UID: meta.get("uid", ""), SOURCE_NAMESPACE: meta.get("namespace", ""),
+                        SOURCE_NAME: meta.get("name", "")})
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name or meta.get("name"), "namespace": namespace or meta.get("namespace"),
+                     "labels": labels, "annotations": annotations},
+        "spec": out_spec,
+    }
+
+
+#: Pod condition types mirrored back from the remote side.
+MIRRORED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+#: Pod status fields mirrored back.
+MIRRORED_STATUS = ("phase", "reason", "message", "startTime", "podIP", "podIPs", "containerStatuses",
+                   "initContainerStatuses", "qosClass")
+
+
+def mirror_status(remote_status: dict[str, Any], *, host_ip: str | None = None) -> dict[str, Any]:
+    """The status to write on the source pod from a remote pod's status.
+
+    Keeps :data:`MIRRORED_STATUS` and the conditions in
+    :data:`MIRRORED_CONDITIONS` (``PodScheduled`` stays the source
+    scheduler's); ``hostIP`` becomes the virtual node's address.
+    """
+    out = {k: copy.deepcopy(remote_status[k]) for k in MIRRORED_STATUS if k in remote_status}
+    conds = [copy.deepcopy(c) for c in remote_status.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS]
+    if conds:
+        out["conditions"] = conds
+    if host_ip:
+        out["hostIP"] = host_ip
+        out["hostIPs"] = [{"ip": host_ip}]
+    return out

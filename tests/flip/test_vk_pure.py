@@ -1,0 +1,235 @@
+"""Virtual kubelet pure parts: translation rules, provider choice, the simulated provider, the work queue."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from gpufleet.vk.informer import WorkQueue
+from gpufleet.vk.kube import api_path, config_from_dict, error_from, NotFound, TooManyRequests, ConfigError
+from gpufleet.vk.provider import (
+    SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests, quantity,
+)
+from gpufleet.vk.providers.simulated import SimulatedProvider
+from gpufleet.vk.translate import Refused, mirror_status, translate
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def pod(name="p", uid="u1", gpus=1, **spec) -> dict:
+    base = {
+        "nodeName": "vk-rental", "serviceAccountName": "default", "priorityClassName": "gpufleet-inference",
+        "priority": 1000, "schedulerName": "default-scheduler",
+        "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {}},
+        "containers": [{"name": "server", "image": "img:1", "env": [{"name": "A", "value": "1"}],
+                        "resources": {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": str(gpus)},
+                                      "limits": {"nvidia.com/gpu": str(gpus)}},
+                        "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+        "volumes": [{"name": "kube-api-access-x", "projected": {"sources": []}}],
+    }
+    base.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "inference", "uid": uid, "labels": {"app": "chat"},
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": "chat-1"}], "resourceVersion": "9"},
+            "spec": base, "status": {"phase": "Pending"}}
+
+
+# ------------------------------------------------------------------ translate
+
+
+def test_translate_keeps_containers_drops_cluster_specifics_and_tags_the_source():
+    out = translate(pod(), node_name="vk-rental", namespace="remote-inference",
+                    tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}])
+    spec = out["spec"]
+    assert out["metadata"]["namespace"] == "remote-inference" and out["metadata"]["name"] == "p"
+    assert out["metadata"]["annotations"][SOURCE_UID] == "u1"
+    assert out["metadata"]["labels"] == {"app": "chat", VIRTUAL_NODE_LABEL: "vk-rental"}
+    for dropped in ("nodeName", "serviceAccountName", "priorityClassName", "priority", "affinity", "schedulerName"):
+        assert dropped not in spec
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert spec["automountServiceAccountToken"] is False
+    assert "volumes" not in spec and "volumeMounts" not in spec["containers"][0]
+    assert spec["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "ownerReferences" not in out["metadata"] and "uid" not in out["metadata"]
+
+
+@pytest.mark.parametrize("spec,field", [
+    ({"hostNetwork": True}, "hostNetwork"),
+    ({"hostPID": True}, "hostPID"),
+    ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath"),
+    ({"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "x"}}]}, "persistentVolumeClaim"),
+    ({"volumes": [{"name": "s", "secret": {"secretName": "x"}}]}, "secret"),
+])
+def test_translate_refuses_what_cannot_run_remotely(spec, field):
+    with pytest.raises(Refused, match=field):
+        translate(pod(**spec), node_name="vk")
+
+
+def test_translate_refuses_secret_env_and_env_from():
+    p = pod()
+    p["spec"]["containers"][0]["env"].append({"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+    with pytest.raises(Refused, match="secretKeyRef"):
+        translate(p, node_name="vk")
+    p = pod()
+    p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "c"}}]
+    with pytest.raises(Refused, match="envFrom"):
+        translate(p, node_name="vk")
+
+
+def test_translate_keeps_empty_dir_and_field_ref_env():
+    p = pod(volumes=[{"name": "scratch", "emptyDir": {}}])
+    p["spec"]["containers"][0]["env"].append({"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    out = translate(p, node_name="vk")
+    assert out["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+
+
+def test_mirror_status_keeps_remote_state_but_not_pod_scheduled():
+    remote = {"phase": "Running", "podIP": "10.0.0.5", "startTime": "2026-01-01T00:00:00Z", "hostIP": "10.9.9.9",
+              "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+              "containerStatuses": [{"name": "server", "ready": True}]}
+    out = mirror_status(remote, host_ip="127.0.0.1")
+    assert out["phase"] == "Running" and out["podIP"] == "10.0.0.5" and out["hostIP"] == "127.0.0.1"
+    assert [c["type"] for c in out["conditions"]] == ["Ready"]
+
+
+# ------------------------------------------------------------------ requests and choice
+
+
+def test_quantities_and_effective_requests():
+    assert quantity("500m") == 0.5 and quantity("2Gi") == 2 * 2**30 and quantity("1k") == 1000 and quantity(3) == 3
+    with pytest.raises(ValueError):
+        quantity("8Gib")
+    p = pod(gpus=2, initContainers=[{"name": "i", "resources": {"requests": {"cpu": "8"}}}])
+    req = pod_requests(p)
+    assert req["nvidia.com/gpu"] == 2 and req["cpu"] == 8 and req["memory"] == 32 * 2**30
+
+
+def offers(**free_gpus):
+    prices = {"cheap": 1.0, "mid": 2.0, "dear": 3.0, "a100": 0.5}
+    return [Offer(n, "NVIDIA-A100-SXM4-80GB" if n == "a100" else H100, prices[n],
+                  {"nvidia.com/gpu": g, "cpu": 1e6, "memory": 1e15, "pods": 1000}) for n, g in free_gpus.items()]
+
+
+def test_choose_prefers_model_then_capacity_then_price():
+    p = pod(gpus=4)
+    assert choose(p, offers(cheap=8, mid=8, dear=8)) == "cheap"
+    assert choose(p, offers(cheap=2, mid=8, dear=8)) == "mid"  # cheapest has no room
+    p["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": H100}
+    assert choose(p, offers(a100=64, dear=8)) == "dear"  # the cheaper A100 is the wrong model
+
+
+def test_choose_errors_say_why():
+    p = pod(gpus=4, nodeSelector={"nvidia.com/gpu.product": "NVIDIA-B200"})
+    with pytest.raises(NoProvider, match="no provider has GPU model NVIDIA-B200") as e:
+        choose(p, offers(cheap=8))
+    assert not e.value.retryable and e.value.reason == "NoProvider"
+    with pytest.raises(NoProvider, match="no provider has room") as e:
+        choose(pod(gpus=16), offers(cheap=8))
+    assert e.value.retryable
+
+
+# ------------------------------------------------------------------ simulated provider
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_simulated_lifecycle_latency_capacity_and_faults():
+    clock = Clock()
+    seen = []
+    sim = SimulatedProvider("rental", gpus=2, gpu_product=H100, price_per_gpu_hour=2.85, start_latency_seconds=2,
+                            node_name="vk-rental", clock=clock, wall=lambda: 1_700_000_000.0)
+    sim.notify_pods(lambda ns, n: seen.append(n))
+    sim.create_pod(pod("a", "ua"))
+    sim.create_pod(pod("a", "ua"))  # idempotent by UID
+    assert sim.creates == 1 and sim.get_pod_status("inference", "a")["phase"] == "Pending"
+    clock.t = 2.0
+    assert sim.fire_due() == 1 and seen == ["a", "a"]
+    st = sim.get_pod_status("inference", "a")
+    assert st["phase"] == "Running" and {c["type"]: c["status"] for c in st["conditions"]}["Ready"] == "True"
+    sim.create_pod(pod("b", "ub"))
+    with pytest.raises(ProviderError) as e:
+        sim.create_pod(pod("c", "uc"))
+    assert e.value.reason == "OutOfCapacity" and e.value.retryable
+    sim.fail_pod("inference", "b")
+    assert sim.get_pod_status("inference", "b")["phase"] == "Failed"
+    sim.lose_pod("inference", "a")
+    assert sim.get_pod("inference", "a") is None
+    assert [(r.source_uid, r.name) for r in sim.get_pods()] == [("ub", "b")]
+
+
+def test_simulated_failure_injection_is_seeded_and_refusals_apply():
+    sim = SimulatedProvider("rental", gpus=100, gpu_product=H100, price_per_gpu_hour=1, failure_rate=0.5, seed=1)
+    results = []
+    for i in range(20):
+        try:
+            sim.create_pod(pod(f"p{i}", f"u{i}"))
+            results.append(True)
+        except ProviderError as exc:
+            assert exc.reason == "ProviderFailed" and not exc.retryable
+            results.append(False)
+    assert 3 < results.count(False) < 17
+    with pytest.raises(Refused):
+        sim.create_pod(pod("h", "uh", hostNetwork=True))
+
+
+def test_simulated_duration_annotation_succeeds():
+    clock = Clock()
+    sim = SimulatedProvider("rental", gpus=8, gpu_product=H100, price_per_gpu_hour=1, start_latency_seconds=1, clock=clock)
+    p = pod()
+    p["metadata"]["annotations"] = {"gpufleet.io/simulated-duration-seconds": "5"}
+    sim.create_pod(p)
+    clock.t = 5.9
+    assert sim.get_pod_status("inference", "p")["phase"] == "Running"
+    clock.t = 6.0
+    assert sim.get_pod_status("inference", "p")["phase"] == "Succeeded"
+    assert sim.used()["nvidia.com/gpu"] == 0
+
+
+# ------------------------------------------------------------------ work queue and client helpers
+
+
+def test_work_queue_dedups_and_never_hands_one_key_to_two_workers():
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.add("a")
+    assert len(q) == 1
+    assert q.get(0.1) == "a"
+    q.add("a")  # added while processing: held back
+    assert q.get(0.05) is None
+    q.done("a")
+    assert q.get(0.1) == "a"
+    q.done("a")
+    q.add_after("b", 0.05)
+    assert q.get(0.5) == "b"
+    q.done("b")
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get()))
+    t.start()
+    q.shutdown()
+    t.join(2)
+    assert got == [None]
+
+
+def test_api_paths_errors_and_kubeconfig_parsing(tmp_path):
+    assert api_path("v1", "pods", "ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
+    assert api_path("coordination.k8s.io/v1", "leases", "kube-node-lease", "n") == \
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n"
+    assert isinstance(error_from(404, b'{"reason":"NotFound","message":"x"}'), NotFound)
+    assert isinstance(error_from(429, b"{}"), TooManyRequests)
+    doc = {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+           "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443/"}}],
+           "users": [{"name": "u", "user": {"token": "t"}}]}
+    cfg = config_from_dict(doc)
+    assert cfg.server == "https://127.0.0.1:6443" and cfg.bearer() == "t"
+    doc["users"][0]["user"] = {"exec": {"command": "aws"}}
+    with pytest.raises(ConfigError, match="exec"):
+        config_from_dict(doc)
