@@ -265,8 +265,12 @@ class _Reader:
     def text(self, path: Path) -> str | None:
         """File content stripped; ``None`` when absent (silently) or unreadable (recorded)."""
         try:
-            with open(path, "rb") as fh:
-                data = fh.read(4096)
+            # os.open/os.read: no buffered-IO objects per file (hundreds of files per scrape).
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.read(fd, 4096)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return None
         except OSError as exc:

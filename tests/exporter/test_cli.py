@@ -1,0 +1,60 @@
+"""The ``gpufleet`` entry point and the exporter's HTTP serving."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from gpufleet import cli
+from gpufleet.exporter.fakenode import FakeNvmlBackend, healthy_node, write_node
+from gpufleet.exporter.main import build_registry, serve
+from gpufleet.prom.server import free_port
+
+
+def test_help_lists_exporter_and_only_imports_the_chosen_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    assert "exporter" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["exporter", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--listen-address", "--port", "--sysfs-root", "--nvml-fake", "--once"):
+        assert flag in out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["no-such-command"])
+    assert done.value.code == 2
+
+
+def test_console_script_runs_once(tmp_path):
+    paths = write_node(healthy_node(gpus=1, hcas=1, nvlinks=2, roce=False), tmp_path / "n")
+    exe = [sys.executable, "-c", "import sys; from gpufleet.cli import main; sys.exit(main())"]
+    result = subprocess.run([*exe, "exporter", "--once", "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert 'gpufleet_infiniband_port_state_id{hca="mlx5_0",port="1"} 4.0' in result.stdout
+    assert "gpufleet_gpu_nvml_available 1.0" in result.stdout
+
+
+def test_serve_answers_plain_and_gzip(tmp_path):
+    paths = write_node(healthy_node(gpus=1, hcas=1, nvlinks=2, roce=False), tmp_path / "n")
+    registry = build_registry(str(paths.sysfs_root), FakeNvmlBackend(paths.description), self_metrics=True)
+    port = free_port()
+    httpd, _ = serve(registry, "127.0.0.1", port)
+    try:
+        plain = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "identity"})
+        assert plain.status_code == 200 and "gpufleet_gpu_temperature_celsius" in plain.text
+        assert "process_resident_memory_bytes" in plain.text  # self metrics when serving
+        assert "gpufleet_exporter_collector_duration_seconds" in plain.text
+        raw = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"})
+        assert raw.headers.get("content-encoding") == "gzip"
+        assert "gpufleet_infiniband_port_state_id" in raw.text  # httpx decodes
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
