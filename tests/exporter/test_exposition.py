@@ -88,3 +88,36 @@ def test_cli_once_prints_the_same_exposition(fixture_node):
         check=True,
     )
     assert result.stdout == (FIXTURES_DIR / "fabric-faults.prom").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_NODES))
+def test_lean_writer_matches_prometheus_client(name, fixture_node):
+    """The served bytes equal prometheus_client's generate_latest, process metrics included."""
+    from gpufleet.exporter.exposition import render_text
+
+    from prometheus_client import CollectorRegistry
+
+    paths = fixture_node(name)
+    live = build_registry(str(paths.sysfs_root), FakeNvmlBackend(paths.description), self_metrics=True)
+    families = list(live.collect())  # collect once: error and XID counters move on every scrape
+
+    class Frozen:
+        def collect(self):
+            return iter(families)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Frozen())
+    assert render_text(registry) == generate_latest(registry)
+
+
+def test_lean_writer_escapes_and_falls_back():
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+    from gpufleet.exporter.exposition import render_text
+
+    registry = CollectorRegistry()
+    Gauge("odd_values", 'help with \\ and\nnewline', ["file"], registry=registry).labels(file='a"b\\c\nd').set(1.5)
+    assert render_text(registry) == generate_latest(registry)
+    Counter("with_created", "counters made by prometheus_client carry _created", registry=registry).inc()
+    Histogram("latency_seconds", "a histogram", registry=registry).observe(0.2)
+    assert render_text(registry) == generate_latest(registry)  # via the fallback

@@ -16,12 +16,13 @@ import threading
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
 from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
+from gpufleet.exporter.exposition import make_app, render_text
 from gpufleet.exporter.nvml import NvmlBackend, NvmlSampler, PynvmlBackend
 
 log = logging.getLogger("gpufleet.exporter")
@@ -95,6 +96,7 @@ class NoDelayWSGIServer(ThreadingWSGIServer):
     """
 
     def get_request(self) -> tuple[socket.socket, object]:
+        """Accept a connection and switch Nagle off on it."""
         conn, addr = super().get_request()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn, addr
@@ -103,15 +105,15 @@ class NoDelayWSGIServer(ThreadingWSGIServer):
 def serve(registry: CollectorRegistry, address: str, port: int) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``registry`` on ``http://ADDRESS:PORT/metrics`` (any path) from a daemon thread.
 
-    Like ``prometheus_client.start_http_server`` (gzip and OpenMetrics
-    negotiation included) but without the Nagle delay; IPv6 when ``address``
-    contains a colon.
+    Like ``prometheus_client.start_http_server`` but with the lean writer of
+    :mod:`gpufleet.exporter.exposition` (text format 0.0.4, gzip level 1) and
+    without the Nagle delay; IPv6 when ``address`` contains a colon.
 
     Raises:
         OSError: when the address cannot be bound (port in use, no such address).
     """
     server_class = type("Server", (NoDelayWSGIServer,), {"address_family": socket.AF_INET6 if ":" in address else socket.AF_INET})
-    httpd = make_server(address, port, make_wsgi_app(registry), server_class, handler_class=_SilentHandler)
+    httpd = make_server(address, port, make_app(registry), server_class, handler_class=_SilentHandler)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     return httpd, thread
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     backend = backend_from_args(args)
     if args.once:
         registry = build_registry(args.sysfs_root, backend)
-        sys.stdout.write(generate_latest(registry).decode())
+        sys.stdout.write(render_text(registry).decode())
         sys.stdout.flush()
         return 0
     registry = build_registry(args.sysfs_root, backend, self_metrics=True)

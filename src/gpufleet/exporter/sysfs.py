@@ -260,6 +260,7 @@ class _Reader:
         self.errors: list[ReadError] = []
 
     def rel(self, path: Path) -> str:
+        """``path`` relative to the sysfs root, for error records."""
         return path.relative_to(self.root).as_posix()
 
     def text(self, path: Path) -> str | None:
@@ -283,6 +284,7 @@ class _Reader:
             return None
 
     def parsed(self, path: Path, parse):
+        """``parse(text)`` of the file; ``None`` when absent, unreadable or malformed (recorded)."""
         text = self.text(path)
         if text is None:
             return None
@@ -306,6 +308,7 @@ class _Reader:
             return None
 
     def counters(self, directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, int] | None:
+        """Every counter file of ``directory`` (minus ``skip``); ``None`` when the directory is absent."""
         names = self.listdir(directory)
         if names is None:
             return None
