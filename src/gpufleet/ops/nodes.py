@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -146,12 +147,14 @@ def health_history(node: Node) -> list[dict[str, Any]]:
 
 
 def near_matches(wanted: str, names: list[str], n: int = 5) -> list[str]:
-    """Up to ``n`` names close to ``wanted`` (difflib ratio, then shared prefix/suffix digits)."""
-    close = difflib.get_close_matches(wanted, names, n=n, cutoff=0.6)
-    if len(close) < n:
-        extra = [x for x in names if x not in close and (wanted in x or x in wanted)]
-        close += extra[: n - len(close)]
-    return close
+    """Up to ``n`` names close to ``wanted``: similar (difflib ratio >= 0.6) or containing it; longest shared prefix first."""
+    def prefix(x: str) -> int:
+        return len(os.path.commonprefix([wanted, x]))
+
+    close = [x for x in names if wanted in x or x in wanted
+             or difflib.SequenceMatcher(None, wanted, x).ratio() >= 0.6]
+    close.sort(key=lambda x: (-prefix(x), -difflib.SequenceMatcher(None, wanted, x).ratio(), x))
+    return close[:n]
 
 
 def now_rfc3339() -> str:

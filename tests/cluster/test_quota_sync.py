@@ -1,0 +1,317 @@
+"""Quota sync on the local cluster: quota follows nodes leaving and returning, gangs, drift, conflicts, bad input.
+
+Uses the local inventory's Kueue objects (ResourceFlavor h100-sxm-80gb,
+ClusterQueues training (share 3) and research (share 1) in cohort gpufleet,
+LocalQueues team-pretrain/pretrain and team-research/research), created
+here when absent and removed after. Every node change is undone at the end
+of each test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.inventory import load
+from gpufleet.ops import kube
+from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.paths import REPO_ROOT
+from gpufleet.quota import resync as rs
+from gpufleet.quota.controller import QuotaSync
+
+pytestmark = pytest.mark.cluster
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+FLAVOR = "h100-sxm-80gb"
+GPU = "nvidia.com/gpu"
+KINDS = ("Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "WorkloadPriorityClass")
+
+
+def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _path(obj: dict) -> tuple[str, str]:
+    """(collection path, item path) of a manifest."""
+    api, kind = obj["apiVersion"], obj["kind"]
+    plural = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+              "LocalQueue": "localqueues", "PriorityClass": "priorityclasses",
+              "WorkloadPriorityClass": "workloadpriorityclasses"}[kind]
+    base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
+    ns = obj["metadata"].get("namespace")
+    coll = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+    return coll, f"{coll}/{obj['metadata']['name']}"
+
+
+@pytest.fixture(scope="module")
+def kueue_stack(local_cluster):
+    """The local inventory's Kueue objects, created when absent.
+
+    They are left in place afterwards (they are the environment's own
+    objects, as ``pulumi up`` declares them; nothing else uses their cohort),
+    with quotas resynced to the nodes as the test left them.
+    """
+    from roles.kueue.manifests import objects
+
+    api = local_cluster.api_client
+    inv = load("local")
+    for obj in [o for o in objects(inv) if o["kind"] in KINDS]:
+        coll, item = _path(obj)
+        try:
+            kube.call_json(api, "GET", item)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            kube.call_json(api, "POST", coll, body=obj)
+    wait("ClusterQueues active", lambda: all(
+        any(c["type"] == "Active" and c["status"] == "True" for c in kube.call_json(api, "GET", f"{rs.CQ_PATH}/{q}")
+            .get("status", {}).get("conditions", [])) for q in ("training", "research")))
+    yield inv
+    rs.apply(api, rs.compute(api, inv), allow_zero=True, events=False)
+
+
+@pytest.fixture
+def nodes(local_cluster):
+    """Names of the simulated nodes; restores every node's taints and cordon after the test."""
+    api = local_cluster.api_client
+    before = {n["metadata"]["name"]: n for n in kube.list_nodes(api, "gpufleet.io/simulated=true")}
+    yield sorted(before)
+    for name, n in before.items():
+        def change(obj, n=n):
+            want = {"spec": {"taints": n["spec"].get("taints"), "unschedulable": n["spec"].get("unschedulable")}}
+            have = {"spec": {"taints": obj["spec"].get("taints"), "unschedulable": obj["spec"].get("unschedulable")}}
+            return want if want != have else None
+        kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+
+
+def take_out(api, names, value="test"):
+    """Taint ``names`` gpufleet.io/swap (what a swap does to capacity, without draining)."""
+    for name in names:
+        kube.update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": (obj["spec"].get("taints") or [])
+                                                                                   + [{"key": SWAP_TAINT, "value": value, "effect": "NoSchedule"}]}})
+
+
+def put_back(api, names):
+    """Remove the taint :func:`take_out` added."""
+    for name in names:
+        kube.update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": [
+            t for t in obj["spec"].get("taints") or [] if t["key"] != SWAP_TAINT] or None}})
+
+
+def gpu_quota(api) -> dict[str, int]:
+    out = {}
+    for q in ("training", "research"):
+        cq = kube.call_json(api, "GET", f"{rs.CQ_PATH}/{q}")
+        out[q] = int(rs._quota_of(cq, FLAVOR)["nominal"])
+    return out
+
+
+def schedulable_gpus(api) -> int:
+    from gpufleet.quota.capacity import flavor_capacity
+
+    return flavor_capacity(kube.list_nodes(api))[FLAVOR].schedulable_gpus
+
+
+def jobset(name: str, queue: str, pods: int, duration_s: int = 600) -> dict:
+    """A JobSet gang of ``pods`` one-pod Jobs, each asking for a whole 8-GPU node."""
+    pod = {"metadata": {"annotations": {"gpufleet.io/simulated-duration-seconds": str(duration_s)}},
+           "spec": {"restartPolicy": "Never",
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [{"name": "trainer", "image": "registry.invalid/trainer:1",
+                                    "resources": {"requests": {GPU: "8", "cpu": "8", "memory": "64Gi"}, "limits": {GPU: "8"}}}]}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": queue}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": pods, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
+
+
+def workload_of(co, ns: str, jobset_name: str):
+    items = co.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+    return next((w for w in items if any(o.get("name") == jobset_name for o in w["metadata"].get("ownerReferences", []))), None)
+
+
+def conds(wl) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (wl or {}).get("status", {}).get("conditions", [])}
+
+
+@pytest.fixture
+def jobsets(local_cluster):
+    """Delete the JobSets a test created in team-pretrain (list of names to fill)."""
+    names: list[str] = []
+    yield names
+    co = client.CustomObjectsApi(local_cluster.api_client)
+    for n in names:
+        try:
+            co.delete_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", n, propagation_policy="Foreground")
+        except ApiException:
+            pass
+    wait("test pods gone", lambda: not [p for p in client.CoreV1Api(local_cluster.api_client)
+                                       .list_namespaced_pod("team-pretrain").items
+                                       if p.metadata.labels.get("jobset.sigs.k8s.io/jobset-name") in names], timeout=90)
+
+
+def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, nodes):
+    api = local_cluster.api_client
+    rs.apply(api, rs.compute(api, kueue_stack))
+    assert gpu_quota(api) == {"training": 96, "research": 32}
+
+    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    stop = threading.Event()
+    runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        wait("node cache synced", sync.cache.synced.is_set)
+        out = nodes[:7]
+        t0 = time.monotonic()
+        take_out(api, out[:5])
+        kube.update_with_retry(api, f"/api/v1/nodes/{out[5]}", lambda o: {"spec": {"unschedulable": True}})
+        kube.update_with_retry(api, f"/api/v1/nodes/{out[6]}", lambda o: {"spec": {"taints": (o["spec"].get("taints") or [])
+                               + [{"key": "gpufleet.io/degraded", "value": "ib_errors", "effect": "NoSchedule"}]}})
+        # 9 nodes left: 72 GPUs, training 54 and research 18 (shares 3:1)
+        wait("quota to follow 7 nodes out", lambda: gpu_quota(api) == {"training": 54, "research": 18}, timeout=30)
+        converged = time.monotonic() - t0
+        real = schedulable_gpus(api)
+        assert real == 72
+        assert all(v <= real for v in gpu_quota(api).values()) and sum(gpu_quota(api).values()) <= real
+        assert converged < 10, f"converged in {converged:.1f}s"
+        assert sync.registry.get_sample_value("gpufleet_quota_nominal_gpus", {"cluster_queue": "training", "flavor": FLAVOR}) == 54
+        assert sync.registry.get_sample_value("gpufleet_quota_schedulable_gpus", {"flavor": FLAVOR}) == 72
+
+        put_back(api, out[:5])
+        wait("quota to follow 5 nodes back", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
+        assert sync.registry.get_sample_value("gpufleet_quota_sync_convergence_seconds_count") >= 2
+    finally:
+        stop.set()
+        runner.join(10)
+
+
+def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cluster, kueue_stack, nodes, jobsets):
+    api = local_cluster.api_client
+    co = client.CustomObjectsApi(api)
+    rs.apply(api, rs.compute(api, kueue_stack))  # in sync with 16 nodes: 96 + 32 GPUs
+    out = nodes[:8]
+    take_out(api, out)
+
+    # Stale quota (128 in the cohort): Kueue admits a 10-node gang that only 8 nodes could run.
+    stale = f"stale-{uuid.uuid4().hex[:5]}"
+    jobsets.append(stale)
+    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(stale, "pretrain", 10))
+    wait("the stale-quota gang admitted", lambda: conds(workload_of(co, "team-pretrain", stale)).get("QuotaReserved") == "True")
+    co.delete_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", stale, propagation_policy="Foreground")
+    wait("the stale gang's workload gone", lambda: workload_of(co, "team-pretrain", stale) is None, timeout=60)
+
+    # After the resync (64 GPUs: 48 + 16) the same gang stays pending and is reported.
+    plan = rs.compute(api, kueue_stack)
+    rs.apply(api, plan)
+    assert gpu_quota(api) == {"training": 48, "research": 16}
+    gang = f"gang-{uuid.uuid4().hex[:5]}"
+    jobsets.append(gang)
+    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(gang, "pretrain", 10))
+    wl = wait("the gang's Workload", lambda: workload_of(co, "team-pretrain", gang))
+    time.sleep(8)
+    wl = workload_of(co, "team-pretrain", gang)
+    assert conds(wl).get("QuotaReserved") != "True", conds(wl)
+    plan = rs.compute(api, kueue_stack)
+    report = {g.workload: g for g in plan.cannot_fit}
+    name = f"team-pretrain/{wl['metadata']['name']}"
+    assert report[name].gpus == 80 and report[name].max_gpus == 64
+    rs.record_findings(api, plan, [], [report[name]])
+    events = kube.events_for(api, "Workload", wl["metadata"]["name"], "team-pretrain")
+    assert any(e["reason"] == "GangCannotFit" and "needs 80 GPUs" in e["message"] for e in events)
+
+    # Capacity returns: the resync raises quota and Kueue admits the gang.
+    put_back(api, out)
+    rs.apply(api, rs.compute(api, kueue_stack))
+    wait("the gang admitted once nodes returned", lambda: conds(workload_of(co, "team-pretrain", gang)).get("QuotaReserved") == "True",
+         timeout=60)
+
+
+def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jobsets):
+    api = local_cluster.api_client
+    co = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    rs.apply(api, rs.compute(api, kueue_stack))
+    name = f"run-{uuid.uuid4().hex[:5]}"
+    jobsets.append(name)
+    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(name, "pretrain", 6))
+    running = lambda: [p for p in core.list_namespaced_pod("team-pretrain", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+                       if p.status.phase == "Running"]
+    wait("6 gang pods running", lambda: len(running()) == 6, timeout=90)
+    pods_before = {p.metadata.name for p in running()}
+
+    take_out(api, nodes[:12])  # 4 nodes left: 32 GPUs -> training 24, research 8
+    sync = QuotaSync(api, kueue_stack)
+    sync.cache._relist()
+    outcome = sync.resync_once()
+    assert outcome.error is None
+    assert gpu_quota(api) == {"training": 24, "research": 8}
+    drift = {(d.cluster_queue, d.flavor): d for d in outcome.plan.drift}
+    assert drift[("training", FLAVOR)].reserved == 48 and drift[("training", FLAVOR)].gpus == 24
+    assert sync.registry.get_sample_value("gpufleet_quota_drift_gpus", {"cluster_queue": "training", "flavor": FLAVOR}) == 24
+    events = kube.events_for(api, "ClusterQueue", "training")
+    assert any(e["reason"] == "QuotaBelowUsage" and "48 GPUs admitted, nominal quota now 24" in e["message"] for e in events)
+    time.sleep(5)
+    wl = workload_of(co, "team-pretrain", name)
+    assert conds(wl).get("Admitted") == "True" and conds(wl).get("Evicted") != "True", conds(wl)
+    assert {p.metadata.name for p in running()} == pods_before
+
+
+def test_resourceversion_conflict_is_retried(local_cluster, kueue_stack):
+    api = local_cluster.api_client
+    path = f"{rs.CQ_PATH}/research"
+    calls = {"n": 0}
+
+    def change(obj):
+        calls["n"] += 1
+        if calls["n"] == 1:  # another writer gets in between our read and our write
+            kube.patch(api, path, {"metadata": {"annotations": {"test/other-writer": str(time.time())}}})
+        return {"metadata": {"annotations": {"test/ours": "1"}}}
+
+    conflicts = []
+    after, patch = kube.update_with_retry(api, path, change, on_conflict=conflicts.append)
+    assert conflicts == [1] and calls["n"] == 2
+    assert after["metadata"]["annotations"]["test/ours"] == "1" and "test/other-writer" in after["metadata"]["annotations"]
+    kube.patch(api, path, {"metadata": {"annotations": {"test/ours": None, "test/other-writer": None}}})
+
+
+def test_zero_capacity_flavor_is_refused_with_a_clear_message(local_cluster, kueue_stack, nodes):
+    api = local_cluster.api_client
+    take_out(api, nodes)
+    plan = rs.compute(api, kueue_stack)
+    assert plan.zero_flavors == [FLAVOR]
+    with pytest.raises(kube.OpsError) as err:
+        rs.apply(api, plan)
+    msg = str(err.value)
+    assert f"flavor {FLAVOR}: 0 schedulable GPUs of 128 on 16 nodes" in msg and "--allow-zero" in msg
+    assert "swap: test" in msg
+    assert gpu_quota(api)["training"] > 0  # nothing written
+
+
+def test_task_bad_input_exits_2_with_the_problem(local_cluster):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=120)
+
+    r = run("quota.resync", "--env", "nope", "--kubeconfig", str(local_cluster.kubeconfig))
+    assert r.returncode == 2 and "'nope'" in r.stderr and "known: local" in r.stderr
+    r = run("quota.resync", "--env", "local", "--kubeconfig", "/nonexistent/kubeconfig")
+    assert r.returncode == 2 and "--kubeconfig /nonexistent/kubeconfig" in r.stderr
+    r = run("quota.resync", "--env", "local", "--kubeconfig", str(local_cluster.kubeconfig))
+    assert r.returncode in (0, 1), r.stderr  # 1 only if the inventory's queues are absent in this session
+    assert "schedulable capacity" in r.stdout or "ClusterQueues" in r.stderr

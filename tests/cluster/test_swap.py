@@ -1,0 +1,233 @@
+"""Node swap and return on the local cluster: drain under PodDisruptionBudgets, reports, idempotence, bad input.
+
+A Deployment's pods prefer one node; the swap must move all of them
+through the Eviction API while a watcher checks, every 100 ms, that the
+ready pods never drop below the PDB's minAvailable. Every node change is
+undone at the end of each test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.ops import kube
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops import swap as swapper
+from gpufleet.ops.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LABEL, SWAP_REQUEST_LABEL, SWAP_STATE_LABEL,
+                                SWAP_TAINT)
+from gpufleet.paths import REPO_ROOT
+
+pytestmark = pytest.mark.cluster
+
+NS = "gpufleet-system"
+
+
+def wait(what: str, check, timeout: float = 60.0, interval: float = 0.3):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def target(local_cluster):
+    """A simulated node to swap; restored (taints, cordon, gpufleet labels/annotations) and its swap request removed after."""
+    api = local_cluster.api_client
+    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    name = names[3]
+    before = kube.get_node(api, name)
+    yield name
+    keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
+
+    def change(obj):
+        labels = {k: None for k in obj["metadata"].get("labels", {}) if k not in keep(obj["metadata"].get("labels"))}
+        anns = {k: None for k in obj["metadata"].get("annotations", {}) if k not in keep(obj["metadata"].get("annotations"))}
+        return {"spec": {"taints": before["spec"].get("taints"), "unschedulable": before["spec"].get("unschedulable")},
+                "metadata": {"labels": labels, "annotations": anns}}
+
+    kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+    try:
+        kube.call_json(api, "DELETE", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(name)}")
+    except ApiException:
+        pass
+
+
+@pytest.fixture
+def namespace(local_cluster):
+    """A fresh namespace, deleted after."""
+    core = client.CoreV1Api(local_cluster.api_client)
+    ns = f"swap-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    yield ns
+    core.delete_namespace(ns, grace_period_seconds=0)
+
+
+def deployment(name: str, replicas: int, node: str) -> dict:
+    """Pods that prefer ``node`` (so they start there and can move elsewhere when it is cordoned)."""
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "terminationGracePeriodSeconds": 0,
+                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                         "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                             "weight": 100, "preference": {"matchExpressions": [
+                                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}},
+                         "containers": [{"name": "c", "image": "registry.invalid/serve:1",
+                                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
+
+
+def ready_pods(core, ns: str, app: str) -> list:
+    def ready(p) -> bool:
+        return p.metadata.deletion_timestamp is None and any(
+            c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+    return [p for p in core.list_namespaced_pod(ns, label_selector=f"app={app}").items if ready(p)]
+
+
+def start_app(api, ns: str, node: str, replicas: int, min_available: int, name: str = "app") -> None:
+    apps, policy, core = client.AppsV1Api(api), client.PolicyV1Api(api), client.CoreV1Api(api)
+    apps.create_namespaced_deployment(ns, deployment(name, replicas, node))
+    policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": name}, "spec": {
+        "minAvailable": min_available, "selector": {"matchLabels": {"app": name}}}})
+    wait(f"{replicas} pods ready on {node}", lambda: len([p for p in ready_pods(core, ns, name) if p.spec.node_name == node]) == replicas,
+         timeout=90)
+    wait("the PDB observed", lambda: (policy.read_namespaced_pod_disruption_budget(name, ns).status.current_healthy or 0) == replicas)
+
+
+class ReadyWatcher(threading.Thread):
+    """Samples ready pods every 100 ms; ``minimum`` is the lowest count seen."""
+
+    def __init__(self, core, ns: str, app: str):
+        super().__init__(daemon=True)
+        self.core, self.ns, self.app = core, ns, app
+        self.minimum = 10**9
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.minimum = min(self.minimum, len(ready_pods(self.core, self.ns, self.app)))
+            self.stop.wait(0.1)
+
+
+def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, namespace):
+    api = local_cluster.api_client
+    core = client.CoreV1Api(api)
+    start_app(api, namespace, target, replicas=6, min_available=5)
+
+    # dry run: the diff and an eviction check, nothing changes
+    check = swapper.swap(api, target, "GPU 5 at 84 C", dry_run=True)
+    assert check.dry_run and {c.what for c in check.plan.changes} >= {"spec.unschedulable (cordon)", f"taint {SWAP_TAINT}"}
+    assert len(check.drain.evicted) + len(check.drain.blocked) == 6
+    assert not nodeutil.is_cordoned(kube.get_node(api, target))
+    assert swapper.get_request(api, target, NS) is None
+
+    watcher = ReadyWatcher(core, namespace, "app")
+    watcher.start()
+    seen = []
+    result = swapper.swap(api, target, "GPU 5 at 84 C", timeout=120, progress=seen.append)
+    watcher.stop.set()
+    watcher.join()
+    assert result.drain.complete and len(result.drain.evicted) == 6, result.drain.blocked
+    assert watcher.minimum >= 5, f"ready pods fell to {watcher.minimum} (PDB minAvailable 5)"
+    assert seen and seen[-1].done == 6 and seen[-1].total == 6
+    assert not [p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name == target]
+    assert len(ready_pods(core, namespace, "app")) == 6
+
+    node = kube.get_node(api, target)
+    assert nodeutil.is_cordoned(node)
+    assert nodeutil.taint(node, SWAP_TAINT) == {"key": SWAP_TAINT, "value": "GPU-5-at-84-C", "effect": "NoSchedule"}
+    assert nodeutil.labels(node)[REPLACEMENT_LABEL] == "true"
+    assert nodeutil.annotations(node)[ANN_SWAP_REASON] == "GPU 5 at 84 C"
+    cms = kube.list_items(api, f"/api/v1/namespaces/{NS}/configmaps", label_selector=f"{SWAP_REQUEST_LABEL}=true,"
+                          f"{SWAP_NODE_LABEL}={target}")[0]
+    assert len(cms) == 1
+    req = cms[0]
+    assert req["metadata"]["labels"][SWAP_STATE_LABEL] == "requested"
+    assert req["data"]["node"] == target and req["data"]["reason"] == "GPU 5 at 84 C" and req["data"]["source"] == "manual"
+    assert len(json.loads(req["data"]["evicted"])) == 6 and json.loads(req["data"]["blocked"]) == {}
+    reasons = [e["reason"] for e in kube.events_for(api, "Node", target)]
+    assert "NodeSwapRequested" in reasons and "NodeDrained" in reasons
+
+    # idempotent: nothing left to do is a clear error
+    with pytest.raises(swapper.AlreadyOut, match=f"node {target} is already out.*GPU 5 at 84 C.*node.return {target}"):
+        swapper.swap(api, target, "again")
+
+    # return: taint, label and cordon go; the request is kept as a record
+    back = swapper.return_node(api, target)
+    node = kube.get_node(api, target)
+    assert nodeutil.schedulable(node) and REPLACEMENT_LABEL not in nodeutil.labels(node)
+    assert any("marked returned" in n for n in back.notes)
+    assert swapper.get_request(api, target, NS)["metadata"]["labels"][SWAP_STATE_LABEL] == "returned"
+    with pytest.raises(swapper.NotOut, match=f"node {target} is not out"):
+        swapper.return_node(api, target)
+
+
+def test_pods_that_cannot_leave_are_reported_never_deleted(local_cluster, target, namespace):
+    api = local_cluster.api_client
+    core = client.CoreV1Api(api)
+    start_app(api, namespace, target, replicas=2, min_available=2, name="strict")  # the PDB allows no disruption
+    core.create_namespaced_pod(namespace, {"metadata": {"name": "bare"}, "spec": {
+        "nodeName": target, "tolerations": [{"operator": "Exists"}],
+        "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}})
+    wait("the bare pod running", lambda: core.read_namespaced_pod("bare", namespace).status.phase == "Running")
+
+    result = swapper.swap(api, target, "fan failure", timeout=6)
+    assert result.state == "drain-incomplete" and result.drain.timed_out
+    blocked = {p.name: why for p, why in result.drain.blocked.items()}
+    assert "unmanaged" in blocked["bare"]
+    strict = [why for n, why in blocked.items() if n.startswith("strict-")]
+    assert len(strict) == 2 and all("PodDisruptionBudget" in w for w in strict)
+    # nothing was deleted
+    assert len([p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name == target]) == 3
+    req = swapper.get_request(api, target, NS)
+    assert req["data"]["state"] == "drain-incomplete" and f"{namespace}/bare" in json.loads(req["data"]["blocked"])
+    assert "NodeDrainIncomplete" in [e["reason"] for e in kube.events_for(api, "Node", target)]
+
+    # re-running resumes the drain (the node is out but not drained); the PDB still blocks
+    again = swapper.swap(api, target, "fan failure", timeout=2)
+    assert again.plan.resume and not again.drain.complete
+
+
+def test_unknown_node_lists_near_matches(local_cluster):
+    api = local_cluster.api_client
+    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    typo = names[0][:-1]  # e.g. gpu-rack-a-000
+    with pytest.raises(kube.NodeNotFound) as err:
+        swapper.swap(api, typo, "x", dry_run=True)
+    assert f"node {typo!r} not found; near matches: " in str(err.value) and names[0] in str(err.value)
+
+
+def test_tasks_exit_codes(local_cluster, target):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "invoke", *args, "--kubeconfig", str(local_cluster.kubeconfig)],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+    r = run("node.swap", "no-such-node", "--reason", "x", "--yes")
+    assert r.returncode == 2 and "node 'no-such-node' not found" in r.stderr
+    r = run("node.swap", target, "--reason", "test", "--dry-run")
+    assert r.returncode == 0 and "dry run: nothing changed" in r.stdout and SWAP_TAINT in r.stdout
+    r = run("node.swap", target, "--reason", "")
+    assert r.returncode == 2 and "--reason is empty" in r.stderr
+    r = run("node.swap", target, "--reason", "disk", "--yes", "--timeout", "30")
+    assert r.returncode == 0, r.stderr
+    r = run("node.swap", target, "--reason", "disk", "--yes")
+    assert r.returncode == 1 and "already out" in r.stderr
+    r = run("node.return", target)
+    assert r.returncode == 0 and "back in service" in r.stdout
+    r = run("node.return", target)
+    assert r.returncode == 1 and "is not out" in r.stderr
