@@ -25,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "nodes"))
 
 #: fixture host -> (fakenode catalogue entry, description changes, inventory changes)
 HOSTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "healthy": ("healthy", {}, {}),
+    # Healthy, with an application XID (31: a user's bad memory access) that must only warn.
+    "healthy": ("healthy", {"kernel_log": [
+        "2025-01-01T00:00:00+0000 node kernel: NVRM: Xid (PCI:0000:18:00): 31, pid=4242, name=python3, MMU Fault: ENGINE GRAPHICS",
+    ]}, {}),
     "gpu-faults": ("gpu-faults", {}, {}),
     # Fabric faults, plus the checkpoint FS mounted as the wrong type and an unreachable throughput floor.
     "fabric-faults": ("fabric-faults", {"checkpoint_fs_type": "nfs4"}, {"parallel_fs_min_write_mib_per_second": 10**9}),

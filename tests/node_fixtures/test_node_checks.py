@@ -65,6 +65,11 @@ def test_healthy_node_passes_every_check(checks):
         assert f"{name}[healthy]" in passed
 
 
+def test_application_xid_only_warns(checks):
+    assert "non-fatal XID 31" in checks.output
+    assert by_id(checks)["test_gpu_no_recent_xid[healthy-gpu0]"].outcome == "passed"
+
+
 def test_each_area_is_reported(checks):
     assert {r.area for r in checks.results} == {"gpu", "fabric", "storage", "software"}
     assert {r.host for r in checks.results} == {"healthy", "gpu-faults", "fabric-faults", "missing-gpu"}

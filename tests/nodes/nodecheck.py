@@ -43,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "node_health_max_retired_pages": 0,
     "node_health_nvlink_window_seconds": 5,
     "node_health_xid_lookback_minutes": 60,
+    "node_health_fatal_xids": None,  # None: every XID fails the check
     "parallel_fs_mount_path": "/mnt/checkpoints",
     "parallel_fs_type": "wekafs",
     "parallel_fs_min_write_mib_per_second": None,
