@@ -20,8 +20,9 @@ Per pod (:meth:`PodController.reconcile`):
    model", and non-retryable provider errors mark the pod **Failed** with
    the reason and an Event; retryable ones (capacity, network) are retried
    with backoff for ``create_retry_seconds``, then Failed.
-4. **No remote pod, but started** (``startTime`` set, not created in the
-   last ``lost_grace_seconds``): the provider lost it → **Failed**,
+4. **No remote pod, but started** (``startTime`` set; a pod created by
+   this process counts once its remote pod was seen, or after
+   ``lost_grace_seconds``): the provider lost it → **Failed**,
    reason ``ProviderLost``; the ReplicaSet replaces the pod. No heroics.
 5. **Remote pod exists**: mirror its status (phase, conditions,
    containerStatuses, startTime, podIP; :func:`gpufleet.vk.translate.mirror_status`)
@@ -102,8 +103,8 @@ class PodController:
         workers: reconcile threads.
         resync_seconds: how often every pod is re-checked and orphans collected.
         create_retry_seconds: how long retryable create errors are retried before the pod fails.
-        lost_grace_seconds: how long after a create a missing remote pod is not yet "lost"
-            (a remote watch may lag the create).
+        lost_grace_seconds: how long after a create a remote pod never seen yet is not "lost"
+            (a remote watch may lag the create); once seen, a missing remote pod is lost at once.
         clock: monotonic seconds.
     """
 
@@ -127,6 +128,7 @@ class PodController:
         self.placement: dict[str, str] = {}  # source UID -> provider name
         self._uid_by_key: dict[str, str] = {}
         self._created_at: dict[str, float] = {}
+        self._observed: set[str] = set()
         self._seen_at: dict[str, float] = {}
         self._attempts: dict[str, tuple[float, int]] = {}
         self._events_sent: dict[str, set[str]] = {}
@@ -238,6 +240,7 @@ class PodController:
         with self._lock:
             self.placement.pop(uid, None)
         self._created_at.pop(uid, None)
+        self._observed.discard(uid)
         self._attempts.pop(uid, None)
         self._seen_at.pop(uid, None)
         self.running_since.pop(uid, None)
@@ -289,8 +292,9 @@ class PodController:
 
         if remote is None:
             created = self._created_at.get(uid)
-            if created is not None and self.clock() - created < self.lost_grace_seconds:
-                return 0.5  # the provider's view may lag its own create
+            if (created is not None and uid not in self._observed
+                    and self.clock() - created < self.lost_grace_seconds):
+                return 0.5  # the provider's view (a remote watch) may lag its own create
             if status.get("startTime") or prov is not None:
                 where = prov.name if prov is not None else "the provider"
                 self._fail(pod, "ProviderLost", f"{where} no longer has this pod's remote pod; the pod's controller "
@@ -299,6 +303,7 @@ class PodController:
             return self._create(pod)
 
         # Mirror remote status.
+        self._observed.add(uid)
         if prov is not None:
             rlabels = (remote.get("metadata") or {}).get("labels") or {}
             if {k: v for k, v in rlabels.items() if k != VIRTUAL_NODE_LABEL} != (meta.get("labels") or {}):
@@ -307,6 +312,10 @@ class PodController:
                 except ProviderError as exc:
                     log.info("%s: %s: label update not applied: %s", self.node, key, exc)
         rstatus = remote.get("status") or {}
+        if rstatus.get("phase") == "Failed" and status.get("phase") != "Failed":
+            self._event(pod, "ProviderFailed", f"the remote pod on {prov.name} failed: {rstatus.get('reason', '')} "
+                                               f"{rstatus.get('message', '')}".strip())
+            metrics.FAILED.labels(self.node, "ProviderFailed").inc()
         self._write_status(pod, rstatus)
         if rstatus.get("phase") in TERMINAL:
             prov.delete_pod(pod)

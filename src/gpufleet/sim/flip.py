@@ -1,0 +1,550 @@
+"""``invoke sim.flip``: the whole flip on the local cluster, recorded second by second.
+
+What it does (:func:`run`):
+
+1. Starts (or completes) the local cluster ``cluster`` with ``nodes`` GPU
+   nodes and the descheduler running the descheduler role's policy, gated
+   on the flip-back release label (:func:`gated_policy`); starts the second
+   cluster for every ``kubernetes`` pool (named after the pool, as
+   ``invoke local.up --name other`` does) with enough nodes for the pool,
+   and stores its kubeconfig in the pool's Secret.
+2. Applies the kueue role's queues and priority classes and the inference
+   role's Deployment, HPA and PodDisruptionBudget (``replicas`` replicas),
+   from the inventory. The training PriorityClass gets
+   ``preemptionPolicy: Never`` (the flip-out preempts for it, PDB-respecting;
+   see ``src/gpufleet/flip/README.md``).
+3. Starts, in this process (threads), one virtual kubelet per pool and the
+   taint controller (with flip-out and flip-back); waits until inference is
+   Ready in-cluster and the virtual nodes are tainted.
+4. Submits a JobSet through Kueue (LocalQueue of the ``training`` cluster
+   queue, PriorityClass ``gpufleet-training``, the highest
+   WorkloadPriorityClass) with one 8-GPU pod per node: every GPU. Its pods
+   run ``duration`` seconds (``gpufleet.io/simulated-duration-seconds``).
+5. Samples the cluster every second until inference is back in-cluster
+   (or ``timeout``), then writes ``timeline.json``, ``flip.png`` and
+   ``summary.json`` to ``out`` and returns the summary.
+
+Summary (``summary.json``, exactly these keys):
+
+* ``seconds_to_served_outside``: from the submission to every inference
+  replica Ready outside the cluster;
+* ``seconds_to_back_in_cluster``: from the training's end (its last pod
+  finished) to every replica Ready in-cluster and none outside;
+* ``min_ready_replicas``: fewest Ready inference replicas at any sample
+  from the submission to the end;
+* ``pdb_min_available``: the PodDisruptionBudget's minAvailable;
+* ``external_gpu_seconds_after_training``: GPU-seconds held on virtual
+  nodes by inference after the training's end.
+
+Errors: :class:`SimError` (a phase did not finish in time; the message says
+which and what the cluster looked like; the timeline is still written).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpufleet.flip.controller import TaintController
+from gpufleet.flip.main import Settings, build as build_controller
+from gpufleet.flip.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.vk.kube import Kube, KubeError, NotFound
+from gpufleet.vk.main import VirtualKubelet
+from gpufleet.vk.node import node_name_for
+
+log = logging.getLogger(__name__)
+
+SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
+                "external_gpu_seconds_after_training")
+JOBSET_NAME = "gpufleet-sim-flip"
+DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+FIELD_MANAGER = "gpufleet-sim"
+
+#: kind -> (apiVersion, plural, namespaced) of what the simulation applies.
+KINDS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("v1", "namespaces", False),
+    "Secret": ("v1", "secrets", True),
+    "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
+    "WorkloadPriorityClass": ("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", False),
+    "ResourceFlavor": ("kueue.x-k8s.io/v1beta2", "resourceflavors", False),
+    "ClusterQueue": ("kueue.x-k8s.io/v1beta2", "clusterqueues", False),
+    "LocalQueue": ("kueue.x-k8s.io/v1beta2", "localqueues", True),
+    "Deployment": ("apps/v1", "deployments", True),
+    "HorizontalPodAutoscaler": ("autoscaling/v2", "horizontalpodautoscalers", True),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
+    "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets", True),
+}
+
+
+class SimError(RuntimeError):
+    """A phase of the simulation did not complete in time (the message says which and the last sample)."""
+
+
+# ------------------------------------------------------------------------------- objects
+
+
+def gated_policy(inv) -> dict:
+    """The descheduler role's policy, with DefaultEvictor limited to pods the flip-back released.
+
+    The label selector makes the descheduler evict only pods labelled
+    ``gpufleet.io/flip-back=released``; the flip-back budget decides which.
+    """
+    from roles.descheduler.manifests import policy
+
+    pol = policy(inv)
+    for profile in pol["profiles"]:
+        for pc in profile["pluginConfig"]:
+            if pc["name"] == "DefaultEvictor":
+                pc.setdefault("args", {})["labelSelector"] = {"matchLabels": {RELEASE_LABEL[0]: RELEASE_LABEL[1]}}
+    return pol
+
+
+def apply(kube: Kube, obj: dict) -> dict:
+    """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced).
+
+    Raises:
+        KeyError: a kind not in :data:`KINDS`; KubeError: refused.
+    """
+    api, plural, namespaced = KINDS[obj["kind"]]
+    meta = obj["metadata"]
+    return kube.patch(api, plural, meta["name"], obj, meta.get("namespace") if namespaced else None, patch="apply",
+                      fieldManager=FIELD_MANAGER, force="true")
+
+
+def training_priority_class(objs: list[dict]) -> list[dict]:
+    """The kueue role's objects with ``preemptionPolicy: Never`` on the highest PriorityClass (training)."""
+    pcs = [o for o in objs if o["kind"] == "PriorityClass"]
+    top = max(pcs, key=lambda o: o["value"]) if pcs else None
+    if top is not None:
+        top["preemptionPolicy"] = "Never"
+    return objs
+
+
+def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int, duration: float,
+           priority_class: str, workload_priority_class: str | None) -> dict:
+    """A JobSet of ``nodes`` one-pod Jobs, each asking for a whole node's GPUs for ``duration`` seconds."""
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    if workload_priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = workload_priority_class
+    pod = {
+        "metadata": {"annotations": {DURATION_ANNOTATION: f"{duration:g}"}, "labels": {"gpufleet.io/workload": "training"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "priorityClassName": priority_class,
+            "containers": [{"name": "trainer", "image": "registry.invalid/gpufleet/trainer:sim",
+                            "resources": {"requests": {"nvidia.com/gpu": str(gpus_per_node), "cpu": "8", "memory": "64Gi"},
+                                          "limits": {"nvidia.com/gpu": str(gpus_per_node)}}}],
+        },
+    }
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": nodes, "template": {
+                "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
+
+
+# ------------------------------------------------------------------------------- recording
+
+
+@dataclass
+class Sample:
+    """One second of the flip (GPUs, pods; ``t`` in seconds since the start)."""
+
+    t: float
+    training_gpus: int
+    training_pods_running: int
+    inference_ready: int
+    inference_ready_in_cluster: int
+    inference_ready_outside: dict[str, int]
+    inference_gpus_in_cluster: int
+    inference_gpus_outside: dict[str, int]
+    tainted: dict[str, bool]
+    reserved_nodes: int
+    pending_pods: int
+    free_gpus: float | None
+
+
+@dataclass
+class Recorder:
+    """Samples the controller's caches once per ``interval`` seconds in a thread."""
+
+    ctl: TaintController
+    inference_ns: str
+    training_ns: str
+    virtual_nodes: list[str]
+    interval: float = 1.0
+    t0: float = field(default_factory=time.monotonic)
+    samples: list[Sample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self) -> Sample:
+        """Take one sample now from the watch caches."""
+        caches = self.ctl.caches
+        nodes = {n["name"]: n for n in caches.nodes.items()}
+        pods = caches.pods.items()
+        virtual = {n for n, v in nodes.items() if v["virtual"]}
+        tr_gpus = tr_run = 0
+        ready_in = gpus_in = 0
+        ready_out: dict[str, int] = {n: 0 for n in self.virtual_nodes}
+        gpus_out: dict[str, int] = {n: 0 for n in self.virtual_nodes}
+        pending = 0
+        for p in pods:
+            ns = p["metadata"]["namespace"]
+            if not p["node"]:
+                pending += 1
+                continue
+            if ns == self.training_ns and p["phase"] == "Running":
+                tr_gpus += p["gpus"]
+                tr_run += 1
+            elif ns == self.inference_ns and not p["metadata"].get("deletionTimestamp"):
+                outside = p["node"] in virtual
+                if outside:
+                    gpus_out[p["node"]] = gpus_out.get(p["node"], 0) + p["gpus"]
+                else:
+                    gpus_in += p["gpus"]
+                if p["ready"]:
+                    if outside:
+                        ready_out[p["node"]] = ready_out.get(p["node"], 0) + 1
+                    else:
+                        ready_in += 1
+        tainted = {n: any(t.get("key") == FREE_GPUS_TAINT for t in nodes[n]["taints"]) for n in self.virtual_nodes
+                   if n in nodes}
+        reserved = sum(any(t.get("key") == RESERVED_TAINT for t in n["taints"]) for n in nodes.values())
+        return Sample(round(time.monotonic() - self.t0, 2), tr_gpus, tr_run, ready_in + sum(ready_out.values()), ready_in,
+                      ready_out, gpus_in, gpus_out, tainted, reserved, pending, self.ctl.last_value)
+
+    def run(self) -> None:
+        """Sample until :meth:`stop`."""
+        while not self._stop.is_set():
+            began = time.monotonic()
+            self.samples.append(self.sample())
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def start(self) -> "Recorder":
+        """Run in a daemon thread; returns self."""
+        threading.Thread(target=self.run, daemon=True, name="sim-recorder").start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling."""
+        self._stop.set()
+
+    def last(self) -> Sample:
+        """The latest sample (taking one if there is none)."""
+        return self.samples[-1] if self.samples else self.sample()
+
+
+def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min_available: int,
+              training_pods: int) -> tuple[dict[str, Any], dict[str, float | None]]:
+    """The summary (:data:`SUMMARY_KEYS`) and the phase times from the samples (seconds since the start).
+
+    Returns:
+        ``(summary, phases)``; phases: ``submitted``, ``served_outside``,
+        ``training_running``, ``training_end``, ``back_in_cluster`` (None if never reached).
+    """
+    after = [s for s in samples if s.t >= submitted]
+    served = next((s.t for s in after if sum(s.inference_ready_outside.values()) >= replicas), None)
+    running = next((s.t for s in after if s.training_pods_running >= training_pods), None)
+    end = next((s.t for s in after if running is not None and s.t > running and s.training_pods_running == 0), None)
+    back = None
+    if end is not None:
+        back = next((s.t for s in after if s.t >= end and s.inference_ready_in_cluster >= replicas
+                     and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0),
+                    None)
+    ext = 0.0
+    if end is not None:
+        tail = [s for s in after if s.t >= end]
+        for a, b in zip(tail, tail[1:]):
+            ext += sum(a.inference_gpus_outside.values()) * (b.t - a.t)
+    summary = {
+        "seconds_to_served_outside": None if served is None else round(served - submitted, 1),
+        "seconds_to_back_in_cluster": None if back is None or end is None else round(back - end, 1),
+        "min_ready_replicas": min((s.inference_ready for s in after), default=0),
+        "pdb_min_available": pdb_min_available,
+        "external_gpu_seconds_after_training": round(ext, 1),
+    }
+    phases = {"submitted": submitted, "served_outside": served, "training_running": running, "training_end": end,
+              "back_in_cluster": back}
+    return summary, phases
+
+
+def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, title: str) -> Path:
+    """A PNG of GPU allocation by kind over time (training, inference in-cluster, inference per virtual node),
+    with the taint flips and the phases marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [s.t for s in samples]
+    vnodes = sorted({n for s in samples for n in s.inference_gpus_outside})
+    series = [[s.training_gpus for s in samples], [s.inference_gpus_in_cluster for s in samples]]
+    labels = ["training", "inference in-cluster"] + [f"inference on {n}" for n in vnodes]
+    series += [[s.inference_gpus_outside.get(n, 0) for s in samples] for n in vnodes]
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.stackplot(t, *series, labels=labels, alpha=0.85)
+    ax.set_ylabel("GPUs")
+    ax.set_title(title)
+    prev = None
+    for s in samples:
+        state = all(s.tainted.values()) if s.tainted else None
+        if prev is not None and state != prev:
+            ax.axvline(s.t, color="black", linestyle="--", linewidth=1)
+            ax.text(s.t, ax.get_ylim()[1] * 0.97, " taint on" if state else " taint off", fontsize=8, va="top")
+        prev = state
+    for name, at in phases.items():
+        if at is not None:
+            ax2.axvline(at, color="grey", linestyle=":", linewidth=1)
+            ax2.text(at, 0.2, f" {name.replace('_', ' ')}", fontsize=7, rotation=90, va="bottom")
+    ax2.plot(t, [s.inference_ready for s in samples], label="inference Ready", color="tab:green")
+    ax2.plot(t, [s.inference_ready_in_cluster for s in samples], label="Ready in-cluster", color="tab:orange")
+    ax2.set_ylabel("replicas")
+    ax2.set_xlabel("seconds")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Options:
+    """Inputs of :func:`run` (units: nodes, replicas, seconds).
+
+    Attributes:
+        env: inventory environment; nodes: GPU nodes (None: the inventory's).
+        replicas: inference replicas (None: the inventory's).
+        duration: seconds the training pods run.
+        cluster: local cluster name; pools: pools to run (None: all of the inventory).
+        out: output folder.
+        timeout: seconds each phase may take.
+        keep: leave the inference, the JobSet and the virtual nodes behind.
+    """
+
+    env: str = "local"
+    nodes: int | None = None
+    replicas: int | None = None
+    duration: float = 30.0
+    cluster: str = "gpufleet"
+    pools: tuple[str, ...] | None = None
+    out: Path = Path("out/sim-flip")
+    timeout: float = 300.0
+    keep: bool = False
+    other_clusters: dict[str, str] = field(default_factory=dict)
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            state = json.dumps(rec.last().__dict__) if rec else ""
+            raise SimError(f"timed out after {timeout:.0f}s waiting for {what}; last sample: {state}")
+        time.sleep(0.5)
+
+
+def _ensure_descheduler_policy(cluster, policy: dict) -> None:
+    """Restart the cluster's descheduler if its policy file is not ``policy`` (it reads the file at start only)."""
+    import yaml
+
+    from gpufleet.local import processes
+
+    path = cluster.layout.config / "descheduler-policy.yaml"
+    current = yaml.safe_load(path.read_text()) if path.exists() else None
+    if current != policy and processes.running(cluster.layout.pid("descheduler")) is not None:
+        log.info("restarting the descheduler with the gated flip-back policy")
+        processes.stop(cluster.layout.pid("descheduler"))
+
+
+def run(opts: Options, *, console=None) -> dict[str, Any]:
+    """Run the flip (module docstring); returns the summary dict.
+
+    Raises:
+        SimError: a phase timed out (timeline and plot are written anyway).
+        gpufleet.inventory.InventoryError: bad inventory; ValueError: bad options.
+    """
+    from rich.console import Console
+
+    from gpufleet.inventory import load, node_specs
+    from gpufleet.local import cluster as local
+    from gpufleet.vk.providers import build as build_provider
+    from roles.inference.manifests import objects as inference_objects
+    from roles.kueue.manifests import objects as kueue_objects
+
+    console = console or Console(stderr=True, highlight=False)
+    say = console.print
+    inv = load(opts.env, nodes=opts.nodes) if opts.nodes else load(opts.env)
+    nodes = len(inv.hosts)
+    gpus_per_node = max(h.vars.gpu_count for h in inv.hosts.values())
+    vk_vars = inv.role("virtual_kubelet")
+    pools = [p for p in vk_vars.virtual_kubelet_pools if opts.pools is None or p.name in opts.pools]
+    if opts.pools and {p.name for p in pools} != set(opts.pools):
+        raise ValueError(f"--pools {','.join(opts.pools)}: known pools are "
+                         f"{', '.join(p.name for p in vk_vars.virtual_kubelet_pools)}")
+    inf = inv.role("inference")
+    dep = inf.inference_deployments[0]
+    replicas = opts.replicas or dep.replicas
+    if replicas < 1:
+        raise ValueError(f"--replicas {replicas}: expected at least 1")
+    pdb = min(dep.pdb_min_available, max(replicas - 1, 0))
+    dep = dep.model_copy(update={"replicas": replicas, "min_replicas": replicas,
+                                 "max_replicas": max(replicas, dep.max_replicas), "pdb_min_available": pdb})
+    inv.roles["inference"] = inf.model_copy(update={"inference_deployments": [dep]})
+    kq = inv.role("kueue")
+    training_cq = max(kq.kueue_cluster_queues, key=lambda q: q.share).name
+    lq = next(q for q in kq.kueue_local_queues if q.cluster_queue == training_cq)
+    training_pc = max(kq.kueue_priority_classes, key=lambda p: p.value).name
+    wpc = max(kq.kueue_workload_priority_classes, key=lambda p: p.value).name if kq.kueue_workload_priority_classes else None
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # 1. clusters
+    policy = gated_policy(inv)
+    say(f"[bold]sim.flip[/]: {nodes} nodes x {gpus_per_node} GPUs, {replicas} inference replicas "
+        f"(PDB minAvailable {pdb}), pools {', '.join(p.name for p in pools)}")
+    try:
+        existing = local.get(opts.cluster)
+        _ensure_descheduler_policy(existing, policy)
+    except LookupError:
+        pass
+    c = local.up(opts.cluster, env=opts.env, specs=inv.node_specs(), descheduler_policy=policy,
+                 log=lambda m: say(f"  {m}"))
+    kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim")
+    remotes = {}
+    for p in pools:
+        if p.provider == "kubernetes":
+            name = opts.other_clusters.get(p.name, p.name)
+            say(f"second cluster [bold]{name}[/] for pool {p.name}")
+            rc = local.up(name, env=opts.env, specs=node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))))
+            remotes[p.name] = rc
+            apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": vk_vars.virtual_kubelet_namespace}})
+            apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
+                                                                           "namespace": vk_vars.virtual_kubelet_namespace},
+                         "data": {"kubeconfig": base64.b64encode(rc.kubeconfig.read_bytes()).decode()}})
+
+    # 2. objects
+    _cleanup(kube, lq.namespace, inf.inference_namespace, [], quiet=True)
+    for obj in training_priority_class(kueue_objects(inv)):
+        if obj["kind"] not in KINDS:
+            continue
+        try:
+            apply(kube, obj)
+        except KubeError as exc:
+            if obj["kind"] == "PriorityClass" and exc.status == 422:  # preemptionPolicy is immutable
+                kube.delete(*KINDS["PriorityClass"][:2], obj["metadata"]["name"])
+                apply(kube, obj)
+            else:
+                raise
+    for obj in inference_objects(inv):
+        apply(kube, obj)
+
+    # 3. controllers
+    vks: list[VirtualKubelet] = []
+    for p in pools:
+        prov = build_provider(p, node_name=node_name_for(p.name), kube=kube, namespace=vk_vars.virtual_kubelet_namespace)
+        vks.append(VirtualKubelet(Kube(kube.config, user_agent=f"gpufleet-vk/{p.name}"), p.name, p.provider,
+                                  {p.name: prov}).start())
+    tc = inv.role("taint_controller")
+    settings = Settings(high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
+                        hold_seconds=tc.taint_controller_hold_seconds, pools=tuple(p.name for p in pools),
+                        flip_out_classes=(training_pc,),
+                        pods_per_minute=inv.role("descheduler").descheduler_migration_pods_per_minute)
+    ctl, caches = build_controller(Kube(kube.config, user_agent="gpufleet-taint-controller"), settings)
+    caches.start()
+    ctl_thread = threading.Thread(target=ctl.run, daemon=True, name="taint-controller")
+    ctl_thread.start()
+    vnodes = [node_name_for(p.name) for p in pools]
+    rec = Recorder(ctl, inf.inference_namespace, lq.namespace, vnodes).start()
+    submitted = None
+    try:
+        say("waiting for inference Ready in-cluster and the virtual nodes tainted")
+        _wait("inference Ready in-cluster with the virtual nodes tainted",
+              lambda: (s := rec.last()).inference_ready_in_cluster >= replicas and s.tainted and all(s.tainted.values()),
+              opts.timeout, rec)
+        # 4. training
+        submitted = rec.last().t
+        say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
+            f"{opts.duration:g}s via LocalQueue {lq.name}")
+        apply(kube, jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, opts.duration, training_pc, wpc))
+        _wait("every training pod Running", lambda: rec.last().training_pods_running >= nodes, opts.timeout, rec)
+        say(f"t={rec.last().t:.0f}s training holds {rec.last().training_gpus} GPUs; inference Ready outside: "
+            f"{rec.last().inference_ready_outside}")
+        _wait("the training to finish", lambda: rec.last().training_pods_running == 0, opts.duration + opts.timeout, rec)
+        say(f"t={rec.last().t:.0f}s training finished; waiting for inference to come back in-cluster")
+        _wait("inference back in-cluster", lambda: (s := rec.last()).inference_ready_in_cluster >= replicas
+              and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0,
+              opts.timeout, rec)
+        time.sleep(2)
+    finally:
+        rec.stop()
+        ctl.stop()
+        caches.stop()
+        for vk in vks:
+            vk.close()
+        samples = rec.samples
+        summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
+                                    pdb_min_available=pdb, training_pods=nodes)
+        timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
+                    "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
+                    "transitions": [t.__dict__ for t in ctl.transitions],
+                    "samples": [s.__dict__ for s in samples]}
+        (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
+        if samples:
+            plot(samples, phases, out / "flip.png", f"gpufleet flip: {nodes} nodes, {replicas} inference replicas")
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if not opts.keep:
+            _cleanup(kube, lq.namespace, inf.inference_namespace, vnodes)
+        for rc in remotes.values():
+            pass  # the second clusters stay up, like the first (local.down stops them)
+    _print_summary(console, summary, phases, ctl)
+    return summary
+
+
+def _cleanup(kube: Kube, training_ns: str, inference_ns: str, vnodes: list[str], quiet: bool = False) -> None:
+    """Delete the JobSet, the inference workload and the virtual nodes (best effort)."""
+    steps = [("jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, training_ns)]
+    steps += [(api, plural, "chat", inference_ns) for api, plural in (
+        ("apps/v1", "deployments"), ("autoscaling/v2", "horizontalpodautoscalers"), ("policy/v1", "poddisruptionbudgets"))
+        if not quiet]
+    steps += [("v1", "nodes", n, None) for n in vnodes]
+    for api, plural, name, ns in steps:
+        try:
+            kube.delete(api, plural, name, ns, propagation="Background")
+        except (NotFound, KubeError):
+            pass
+    if quiet:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                left = kube.list("v1", "pods", training_ns, labelSelector="jobset.sigs.k8s.io/jobset-name=" + JOBSET_NAME)
+            except KubeError:
+                break
+            if not left.get("items"):
+                break
+            time.sleep(0.5)
+
+
+def _print_summary(console, summary: dict, phases: dict, ctl: TaintController) -> None:
+    from rich.table import Table
+
+    table = Table(title="sim.flip summary")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for k in SUMMARY_KEYS:
+        table.add_row(k, "-" if summary[k] is None else str(summary[k]))
+    console.print(table)
+    phase_line = ", ".join(f"{k} {v:.0f}s" for k, v in phases.items() if v is not None)
+    console.print(f"phases: {phase_line}")
+    for t in ctl.transitions:
+        console.print(f"  taint {'on ' if t.tainted else 'off'} after {t.reaction_seconds:.1f}s "
+                      f"(apply {t.latency_seconds * 1000:.0f} ms): {t.reason}")

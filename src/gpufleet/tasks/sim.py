@@ -1,0 +1,66 @@
+"""invoke tasks for simulations on the local cluster: ``sim.flip``.
+
+The task parses its flags and calls :func:`gpufleet.sim.flip.run`. Bad
+flags exit with code 2; a phase that does not finish in time exits with
+code 1 and what the cluster looked like (the timeline is written anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from invoke import Collection, Context, task
+from invoke.exceptions import Exit
+
+from gpufleet.tasks.common import fail_on_inventory_error
+
+
+@task(help={
+    "env": "inventory environment (default local)",
+    "nodes": "GPU nodes of the local cluster (default: the inventory's fleet_simulated_nodes)",
+    "replicas": "inference replicas (default: the inventory's; the PDB's minAvailable stays below it)",
+    "out": "folder for timeline.json, flip.png and summary.json (default out/sim-flip)",
+    "duration": "seconds each training pod runs (default 30)",
+    "cluster": "local cluster name (default gpufleet)",
+    "pools": "comma-separated pools to run (default: every pool of the inventory)",
+    "timeout": "seconds each phase may take (default 300)",
+    "keep": "leave the inference Deployment, the JobSet and the virtual nodes behind",
+    "verbose": "log what the controllers do",
+})
+def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
+         duration: float = 30.0, cluster: str = "gpufleet", pools: str = "", timeout: float = 300.0,
+         keep: bool = False, verbose: bool = False) -> None:
+    """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
+
+    Ups the local cluster if needed (and the second cluster of each
+    kubernetes pool), deploys inference (HPA, PDB), starts the taint
+    controller and a virtual kubelet per pool in-process, submits a
+    JobSet through Kueue that needs every GPU, records a per-second
+    timeline and prints a summary. Example:
+    invoke sim.flip --env local --nodes 16 --replicas 4 --out out/sim-flip
+    """
+    from gpufleet.local.install import InstallError
+    from gpufleet.local.processes import ComponentFailed
+    from gpufleet.sim.flip import Options, SimError, run
+
+    if nodes < 0 or replicas < 0 or duration <= 0 or timeout <= 0:
+        raise Exit("--nodes/--replicas >= 0, --duration and --timeout > 0", code=2)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
+                   pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
+                   keep=keep)
+    with fail_on_inventory_error():
+        try:
+            summary = run(opts)
+        except ValueError as exc:
+            raise Exit(str(exc), code=2) from None
+        except (SimError, InstallError, ComponentFailed, TimeoutError) as exc:
+            raise Exit(str(exc), code=1) from None
+    print(json.dumps(summary))
+
+
+sim = Collection("sim", flip)
+ns = sim
