@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("gpufleet.exporter.main", "serve InfiniBand/NVLink/GPU health metrics for Prometheus"),
     "quota-sync": ("gpufleet.quota.main", "keep ClusterQueue nominalQuota equal to the real schedulable capacity"),
     "node-health": ("gpufleet.health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
+    "taint-controller": ("gpufleet.flip.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
+    "virtual-kubelet": ("gpufleet.vk.main", "run one virtual node for an external capacity pool (--pool NAME)"),
 }
 
 
