@@ -1,0 +1,110 @@
+"""The Pulumi CLI/provider build modules and the engine's settings, without building or running anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.paths import REPO_ROOT
+from gpufleet.stack import engine, tools
+
+PKG_GOMOD = """module github.com/pulumi/pulumi/pkg/v3
+
+go 1.26.6
+
+replace github.com/pulumi/pulumi/sdk/v3 => ../sdk
+
+replace github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e
+
+replace (
+\tgithub.com/example/fork v1.0.0 => github.com/example/fork2 v1.0.1 // a comment
+)
+
+require (
+\tgithub.com/pulumi/pulumi/sdk/v3 v3.274.1
+)
+"""
+
+
+def test_upstream_replaces_reads_both_forms() -> None:
+    assert tools.upstream_replaces(PKG_GOMOD) == [
+        ("github.com/pulumi/pulumi/sdk/v3", "../sdk", ""),
+        ("github.com/atotto/clipboard", "github.com/tgummerer/clipboard", "v0.0.0-20241001131231-d02d263e614e"),
+        ("github.com/example/fork", "github.com/example/fork2", "v1.0.1"),
+    ]
+
+
+def test_cli_build_module_requires_the_sibling_sdk_and_copies_forks() -> None:
+    files = tools.build_files(tools.cli(), PKG_GOMOD)
+    gomod = files["go.mod"]
+    assert "\tgithub.com/pulumi/pulumi/pkg/v3 v3.274.1\n" in gomod
+    assert "\tgithub.com/pulumi/pulumi/sdk/v3 v3.274.1\n" in gomod
+    assert "github.com/atotto/clipboard => github.com/tgummerer/clipboard v0.0.0-20241001131231-d02d263e614e" in gomod
+    assert "../sdk" not in gomod and "go 1.26.6" in gomod
+    assert 'import _ "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"' in files["tools.go"]
+
+
+def test_an_uncovered_local_replace_is_refused() -> None:
+    with pytest.raises(tools.ToolError, match="local path"):
+        tools.build_files(tools.cli(), "module x\n\ngo 1.24\n\nreplace example.com/other => ../other\n")
+
+
+def test_provider_main_package_gets_its_generated_embeds(tmp_path: Path) -> None:
+    main = tmp_path / "cmd" / "pulumi-resource-kubernetes"
+    main.mkdir(parents=True)
+    (main / "main.go").write_text("package main\n//go:embed schema-embed.json\n")
+    (main / "generate.go").write_text("//go:build ignore\n\npackage main\n")
+    (main / "schema.json").write_text(json.dumps({"name": "kubernetes", "version": "", "resources": {}}, indent=4))
+    (main / "terraform-mapping.json").write_text('{\n  "a": 1\n}\n')
+    gomod = "module github.com/pulumi/pulumi-kubernetes/provider/v4\n\ngo 1.24.7\n\n" \
+            "replace github.com/pulumi/pulumi-kubernetes/sdk/v4 => ../sdk\n"
+    files = tools.build_files(tools.provider(), gomod, tmp_path)
+    assert set(files) == {"go.mod", "main.go", "schema-embed.json", "terraform-mapping-embed.json"}
+    assert json.loads(files["schema-embed.json"])["version"] == tools.provider().reports
+    assert files["terraform-mapping-embed.json"] == '{"a":1}'
+    assert "github.com/pulumi/pulumi-kubernetes/sdk/v4 => github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.24.0" \
+        in files["go.mod"]
+
+
+def test_provider_reports_the_version_it_really_is() -> None:
+    prov = tools.provider()
+    assert prov.reports == prov.version.lstrip("v") == "4.0.0-20260115033456-f47bc2d6f199"
+    assert any(x.endswith(f"version.Version={prov.reports}") for x in prov.ldflags)
+    assert prov.dir.name == f"pulumi-kubernetes-{prov.version}"
+
+
+def test_generated_passphrase_is_private_and_stable(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
+    first = engine.passphrase_env(tmp_path / "backend")
+    path = Path(first["PULUMI_CONFIG_PASSPHRASE_FILE"])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_text()) >= 24
+    assert engine.passphrase_env(tmp_path / "backend") == first
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "given")
+    assert engine.passphrase_env(tmp_path / "backend") == {}
+
+
+def test_engine_env_is_a_file_backend_without_downloads(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "x")
+    env = engine.engine_env(engine.Target(env="local", kubeconfig=tmp_path / "kc", backend=tmp_path / "b"))
+    assert env["PULUMI_BACKEND_URL"] == (tmp_path / "b").as_uri()
+    assert env["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
+    assert (tmp_path / "b").is_dir()
+
+
+@pytest.mark.parametrize("name", ["preview", "up", "destroy"])
+def test_stack_tasks_are_documented(name: str) -> None:
+    invoke = Path(sys.executable).with_name("invoke")
+    proc = subprocess.run([str(invoke), "--help", name], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, NO_COLOR="1"))
+    if proc.returncode != 0 and "No idea what" in proc.stderr:
+        pytest.skip(f"tasks.py does not collect gpufleet.tasks.stack yet ({name})")
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--env", "--kubeconfig", "--cluster", "--backend"):
+        assert flag in proc.stdout
