@@ -63,12 +63,18 @@ def compose(inv: Inventory, provider: pulumi.ProviderResource | None = None) -> 
     return components
 
 
-def main() -> None:
-    """Entry point of ``stacks/__main__.py``."""
+def main(provider: pulumi.ProviderResource | None = None) -> None:
+    """The program: entry point of ``stacks/__main__.py`` and of the engine's inline program.
+
+    Args:
+        provider: the Kubernetes provider every resource uses (the engine
+            passes an explicit one pointed at the target cluster); None uses
+            Pulumi's default provider.
+    """
     config = stack_config()
     env = config.pop("inventory", None) or pulumi.get_stack()
     inv = load(env, overrides=config, overrides_file=f"Pulumi.{pulumi.get_stack()}.yaml")
-    components = compose(inv)
+    components = compose(inv, provider)
     pulumi.export("environment", env)
     pulumi.export("nodes", len(inv.hosts))
     pulumi.export("gpus", sum(f.gpus for f in inv.flavors().values()))

@@ -1,0 +1,147 @@
+"""``invoke preview``, ``invoke up``, ``invoke destroy``: the Pulumi stack of an environment, for real.
+
+Each task runs the real engine (:mod:`gpufleet.stack.engine`) against a
+cluster and streams the engine's output. The Pulumi CLI and the Kubernetes
+provider are built from the Go module proxy on first use (minutes, cached
+afterwards under ``cache_dir()/components``). State lives in a local file
+backend; the passphrase comes from ``PULUMI_CONFIG_PASSPHRASE`` when set.
+
+Which cluster: ``--kubeconfig`` when given; for the ``local`` environment,
+the local cluster ``--cluster`` (``invoke local.up``); otherwise
+``$KUBECONFIG``. Exit codes: 1 when the engine fails, 2 for a bad
+argument or inventory.
+
+Helm releases are not installed by the local environment's stack: the local
+cluster runs Kueue, JobSet and the descheduler itself, so
+``inventories/local`` switches their chart installs off
+(``kueue_install: false``, ``descheduler_install: false``) and the stack
+only declares their configuration objects. Chart installs are covered by the
+render tests (``tests/foundation/test_render.py``: each release's chart,
+pinned version and values); a real chart install needs the chart
+registries (``registry.k8s.io``, ``*.github.io``), which this machine
+cannot reach.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from invoke import Context, task
+from invoke.exceptions import Exit
+
+from gpufleet.tasks.common import fail_on_inventory_error
+
+_HELP = {
+    "env": "environment: a folder of inventories/ (local, staging, prod); also the stack name",
+    "kubeconfig": "kubeconfig of the target cluster (default: the local cluster for env local, else $KUBECONFIG)",
+    "cluster": "local cluster name, for env local without --kubeconfig (default gpufleet)",
+    "backend": "folder of the file backend (default: state_dir()/pulumi/backend)",
+}
+
+
+def _target(env: str, kubeconfig: str, cluster: str, backend: str):
+    """Resolve the task's flags into an engine Target (exit 2 when no cluster can be named)."""
+    from gpufleet.inventory import load
+    from gpufleet.stack.engine import Target, default_backend
+
+    with fail_on_inventory_error():
+        load(env)  # validate before building or starting anything
+    if kubeconfig:
+        path = Path(kubeconfig)
+    elif env == "local":
+        from gpufleet.local import cluster as local_cluster
+
+        try:
+            path = local_cluster.get(cluster or local_cluster.DEFAULT_NAME).kubeconfig
+        except (LookupError, ValueError) as exc:
+            raise Exit(f"local cluster: {exc} (start it with `invoke local.up`)", code=2) from None
+    elif os.environ.get("KUBECONFIG"):
+        path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
+    else:
+        raise Exit(f"--env {env}: give --kubeconfig (or set KUBECONFIG) for the target cluster", code=2)
+    if not path.is_file():
+        raise Exit(f"kubeconfig {path} does not exist (is the cluster up?)", code=2)
+    return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend())
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def _run(op, target):
+    """Run one engine operation; engine failures exit 1 with the engine's message."""
+    from gpufleet.stack.engine import EngineError
+    from gpufleet.stack.tools import ToolError
+
+    with fail_on_inventory_error():
+        try:
+            return op(target, _print)
+        except (EngineError, ToolError) as exc:
+            raise Exit(str(exc), code=1) from None
+
+
+def _confirm(question: str) -> bool:
+    """Ask on a terminal; without one, never proceed."""
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+@task(help=_HELP)
+def preview(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backend: str = "") -> None:
+    """Show what `invoke up` would change for ENV on its cluster (the engine's preview; nothing is changed)."""
+    from gpufleet.stack import engine
+
+    result = _run(engine.preview, _target(env, kubeconfig, cluster, backend))
+    print(f"preview --env {env}: {_counts(result.summary)}")
+
+
+@task(help={**_HELP, "yes": "apply without asking (without it: preview, then ask on a terminal)"})
+def up(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backend: str = "", yes: bool = False) -> None:
+    """Create or update every object the stack declares for ENV on its cluster (`pulumi up`).
+
+    Without --yes the preview is shown first and the update runs only after
+    a "y" on a terminal. The stack is named after ENV; ``gpufleet:*`` values
+    in ``Pulumi.<ENV>.yaml`` override inventory variables.
+    """
+    from gpufleet.stack import engine
+
+    target = _target(env, kubeconfig, cluster, backend)
+    if not yes:
+        result = _run(engine.preview, target)
+        if not result.changed:
+            print(f"up --env {env}: no changes")
+            return
+        if not _confirm(f"apply {len(result.changes)} changes to {env}?"):
+            raise Exit("not applied (rerun with --yes)", code=1)
+    result = _run(engine.up, target)
+    print(f"up --env {env}: {_counts(result.summary)}")
+
+
+@task(help={**_HELP, "yes": "destroy without asking (without it: show what would go, then ask on a terminal)",
+            "remove": "also remove the stack (its history and config) after deleting its resources"})
+def destroy(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backend: str = "", yes: bool = False,
+            remove: bool = False) -> None:
+    """Delete every object the stack created for ENV from its cluster (`pulumi destroy`).
+
+    Only what the stack's state records is deleted; the cluster's own
+    objects (and Kueue, JobSet, descheduler of the local cluster) stay.
+    """
+    from gpufleet.stack import engine
+
+    target = _target(env, kubeconfig, cluster, backend)
+    if not yes:
+        result = _run(engine.destroy_preview, target)
+        if not result.changed:
+            print(f"destroy --env {env}: nothing to delete")
+            return
+        if not _confirm(f"delete {len(result.changes)} resources of {env}?"):
+            raise Exit("not destroyed (rerun with --yes)", code=1)
+    result = _run(lambda t, p: engine.destroy(t, p, remove=remove), target)
+    print(f"destroy --env {env}: {_counts(result.summary)}")
+
+
+def _counts(summary: dict[str, int]) -> str:
+    return ", ".join(f"{n} {op}" for op, n in sorted(summary.items())) or "nothing"
