@@ -77,6 +77,9 @@ def fabric_exporter(inv: Inventory) -> list[Obj]:
     container = {
         "name": "exporter", "image": pin("gpufleet", "image"),
         "args": ["exporter", "--sysfs-root", "/host/sys", "--port", str(port)],
+        # NVML through the NVIDIA container runtime: utility capability only, all GPUs visible.
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}],
         "ports": [{"name": "metrics", "containerPort": port}],
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "livenessProbe": {"httpGet": {"path": "/metrics", "port": port}, "periodSeconds": 30},

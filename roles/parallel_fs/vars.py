@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, Quantity
+from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Vars(BaseModel):
@@ -23,3 +23,4 @@ class Vars(BaseModel):
     parallel_fs_mount_path: str = Field(pattern=r"^/")
     parallel_fs_type: str
     parallel_fs_min_write_mib_per_second: NonNegativeInt
+    parallel_fs_probe_mib: PositiveInt

@@ -31,8 +31,12 @@ class HostVars(BaseModel):
     """What one GPU node is. Set in group_vars/<group>.yml or host_vars/<host>.yml.
 
     ``node_memory`` is a Kubernetes quantity (bytes, e.g. ``2Ti``); ``node_cpu``
-    counts cores. ``node_sysfs_root`` and ``node_nvidia_smi`` exist so the node
-    checks can run against fixture nodes; on real nodes leave the defaults.
+    counts cores. ``gpu_nvlink_count`` overrides the NVLinks per GPU of the
+    GPU model's catalog entry. ``node_sysfs_root``, ``node_proc_root``,
+    ``node_nvidia_smi``, ``node_nv_fabricmanager`` and
+    ``node_kernel_log_command`` (``{minutes}`` is substituted; default
+    ``journalctl -k``, then ``dmesg``) exist so the node checks can run against
+    fixture nodes; on real nodes leave the defaults.
     """
 
     model_config = STRICT
@@ -46,8 +50,12 @@ class HostVars(BaseModel):
     node_hcas: list[Hca] = []
     nvidia_driver_version: str
     nvidia_fabric_manager_version: str
+    gpu_nvlink_count: NonNegativeInt | None = None
     node_sysfs_root: str = "/sys"
+    node_proc_root: str = "/proc"
     node_nvidia_smi: str = "nvidia-smi"
+    node_nv_fabricmanager: str = "nv-fabricmanager"
+    node_kernel_log_command: str | None = None
     # Ansible connection settings pass through untouched (testinfra reads them).
     ansible_host: str | None = None
     ansible_user: str | None = None
