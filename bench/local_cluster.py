@@ -1,0 +1,108 @@
+"""Benchmark the local cluster: install times, warm start, memory and scale.
+
+Prints:
+
+* cold install time per component (as recorded by the last real build in
+  ``cache_dir()/components/*/install.json``) and their sum;
+* warm ``up`` time (components cached) until every node is Ready, for the
+  inventory's default fleet, from fresh state and from kept state;
+* kube-apiserver and etcd RSS at 128, 1024 and 4096 simulated nodes;
+* the largest fleet that comes up (fresh state, all nodes Ready) within the
+  limit (default 120 s), trying sizes in increasing order.
+
+Run: ``.venv/bin/python bench/local_cluster.py [--sizes 128,1024,4096] [--max 16384]``.
+Uses its own cluster name (``bench``) and purges it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from gpufleet.inventory import node_specs
+from gpufleet.local import cluster as local
+from gpufleet.local.components import components
+from gpufleet.local.install import install_record
+from gpufleet.local.processes import rss_bytes
+
+NAME = "bench"
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:7.0f} MiB"
+
+
+def fresh_up(specs, timeout: float) -> tuple[float, dict]:
+    """Purge, then time ``up`` until every node is Ready; returns (seconds, phases)."""
+    local.down(NAME, purge=True)
+    t = time.monotonic()
+    c = local.up(NAME, specs=specs, timeout=timeout)
+    seconds = time.monotonic() - t
+    import json
+
+    return seconds, json.loads(c.layout.record.read_text())["phases"]
+
+
+def rss(settle: float) -> tuple[int, int]:
+    time.sleep(settle)
+    pids = local.main_pids(NAME)
+    return rss_bytes(pids["kube-apiserver"]), rss_bytes(pids["etcd"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="128,1024,4096", help="fleet sizes for the RSS table")
+    ap.add_argument("--max", type=int, default=16384, help="largest size to try for the 2-minute limit")
+    ap.add_argument("--limit", type=float, default=120.0, help="seconds a fleet may take to come up")
+    ap.add_argument("--settle", type=float, default=20.0, help="seconds to wait before reading RSS")
+    args = ap.parse_args()
+
+    print("cold install (last real build of each component):")
+    total = 0.0
+    for comp in components().values():
+        rec = install_record(comp)
+        action = next((a for a in ("built", "installed", "reused") if a in rec), None)
+        if action:
+            seconds = float(rec[action]["seconds"])
+            total += seconds
+            print(f"  {comp.key:28} {seconds:7.1f}s  ({action} {rec[action]['finished']})")
+        else:
+            print(f"  {comp.key:28}       -   (never built here)")
+    print(f"  {'total':28} {total:7.1f}s")
+
+    default = node_specs("local")
+    secs, phases = fresh_up(default, args.limit)
+    print(f"\nwarm up, fresh state, {len(default)} nodes: {secs:.1f}s  {phases}")
+    local.down(NAME)
+    t = time.monotonic()
+    local.up(NAME, specs=default)
+    print(f"warm up, kept state, {len(default)} nodes: {time.monotonic() - t:.1f}s")
+
+    results: dict[int, tuple[float, int, int] | None] = {}
+    sizes = sorted({int(s) for s in args.sizes.split(",")})
+    size = sizes[0]
+    tried = []
+    while size <= args.max:
+        tried.append(size)
+        specs = node_specs("local", size)
+        try:
+            secs, _ = fresh_up(specs, args.limit)
+        except (TimeoutError, local.ComponentFailed) as exc:
+            print(f"{size:6} nodes: did not come up within {args.limit:.0f}s ({str(exc).splitlines()[0]})")
+            results[size] = None
+            break
+        api, etcd = rss(args.settle)
+        results[size] = (secs, api, etcd)
+        print(f"{size:6} nodes: up in {secs:6.1f}s   kube-apiserver {mib(api)}   etcd {mib(etcd)}", flush=True)
+        if secs > args.limit:
+            results[size] = None
+            break
+        bigger = [s for s in sizes if s > size]
+        size = bigger[0] if bigger else size * 2
+    ok = [s for s, r in results.items() if r is not None]
+    print(f"\nlargest fleet up within {args.limit:.0f}s: {max(ok) if ok else 'none'} nodes (tried {tried})")
+    local.down(NAME, purge=True)
+
+
+if __name__ == "__main__":
+    main()

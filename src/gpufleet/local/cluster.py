@@ -1,0 +1,490 @@
+"""Bring a local cluster up, report on it, take it down.
+
+``up`` is idempotent: components already running with the same command line
+and healthy are left alone, others are (re)started; certificates, ports and
+etcd data persist in the state folder between ``down`` and ``up``. Order:
+
+1. etcd, then kube-apiserver (each waited for on its health endpoint);
+2. bootstrap objects: namespaces, CRDs (kwok Stage, Kueue, JobSet) until
+   Established, webhook configurations, Prometheus' service account;
+3. kube-controller-manager, kube-scheduler, kwok, Kueue, JobSet,
+   descheduler and Prometheus, started together and waited for together;
+4. kwok Stages, then one Node per inventory host, until all are Ready.
+
+A component that exits or stays unhealthy stops ``up`` with
+:class:`~gpufleet.local.processes.ComponentFailed`, whose message carries
+the tail of that component's log.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.local import controlplane, descheduler, install, kueue, kwok, prometheus
+from gpufleet.local import kubeconfig as kubeconfigs
+from gpufleet.local import ports as portblocks
+from gpufleet.local.certs import Pki, ensure_pki
+from gpufleet.local.kube import Kube, KubeError
+from gpufleet.local.layout import Layout, check_name
+from gpufleet.local.ports import Ports
+from gpufleet.local.processes import ComponentFailed, Health, ProcessSpec, probe, rss_bytes, running
+
+DEFAULT_NAME = "gpufleet"
+#: Start order; ``down`` stops in reverse.
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kueue",
+    "jobset",
+    "descheduler",
+    "prometheus",
+)
+_ADDONS = COMPONENTS[2:]
+
+
+@dataclass
+class Cluster:
+    """A local cluster by name: its state folder, ports and credentials.
+
+    Attributes:
+        name: cluster name (DNS label).
+        layout: paths of its state folder.
+        ports: its loopback port block.
+    """
+
+    name: str
+    layout: Layout
+    ports: Ports
+    _pki: Pki | None = field(default=None, repr=False)
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Admin kubeconfig path."""
+        return self.layout.kubeconfig
+
+    @property
+    def server(self) -> str:
+        """apiserver URL."""
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def pki(self) -> Pki:
+        """The cluster's PKI (created on first access)."""
+        if self._pki is None:
+            self._pki = ensure_pki(self.layout.certs)
+        return self._pki
+
+    def kube(self, timeout: float = 30.0) -> Kube:
+        """A bootstrap REST client authenticated as admin (close it after use)."""
+        return Kube(self.server, self.pki.ca.cert, self.pki.admin, timeout=timeout)
+
+    def api_client(self):
+        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
+        from kubernetes import config as kconfig
+
+        return kconfig.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def specs(self, policy_file: Path | None = None) -> dict[str, ProcessSpec]:
+        """Process specs of every component, keyed by :data:`COMPONENTS` names.
+
+        Args:
+            policy_file: descheduler policy; default: the generated
+                ``config/descheduler-policy.yaml``.
+        """
+        lay, p, pki = self.layout, self.ports, self.pki
+        cfg = lay.config
+        admin = lay.kubeconfig
+        ca = pki.ca.cert
+
+        def spec(name: str, argv: Sequence[str], health: Health | None, **env: str) -> ProcessSpec:
+            return ProcessSpec(name, tuple(argv), lay.log(name), lay.pid(name), health, env)
+
+        https = lambda port, path: Health(f"https://127.0.0.1:{port}{path}", ca=ca)  # noqa: E731
+        http = lambda port, path: Health(f"http://127.0.0.1:{port}{path}")  # noqa: E731
+        return {
+            "etcd": spec("etcd", controlplane.etcd_argv(self.name, lay.data / "etcd", p), http(p.etcd_client, "/health")),
+            "kube-apiserver": spec("kube-apiserver", controlplane.apiserver_argv(pki, p), https(p.apiserver, "/readyz")),
+            "kube-controller-manager": spec(
+                "kube-controller-manager",
+                controlplane.controller_manager_argv(pki, p, cfg / "kube-controller-manager.kubeconfig"),
+                https(p.controller_manager, "/healthz"),
+            ),
+            "kube-scheduler": spec(
+                "kube-scheduler",
+                controlplane.scheduler_argv(pki, p, cfg / "kube-scheduler.kubeconfig"),
+                https(p.scheduler, "/readyz"),
+            ),
+            "kwok": spec("kwok", kwok.kwok_argv(admin, p.kwok), http(p.kwok, "/healthz")),
+            "kueue": spec(
+                "kueue", kueue.kueue_argv(cfg / "kueue.yaml", pki.webhook_dir), http(p.kueue_health, "/readyz"),
+                KUBECONFIG=str(admin),
+            ),
+            "jobset": spec("jobset", kueue.jobset_argv(cfg / "jobset.yaml"), http(p.jobset_health, "/readyz"), KUBECONFIG=str(admin)),
+            "descheduler": spec(
+                "descheduler",
+                descheduler.descheduler_argv(policy_file or cfg / "descheduler-policy.yaml", admin, pki, p.descheduler),
+                https(p.descheduler, "/healthz"),
+            ),
+            "prometheus": spec(
+                "prometheus",
+                prometheus.argv(cfg / "prometheus.yaml", lay.data / "prometheus", p.prometheus),
+                http(p.prometheus, "/-/ready"),
+            ),
+        }
+
+
+def get(name: str = DEFAULT_NAME, *, allocate: bool = False) -> Cluster:
+    """The :class:`Cluster` called ``name``.
+
+    Args:
+        allocate: give it a port block if it has none yet.
+
+    Raises:
+        ValueError: invalid name.
+        LookupError: no such cluster (no port block) and ``allocate`` is false.
+    """
+    check_name(name)
+    ports = portblocks.allocate(name) if allocate else portblocks.lookup(name)
+    if ports is None:
+        raise LookupError(f"no local cluster named {name!r} (run `invoke local.up --name {name}`)")
+    return Cluster(name, Layout(name), ports)
+
+
+# --------------------------------------------------------------------------- up
+
+
+def _write_configs(c: Cluster, policy: dict | None) -> None:
+    lay, pki, p = c.layout, c.pki, c.ports
+    kubeconfigs.write(lay.kubeconfig, c.server, pki.ca.cert, pki.admin, cluster=f"gpufleet-{c.name}", user="gpufleet-admin")
+    kubeconfigs.write(
+        lay.config / "kube-controller-manager.kubeconfig", c.server, pki.ca.cert, pki.controller_manager,
+        cluster=f"gpufleet-{c.name}", user="system:kube-controller-manager",
+    )
+    kubeconfigs.write(
+        lay.config / "kube-scheduler.kubeconfig", c.server, pki.ca.cert, pki.scheduler,
+        cluster=f"gpufleet-{c.name}", user="system:kube-scheduler",
+    )
+
+    def dump(obj: dict, name: str) -> None:
+        (lay.config / name).write_text(yaml.safe_dump(obj, sort_keys=False))
+
+    dump(kueue.kueue_configuration(p, pki.webhook_dir), "kueue.yaml")
+    dump(kueue.jobset_configuration(p, pki.webhook_dir), "jobset.yaml")
+    dump(policy or descheduler.default_policy(), "descheduler-policy.yaml")
+    prometheus.dump(prometheus.config(lay, p, pki.ca.cert, lay.config / "prometheus.token"), lay.config / "prometheus.yaml")
+    token = lay.config / "prometheus.token"
+    if not token.exists():
+        token.write_text("")
+        token.chmod(0o600)
+
+
+def _ensure(specs: list[ProcessSpec], timeout: float, log: Callable[[str], None]) -> None:
+    """Start what is not running with the same argv, then wait for all to be healthy."""
+    from gpufleet.local import processes
+
+    to_wait = []
+    for s in specs:
+        pid = running(s.pidfile)
+        if pid is not None and processes.recorded_argv(s.pidfile) == list(s.argv):
+            if s.health is None or probe(s.health):
+                continue
+        elif pid is not None:
+            log(f"restarting {s.name} (command line changed)")
+            processes.stop(s.pidfile)
+        if running(s.pidfile) is None:
+            processes.start(s)
+        to_wait.append(s)
+    if not to_wait:
+        return
+    with ThreadPoolExecutor(max_workers=len(to_wait)) as pool:
+        futures = [pool.submit(processes.wait_healthy, s, timeout) for s in to_wait]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        raise errors[0]
+
+
+def _bootstrap(c: Cluster, k: Kube) -> None:
+    ca_pem = c.pki.ca.cert.read_bytes()
+    for ns in (kueue.KUEUE_NAMESPACE, kueue.JOBSET_NAMESPACE):
+        k.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    crds = kwok.stage_crds() + kueue.kueue_crds(c.ports, ca_pem) + kueue.jobset_crds()
+    for crd in crds:
+        k.apply(crd)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        k.wait_for(
+            f"CRD {name} Established",
+            lambda n=name: _condition(k.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n), "Established"),
+            timeout=60,
+        )
+    for obj in kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem):
+        k.apply(obj)
+    for obj in prometheus.rbac_objects():
+        k.apply(obj)
+
+
+def _prometheus_token(c: Cluster, k: Kube) -> None:
+    import base64
+
+    ns = prometheus.SERVICE_ACCOUNT[0]
+    secret = k.wait_for(
+        "the Prometheus service-account token",
+        lambda: (s := k.get("v1", "Secret", prometheus.TOKEN_SECRET, ns)) and s.get("data", {}).get("token") and s,
+        timeout=60,
+    )
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    path = c.layout.config / "prometheus.token"
+    if path.read_text() != token:
+        path.write_text(token)
+
+
+def _condition(obj: dict | None, kind: str) -> bool:
+    """True when ``obj`` has status condition ``kind`` with status "True"."""
+    conds = ((obj or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conds)
+
+
+def _node_ready(node: dict) -> bool:
+    return _condition(node, "Ready")
+
+
+def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) -> tuple[int, int]:
+    """Make the cluster's simulated Nodes exactly ``specs``; returns ``(created, deleted)``.
+
+    Missing nodes are created (with status capacity), existing ones
+    server-side applied (labels, taints; capacity patched through the status
+    subresource when it differs), simulated nodes not in ``specs`` deleted.
+    """
+    selector = f"{kwok.SIMULATED_LABEL}=true"
+    existing = {n["metadata"]["name"]: n for n in k.list("v1", "Node", labelSelector=selector)}
+    wanted = {s.name: kwok.node_manifest(s, c.name) for s in specs}
+
+    def put(name: str) -> int:
+        node = wanted[name]
+        if name not in existing:
+            return 1 if k.create(node) is not None else 0
+        live = existing[name]
+        body = {k_: v for k_, v in node.items() if k_ != "status"}
+        k.apply(body)
+        if live.get("status", {}).get("capacity") != node["status"]["capacity"]:
+            k.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": node["status"]}, subresource="status")
+        return 0
+
+    stale = [n for n in existing if n not in wanted]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        created = sum(pool.map(put, wanted))
+        list(pool.map(lambda n: k.delete("v1", "Node", n), stale))
+    return created, len(stale)
+
+
+def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
+    """Wait until every named Node is Ready; returns the seconds waited.
+
+    Raises:
+        TimeoutError: naming how many are not Ready after ``timeout`` s.
+    """
+    started = time.monotonic()
+    interval = 0.5 if len(names) <= 256 else 2.0
+    while True:
+        nodes = k.list("v1", "Node", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")
+        ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
+        missing = names - ready
+        if not missing:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{len(missing)} of {len(names)} nodes not Ready after {timeout:.0f}s (e.g. {sorted(missing)[:3]})")
+        time.sleep(interval)
+
+
+def up(
+    name: str = DEFAULT_NAME,
+    *,
+    env: str = "local",
+    nodes: int | None = None,
+    specs: Sequence[Any] | None = None,
+    descheduler_policy: dict | None = None,
+    descheduler_policy_file: Path | None = None,
+    timeout: float = 120.0,
+    log: Callable[[str], None] = lambda msg: None,
+) -> Cluster:
+    """Start (or complete) local cluster ``name``; returns it once every node is Ready.
+
+    Args:
+        name: cluster name; distinct names run side by side on distinct ports.
+        env: inventory environment for :func:`gpufleet.inventory.node_specs`.
+        nodes: number of nodes to ask the inventory for (None: its default).
+        specs: explicit node list (``NodeSpec``-like objects) instead of the inventory.
+        descheduler_policy: DeschedulerPolicy dict written to the state folder
+            (default :func:`gpufleet.local.descheduler.default_policy`).
+        descheduler_policy_file: use this policy file as is instead.
+        timeout: seconds each phase may take (health waits, nodes Ready).
+        log: progress callback, one line per phase with its duration.
+
+    Raises:
+        gpufleet.local.install.InstallError: components missing and not buildable.
+        ComponentFailed: a component exited or stayed unhealthy (log tail inside).
+        TimeoutError: CRDs or nodes not ready in time.
+        KubeError: the apiserver rejected a bootstrap object.
+    """
+    t0 = time.monotonic()
+    timings: dict[str, float] = {}
+
+    def phase(label: str, since: float) -> float:
+        now = time.monotonic()
+        timings[label] = round(now - since, 2)
+        log(f"{label:28} {now - since:6.1f}s")
+        return now
+
+    install.install()
+    c = get(name, allocate=True)
+    c.layout.create()
+    if specs is None:
+        from gpufleet.inventory import node_specs
+
+        specs = node_specs(env, nodes) if nodes is not None else node_specs(env)
+    _write_configs(c, descheduler_policy)
+    t = phase("certs, ports, configs", t0)
+    all_specs = c.specs(descheduler_policy_file)
+    _ensure([all_specs["etcd"]], timeout, log)
+    t = phase("etcd", t)
+    _ensure([all_specs["kube-apiserver"]], timeout, log)
+    t = phase("kube-apiserver", t)
+    with c.kube() as k:
+        _bootstrap(c, k)
+        t = phase("CRDs, webhooks, RBAC", t)
+        _ensure([all_specs[n] for n in _ADDONS], timeout, log)
+        t = phase("controllers, kwok, Prometheus", t)
+        for stage in kwok.stages():
+            k.apply(stage)
+        created, deleted = apply_nodes(c, k, specs)
+        t = phase(f"nodes (+{created} -{deleted})", t)
+        wait_nodes_ready(k, {s.name for s in specs}, timeout)
+        t = phase(f"{len(specs)} nodes Ready", t)
+        _prometheus_token(c, k)
+    record = {
+        "name": name,
+        "env": env,
+        "nodes": len(specs),
+        "kubeconfig": str(c.kubeconfig),
+        "server": c.server,
+        "ports": c.ports.all(),
+        "up_seconds": round(time.monotonic() - t0, 2),
+        "phases": timings,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    c.layout.record.write_text(json.dumps(record, indent=1))
+    log(f"{'up':28} {time.monotonic() - t0:6.1f}s")
+    return c
+
+
+# --------------------------------------------------------------------------- down / status
+
+
+def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 10.0) -> list[str]:
+    """Stop every process of cluster ``name`` and check its ports are free.
+
+    Args:
+        purge: also delete its state folder (certs, etcd data) and release its ports.
+        timeout: seconds each process gets after SIGTERM before SIGKILL.
+
+    Returns:
+        Names of the components that were running.
+
+    Raises:
+        RuntimeError: ports of the block still in use after stopping (names them).
+    """
+    from gpufleet.local import processes
+
+    check_name(name)
+    lay = Layout(name)
+    stopped = []
+    for comp in reversed(COMPONENTS):
+        if processes.stop(lay.pid(comp), timeout):
+            stopped.append(comp)
+    ports = portblocks.lookup(name)
+    if ports is not None:
+        deadline = time.monotonic() + 10
+        while (busy := portblocks.busy_ports(ports)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if busy:
+            raise RuntimeError(f"cluster {name!r} is down but ports {busy} are still in use")
+    if purge:
+        shutil.rmtree(lay.root, ignore_errors=True)
+        portblocks.release(name)
+    return stopped
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One component's state: ``pid`` (None if not running), ``healthy``, ``rss`` in bytes."""
+
+    name: str
+    pid: int | None
+    healthy: bool
+    rss: int
+
+
+@dataclass(frozen=True)
+class Status:
+    """What :func:`status` found.
+
+    Attributes:
+        name: cluster name.
+        kubeconfig: admin kubeconfig path.
+        components: one entry per component, in start order.
+        nodes: simulated nodes registered, and how many are Ready (None if
+            the apiserver is not reachable).
+        ports: the cluster's named ports.
+    """
+
+    name: str
+    kubeconfig: Path
+    components: list[ComponentStatus]
+    nodes: tuple[int, int] | None
+    ports: dict[str, int]
+
+    @property
+    def up(self) -> bool:
+        """Every component running and healthy."""
+        return all(c.pid is not None and c.healthy for c in self.components)
+
+
+def status(name: str = DEFAULT_NAME) -> Status:
+    """Processes, health, memory and node counts of cluster ``name``.
+
+    Raises:
+        LookupError: no such cluster.
+    """
+    c = get(name)
+    comps = []
+    for comp, spec in c.specs().items():
+        pid = running(spec.pidfile)
+        healthy = pid is not None and (spec.health is None or probe(spec.health))
+        comps.append(ComponentStatus(comp, pid, healthy, rss_bytes(pid) if pid else 0))
+    nodes = None
+    if any(s.name == "kube-apiserver" and s.healthy for s in comps):
+        try:
+            with c.kube(timeout=10) as k:
+                items = k.list("v1", "Node", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")
+                nodes = (len(items), sum(_node_ready(n) for n in items))
+        except (KubeError, OSError):
+            nodes = None
+    return Status(name, c.kubeconfig, comps, nodes, c.ports.all())
+
+
+def main_pids(name: str = DEFAULT_NAME) -> dict[str, int]:
+    """``{component: pid}`` of the running components of cluster ``name``."""
+    lay = Layout(check_name(name))
+    return {comp: pid for comp in COMPONENTS if (pid := running(lay.pid(comp))) is not None}

@@ -1,0 +1,487 @@
+"""Fetch, build, verify and cache the local cluster's components.
+
+Each component ends up under ``cache_dir()/components/<name>-<version>/bin/``
+(apt packages stay in ``/usr/bin``). A component is *installed* when its
+binaries exist and are verified: ``go version -m`` names the pinned module
+and version, and ``--version`` output (where the binary has one) matches. A
+stamp (sizes and mtimes of verified binaries) makes a second
+:func:`install` a no-op that runs nothing.
+
+Builds run one at a time (two cores); a build someone else started in the
+same build folder is waited for, never duplicated. Each step's wall time is
+recorded in ``<component dir>/install.json`` for the benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from gpufleet import paths
+from gpufleet.local.components import Component, components
+
+
+class InstallError(RuntimeError):
+    """A component could not be fetched, built or verified; the message ends with the log tail."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What :func:`install` did for one component.
+
+    Attributes:
+        component: component key (``"kueue-v0.17.0"``).
+        action: ``"cached"`` (stamp matched), ``"verified"`` (binaries there,
+            verified now), ``"reused"`` (taken from an existing build folder),
+            ``"built"``, ``"installed"`` (apt).
+        seconds: wall time of this step, in seconds.
+    """
+
+    component: str
+    action: str
+    seconds: float
+
+
+# --------------------------------------------------------------------------- go helpers
+
+
+def go_binary() -> str:
+    """Path of the ``go`` tool.
+
+    Raises:
+        InstallError: no ``go`` on PATH nor in /usr/local/go/bin.
+    """
+    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if not found:
+        raise InstallError("the Go toolchain is needed to build the local cluster (go not found on PATH)")
+    return found
+
+
+def _go_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    env.update(extra)
+    return env
+
+
+def module_info(module: str, version: str) -> dict[str, str]:
+    """``go mod download -json module@version``: ``{"Dir": ..., "GoMod": ..., "Version": ...}``.
+
+    Downloads into the module cache if needed (Go module proxy).
+
+    Raises:
+        InstallError: the download failed (message has go's error).
+    """
+    proc = subprocess.run(
+        [go_binary(), "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True, text=True, env=_go_env(), cwd="/",
+    )
+    try:
+        info = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        info = {}
+    if proc.returncode != 0 or "Dir" not in info:
+        raise InstallError(f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr.strip()}")
+    return info
+
+
+def module_dir(module: str, version: str) -> Path:
+    """Folder of ``module@version`` in the Go module cache (downloaded if missing)."""
+    return Path(module_info(module, version)["Dir"])
+
+
+_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+(v\S+))?\s+=>\s+(\S+)(?:\s+(v\S+))?\s*$")
+
+
+def parse_replaces(gomod: str) -> list[tuple[str, str, str]]:
+    """Replace directives of a go.mod text as ``(old_module, new_path_or_module, new_version)``.
+
+    ``new_version`` is ``""`` for a local-path replace. Handles both the
+    one-line form and ``replace ( ... )`` blocks; comments are ignored.
+    """
+    out: list[tuple[str, str, str]] = []
+    in_block = False
+    for raw in gomod.splitlines():
+        line = raw.split("//", 1)[0].rstrip()
+        stripped = line.strip()
+        if stripped.startswith("replace ("):
+            in_block = True
+            continue
+        if in_block and stripped == ")":
+            in_block = False
+            continue
+        if not (in_block or stripped.startswith("replace ")):
+            continue
+        m = _REPLACE.match(stripped)
+        if m:
+            out.append((m.group(1), m.group(3), m.group(4) or ""))
+    return out
+
+
+def build_module_files(comp: Component, upstream_gomod: str) -> tuple[str, str]:
+    """The generated ``go.mod`` (before ``go mod tidy``) and ``tools.go`` of a go-module build.
+
+    Local-path replaces of the upstream module become version replaces:
+    ``k8s.io/*`` to ``comp.staging_version`` when set, any other module to
+    ``comp.version`` (sibling modules of one repository); replaces to
+    guard paths (``FORBIDDEN_DEPENDENCY``) are dropped; version replaces
+    are kept as they are.
+
+    Returns:
+        ``(go_mod_text, tools_go_text)``.
+    """
+    replaces: dict[str, str] = {}
+    for old, new, new_version in parse_replaces(upstream_gomod):
+        if new_version:
+            replaces[old] = f"{new} {new_version}"
+        elif "FORBIDDEN" in new:
+            continue
+        elif comp.staging_version and old.startswith("k8s.io/"):
+            replaces[old] = f"{old} {comp.staging_version}"
+        else:
+            replaces[old] = f"{old} {comp.version}"
+    for extra in comp.extra_requires:
+        replaces.setdefault(extra, f"{extra} {comp.version}")
+    go_directive = "1.25.0"
+    m = re.search(r"^go\s+(\S+)", upstream_gomod, re.M)
+    if m:
+        go_directive = m.group(1)
+    requires = [f"\t{comp.module} {comp.version}"] + [f"\t{r} {comp.version}" for r in comp.extra_requires]
+    lines = [
+        f"module gpufleet.local/build/{comp.name}",
+        "",
+        f"go {go_directive}",
+        "",
+        "require (",
+        *requires,
+        ")",
+    ]
+    if replaces:
+        lines += ["", "replace (", *(f"\t{k} => {v}" for k, v in sorted(replaces.items())), ")"]
+    tools = "//go:build tools\n\npackage tools\n\nimport (\n" + "".join(f'\t_ "{p}"\n' for p in comp.packages) + ")\n"
+    return "\n".join(lines) + "\n", tools
+
+
+def _ldflags(comp: Component) -> str:
+    return " ".join(["-s", "-w", *(f"-X {x}" for x in comp.ldflags)])
+
+
+# --------------------------------------------------------------------------- verification
+
+
+def _stamp_path(comp: Component) -> Path:
+    return comp.dir / "stamp.json"
+
+
+def _spec_hash(comp: Component) -> str:
+    return hashlib.sha256(json.dumps(asdict(comp), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _fingerprint(comp: Component) -> dict[str, list[int]] | None:
+    out = {}
+    for name in comp.binaries:
+        try:
+            st = comp.binary(name).stat()
+        except FileNotFoundError:
+            return None
+        out[name] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def stamped(comp: Component) -> bool:
+    """True when the component's binaries are unchanged since they were last verified."""
+    try:
+        stamp = json.loads(_stamp_path(comp).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return stamp.get("spec") == _spec_hash(comp) and stamp.get("binaries") == _fingerprint(comp)
+
+
+def verify(comp: Component) -> list[str]:
+    """Check the binaries of a component; returns the problems found (empty: verified).
+
+    Checks that each binary exists and is executable, that ``go version -m``
+    names ``comp.module`` at ``comp.version`` (Go components), and that the
+    ``version_probe`` output contains ``comp.version_text``.
+    """
+    problems = []
+    for name in comp.binaries:
+        path = comp.binary(name)
+        if not os.access(path, os.X_OK):
+            problems.append(f"{path}: missing or not executable")
+        else:
+            problems += verify_path(comp, path)
+    return problems
+
+
+def verify_path(comp: Component, path: Path) -> list[str]:
+    """Like :func:`verify`, for one binary file at ``path`` (not necessarily in the cache).
+
+    The file name selects the version probe (``comp.version_probe[path.name]``).
+    """
+    problems = []
+    if comp.method != "apt":
+        info = subprocess.run([go_binary(), "version", "-m", str(path)], capture_output=True, text=True)
+        if not any(
+            len(f) >= 3 and f[0] in ("mod", "dep") and (f[1], f[2]) == (comp.module, comp.version)
+            for f in (line.split() for line in info.stdout.splitlines())
+        ):
+            problems.append(f"{path}: go version -m does not list {comp.module} {comp.version}")
+    probe = comp.version_probe.get(path.name)
+    if probe:
+        out = subprocess.run([str(path), *probe], capture_output=True, text=True, timeout=60)
+        text = out.stdout + out.stderr
+        if comp.version_text not in text:
+            problems.append(f"{path} {' '.join(probe)}: expected {comp.version_text!r}, got {text.strip()[:200]!r}")
+    return problems
+
+
+def _write_stamp(comp: Component) -> None:
+    comp.dir.mkdir(parents=True, exist_ok=True)
+    _stamp_path(comp).write_text(json.dumps({"spec": _spec_hash(comp), "binaries": _fingerprint(comp)}, indent=1))
+
+
+def _record(comp: Component, action: str, seconds: float) -> None:
+    comp.dir.mkdir(parents=True, exist_ok=True)
+    rec = comp.dir / "install.json"
+    try:
+        data = json.loads(rec.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        data = {}
+    data[action] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    rec.write_text(json.dumps(data, indent=1))
+
+
+def install_record(comp: Component) -> dict[str, dict[str, float | str]]:
+    """What earlier installs recorded: ``{action: {"seconds": s, "finished": iso}}`` (may be empty)."""
+    try:
+        return json.loads((comp.dir / "install.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+# --------------------------------------------------------------------------- running builds
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def foreign_builds(folder: Path) -> list[int]:
+    """PIDs of ``go build``/``go install`` processes whose working directory is ``folder``."""
+    found = []
+    target = folder.resolve()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if len(argv) < 2 or not argv[0].endswith(b"go") or argv[1] not in (b"build", b"install"):
+                continue
+            if Path(os.readlink(proc / "cwd")).resolve() == target:
+                found.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], status, label: str) -> None:
+    """Run one build command, appending to ``log``; show packages compiled so far on ``status``."""
+    started = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"\n$ (cd {cwd} && {' '.join(argv)})\n")
+        out.flush()
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        count = 0
+        for line in proc.stderr:
+            out.write(line)
+            if not line.startswith(("go: ", "#")):
+                count += 1
+            if status is not None:
+                status.update(f"{label}: {count} packages, {time.monotonic() - started:.0f}s  [dim]{line.strip()[:70]}")
+        rc = proc.wait()
+    if rc != 0:
+        raise InstallError(f"{' '.join(argv[:3])} failed (exit {rc}) in {cwd}; log {log}:\n{tail(log)}")
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """Last ``lines`` lines of a text file ("" if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            return "\n".join(fh.read().decode(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def _wait_foreign(comp: Component, status) -> None:
+    started = time.monotonic()
+    while pids := foreign_builds(comp.build_dir):
+        if status is not None:
+            status.update(f"{comp.key}: waiting for running build (pid {pids[0]}), {time.monotonic() - started:.0f}s")
+        time.sleep(5)
+
+
+def _build_go_install(comp: Component, status) -> None:
+    comp.bin_dir.mkdir(parents=True, exist_ok=True)
+    log = comp.dir / "build.log"
+    env = _go_env(GOBIN=str(comp.bin_dir))
+    for pkg in comp.packages:
+        argv = [go_binary(), "install", "-v", "-trimpath", f"-ldflags={_ldflags(comp)}", f"{pkg}@{comp.version}"]
+        _run_logged(argv, comp.dir, log, env, status, comp.key)
+    # go install names a root-module binary after the module's last element.
+    for name, pkg in zip(comp.binaries, comp.packages, strict=True):
+        produced = comp.bin_dir / re.sub(r"/v\d+$", "", pkg).rsplit("/", 1)[-1]
+        if produced != comp.bin_dir / name and produced.exists():
+            produced.replace(comp.bin_dir / name)
+
+
+def _build_go_module(comp: Component, status) -> str:
+    """Build into ``build_dir/bin`` (reusing a finished build there) and copy into the cache."""
+    bdir = comp.build_dir
+    bdir.mkdir(parents=True, exist_ok=True)
+    _wait_foreign(comp, status)
+    built = [bdir / "bin" / b for b in comp.binaries]
+    action = "reused"
+    if not all(os.access(p, os.X_OK) for p in built) or any(verify_path(comp, p) for p in built):
+        action = "built"
+        log = bdir / "build.log"
+        env = _go_env()
+        if not (bdir / "go.mod").exists() or not (bdir / "tools.go").exists():
+            if status is not None:
+                status.update(f"{comp.key}: generating build module")
+            upstream = Path(module_info(comp.module, comp.version)["GoMod"]).read_text()
+            gomod, tools = build_module_files(comp, upstream)
+            (bdir / "tools.go").write_text(tools)
+            (bdir / "go.mod").write_text(gomod)
+            _run_logged([go_binary(), "mod", "tidy"], bdir, log, env, status, f"{comp.key} go mod tidy")
+        (bdir / "bin").mkdir(exist_ok=True)
+        if len(comp.packages) == 1:
+            out = str(bdir / "bin" / comp.binaries[0])
+        else:
+            out = str(bdir / "bin") + "/"
+        argv = [go_binary(), "build", "-v", "-trimpath", f"-ldflags={_ldflags(comp)}", "-o", out, *comp.packages]
+        _run_logged(argv, bdir, log, env, status, comp.key)
+    comp.bin_dir.mkdir(parents=True, exist_ok=True)
+    for src in built:
+        dst = comp.bin_dir / src.name
+        tmp = dst.with_suffix(".tmp")
+        shutil.copy2(src, tmp)
+        tmp.replace(dst)
+    return action
+
+
+def _install_apt(comp: Component, status) -> str:
+    if all(shutil.which(b) for b in comp.binaries):
+        return "verified"
+    if status is not None:
+        status.update(f"{comp.key}: apt-get install {comp.version}")
+    log = comp.dir / "build.log"
+    comp.dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", comp.version]
+    if os.geteuid() != 0:
+        cmd = ["sudo", "-n", *cmd]
+    with open(log, "a") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        if rc != 0:
+            subprocess.run([*cmd[: cmd.index("apt-get") + 1], "update"], stdout=out, stderr=subprocess.STDOUT, env=env)
+            rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise InstallError(f"apt-get install {comp.version} failed (exit {rc}); log {log}:\n{tail(log)}")
+    return "installed"
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def is_installed(names: Iterable[str] | None = None) -> bool:
+    """True when every named component (default: all) has a valid stamp."""
+    comps = components()
+    return all(stamped(comps[n]) for n in (names or comps))
+
+
+def install(names: Iterable[str] | None = None, *, force: bool = False, console: Console | None = None) -> list[StepResult]:
+    """Make every named component (default: all) present and verified, one at a time.
+
+    A component whose stamp matches is skipped without running anything
+    (``action="cached"``), so a warm call costs milliseconds. Progress (current
+    package, elapsed seconds) and a per-step summary are shown on ``console``.
+
+    Args:
+        names: component names from :func:`gpufleet.local.components.components`.
+        force: rebuild/reinstall even when verified binaries are present.
+        console: where to show progress; a quiet default when None.
+
+    Returns:
+        One :class:`StepResult` per component, in build order.
+
+    Raises:
+        InstallError: a fetch, build or verification failed (log tail included).
+        KeyError: an unknown component name.
+    """
+    console = console or Console(quiet=True)
+    comps = components()
+    wanted = list(names) if names else list(comps)
+    for n in wanted:
+        if n not in comps:
+            raise KeyError(f"unknown component {n!r}; known: {', '.join(comps)}")
+    if not force and all(stamped(comps[n]) for n in wanted):
+        return [StepResult(comps[n].key, "cached", 0.0) for n in comps if n in wanted]
+    results = []
+    with _lock(paths.cache_dir() / "components" / ".install.lock"):
+        for name in comps:
+            if name not in wanted:
+                continue
+            comp = comps[name]
+            started = time.monotonic()
+            if not force and stamped(comp):
+                results.append(StepResult(comp.key, "cached", time.monotonic() - started))
+                continue
+            with console.status(f"{comp.key}: checking") as status:
+                action = None
+                if not force and comp.method != "apt" and _fingerprint(comp) and not verify(comp):
+                    action = "verified"
+                elif comp.method == "go-install":
+                    if force:
+                        shutil.rmtree(comp.bin_dir, ignore_errors=True)
+                    _build_go_install(comp, status)
+                    action = "built"
+                elif comp.method == "go-module":
+                    if force:
+                        shutil.rmtree(comp.build_dir / "bin", ignore_errors=True)
+                    action = _build_go_module(comp, status)
+                else:
+                    action = _install_apt(comp, status)
+                problems = verify(comp)
+                if problems:
+                    raise InstallError(f"{comp.key} does not verify:\n  " + "\n  ".join(problems))
+                _write_stamp(comp)
+            seconds = time.monotonic() - started
+            if action in ("built", "installed", "reused"):
+                _record(comp, action, seconds)
+            results.append(StepResult(comp.key, action, seconds))
+            console.print(f"[green]✓[/] {comp.key:28} {action:9} {seconds:7.1f}s")
+    return results

@@ -1,0 +1,153 @@
+"""Simulated GPU nodes: kwok's command line, its Stages, and Node manifests from the inventory.
+
+kwok manages only Nodes annotated ``kwok.x-k8s.io/node: fake`` (so a
+virtual kubelet's Node in the same cluster is left alone) and the pods bound
+to them. Stages are objects of kwok's Stage API (``kwok.x-k8s.io/v1alpha1``)
+stored in the cluster (``--enable-crds=Stage``), so tests may add their own
+(a node going NotReady, a pod failing) while the cluster runs.
+
+Stages installed (upstream ones read from the pinned kwok module):
+
+* ``node-initialize`` (``kustomize/stage/node/fast``): a new Node becomes
+  Ready, keeping the capacity/allocatable it was created with.
+* ``node-heartbeat-with-lease``: slow status refresh; liveness comes from
+  the node Leases kwok renews.
+* ``pod-ready`` (``kustomize/stage/pod/fast``): a pod bound to a kwok node
+  becomes Running and Ready with a pod IP from ``--cidr``.
+* ``gpufleet-pod-complete``: a Running pod with annotation
+  :data:`DURATION_ANNOTATION` (seconds, or a Go duration such as ``5m``)
+  Succeeds that long after it started running.
+* ``pod-delete``: a pod being deleted is removed at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gpufleet.local.components import component
+from gpufleet.local.install import module_dir
+from gpufleet.local.webhooks import load_crds
+
+#: Annotation giving a simulated pod's run time.
+DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+#: Annotation selecting the nodes kwok manages.
+MANAGED_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+#: Label on every Node the local cluster created from the inventory.
+SIMULATED_LABEL = "gpufleet.io/simulated"
+#: Pod IP range (kept clear of the 10.96.0.0/16 service range).
+POD_CIDR = "10.128.0.0/12"
+#: Node lease duration (s); kwok renews at a quarter of it. Long enough that
+#: 4096 nodes do not flood a two-core apiserver, short enough for node lifecycle.
+LEASE_SECONDS = 120
+#: kube-controller-manager's ``--node-monitor-grace-period`` matching :data:`LEASE_SECONDS`.
+NODE_MONITOR_GRACE = "180s"
+
+_UPSTREAM_STAGES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+
+def kwok_source() -> Path:
+    """Folder of the pinned kwok module in the Go module cache."""
+    c = component("kwok")
+    return module_dir(c.module, c.version)
+
+
+def stage_crds() -> list[dict]:
+    """kwok's Stage CRD (the only kwok CRD the local cluster enables)."""
+    return [c for c in load_crds(kwok_source() / "kustomize" / "crd" / "bases") if c["spec"]["names"]["kind"] == "Stage"]
+
+
+def _complete_stage(src: Path) -> dict:
+    """Our pod-complete Stage, reusing upstream's status template."""
+    upstream = yaml.safe_load((src / "kustomize/stage/pod/fast/pod-complete.yaml").read_text())
+    value = f'.metadata.annotations["{DURATION_ANNOTATION}"]'
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "gpufleet-pod-complete"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {
+                "matchExpressions": [
+                    {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+                    {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                    {"key": value, "operator": "Exists"},
+                ]
+            },
+            "delay": {
+                "durationMilliseconds": 0,
+                # "30" -> "30s"; "5m" stays a Go duration.
+                "durationFrom": {
+                    "expressionFrom": f'({value} | tostring) as $v | if ($v | test("^[0-9.]+$")) then $v + "s" else $v end'
+                },
+            },
+            "next": {"statusTemplate": upstream["spec"]["next"]["statusTemplate"]},
+        },
+    }
+
+
+def stages() -> list[dict]:
+    """Every Stage object the local cluster installs (see the module docstring)."""
+    src = kwok_source()
+    out = [yaml.safe_load((src / p).read_text()) for p in _UPSTREAM_STAGES]
+    out.insert(3, _complete_stage(src))
+    return out
+
+
+def node_manifest(spec, cluster: str) -> dict:
+    """A kwok-managed Node from an inventory ``NodeSpec``.
+
+    Args:
+        spec: object with ``name``, ``labels``, ``taints`` (dicts with key,
+            value, effect) and ``capacity`` (resource -> quantity string).
+        cluster: local cluster name, recorded in label ``gpufleet.io/local-cluster``.
+
+    Returns:
+        A Node manifest with status capacity = allocatable = ``spec.capacity``
+        (set on create; kwok keeps it).
+    """
+    labels = {
+        "kubernetes.io/hostname": spec.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        SIMULATED_LABEL: "true",
+        "gpufleet.io/local-cluster": cluster,
+        **dict(spec.labels),
+    }
+    taints = [{k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None} for t in spec.taints]
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec.name,
+            "labels": labels,
+            "annotations": {MANAGED_ANNOTATION[0]: MANAGED_ANNOTATION[1], "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": taints} if taints else {},
+        "status": {"capacity": dict(spec.capacity), "allocatable": dict(spec.capacity)},
+    }
+    return node
+
+
+def kwok_argv(kubeconfig: Path, port: int) -> list[str]:
+    """Command line of kwok for the local cluster (health/metrics server on ``127.0.0.1:port``)."""
+    return [
+        str(component("kwok").binary()),
+        f"--kubeconfig={kubeconfig}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION[0]}={MANAGED_ANNOTATION[1]}",
+        "--enable-crds=Stage",
+        f"--server-address=127.0.0.1:{port}",
+        f"--cidr={POD_CIDR}",
+        "--node-ip=10.127.0.1",
+        f"--node-lease-duration-seconds={LEASE_SECONDS}",
+        # An empty config: stages come from the cluster, not from ~/.kwok.
+        "--config=/dev/null",
+    ]

@@ -1,0 +1,61 @@
+"""The ``local_cluster`` fixture: one real local cluster per test session.
+
+Usage::
+
+    @pytest.mark.cluster
+    def test_something(local_cluster):
+        v1 = kubernetes.client.CoreV1Api(local_cluster.api_client)
+        ...
+
+The cluster is named ``$GPUFLEET_TEST_CLUSTER`` (default ``gpufleet-test``),
+built from the ``local`` inventory, started once (a warm start takes well
+under a minute once ``invoke local.install`` has cached the components) and
+stopped at the end of the session; ``GPUFLEET_KEEP_CLUSTER=1`` leaves it
+running for inspection. State persists between sessions under
+``gpufleet.paths.state_dir()/<name>``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes.client import ApiClient
+
+from gpufleet.local import cluster as local
+
+
+@dataclass
+class LocalCluster:
+    """What the fixture yields.
+
+    Attributes:
+        name: cluster name.
+        kubeconfig: admin kubeconfig path.
+        api_client: ``kubernetes.client.ApiClient`` authenticated as admin
+            (works with every ``kubernetes.client.*Api`` and with
+            ``kubernetes.dynamic.DynamicClient``, server-side apply included).
+        cluster: the :class:`gpufleet.local.cluster.Cluster` (ports, PKI, state paths).
+    """
+
+    name: str
+    kubeconfig: Path
+    api_client: ApiClient
+    cluster: local.Cluster
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A running local cluster (see the module docstring); errors carry the failing component's log tail."""
+    name = os.environ.get("GPUFLEET_TEST_CLUSTER", "gpufleet-test")
+    c = local.up(name, env="local")
+    client = c.api_client()
+    try:
+        yield LocalCluster(name=name, kubeconfig=c.kubeconfig, api_client=client, cluster=c)
+    finally:
+        client.close()
+        if os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
+            local.down(name)

@@ -1,0 +1,91 @@
+"""Local cluster lifecycle: a second cluster beside the session one, down then up again."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from kubernetes import client, dynamic
+
+from gpufleet.inventory import node_specs
+from gpufleet.local import cluster as local
+from gpufleet.local import ports as portblocks
+from gpufleet.local import prometheus
+
+pytestmark = pytest.mark.cluster
+
+OTHER = "gpufleet-test-other"
+
+
+def test_down_then_up_again_beside_the_session_cluster(local_cluster):
+    specs = node_specs("local", 2)
+    try:
+        first = local.up(OTHER, specs=specs)
+        assert first.ports.base != local_cluster.cluster.ports.base
+        assert local.status(OTHER).up
+
+        stopped = local.down(OTHER)
+        assert set(stopped) == set(local.COMPONENTS)
+        assert local.main_pids(OTHER) == {}
+        assert portblocks.busy_ports(first.ports) == []
+        assert local.status(local_cluster.name).up  # the session cluster is untouched
+
+        again = local.up(OTHER, specs=specs)
+        assert again.ports == first.ports
+        st = local.status(OTHER)
+        assert st.up and st.nodes == (2, 2)
+        # up is idempotent: nothing restarts
+        pids = local.main_pids(OTHER)
+        local.up(OTHER, specs=specs)
+        assert local.main_pids(OTHER) == pids
+    finally:
+        local.down(OTHER, purge=True)
+    assert portblocks.lookup(OTHER) is None
+
+
+def test_server_side_apply_with_fixture_client(local_cluster):
+    dyn = dynamic.DynamicClient(local_cluster.api_client)
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa-check", "namespace": "default"},
+            "data": {"a": "1"}}
+    cms.server_side_apply(body=body, field_manager="gpufleet-test", force_conflicts=True)
+    body["data"]["a"] = "2"
+    live = cms.server_side_apply(body=body, field_manager="gpufleet-test", force_conflicts=True)
+    assert live.data.a == "2"
+    cms.delete(name="ssa-check", namespace="default")
+
+
+def test_nodes_come_from_the_inventory(local_cluster):
+    core = client.CoreV1Api(local_cluster.api_client)
+    nodes = {n.metadata.name: n for n in core.list_node(label_selector="gpufleet.io/simulated=true").items}
+    for spec in node_specs("local"):
+        node = nodes[spec.name]
+        assert {k: node.metadata.labels.get(k) for k in spec.labels} == spec.labels
+        assert {(t.key, t.value, t.effect) for t in node.spec.taints or []} == {
+            (t["key"], t.get("value"), t["effect"]) for t in spec.taints
+        }
+        assert {k: node.status.allocatable[k] for k in spec.capacity} == spec.capacity
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+
+def test_prometheus_scrapes_file_sd_targets_and_control_plane(local_cluster):
+    c = local_cluster.cluster
+    base = f"http://127.0.0.1:{c.ports.prometheus}"
+    prometheus.write_targets(c.layout.scrape_targets, "self-check", [f"127.0.0.1:{c.ports.prometheus}"], {"team": "test"})
+
+    def targets() -> dict[str, str]:
+        active = httpx.get(f"{base}/api/v1/targets").json()["data"]["activeTargets"]
+        return {t["labels"]["job"]: t["health"] for t in active}
+
+    import time
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = targets()
+        if found.get("self-check") == "up" and found.get("kube-apiserver") == "up":
+            break
+        time.sleep(1)
+    found = targets()
+    (c.layout.scrape_targets / "self-check.json").unlink()
+    assert found.get("self-check") == "up", json.dumps(found)
+    assert found.get("kube-apiserver") == "up", json.dumps(found)
