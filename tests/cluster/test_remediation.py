@@ -1,0 +1,227 @@
+"""Remediation on the local cluster, from a real Prometheus scraping the project's exporter.
+
+Six of the cluster's nodes get a simulated exporter each
+(:mod:`gpufleet.health.simulate`: the real collectors over a fake NVML and
+sysfs), scraped every second by a real Prometheus with a ``node`` label,
+as the gpu_metrics role's relabeling does. The tests heat GPUs, raise
+XIDs, and check what :class:`gpufleet.health.remediate.Remediator` does to
+the Nodes: dry run, rate limit, latency, the degraded tier, lemons.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gpufleet.health.faults import Rules
+from gpufleet.health.promql import PromClient
+from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.ops import kube
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops import swap as swapper
+from gpufleet.ops.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
+from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+
+pytestmark = pytest.mark.cluster
+
+NS = "gpufleet-system"
+RULES = Rules(hot_samples=3, gpu_temp_celsius=78, memory_temp_celsius=85, scrape_interval_seconds=1)
+BASE = Settings(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory_temp"}), namespace=NS,
+                drain_timeout_seconds=30, lemon_failures=3, lemon_window_seconds=3600)
+
+
+def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def fleet(local_cluster, tmp_path_factory):
+    """``(names, simulated nodes by name, Prometheus)`` for six cluster nodes."""
+    api = local_cluster.api_client
+    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))[8:14]
+    sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
+    try:
+        with running_prometheus([scrape_config(list(sims.values()))]) as prom:
+            prom.wait_for_targets_up(len(sims))
+            yield names, sims, prom
+    except PrometheusNotFound as exc:
+        pytest.skip(str(exc))
+    finally:
+        for s in sims.values():
+            s.stop()
+
+
+@pytest.fixture
+def clean(local_cluster, fleet):
+    """Cool every simulated GPU and return every node of the fleet to service after the test."""
+    api = local_cluster.api_client
+    names, sims, _ = fleet
+    assert not [n for n in kube.list_nodes(api) if nodeutil.is_out(n)], "a node is out before the test"
+    SINCE["t"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
+    yield
+    for s in sims.values():
+        for g in range(8):
+            s.set_temperature(g, 41)
+            s.set_temperature(g, 47, memory=True)
+    for name in names:
+        def change(obj):
+            meta = obj["metadata"]
+            return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
+                                        if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None, "unschedulable": None},
+                    "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, swapper.REPLACEMENT_LABEL)},
+                                 "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
+        kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+        try:
+            kube.call_json(api, "DELETE", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(name)}")
+        except kube.ApiException:
+            pass
+    time.sleep(4)  # three cool samples: the next test starts from healthy series
+
+
+def events(api, node: str, reason: str | None = None) -> list[dict]:
+    """Events about ``node`` recorded since the test started (the fixture ``clean`` sets :data:`SINCE`)."""
+    return [e for e in kube.events_for(api, "Node", node)
+            if (e.get("firstTimestamp") or "") >= SINCE["t"] and (reason is None or e["reason"] == reason)]
+
+
+SINCE = {"t": ""}
+
+
+def remediator(api, prom, **kw) -> Remediator:
+    return Remediator(api, PromClient(prom.url), BASE.replace(**kw))
+
+
+def step_until(rem: Remediator, what: str, check, timeout: float = 30.0):
+    """Run steps every 0.5 s until ``check(report)`` is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        report = rem.step()
+        assert not report.errors, report.errors
+        got = check(report)
+        if got:
+            return report
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last decisions: {report.decisions}")
+        time.sleep(0.5)
+
+
+def actions(report) -> dict[str, str]:
+    return {d.node: d.action for d in report.decisions}
+
+
+def test_dry_run_decides_and_records_but_changes_nothing(local_cluster, fleet, clean):
+    api = local_cluster.api_client
+    names, sims, prom = fleet
+    rem = remediator(api, prom, dry_run=True)
+    sims[names[0]].set_temperature(2, 90)
+    step_until(rem, "a dry-run swap decision", lambda r: actions(r).get(names[0]) == "swap")
+    rem.wait()
+    node = kube.get_node(api, names[0])
+    assert nodeutil.schedulable(node) and not nodeutil.is_out(node)
+    assert swapper.get_request(api, names[0], NS) is None
+    ev = events(api, names[0], "RemediationDryRun")
+    assert len(ev) == 1 and "would swap" in ev[0]["message"] and "GPU 2: 90, 90, 90 C > 78 C" in ev[0]["message"]
+    rem.step()  # the same decision again: no second Event
+    assert len(events(api, names[0], "RemediationDryRun")) == 1
+    assert rem.registry.get_sample_value("gpufleet_node_health_actions_total",
+                                         {"action": "swap", "fault": "gpu_temp", "dry_run": "true"}) >= 1
+    rem.close()
+
+
+def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
+    api = local_cluster.api_client
+    names, sims, prom = fleet
+    rem = remediator(api, prom)
+    hot = names[1:4]
+    for n in hot:
+        sims[n].set_temperature(5, 84)
+    seen: dict[str, str] = {}
+
+    def two_swaps_one_deferral(r) -> bool:
+        seen.update({n: a for n, a in actions(r).items() if n in hot and a in ("swap", "defer")})
+        return sorted(seen.values()) == ["defer", "swap", "swap"]
+
+    step_until(rem, "two swaps and one deferral", two_swaps_one_deferral, timeout=30)
+    rem.wait()
+    swapped = [n for n in hot if seen[n] == "swap"]
+    deferred = next(n for n in hot if seen[n] == "defer")
+    for n in swapped:
+        node = kube.get_node(api, n)
+        assert nodeutil.taint(node, SWAP_TAINT)["value"] == "gpu_temp" and nodeutil.is_cordoned(node)
+        assert nodeutil.health_history(node)[-1]["fault"] == "gpu_temp"
+        req = swapper.get_request(api, n, NS)
+        assert req["data"]["source"] == "node-health" and "GPU 5: 84, 84, 84 C" in req["data"]["reason"]
+        reasons = {e["reason"] for e in events(api, n)}
+        assert {"NodeSwapRequested", "NodeDrained"} <= reasons
+        # latency: from the third hot sample to the taint
+        assert rem.latencies[n] <= 15, rem.latencies
+    assert not nodeutil.is_out(kube.get_node(api, deferred))
+    ev = events(api, deferred, "RemediationDeferred")
+    assert ev and "node_health_max_nodes_out is 2" in ev[0]["message"]
+    assert sum(1 for n in kube.list_nodes(api) if nodeutil.is_out(n)) == 2
+    assert rem.registry.get_sample_value("gpufleet_node_health_deferred_total", {"fault": "gpu_temp"}) >= 1
+
+    # a slot frees up: the deferred node goes next
+    swapper.return_node(api, swapped[0])
+    step_until(rem, "the deferred node swapped", lambda r: actions(r).get(deferred) == "swap", timeout=20)
+    rem.wait()
+    assert nodeutil.taint(kube.get_node(api, deferred), SWAP_TAINT) is not None
+    # the returned node is still hot, but samples from before its return are ignored and the limit is reached
+    report = rem.step()
+    assert actions(report).get(swapped[0]) in (None, "defer")
+    rem.close()
+
+
+def test_degraded_tier_then_recovery(local_cluster, fleet, clean):
+    api = local_cluster.api_client
+    names, sims, prom = fleet
+    rem = remediator(api, prom, degraded_clear_seconds=2)
+    n = names[4]
+    sims[n].set_temperature(1, 92, memory=True)
+    step_until(rem, "a degrade decision", lambda r: actions(r).get(n) == "degrade")
+    node = kube.get_node(api, n)
+    assert nodeutil.taint(node, DEGRADED_TAINT) == {"key": DEGRADED_TAINT, "value": "memory_temp", "effect": "NoSchedule"}
+    assert not nodeutil.is_cordoned(node) and nodeutil.taint(node, SWAP_TAINT) is None
+    assert events(api, n, "NodeDegraded")
+    # the fault clears: after degraded_clear_seconds without it the node returns by itself
+    sims[n].set_temperature(1, 47, memory=True)
+    step_until(rem, "the degraded node recovered", lambda r: n in r.recovered, timeout=30)
+    assert nodeutil.schedulable(kube.get_node(api, n))
+    rem.close()
+
+
+def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster, fleet, clean):
+    api = local_cluster.api_client
+    names, sims, prom = fleet
+    n = names[5]
+    now = nodeutil.now_rfc3339()
+    history = [{"time": now, "fault": "xid", "action": "swap"}, {"time": now, "fault": "gpu_temp", "action": "swap"}]
+    kube.patch(api, f"/api/v1/nodes/{n}", {"metadata": {"annotations": {ANN_HEALTH_HISTORY: json.dumps(history)}}})
+    rem = remediator(api, prom)
+    sims[n].raise_xid(3, 79)
+    report = step_until(rem, "a lemon swap", lambda r: any(d.node == n and d.action == "swap" and d.lemon for d in r.decisions))
+    rem.wait()
+    node = kube.get_node(api, n)
+    assert nodeutil.is_lemon(node) and nodeutil.taint(node, SWAP_TAINT)["value"] == "xid"
+    assert events(api, n, "NodeLemon")
+    assert len(nodeutil.health_history(node)) == 3
+    with pytest.raises(swapper.LemonNode, match="--clear-lemon"):
+        swapper.return_node(api, n)
+    swapper.return_node(api, n, clear_lemon=True)
+    node = kube.get_node(api, n)
+    assert not nodeutil.is_lemon(node) and nodeutil.schedulable(node) and nodeutil.health_history(node) == []
+    req = swapper.get_request(api, n, NS)
+    assert req["data"]["lemon"] == "cleared" and len(json.loads(req["data"]["history"])) == 3
+    assert report.faults[n][0].kind == "xid"
+    rem.close()

@@ -1,0 +1,131 @@
+"""``invoke status`` on the local cluster: GPUs by holder, nodes out, virtual nodes, quota vs capacity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.inventory import load
+from gpufleet.ops import kube
+from gpufleet.ops import status as st
+from gpufleet.ops.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
+from gpufleet.paths import REPO_ROOT
+
+pytestmark = pytest.mark.cluster
+
+KINDS = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
+         "LocalQueue": "localqueues", "PriorityClass": "priorityclasses", "WorkloadPriorityClass": "workloadpriorityclasses"}
+
+
+def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def inv(local_cluster):
+    """The local inventory, with its Kueue objects and priority classes present in the cluster (left in place)."""
+    from roles.kueue.manifests import objects
+
+    api = local_cluster.api_client
+    inventory = load("local")
+    for obj in [o for o in objects(inventory) if o["kind"] in KINDS]:
+        api_version, ns = obj["apiVersion"], obj["metadata"].get("namespace")
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        coll = f"{base}/namespaces/{ns}/{KINDS[obj['kind']]}" if ns else f"{base}/{KINDS[obj['kind']]}"
+        try:
+            kube.call_json(api, "POST", coll, body=obj)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    return inventory
+
+
+@pytest.fixture
+def scene(local_cluster, inv):
+    """Two nodes out (swap, degraded), a virtual node with the free-GPUs taint, training and inference pods."""
+    api = local_cluster.api_client
+    core = client.CoreV1Api(api)
+    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    swapped, degraded = names[0], names[1]
+    taints = {swapped: {"key": SWAP_TAINT, "value": "fan", "effect": "NoSchedule"},
+              degraded: {"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}}
+    for n, t in taints.items():
+        kube.update_with_retry(api, f"/api/v1/nodes/{n}", lambda o, t=t: {"spec": {"taints": (o["spec"].get("taints") or []) + [t]}})
+    vnode = f"vk-rental-{uuid.uuid4().hex[:4]}"
+    kube.call_json(api, "POST", "/api/v1/nodes", body={
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": vnode, "labels": {"type": "virtual-kubelet", "gpufleet.io/pool": "rental"}},
+        "spec": {"taints": [{"key": FREE_GPUS_TAINT, "effect": "NoSchedule"},
+                            {"key": "virtual-kubelet.io/provider", "value": "gpufleet", "effect": "NoSchedule"}]}})
+    kube.call_json(api, "PATCH", f"/api/v1/nodes/{vnode}/status", content_type="application/merge-patch+json",
+                   body={"status": {"capacity": {"nvidia.com/gpu": "64", "pods": "110"},
+                                    "allocatable": {"nvidia.com/gpu": "64", "pods": "110"}}})
+    ns = f"status-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    tol = [{"operator": "Exists"}]
+
+    def pod(name, gpus, pc, labels=None, node=None):
+        spec = {"priorityClassName": pc, "tolerations": tol,
+                "containers": [{"name": "c", "image": "registry.invalid/x:1",
+                                "resources": {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}
+        if node:
+            spec["nodeName"] = node
+        else:  # keep off the nodes that are out
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": names[4:]}]}]}}}
+        core.create_namespaced_pod(ns, {"metadata": {"name": name, "labels": labels or {}}, "spec": spec})
+
+    pod("trainer", 8, "gpufleet-training")
+    pod("chat-0", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
+    pod("chat-1", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
+    pod("chat-out", 2, "gpufleet-inference", {"gpufleet.io/workload": "inference"}, node=vnode)
+    wait("in-cluster pods running", lambda: {p.metadata.name for p in core.list_namespaced_pod(ns).items
+                                             if p.status.phase == "Running"} >= {"trainer", "chat-0", "chat-1"})
+    yield {"swapped": swapped, "degraded": degraded, "vnode": vnode, "ns": ns}
+    core.delete_namespace(ns, grace_period_seconds=0)
+    kube.call_json(api, "DELETE", f"/api/v1/nodes/{vnode}")
+    for n in taints:
+        kube.update_with_retry(api, f"/api/v1/nodes/{n}", lambda o: {"spec": {"taints": [
+            t for t in o["spec"].get("taints") or [] if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None}})
+
+
+def test_status_figures(local_cluster, inv, scene):
+    fleet = st.gather(local_cluster.api_client, inv)
+    assert fleet.gpus_total == 128 and fleet.nodes_total == 16
+    assert fleet.gpus_schedulable == 112
+    assert (fleet.training, fleet.inference_in_cluster, fleet.inference_outside) == (8, 2, 2)
+    assert fleet.free == 112 - 10 - fleet.other
+    out = {s.name: s.reasons for s in fleet.nodes_out}
+    assert out[scene["swapped"]] == ("swap: fan",) and out[scene["degraded"]] == ("degraded: ib_errors",)
+    v = next(r for r in fleet.virtual_nodes if r.name == scene["vnode"])
+    assert v.pool == "rental" and v.free_gpus_taint and v.gpus == 64 and v.used == 2
+    rows = {(r.cluster_queue, r.flavor): r for r in fleet.queues}
+    assert rows[("training", "h100-sxm-80gb")].share_of_real == 84 and rows[("research", "h100-sxm-80gb")].share_of_real == 28
+
+
+def test_status_task_renders_and_rejects_bad_input(local_cluster, inv, scene):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "invoke", "status", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+    r = run("--env", "local", "--kubeconfig", str(local_cluster.kubeconfig))
+    assert r.returncode == 0, r.stderr
+    for text in ("GPUs — env local", "inference (outside)", "ClusterQueue quota vs real capacity", scene["swapped"],
+                 "swap: fan", scene["vnode"], "tainted: inference stays in"):
+        assert text in r.stdout, text
+    r = run("--env", "nope", "--kubeconfig", str(local_cluster.kubeconfig))
+    assert r.returncode == 2 and "known: local" in r.stderr
