@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
-	$(BIN)/invoke local.install
+	$(BIN)/invoke install
 
 demo: install
 	$(BIN)/invoke demo

@@ -2,11 +2,9 @@
 
 from invoke import Collection
 
-from gpufleet.tasks import health, node, quota, render, status, train
+from gpufleet.tasks import demo, health, local, node, quota, render, sim, stack, status, train
 
-ns = Collection(render.render, status.status)
-ns.add_collection(train.train)
-ns.add_collection(quota.quota)
-ns.add_collection(node.node)
-ns.add_collection(health.ns)
+ns = Collection(demo.install, demo.demo, render.render, status.status, stack.preview, stack.up, stack.destroy)
+for collection in (local.ns, train.train, quota.quota, node.node, health.ns, sim.sim):
+    ns.add_collection(collection)
 ns.configure({"run": {"echo": False, "pty": False}})

@@ -1,0 +1,75 @@
+"""``invoke install`` and ``invoke demo``: what a newcomer's two commands run.
+
+``install`` makes every component the main job and the tests need available
+(the local cluster's, and the Pulumi CLI and provider), building what is not
+cached yet. ``demo`` is the main job on the built-in local environment: a
+local cluster, ``pulumi up --stack local`` on it, the fleet on one screen,
+and the flip (training takes every GPU, inference is served outside, then
+comes back).
+"""
+
+from __future__ import annotations
+
+from invoke import Context, task
+from invoke.exceptions import Exit
+from rich.console import Console
+
+
+@task(help={"force": "rebuild every component even if cached and verified"})
+def install(c: Context, force: bool = False) -> None:
+    """Build or verify everything the main job and the tests need (a no-op when cached)."""
+    from gpufleet.local.install import InstallError, install as install_components
+    from gpufleet.stack import tools
+
+    console = Console(stderr=True, highlight=False)
+    try:
+        install_components(None, force=force, console=console)
+        for name, path in tools.ensure_all(force=force, progress=console.print).items():
+            console.print(f"{name}: {path}")
+    except (InstallError, tools.ToolError) as exc:
+        raise Exit(str(exc), code=1) from None
+
+
+@task(help={
+    "nodes": "simulated GPU nodes of the local fleet (default: the inventory's, 16)",
+    "out": "folder for the flip's timeline.json, flip.png and summary.json (default out/demo)",
+    "duration": "seconds the training job runs (default 30)",
+})
+def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: float = 30.0) -> None:
+    """The main job on the local environment: cluster, ``pulumi up``, status, then the flip.
+
+    1. ``invoke local.up``: a real control plane with kwok GPU nodes, Kueue,
+       JobSet, the descheduler and Prometheus on loopback.
+    2. ``pulumi up --stack local`` (``invoke up --env local --yes``): every
+       role's objects. The flip simulation brings its own inference workload,
+       so the stack's inference role is switched off here (stack config
+       ``gpufleet:inference_enabled=false``).
+    3. ``invoke status --env local``.
+    4. ``invoke sim.flip``: training takes every GPU, inference flips to the
+       virtual nodes and comes back; prints the summary and the chart's path.
+    """
+    from gpufleet.local import cluster as local_cluster
+    from gpufleet.sim.flip import Options, run
+    from gpufleet.stack import engine
+    from gpufleet.tasks.status import show_status
+
+    console = Console(highlight=False)
+    if nodes < 0 or duration <= 0:
+        raise Exit("--nodes >= 0 and --duration > 0 expected", code=2)
+    console.rule("1. local cluster")
+    cl = local_cluster.up(local_cluster.DEFAULT_NAME, env="local", nodes=nodes or None, log=console.print)
+    console.print(f"kubeconfig: {cl.kubeconfig}")
+    console.rule("2. pulumi up --stack local")
+    target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
+                           config={"gpufleet:inference_enabled": "false"})
+    try:
+        result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))
+    except engine.EngineError as exc:
+        raise Exit(str(exc), code=1) from None
+    console.print(f"pulumi up: {result.summary}")
+    console.rule("3. the fleet")
+    show_status("local", kubeconfig=str(cl.kubeconfig), console=console)
+    console.rule("4. the flip")
+    summary = run(Options(env="local", nodes=nodes or None, out=out, duration=duration, cluster=cl.name), console=console)
+    console.print(f"summary: {out}/summary.json  timeline: {out}/timeline.json  chart: {out}/flip.png")
+    console.print(summary)
