@@ -315,3 +315,46 @@ def test_task_bad_input_exits_2_with_the_problem(local_cluster):
     r = run("quota.resync", "--env", "local", "--kubeconfig", str(local_cluster.kubeconfig))
     assert r.returncode in (0, 1), r.stderr  # 1 only if the inventory's queues are absent in this session
     assert "schedulable capacity" in r.stdout or "ClusterQueues" in r.stderr
+
+
+def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster, kueue_stack, nodes):
+    import httpx
+
+    from gpufleet.prom.server import free_port
+
+    api = local_cluster.api_client
+    kube.ensure_namespace(api, "gpufleet-system")
+    rs.apply(api, rs.compute(api, kueue_stack))
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "quota-sync", "--env", "local", "--kubeconfig",
+                             str(local_cluster.kubeconfig), "--port", str(port), "--debounce", "0.5"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lease = wait("the Lease held", lambda: _lease(api, "gpufleet-quota-sync"), timeout=60)
+        assert lease["spec"]["holderIdentity"]
+        wait("/healthz", lambda: _get(httpx, f"http://127.0.0.1:{port}/healthz") == 200, timeout=30)
+        wait("a first resync", lambda: "gpufleet_quota_sync_resyncs_total" in httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+        take_out(api, nodes[:2])
+        wait("quota to follow 2 nodes out", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'gpufleet_quota_nominal_gpus{cluster_queue="training",flavor="h100-sxm-80gb"} 84.0' in metrics
+        assert 'gpufleet_quota_schedulable_gpus{flavor="h100-sxm-80gb"} 112.0' in metrics
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, out
+
+
+def _lease(api, name: str):
+    try:
+        lease = kube.call_json(api, "GET", f"/apis/coordination.k8s.io/v1/namespaces/gpufleet-system/leases/{name}")
+    except ApiException:
+        return None
+    return lease if lease.get("spec", {}).get("holderIdentity") else None
+
+
+def _get(httpx, url: str) -> int:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0

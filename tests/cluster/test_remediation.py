@@ -225,3 +225,29 @@ def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster
     assert req["data"]["lemon"] == "cleared" and len(json.loads(req["data"]["history"])) == 3
     assert report.faults[n][0].kind == "xid"
     rem.close()
+
+
+def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
+    import subprocess
+    import sys
+
+    from gpufleet.paths import REPO_ROOT
+
+    api = local_cluster.api_client
+    names, sims, prom = fleet
+    sims[names[2]].raise_xid(0, 48)
+    cmd = [sys.executable, "-m", "gpufleet.cli", "node-health", "--env", "local", "--kubeconfig", str(local_cluster.kubeconfig),
+           "--prometheus-url", prom.url, "--scrape-interval", "1", "--once", "--dry-run", "--port", "0"]
+
+    def once():
+        r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    out = wait("the XID seen by the command", lambda: (o := once()) and names[2] in o["faults"] and o, timeout=30, interval=1)
+    assert out["dry_run"] is True
+    assert {"node": names[2], "action": "swap", "why": "swap", "lemon": False} in out["decisions"]
+    assert "fatal XID 48" in out["faults"][names[2]][0]
+    assert not nodeutil.is_out(kube.get_node(api, names[2]))
+    r = subprocess.run(cmd[:5] + ["nope"] + cmd[6:], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "known: local" in r.stderr

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from invoke.exceptions import Exit
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 
 @contextlib.contextmanager
@@ -22,5 +23,5 @@ def fail_on_ops_error(task: str) -> Iterator[None]:
         raise Exit(f"{task}: {exc}", code=1) from None
     except ApiException as exc:
         raise Exit(f"{task}: the API server answered HTTP {exc.status}: {api_error(exc)}", code=1) from None
-    except OSError as exc:
+    except (OSError, Urllib3Error) as exc:
         raise Exit(f"{task}: cannot reach the API server: {exc}", code=1) from None

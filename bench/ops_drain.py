@@ -1,0 +1,129 @@
+"""Benchmark draining a node with 50 pods under PodDisruptionBudgets (Eviction API, kwok pods).
+
+Scenarios (each on a fresh node of the local cluster, pods preferring it):
+
+* ``5x10 maxUnavailable=1``: five Deployments of 10 pods, each with a PDB
+  allowing one disruption at a time (the budgets drain in parallel);
+* ``1x50 maxUnavailable=1``: one Deployment of 50 pods, one at a time
+  (the worst case: every eviction waits for the previous replacement
+  to become Ready and the disruption controller to notice);
+* ``1x50 maxUnavailable=10%``: one Deployment, five at a time.
+
+Prints, per scenario, the drain time (first eviction to last pod gone),
+the evictions refused by a PDB on the way (429), and the lowest number of
+ready pods seen (sampled every 100 ms) against the budget's minimum.
+
+Run: ``.venv/bin/python bench/ops_drain.py [--cluster NAME]``. Uses local
+cluster ``ops-bench-drain`` (16 nodes, started if needed, stopped at the
+end unless ``--keep``), or ``--cluster`` an existing one (left running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import uuid
+
+from kubernetes import client
+
+from gpufleet.inventory import node_specs
+from gpufleet.local import cluster as local
+from gpufleet.ops import drain as drainer
+from gpufleet.ops import kube
+from gpufleet.ops import swap as swapper
+
+SCENARIOS = (("5x10 maxUnavailable=1", 5, 10, 1), ("1x50 maxUnavailable=1", 1, 50, 1), ("1x50 maxUnavailable=10%", 1, 50, "10%"))
+
+
+def ready(core, ns: str) -> int:
+    return sum(1 for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None
+               and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])))
+
+
+def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavailable) -> None:
+    apps, policy, core = client.AppsV1Api(api), client.PolicyV1Api(api), client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    for i in range(deployments):
+        labels = {"app": f"app{i}"}
+        apps.create_namespaced_deployment(ns, {"metadata": {"name": f"app{i}"}, "spec": {
+            "replicas": replicas, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
+                    "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}},
+                "containers": [{"name": "c", "image": "registry.invalid/serve:1",
+                                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}})
+        policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": f"app{i}"}, "spec": {
+            "maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}})
+    total = deployments * replicas
+    deadline = time.monotonic() + 180
+    while True:
+        on = [p for p in core.list_namespaced_pod(ns).items if p.spec.node_name == node and p.status.phase == "Running"]
+        healthy = all((policy.read_namespaced_pod_disruption_budget(f"app{i}", ns).status.current_healthy or 0) == replicas
+                      for i in range(deployments))
+        if len(on) == total and healthy:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(on)}/{total} pods running on {node} after 180 s")
+        time.sleep(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", help="use this running local cluster instead of starting ops-bench-drain")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    name = args.cluster or "ops-bench-drain"
+    c = local.get(name) if args.cluster else local.up(name, specs=node_specs("local", 16), timeout=300)
+    api = c.api_client()
+    core = client.CoreV1Api(api)
+    nodes = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    print(f"{'scenario':26} {'pods':>5} {'drain s':>8} {'429s':>6} {'min ready':>10} {'budget min':>10}")
+    try:
+        for (label, deps, reps, mu), node in zip(SCENARIOS, nodes[-len(SCENARIOS):]):
+            ns = f"drain-{uuid.uuid4().hex[:5]}"
+            setup(api, ns, node, deps, reps, mu)
+            budget_min = deps * reps - (deps * 1 if mu == 1 else int(reps * 0.1))
+            lowest = [deps * reps]
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.is_set():
+                    lowest[0] = min(lowest[0], ready(core, ns))
+                    stop.wait(0.1)
+
+            refusals = [0]
+            orig = drainer.evict
+
+            def counting(api_, pod, **kw):
+                ok, msg = orig(api_, pod, **kw)
+                refusals[0] += 0 if ok else 1
+                return ok, msg
+
+            drainer.evict = counting
+            w = threading.Thread(target=watch, daemon=True)
+            w.start()
+            try:
+                result = swapper.swap(api, node, f"bench {label}", timeout=600)
+            finally:
+                drainer.evict = orig
+                stop.set()
+                w.join()
+            d = result.drain
+            print(f"{label:26} {len(d.evicted):5d} {d.seconds:8.1f} {refusals[0]:6d} {lowest[0]:10d} {budget_min:10d}"
+                  + ("" if d.complete else f"  INCOMPLETE: {len(d.blocked)} left"))
+            swapper.return_node(api, node)
+            core.delete_namespace(ns, grace_period_seconds=0)
+            deadline = time.monotonic() + 120  # its pods must not show up in the next scenario's drain
+            while ns in {n.metadata.name for n in core.list_namespace().items} and time.monotonic() < deadline:
+                time.sleep(1)
+    finally:
+        api.close()
+        if not args.cluster and not args.keep:
+            local.down(name, purge=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Benchmark remediation latency: from a hot GPU series in Prometheus to the node tainted.
+
+A real Prometheus scrapes simulated exporters (:mod:`gpufleet.health.simulate`,
+the project's collectors) for ``--hot`` nodes of the local cluster every
+``--scrape`` seconds. The controller's service (:class:`~gpufleet.health.remediate.Remediator`)
+steps every ``--interval`` seconds as ``gpufleet node-health`` does. One GPU
+per node is heated at a random moment; for each node the script prints the
+seconds from the N-th hot sample (its timestamp in Prometheus, N =
+``--hot-samples``) to the swap taint on the Node (the controller's own
+measurement, and the time this script saw the taint). Target: within 15 s.
+
+Run: ``.venv/bin/python bench/ops_remediation.py [--cluster NAME] [--scrape 5] [--interval 5]``.
+Uses local cluster ``ops-bench-health`` (16 nodes, stopped at the end unless
+``--keep``), or ``--cluster`` an existing one (left running; its nodes are
+returned afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import threading
+import time
+
+from gpufleet.health.faults import Rules
+from gpufleet.health.promql import PromClient
+from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.inventory import node_specs
+from gpufleet.local import cluster as local
+from gpufleet.ops import kube
+from gpufleet.ops import nodes as nodeutil
+from gpufleet.ops import swap as swapper
+from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.prom.server import running_prometheus
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--hot", type=int, default=8, help="nodes to heat, one after the other")
+    ap.add_argument("--scrape", type=float, default=5.0, help="Prometheus scrape interval, s")
+    ap.add_argument("--interval", type=float, default=5.0, help="controller step interval, s (node-health default 5)")
+    ap.add_argument("--hot-samples", type=int, default=3)
+    args = ap.parse_args()
+    name = args.cluster or "ops-bench-health"
+    c = local.get(name) if args.cluster else local.up(name, specs=node_specs("local", 16), timeout=300)
+    api = c.api_client()
+    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))[-args.hot:]
+    work = tempfile.mkdtemp(prefix="ops-bench-health-")
+    sims = {n: start_node(n, workdir=f"{work}/{n}") for n in names}
+    interval = f"{args.scrape:g}s"
+    rng = random.Random(3)
+    seen_taint: dict[str, float] = {}
+    try:
+        with running_prometheus([scrape_config(list(sims.values()), interval=interval)],
+                                global_config={"scrape_interval": interval, "evaluation_interval": interval}) as prom:
+            prom.wait_for_targets_up(len(sims))
+            rules = Rules(hot_samples=args.hot_samples, scrape_interval_seconds=args.scrape)
+            rem = Remediator(api, PromClient(prom.url), Settings(rules=rules, max_nodes_out=len(names) + 1,
+                                                                   degraded_faults=frozenset(), drain_timeout_seconds=30,
+                                                                   interval_seconds=args.interval))
+            stop = threading.Event()
+
+            def loop() -> None:
+                while not stop.is_set():
+                    rem.step()
+                    stop.wait(args.interval)
+
+            def watch() -> None:
+                while not stop.is_set():
+                    for n in kube.list_nodes(api, "gpufleet.io/simulated=true"):
+                        nm = nodeutil.name(n)
+                        if nm in sims and nm not in seen_taint and nodeutil.taint(n, SWAP_TAINT) is not None:
+                            seen_taint[nm] = time.time()
+                    stop.wait(0.2)
+
+            threads = [threading.Thread(target=loop, daemon=True), threading.Thread(target=watch, daemon=True)]
+            for t in threads:
+                t.start()
+            time.sleep(2 * args.scrape)
+            heated: dict[str, float] = {}
+            for n in names:
+                time.sleep(rng.uniform(0, args.scrape + args.interval))
+                sims[n].set_temperature(rng.randrange(8), 88)
+                heated[n] = time.time()
+            deadline = time.monotonic() + 60 + args.hot_samples * args.scrape
+            while len(rem.latencies) < len(names) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(1)
+            stop.set()
+            for t in threads:
+                t.join(10)
+            rem.wait()
+            rem.close()
+            print(f"scrape {args.scrape:g}s, controller step {args.interval:g}s, {args.hot_samples} hot samples; "
+                  f"seconds from hot sample number {args.hot_samples} to the node tainted:")
+            print(f"{'node':18} {'heat->taint':>11} {'Nth sample->taint':>18}")
+            lat = []
+            for n in names:
+                if n not in rem.latencies:
+                    print(f"{n:18} not tainted")
+                    continue
+                lat.append(rem.latencies[n])
+                print(f"{n:18} {seen_taint.get(n, float('nan')) - heated[n]:11.1f} {rem.latencies[n]:18.1f}")
+            if lat:
+                print(f"p50 {statistics.median(lat):.1f}s  max {max(lat):.1f}s  (target <= 15 s: "
+                      f"{'met' if max(lat) <= 15 else 'NOT met'})")
+    finally:
+        for s in sims.values():
+            s.stop()
+        for n in names:
+            try:
+                swapper.return_node(api, n)
+            except Exception:  # noqa: BLE001 - not out
+                pass
+        api.close()
+        if not args.cluster and not args.keep:
+            local.down(name, purge=True)
+
+
+if __name__ == "__main__":
+    main()
