@@ -1,0 +1,181 @@
+"""``invoke train.submit`` against the local cluster: Kueue admits a rendered job as a gang and its
+pods run on kwok GPU nodes; a job larger than the quota stays pending and the task exits 1 with
+Kueue's reason.
+
+The kueue role's objects for the ``local`` inventory (team namespaces, PriorityClasses,
+WorkloadPriorityClasses, the ResourceFlavor, ClusterQueues split 3:1 in one cohort, LocalQueues)
+are created first when absent, as ``pulumi up`` would, and left in place; the jobs are deleted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from invoke import Collection, Program
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.inventory import load
+from roles.kueue.manifests import objects as kueue_objects
+
+pytestmark = pytest.mark.cluster
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+#: Kinds of the kueue role this test needs (not its quota-sync controller).
+KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
+
+
+def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="module")
+def queues(local_cluster):
+    """The local inventory's Kueue objects, created when absent and left in place (they are the
+    environment's own, as ``pulumi up`` declares them; tests/cluster/test_quota_sync.py does the same).
+    Returns a DynamicClient."""
+    dyn = dynamic.DynamicClient(local_cluster.api_client)
+    co = client.CustomObjectsApi(local_cluster.api_client)
+
+    def state(res, name: str, ns: str | None) -> str:
+        """``absent``, ``terminating`` (a namespace being deleted) or ``present``."""
+        try:
+            got = res.get(name=name, namespace=ns)
+        except ApiException as e:
+            if e.status == 404:
+                return "absent"
+            raise
+        return "terminating" if res.kind == "Namespace" and got.status.phase == "Terminating" else "present"
+
+    for obj in (o for o in kueue_objects(load("local")) if o["kind"] in KINDS):
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace")
+        # A namespace deleted at the end of an earlier session may still be terminating.
+        now = wait(f"{obj['kind']} {name} not terminating",
+                   lambda: (st := state(res, name, ns)) != "terminating" and st, timeout=90)
+        if now == "absent":
+            res.create(body=obj, namespace=ns)
+    for cq in ("training", "research"):
+        wait(f"ClusterQueue {cq} active", lambda: any(
+            c["type"] == "Active" and c["status"] == "True"
+            for c in co.get_cluster_custom_object(*KUEUE, "clusterqueues", cq).get("status", {}).get("conditions", [])))
+    return dyn
+
+
+@pytest.fixture
+def train(local_cluster, capsys):
+    """Run ``invoke train.<task> ... --kubeconfig <cluster>`` in-process: ``(exit code, stdout, stderr)``."""
+    from gpufleet.tasks.train import train as collection
+
+    ns = Collection()
+    ns.add_collection(collection)
+    program = Program(namespace=ns, version="test")
+
+    def run(task: str, *argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            program.run(["invoke", f"train.{task}", *argv, "--kubeconfig", str(local_cluster.kubeconfig)])
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+@pytest.fixture
+def cleanup(local_cluster):
+    """Delete the jobs a test submitted: ``cleanup.append((plural, namespace, name))``."""
+    jobs: list[tuple[str, str, str]] = []
+    yield jobs
+    co = client.CustomObjectsApi(local_cluster.api_client)
+    batch = client.BatchV1Api(local_cluster.api_client)
+    core = client.CoreV1Api(local_cluster.api_client)
+    for plural, ns, name in jobs:
+        try:
+            if plural == "jobsets":
+                co.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", name,
+                                                   propagation_policy="Background")
+            else:
+                batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+                core.delete_namespaced_service(name, ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        wait(f"pods of {name} gone", lambda: not core.list_namespaced_pod(
+            ns, label_selector=f"gpufleet.io/job={name}").items, timeout=60)
+
+
+def _workload(api, ns: str, kind: str, name: str) -> dict:
+    items = client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+    return next(w for w in items
+                if any(r["kind"] == kind and r["name"] == name for r in w["metadata"].get("ownerReferences", [])))
+
+
+@pytest.mark.parametrize(("template", "kind", "plural"), [("jobset", "JobSet", "jobsets"), ("job", "Job", "jobs")])
+def test_rendered_job_is_admitted_as_a_gang_and_runs_on_gpu_nodes(local_cluster, queues, train, cleanup,
+                                                                  template, kind, plural):
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    cleanup.append((plural, "team-pretrain", name))
+    code, out, err = train("submit", "--env", "local", "--template", template, "--name", name, "--nodes", "2",
+                           "--queue", "team-pretrain/pretrain", "--set", "simulated_duration_seconds=600",
+                           "--timeout", "120")
+    assert code == 0, err
+    assert f"{kind} team-pretrain/{name}: Workload" in out and "admitted; 2 pods running" in out
+
+    api = local_cluster.api_client
+    wl = _workload(api, "team-pretrain", kind, name)
+    conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
+    assert conds["QuotaReserved"] == conds["Admitted"] == "True"
+    # One pod set of 2 pods, admitted together on the inventory's flavor.
+    assert [ps["count"] for ps in wl["spec"]["podSets"]] == [2]
+    (assignment,) = wl["status"]["admission"]["podSetAssignments"]
+    assert assignment["count"] == 2
+    assert assignment["flavors"]["nvidia.com/gpu"] == "h100-sxm-80gb"
+    # Queue order from the WorkloadPriorityClass label (the inventory's lowest by default).
+    assert wl["spec"]["priorityClassRef"]["name"] == "training-research"
+    assert wl["spec"]["priority"] == 100
+
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod("team-pretrain", label_selector=f"gpufleet.io/job={name}").items
+    assert len(pods) == 2 and {p.status.phase for p in pods} == {"Running"}
+    gpu_nodes = {n.metadata.name: n for n in core.list_node(label_selector="type=kwok").items}
+    for pod in pods:
+        node = gpu_nodes[pod.spec.node_name]  # a kwok node
+        assert node.metadata.labels["gpufleet.io/flavor"] == "h100-sxm-80gb"
+        assert node.status.allocatable["nvidia.com/gpu"] == "8"
+        assert pod.spec.priority_class_name == "gpufleet-training"
+        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
+    assert len({p.spec.node_name for p in pods}) == 2  # one pod per node
+
+
+def test_job_too_big_for_the_quota_stays_pending_with_the_reason(local_cluster, queues, train, cleanup):
+    # The local inventory's cohort holds 16 nodes x 8 GPUs = 128 GPUs; 17 nodes (136 GPUs) never fit.
+    # --fleet-nodes 32 lets the renderer size a job beyond the 16-node fleet the quota was built from.
+    name = f"too-big-{uuid.uuid4().hex[:6]}"
+    cleanup.append(("jobsets", "team-pretrain", name))
+    code, _, err = train("submit", "--env", "local", "--template", "jobset", "--name", name, "--nodes", "17",
+                         "--fleet-nodes", "32", "--queue", "team-pretrain/pretrain", "--timeout", "10")
+    assert code == 1
+    assert f"JobSet team-pretrain/{name} was not admitted by Kueue within 10 s" in err
+    assert "QuotaReserved=False" in err and "nvidia.com/gpu" in err
+    assert "still queued" in err
+
+    # Still pending afterwards: suspended, no pod created (all or nothing).
+    co = client.CustomObjectsApi(local_cluster.api_client)
+    js = co.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "team-pretrain", "jobsets", name)
+    assert js["spec"]["suspend"] is True
+    pods = client.CoreV1Api(local_cluster.api_client).list_namespaced_pod(
+        "team-pretrain", label_selector=f"gpufleet.io/job={name}").items
+    assert pods == []
