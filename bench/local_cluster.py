@@ -57,11 +57,11 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=20.0, help="seconds to wait before reading RSS")
     args = ap.parse_args()
 
-    print("cold install (last real build of each component):")
+    print("cold install (first real build of each component in this cache):")
     total = 0.0
     for comp in components().values():
         rec = install_record(comp)
-        action = next((a for a in ("built", "installed", "reused") if a in rec), None)
+        action = next((a for a in ("first_built", "built", "first_installed", "installed", "reused") if a in rec), None)
         if action:
             seconds = float(rec[action]["seconds"])
             total += seconds

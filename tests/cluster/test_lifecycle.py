@@ -89,3 +89,16 @@ def test_prometheus_scrapes_file_sd_targets_and_control_plane(local_cluster):
     (c.layout.scrape_targets / "self-check.json").unlink()
     assert found.get("self-check") == "up", json.dumps(found)
     assert found.get("kube-apiserver") == "up", json.dumps(found)
+
+
+def test_a_failing_component_stops_up_with_its_log_tail(local_cluster):
+    broken = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
+              "profiles": [{"name": "broken", "plugins": {"deschedule": {"enabled": ["NoSuchPlugin"]}}}]}
+    try:
+        with pytest.raises(local.ComponentFailed) as err:
+            local.up(OTHER, specs=node_specs("local", 1), descheduler_policy=broken)
+        assert err.value.component == "descheduler"
+        assert "NoSuchPlugin" in str(err.value)  # from the descheduler's own log
+    finally:
+        local.down(OTHER, purge=True)
+    assert portblocks.lookup(OTHER) is None

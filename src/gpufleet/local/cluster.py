@@ -126,7 +126,7 @@ class Cluster:
                 controlplane.scheduler_argv(pki, p, cfg / "kube-scheduler.kubeconfig"),
                 https(p.scheduler, "/readyz"),
             ),
-            "kwok": spec("kwok", kwok.kwok_argv(admin, p.kwok), http(p.kwok, "/healthz")),
+            "kwok": spec("kwok", kwok.kwok_argv(admin, p.kwok, cfg / "kwok.yaml"), http(p.kwok, "/healthz")),
             "kueue": spec(
                 "kueue", kueue.kueue_argv(cfg / "kueue.yaml", pki.webhook_dir), http(p.kueue_health, "/readyz"),
                 KUBECONFIG=str(admin),
@@ -180,6 +180,7 @@ def _write_configs(c: Cluster, policy: dict | None) -> None:
     def dump(obj: dict, name: str) -> None:
         (lay.config / name).write_text(yaml.safe_dump(obj, sort_keys=False))
 
+    dump(kwok.kwok_configuration(), "kwok.yaml")
     dump(kueue.kueue_configuration(p, pki.webhook_dir), "kueue.yaml")
     dump(kueue.jobset_configuration(p, pki.webhook_dir), "jobset.yaml")
     dump(policy or descheduler.default_policy(), "descheduler-policy.yaml")
@@ -373,6 +374,10 @@ def up(
         wait_nodes_ready(k, {s.name for s in specs}, timeout)
         t = phase(f"{len(specs)} nodes Ready", t)
         _prometheus_token(c, k)
+    # A component can answer its health check and exit a moment later (bad config).
+    for spec in all_specs.values():
+        if running(spec.pidfile) is None:
+            raise ComponentFailed(spec.name, "exited after becoming healthy", spec.log)
     record = {
         "name": name,
         "env": env,

@@ -180,7 +180,14 @@ def components() -> dict[str, Component]:
             module=pin("descheduler", "module"),
             packages=(f"{pin('descheduler', 'module')}/cmd/descheduler",),
             binaries=("descheduler",),
-            ldflags=(f"sigs.k8s.io/descheduler/pkg/version.version={desched}",),
+            # Upstream's Makefile stamps v<build date>-<tag>; the descheduler
+            # derives its major/minor (for its Kubernetes skew check) from that form.
+            ldflags=(
+                f"sigs.k8s.io/descheduler/pkg/version.version=v20260101-{desched}",
+                "sigs.k8s.io/descheduler/pkg/version.buildDate=2026-01-01T00:00:00Z",
+            ),
+            version_probe={"descheduler": ("version",)},
+            version_text=f"Minor:{'.'.join(desched.lstrip('v').split('.')[1:])} GitVersion:v20260101-{desched}",
         ),
         Component(
             name="kubernetes",

@@ -260,12 +260,19 @@ def _record(comp: Component, action: str, seconds: float) -> None:
         data = json.loads(rec.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         data = {}
-    data[action] = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    entry = {"seconds": round(seconds, 1), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    data[action] = entry
+    data.setdefault(f"first_{action}", entry)  # the cold build, for the benchmark
     rec.write_text(json.dumps(data, indent=1))
 
 
 def install_record(comp: Component) -> dict[str, dict[str, float | str]]:
-    """What earlier installs recorded: ``{action: {"seconds": s, "finished": iso}}`` (may be empty)."""
+    """What earlier installs recorded (may be empty).
+
+    Shape: ``{action: {"seconds": s, "finished": iso}}`` for the latest step of
+    each action (``built``, ``reused``, ``installed``), plus ``first_<action>``
+    for the first one (on a fresh cache: the cold build).
+    """
     try:
         return json.loads((comp.dir / "install.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):

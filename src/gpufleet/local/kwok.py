@@ -136,10 +136,34 @@ def node_manifest(spec, cluster: str) -> dict:
     return node
 
 
-def kwok_argv(kubeconfig: Path, port: int) -> list[str]:
-    """Command line of kwok for the local cluster (health/metrics server on ``127.0.0.1:port``)."""
+def kwok_configuration(parallelism: int = 16) -> dict:
+    """kwok's ``config.kwok.x-k8s.io/v1alpha1`` KwokConfiguration: more workers than the default 4.
+
+    Args:
+        parallelism: node stages, node leases and pod stages processed in
+            parallel (thousands of nodes become Ready faster).
+    """
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "nodePlayStageParallelism": parallelism,
+            "nodeLeaseParallelism": parallelism,
+            "podPlayStageParallelism": parallelism,
+        },
+    }
+
+
+def kwok_argv(kubeconfig: Path, port: int, config_file: Path) -> list[str]:
+    """Command line of kwok for the local cluster (health/metrics server on ``127.0.0.1:port``).
+
+    Args:
+        config_file: a :func:`kwok_configuration` file (stages are not read
+            from it but from the cluster).
+    """
     return [
         str(component("kwok").binary()),
+        f"--config={config_file}",
         f"--kubeconfig={kubeconfig}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION[0]}={MANAGED_ANNOTATION[1]}",
@@ -148,6 +172,4 @@ def kwok_argv(kubeconfig: Path, port: int) -> list[str]:
         f"--cidr={POD_CIDR}",
         "--node-ip=10.127.0.1",
         f"--node-lease-duration-seconds={LEASE_SECONDS}",
-        # An empty config: stages come from the cluster, not from ~/.kwok.
-        "--config=/dev/null",
     ]

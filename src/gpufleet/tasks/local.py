@@ -45,7 +45,7 @@ def install(c: Context, force: bool = False, only: str = "") -> None:
         "timeout": "seconds each startup phase may take (default 120)",
     }
 )
-def up(c: Context, env: str = "local", nodes: int = 0, name: str = local_cluster.DEFAULT_NAME, timeout: float = 120.0) -> None:
+def up(c: Context, env: str = "local", nodes: int = 0, name: str = local_cluster.DEFAULT_NAME, timeout: int = 120) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     console = _console()
     if nodes < 0:
