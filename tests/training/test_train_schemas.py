@@ -1,8 +1,8 @@
 """Every rendered training object validates against the pinned upstream schemas (gpufleet.schemas).
 
 JobSet: the pinned JobSet CRD; Job and Service: the pinned Kubernetes
-OpenAPI; PyTorchJob: the Kubeflow training-operator CRD once versions.yaml
-pins ``training_operator`` (skipped until then, saying so).
+OpenAPI; PyTorchJob: the Kubeflow training-operator CRD (``training_operator``
+in versions.yaml; a kind without a pinned schema is skipped, saying so).
 """
 
 from __future__ import annotations
