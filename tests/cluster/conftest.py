@@ -10,8 +10,10 @@ Usage::
 The cluster is named ``$GPUFLEET_TEST_CLUSTER`` (default ``gpufleet-test``),
 built from the ``local`` inventory, started once (a warm start takes well
 under a minute once ``invoke local.install`` has cached the components) and
-stopped at the end of the session; ``GPUFLEET_KEEP_CLUSTER=1`` leaves it
-running for inspection. State persists between sessions under
+stopped at the end of the session if this session started it;
+``GPUFLEET_KEEP_CLUSTER=1`` leaves it running for inspection. Set
+``GPUFLEET_TEST_CLUSTER`` to a name of your own when several people run
+cluster tests on one machine. State persists between sessions under
 ``gpufleet.paths.state_dir()/<name>``.
 """
 
@@ -51,11 +53,16 @@ class LocalCluster:
 def local_cluster() -> Iterator[LocalCluster]:
     """A running local cluster (see the module docstring); errors carry the failing component's log tail."""
     name = os.environ.get("GPUFLEET_TEST_CLUSTER", "gpufleet-test")
+    try:
+        was_up = local.status(name).up
+    except LookupError:
+        was_up = False
     c = local.up(name, env="local")
     client = c.api_client()
     try:
         yield LocalCluster(name=name, kubeconfig=c.kubeconfig, api_client=client, cluster=c)
     finally:
         client.close()
-        if os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
+        # Leave a cluster this session did not start (another session may be using it).
+        if not was_up and os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
             local.down(name)

@@ -18,10 +18,12 @@ the tail of that component's log.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet import paths
 from gpufleet.local import controlplane, descheduler, install, kueue, kwok, prometheus
 from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
@@ -163,6 +166,19 @@ def get(name: str = DEFAULT_NAME, *, allocate: bool = False) -> Cluster:
 
 
 # --------------------------------------------------------------------------- up
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """Serialise up/down of one cluster name across processes (a flock beside its state folder)."""
+    lock = paths.state_dir() / f".{check_name(name)}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _write_configs(c: Cluster, policy: dict | None) -> None:
@@ -333,12 +349,20 @@ def up(
         timeout: seconds each phase may take (health waits, nodes Ready).
         log: progress callback, one line per phase with its duration.
 
+    Concurrent ``up``/``down`` calls for the same name (other processes
+    included) run one after the other.
+
     Raises:
         gpufleet.local.install.InstallError: components missing and not buildable.
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
         KubeError: the apiserver rejected a bootstrap object.
     """
+    with _locked(name):
+        return _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log)
+
+
+def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log) -> Cluster:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -413,6 +437,13 @@ def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 10.0
     from gpufleet.local import processes
 
     check_name(name)
+    with _locked(name):
+        return _down(name, purge, timeout)
+
+
+def _down(name: str, purge: bool, timeout: float) -> list[str]:
+    from gpufleet.local import processes
+
     lay = Layout(name)
     stopped = []
     for comp in reversed(COMPONENTS):
