@@ -363,8 +363,12 @@ def build_context(
         "args": parsed.get("args", ""),
         "master_port": parsed.get("master_port", 29500),
         "max_restarts": parsed.get("max_restarts", training.training_max_restarts),
+        # The advisor models hardware failures only; the inventory's interval caps it so a
+        # crash of a small job still costs minutes, not hours.
         "checkpoint_interval_seconds": parsed.get(
-            "checkpoint_interval_seconds", default_interval_seconds(gpus, training.training_checkpoint_seconds)),
+            "checkpoint_interval_seconds",
+            min(default_interval_seconds(gpus, training.training_checkpoint_seconds),
+                training.training_checkpoint_interval_minutes * 60)),
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
