@@ -160,6 +160,8 @@ class Sample:
     t: float
     training_gpus: int
     training_pods_running: int
+    training_pods_started: int
+    training_pods_finished: int
     inference_ready: int
     inference_ready_in_cluster: int
     inference_ready_outside: dict[str, int]
@@ -182,6 +184,7 @@ class Recorder:
     interval: float = 1.0
     t0: float = field(default_factory=time.monotonic)
     samples: list[Sample] = field(default_factory=list)
+    started: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> Sample:
@@ -203,6 +206,7 @@ class Recorder:
             if ns == self.training_ns and p["phase"] == "Running":
                 tr_gpus += p["gpus"]
                 tr_run += 1
+                self.started.add(p["metadata"]["uid"])
             elif ns == self.inference_ns and not p["metadata"].get("deletionTimestamp"):
                 outside = p["node"] in virtual
                 if outside:
@@ -217,7 +221,10 @@ class Recorder:
         tainted = {n: any(t.get("key") == FREE_GPUS_TAINT for t in nodes[n]["taints"]) for n in self.virtual_nodes
                    if n in nodes}
         reserved = sum(any(t.get("key") == RESERVED_TAINT for t in n["taints"]) for n in nodes.values())
-        return Sample(round(time.monotonic() - self.t0, 2), tr_gpus, tr_run, ready_in + sum(ready_out.values()), ready_in,
+        # A training pod seen Running that left the cache of non-terminal pods has finished.
+        present = {p["metadata"]["uid"] for p in pods}
+        finished = len(self.started - present)
+        return Sample(round(time.monotonic() - self.t0, 2), tr_gpus, tr_run, len(self.started), finished, ready_in + sum(ready_out.values()), ready_in,
                       ready_out, gpus_in, gpus_out, tainted, reserved, pending, self.ctl.last_value)
 
     def run(self) -> None:
@@ -247,12 +254,13 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
 
     Returns:
         ``(summary, phases)``; phases: ``submitted``, ``served_outside``,
-        ``training_running``, ``training_end``, ``back_in_cluster`` (None if never reached).
+        ``training_running`` (every pod started), ``training_end`` (every pod finished),
+        ``back_in_cluster`` (None if never reached).
     """
     after = [s for s in samples if s.t >= submitted]
     served = next((s.t for s in after if sum(s.inference_ready_outside.values()) >= replicas), None)
-    running = next((s.t for s in after if s.training_pods_running >= training_pods), None)
-    end = next((s.t for s in after if running is not None and s.t > running and s.training_pods_running == 0), None)
+    running = next((s.t for s in after if s.training_pods_started >= training_pods), None)
+    end = next((s.t for s in after if s.training_pods_finished >= training_pods), None)
     back = None
     if end is not None:
         back = next((s.t for s in after if s.t >= end and s.inference_ready_in_cluster >= replicas
@@ -353,17 +361,40 @@ def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | 
         time.sleep(0.5)
 
 
-def _ensure_descheduler_policy(cluster, policy: dict) -> None:
-    """Restart the cluster's descheduler if its policy file is not ``policy`` (it reads the file at start only)."""
+def use_descheduler_policy(cluster, policy: dict, timeout: float = 60.0) -> None:
+    """Run the local cluster's descheduler with ``policy`` (it reads its policy file only at start).
+
+    Writes the policy file and restarts the descheduler process (a second or
+    two; cheaper than another ``local.up``, which does not restart a
+    component whose command line is unchanged).
+
+    Raises:
+        gpufleet.local.processes.ComponentFailed: the descheduler did not come back healthy.
+    """
     import yaml
 
     from gpufleet.local import processes
 
     path = cluster.layout.config / "descheduler-policy.yaml"
-    current = yaml.safe_load(path.read_text()) if path.exists() else None
-    if current != policy and processes.running(cluster.layout.pid("descheduler")) is not None:
-        log.info("restarting the descheduler with the gated flip-back policy")
-        processes.stop(cluster.layout.pid("descheduler"))
+    spec = cluster.specs()["descheduler"]
+    path.write_text(yaml.safe_dump(policy, sort_keys=False))
+    processes.stop(spec.pidfile)
+    processes.start(spec)
+    processes.wait_healthy(spec, timeout)
+
+
+def _up(name: str, specs: list, say, **kwargs):
+    """The local cluster ``name`` with ``specs`` nodes: as it is when already up with that many Ready nodes, else ``local.up``."""
+    from gpufleet.local import cluster as local
+
+    try:
+        st = local.status(name)
+        if st.up and st.nodes == (len(specs), len(specs)):
+            say(f"  cluster {name} is up with {len(specs)} nodes")
+            return local.get(name)
+    except LookupError:
+        pass
+    return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), **kwargs)
 
 
 def run(opts: Options, *, console=None) -> dict[str, Any]:
@@ -412,20 +443,15 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     policy = gated_policy(inv)
     say(f"[bold]sim.flip[/]: {nodes} nodes x {gpus_per_node} GPUs, {replicas} inference replicas "
         f"(PDB minAvailable {pdb}), pools {', '.join(p.name for p in pools)}")
-    try:
-        existing = local.get(opts.cluster)
-        _ensure_descheduler_policy(existing, policy)
-    except LookupError:
-        pass
-    c = local.up(opts.cluster, env=opts.env, specs=inv.node_specs(), descheduler_policy=policy,
-                 log=lambda m: say(f"  {m}"))
+    c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
+    use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim")
     remotes = {}
     for p in pools:
         if p.provider == "kubernetes":
             name = opts.other_clusters.get(p.name, p.name)
             say(f"second cluster [bold]{name}[/] for pool {p.name}")
-            rc = local.up(name, env=opts.env, specs=node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))))
+            rc = _up(name, node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))), say, env=opts.env)
             remotes[p.name] = rc
             apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": vk_vars.virtual_kubelet_namespace}})
             apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
@@ -476,10 +502,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
             f"{opts.duration:g}s via LocalQueue {lq.name}")
         apply(kube, jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, opts.duration, training_pc, wpc))
-        _wait("every training pod Running", lambda: rec.last().training_pods_running >= nodes, opts.timeout, rec)
-        say(f"t={rec.last().t:.0f}s training holds {rec.last().training_gpus} GPUs; inference Ready outside: "
-            f"{rec.last().inference_ready_outside}")
-        _wait("the training to finish", lambda: rec.last().training_pods_running == 0, opts.duration + opts.timeout, rec)
+        _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
+        say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
+            f"inference Ready outside: {rec.last().inference_ready_outside}")
+        _wait("the training to finish", lambda: rec.last().training_pods_finished >= nodes, opts.duration + opts.timeout,
+              rec)
         say(f"t={rec.last().t:.0f}s training finished; waiting for inference to come back in-cluster")
         _wait("inference back in-cluster", lambda: (s := rec.last()).inference_ready_in_cluster >= replicas
               and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0,

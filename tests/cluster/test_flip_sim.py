@@ -1,0 +1,24 @@
+"""``invoke sim.flip`` end to end on the session cluster (the simulated rental pool only, short training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufleet.sim.flip import SUMMARY_KEYS, Options, run
+
+pytestmark = pytest.mark.cluster
+
+
+def test_sim_flip_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
+    summary = run(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=30, out=tmp_path,
+                          timeout=180))
+    assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
+    assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0
+    assert summary["seconds_to_served_outside"] is not None
+    assert summary["seconds_to_back_in_cluster"] is not None and summary["seconds_to_back_in_cluster"] < 300
+    timeline = json.loads((tmp_path / "timeline.json").read_text())
+    assert [t["tainted"] for t in timeline["transitions"]] == [True, False, True]
+    assert timeline["samples"][-1]["training_pods_finished"] == timeline["nodes"]  # every GPU's pod ran and finished
+    assert (tmp_path / "flip.png").stat().st_size > 10_000

@@ -1,0 +1,225 @@
+"""The virtual kubelet against a second real cluster: node, lease, pod lifecycle, failures, restart, bad input.
+
+The second cluster (``<session cluster>-other``, 2 kwok nodes) is the
+kubernetes provider's remote side, exactly what ``invoke local.up --name
+other`` gives the ``other`` pool.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpufleet.inventory import node_specs
+from gpufleet.local import cluster as local
+from gpufleet.vk.kube import Kube, NotFound, parse_time
+from gpufleet.vk.main import VirtualKubelet
+from gpufleet.vk.provider import SOURCE_UID
+from gpufleet.vk.providers.kubernetes import KubernetesProvider
+from gpufleet.vk.providers.simulated import SimulatedProvider
+
+from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready, wait
+
+pytestmark = pytest.mark.cluster
+
+POOL = "vkt-other"
+NODE = f"vk-{POOL}"
+
+
+@pytest.fixture(scope="module")
+def other(local_cluster):
+    """The second cluster (2 nodes)."""
+    name = f"{local_cluster.name}-other"
+    c = local.up(name, specs=node_specs("local", 2))
+    yield c
+    if not keep():
+        local.down(name)
+
+
+@pytest.fixture(scope="module")
+def kube(local_cluster):
+    k = Kube.from_kubeconfig(local_cluster.kubeconfig)
+    yield k
+    k.close()
+
+
+def start_vk(kube: Kube, other_cluster) -> VirtualKubelet:
+    remote = Kube.from_kubeconfig(other_cluster.kubeconfig)
+    prov = KubernetesProvider(POOL, remote, node_name=NODE, gpus=16, gpu_product=H100, price_per_gpu_hour=2.1).start()
+    return VirtualKubelet(Kube(kube.config), POOL, "kubernetes", {POOL: prov}, resync_seconds=2.0,
+                          status_interval=5.0, lease_seconds=40).start()
+
+
+@pytest.fixture(scope="module")
+def vk(kube, other):
+    v = start_vk(kube, other)
+    yield v
+    v.close()
+    try:
+        kube.delete("v1", "nodes", NODE)
+    except NotFound:
+        pass
+
+
+@pytest.fixture
+def ns(kube, other):
+    name = namespace(kube, "vkt")
+    yield name
+    delete_namespace(kube, name)
+    remote = Kube.from_kubeconfig(other.kubeconfig)
+    delete_namespace(remote, name)
+    remote.close()
+
+
+def remote_pods(other, ns: str) -> list[dict]:
+    with Kube.from_kubeconfig(other.kubeconfig) as r:
+        return r.list("v1", "pods", ns)["items"]
+
+
+def test_node_registers_with_labels_taint_capacity_and_renews_its_lease(kube, vk):
+    node = kube.get("v1", "nodes", NODE)
+    labels = node["metadata"]["labels"]
+    assert labels["type"] == "virtual-kubelet" and labels["gpufleet.io/pool"] == POOL
+    assert labels["nvidia.com/gpu.product"] == H100
+    assert {"key": "virtual-kubelet.io/provider", "value": "kubernetes", "effect": "NoSchedule"} in node["spec"]["taints"]
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "16"
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+    lease = kube.get("coordination.k8s.io/v1", "leases", NODE, "kube-node-lease")
+    assert lease["spec"]["holderIdentity"] == NODE
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
+    first = lease["spec"]["renewTime"]
+    vk.lease.renew()
+    assert kube.get("coordination.k8s.io/v1", "leases", NODE, "kube-node-lease")["spec"]["renewTime"] > first
+
+
+def test_pod_lifecycle_create_status_delete(kube, vk, other, ns):
+    kube.create("apps/v1", "deployments", deployment("web", ns, 2, node_selector={"gpufleet.io/pool": POOL}), ns)
+    running = wait("2 pods Ready on the virtual node", lambda: (p := pods(kube, ns)) and
+                   len([x for x in p if ready(x)]) == 2 and p, timeout=60)
+    remote = {p["metadata"]["annotations"][SOURCE_UID]: p for p in remote_pods(other, ns)}
+    assert len(remote) == 2
+    for pod in running:
+        assert pod["spec"]["nodeName"] == NODE
+        r = remote[pod["metadata"]["uid"]]
+        assert r["metadata"]["name"] == pod["metadata"]["name"]
+        assert r["spec"]["nodeName"] not in (None, NODE)  # really scheduled in the other cluster
+        assert "serviceAccountName" not in r["spec"] or r["spec"]["serviceAccountName"] == "default"
+        assert pod["status"]["phase"] == "Running" and pod["status"]["podIP"] == r["status"]["podIP"]
+        assert parse_time(pod["status"]["startTime"]) is not None
+        assert pod["status"]["containerStatuses"][0]["state"].get("running")
+    # Scale down: the deleted pod goes here and there; the VK finishes the graceful deletion itself.
+    kube.patch("apps/v1", "deployments", "web", {"spec": {"replicas": 1}}, ns)
+    wait("1 pod left here and remotely", lambda: len(pods(kube, ns)) == 1 and len(remote_pods(other, ns)) == 1,
+         timeout=60)
+    # Delete the last pod directly (graceful, 5 s grace): gone in both clusters well before the grace ends.
+    last = pods(kube, ns)[0]
+    t0 = time.monotonic()
+    kube.delete("v1", "pods", last["metadata"]["name"], ns)
+    wait("the deleted pod gone here", lambda: last["metadata"]["uid"] not in {p["metadata"]["uid"] for p in pods(kube, ns)},
+         timeout=30)
+    assert time.monotonic() - t0 < 5
+    assert last["metadata"]["uid"] not in {p["metadata"]["annotations"][SOURCE_UID] for p in remote_pods(other, ns)}
+
+
+def test_remote_failure_and_loss_mark_failed_and_the_replicaset_replaces(kube, vk, other, ns):
+    kube.create("apps/v1", "deployments", deployment("svc", ns, 2, node_selector={"gpufleet.io/pool": POOL}), ns)
+    wait("2 Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)
+    first, second = sorted(pods(kube, ns), key=lambda p: p["metadata"]["name"])
+    with Kube.from_kubeconfig(other.kubeconfig) as r:
+        # The remote pod fails (its container exits): mirrored as Failed.
+        r.patch("v1", "pods", first["metadata"]["name"], {"status": {"phase": "Failed", "reason": "Evicted",
+                                                                    "message": "remote node ran out of GPUs"}},
+                ns, subresource="status")
+        # The provider loses the other one: Failed, reason ProviderLost.
+        r.delete("v1", "pods", second["metadata"]["name"], ns, grace_seconds=0)
+    failed = wait("both pods Failed", lambda: (f := {p["metadata"]["uid"]: p for p in pods(kube, ns)
+                                                     if p["status"].get("phase") == "Failed"}) and len(f) == 2 and f,
+                  timeout=30)
+    assert failed[first["metadata"]["uid"]]["status"]["reason"] == "Evicted"
+    assert failed[second["metadata"]["uid"]]["status"]["reason"] == "ProviderLost"
+    events = kube.list("v1", "events", ns)["items"]
+    assert any(e["reason"] == "ProviderLost" and e["involvedObject"]["uid"] == second["metadata"]["uid"] for e in events)
+    wait("2 replacements Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)
+
+
+def test_restart_mid_flight_loses_duplicates_and_orphans_nothing(kube, vk, other, ns):
+    kube.create("apps/v1", "deployments", deployment("job", ns, 3, node_selector={"gpufleet.io/pool": POOL}), ns)
+    wait("3 Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 3, timeout=60)
+    before = {p["metadata"]["uid"]: p["metadata"]["uid"] for p in remote_pods(other, ns)}
+    vk.pods.stop()  # the pod side stops (a crash); the node stays Ready meanwhile
+    time.sleep(0.5)
+    survivors = sorted(pods(kube, ns), key=lambda p: p["metadata"]["name"])
+    # While it is down: one pod is deleted gracefully (stays Terminating: no kubelet finishes it),
+    # one is force-deleted (its remote pod becomes an orphan), and two new pods are bound to the node.
+    kube.delete("v1", "pods", survivors[0]["metadata"]["name"], ns)
+    kube.delete("v1", "pods", survivors[1]["metadata"]["name"], ns, grace_seconds=0)
+    kube.patch("apps/v1", "deployments", "job", {"spec": {"replicas": 4}}, ns)
+    wait("new pods bound while the VK is down", lambda: len([p for p in pods(kube, ns)
+                                                            if not p["metadata"].get("deletionTimestamp")]) >= 4, timeout=30)
+    remote_before_restart = {p["metadata"]["annotations"][SOURCE_UID]: p["metadata"]["uid"] for p in remote_pods(other, ns)}
+    assert len(remote_before_restart) == 3  # nothing changed remotely while down
+
+    vk.pods = type(vk.pods)(vk.kube, NODE, vk.providers, resync_seconds=2.0)  # a fresh pod side, nothing remembered
+    vk.pods.start()
+
+    def settled():
+        here = [p for p in pods(kube, ns)]
+        there = remote_pods(other, ns)
+        live = {p["metadata"]["uid"] for p in here if ready(p)}
+        remote_src = [p["metadata"]["annotations"][SOURCE_UID] for p in there]
+        return (len(here) == 4 and len(live) == 4 and sorted(remote_src) == sorted(live)) and (here, there)
+
+    here, there = wait("4 Ready pods, each with exactly one remote pod, nothing else remotely", settled, timeout=60)
+    remote_after = {p["metadata"]["annotations"][SOURCE_UID]: p["metadata"]["uid"] for p in there}
+    kept = survivors[2]["metadata"]["uid"]
+    assert remote_after[kept] == remote_before_restart[kept] == before[remote_before_restart[kept]]  # adopted, not re-created
+    assert survivors[0]["metadata"]["uid"] not in remote_after and survivors[1]["metadata"]["uid"] not in remote_after
+
+
+def test_bad_input_fails_the_pod_with_an_event_and_never_crashes(kube, vk, ns):
+    def bound(name: str, **spec) -> dict:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "x",
+                                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}], **spec}}
+
+    kube.create("v1", "pods", bound("b200", nodeSelector={"nvidia.com/gpu.product": "NVIDIA-B200"}), ns)
+    kube.create("v1", "pods", bound("hostpath", volumes=[{"name": "h", "hostPath": {"path": "/etc"}}]), ns)
+    kube.create("v1", "pods", bound("hostnet", hostNetwork=True), ns)
+    got = wait("3 pods Failed", lambda: (f := {p["metadata"]["name"]: p["status"] for p in pods(kube, ns)
+                                              if p["status"].get("phase") == "Failed"}) and len(f) == 3 and f, timeout=30)
+    assert got["b200"]["reason"] == "NoProvider" and "NVIDIA-B200" in got["b200"]["message"]
+    assert got["hostpath"]["reason"] == "Refused" and "hostPath" in got["hostpath"]["message"]
+    assert got["hostnet"]["reason"] == "Refused" and "hostNetwork" in got["hostnet"]["message"]
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in kube.list("v1", "events", ns)["items"]}
+    assert {("b200", "NoProvider"), ("hostpath", "Refused"), ("hostnet", "Refused")} <= reasons
+    # The loop is alive: a good pod still runs.
+    kube.create("v1", "pods", bound("good"), ns)
+    wait("the good pod Ready", lambda: ready(kube.get("v1", "pods", "good", ns)), timeout=30)
+
+
+def test_simulated_provider_failure_injection_fails_pods_and_replacements_run(kube, ns):
+    """The rental stand-in: an injected create failure fails the pod (Event), a later remote failure too."""
+    sim = SimulatedProvider("vkt-rental", gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, start_latency_seconds=0.5,
+                            failure_rate=0.0, node_name="vk-vkt-rental").start()
+    v = VirtualKubelet(Kube(kube.config), "vkt-rental", "simulated", {"vkt-rental": sim}, resync_seconds=2.0).start()
+    try:
+        sim.failure_rate = 1.0  # every create fails
+        kube.create("apps/v1", "deployments", deployment("r", ns, 1, node_selector={"gpufleet.io/pool": "vkt-rental"}), ns)
+        failed = wait("a pod Failed by the rental", lambda: [p for p in pods(kube, ns) if p["status"].get("phase") == "Failed"],
+                      timeout=30)
+        assert failed[0]["status"]["reason"] == "ProviderFailed"
+        sim.failure_rate = 0.0
+        wait("a replacement Ready", lambda: [p for p in pods(kube, ns) if ready(p)], timeout=30)
+        (live,) = [p for p in pods(kube, ns) if ready(p)]
+        sim.fail_pod(ns, live["metadata"]["name"], reason="XidError", message="GPU fell off the bus")
+        wait("the failed rental mirrored", lambda: kube.get("v1", "pods", live["metadata"]["name"], ns)["status"].get("reason")
+             == "XidError", timeout=30)
+        wait("another replacement Ready", lambda: [p for p in pods(kube, ns) if ready(p)
+                                                   and p["metadata"]["uid"] != live["metadata"]["uid"]], timeout=30)
+    finally:
+        v.close()
+        try:
+            kube.delete("v1", "nodes", "vk-vkt-rental")
+        except NotFound:
+            pass

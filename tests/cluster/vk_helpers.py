@@ -1,0 +1,82 @@
+"""Helpers shared by the virtual-kubelet, taint and flip cluster tests (not a test module)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpufleet.vk.kube import Kube, KubeError, NotFound
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25):
+    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def namespace(kube: Kube, prefix: str) -> str:
+    """Create a fresh namespace ``<prefix>-<random>`` and return its name."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    return ns
+
+
+def delete_namespace(kube: Kube, ns: str) -> None:
+    """Delete a namespace, not waiting (best effort)."""
+    try:
+        kube.delete("v1", "namespaces", ns)
+    except (NotFound, KubeError):
+        pass
+
+
+def deployment(name: str, ns: str, replicas: int, *, node_selector: dict | None = None, prefer_virtual: bool = False,
+               gpus: int = 1, labels: dict | None = None) -> dict:
+    """A Deployment of 1-GPU pods that tolerate the virtual-kubelet provider taint and the GPU taint."""
+    sel = {"app": name}
+    spec: dict[str, Any] = {
+        "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "server", "image": "registry.invalid/inference:1",
+                        "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"},
+                                      "limits": {"nvidia.com/gpu": str(gpus)}}}],
+    }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if prefer_virtual:
+        spec["affinity"] = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "preference": {"matchExpressions": [{"key": "type", "operator": "In",
+                                                                "values": ["virtual-kubelet"]}]}}]}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": sel},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                     "template": {"metadata": {"labels": {**sel, **(labels or {})}}, "spec": spec}}}
+
+
+def pods(kube: Kube, ns: str, selector: str | None = None) -> list[dict]:
+    """Pods of ``ns`` (optionally by label selector)."""
+    return kube.list("v1", "pods", ns, labelSelector=selector)["items"]
+
+
+def ready(pod: dict) -> bool:
+    """Whether the pod is Ready and not terminating."""
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def keep() -> bool:
+    """Whether to leave clusters running after the session (GPUFLEET_KEEP_CLUSTER=1)."""
+    return os.environ.get("GPUFLEET_KEEP_CLUSTER") == "1"
