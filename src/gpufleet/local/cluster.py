@@ -232,24 +232,32 @@ def _ensure(specs: list[ProcessSpec], timeout: float, log: Callable[[str], None]
         raise errors[0]
 
 
-def _bootstrap(c: Cluster, k: Kube) -> None:
+def _bootstrap(c: Cluster, k: Kube, phase: Callable[[str], None]) -> None:
     ca_pem = c.pki.ca.cert.read_bytes()
     for ns in (kueue.KUEUE_NAMESPACE, kueue.JOBSET_NAMESPACE):
         k.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     crds = kwok.stage_crds() + kueue.kueue_crds(c.ports, ca_pem) + kueue.jobset_crds()
-    for crd in crds:
-        k.apply(crd)
-    for crd in crds:
-        name = crd["metadata"]["name"]
+    phase("read CRDs")
+    applied = k.apply_changed(crds)  # unchanged CRDs were served when first applied
+    phase("CRDs applied")
+    # Served = listed in discovery (small answers, unlike GETs of megabyte CRDs).
+    wanted: dict[str, set[str]] = {}
+    for crd in applied:
+        for v in crd["spec"]["versions"]:
+            if v.get("served"):
+                wanted.setdefault(f"{crd['spec']['group']}/{v['name']}", set()).add(crd["spec"]["names"]["plural"])
+    for gv, plurals in wanted.items():
         k.wait_for(
-            f"CRD {name} Established",
-            lambda n=name: _condition(k.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", n), "Established"),
+            f"{gv} serving {sorted(plurals)}",
+            lambda gv=gv, plurals=plurals: plurals <= {
+                r["name"] for r in (k.request("GET", f"/apis/{gv}", ok404=True) or {}).get("resources", [])
+            },
             timeout=60,
+            interval=0.2,
         )
-    for obj in kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem):
-        k.apply(obj)
-    for obj in prometheus.rbac_objects():
-        k.apply(obj)
+    phase("CRDs served")
+    k.apply_changed(kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem))
+    k.apply_changed(prometheus.rbac_objects())
 
 
 def _prometheus_token(c: Cluster, k: Kube) -> None:
@@ -277,6 +285,15 @@ def _node_ready(node: dict) -> bool:
     return _condition(node, "Ready")
 
 
+def _taints(node: dict) -> set[tuple[str, str, str]]:
+    # Taints the node lifecycle controller manages come and go; compare ours only.
+    return {
+        (t["key"], t.get("value", ""), t["effect"])
+        for t in (node.get("spec") or {}).get("taints") or []
+        if not t["key"].startswith("node.kubernetes.io/")
+    }
+
+
 def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) -> tuple[int, int]:
     """Make the cluster's simulated Nodes exactly ``specs``; returns ``(created, deleted)``.
 
@@ -293,8 +310,14 @@ def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) 
         if name not in existing:
             return 1 if k.create(node) is not None else 0
         live = existing[name]
-        body = {k_: v for k_, v in node.items() if k_ != "status"}
-        k.apply(body)
+        meta, live_meta = node["metadata"], live["metadata"]
+        same = (
+            all((live_meta.get("labels") or {}).get(k_) == v for k_, v in meta["labels"].items())
+            and all((live_meta.get("annotations") or {}).get(k_) == v for k_, v in meta["annotations"].items())
+            and _taints(live) == _taints(node)
+        )
+        if not same:
+            k.apply({k_: v for k_, v in node.items() if k_ != "status"})
         if live.get("status", {}).get("capacity") != node["status"]["capacity"]:
             k.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": node["status"]}, subresource="status")
         return 0
@@ -387,12 +410,16 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
     _ensure([all_specs["kube-apiserver"]], timeout, log)
     t = phase("kube-apiserver", t)
     with c.kube() as k:
-        _bootstrap(c, k)
-        t = phase("CRDs, webhooks, RBAC", t)
+        marks = [t]
+
+        def sub(label: str) -> None:
+            marks.append(phase(label, marks[-1]))
+
+        _bootstrap(c, k, sub)
+        t = phase("webhooks, RBAC", marks[-1])
         _ensure([all_specs[n] for n in _ADDONS], timeout, log)
         t = phase("controllers, kwok, Prometheus", t)
-        for stage in kwok.stages():
-            k.apply(stage)
+        k.apply_changed(kwok.stages())
         created, deleted = apply_nodes(c, k, specs)
         t = phase(f"nodes (+{created} -{deleted})", t)
         wait_nodes_ready(k, {s.name for s in specs}, timeout)

@@ -98,8 +98,28 @@ def module_info(module: str, version: str) -> dict[str, str]:
 
 
 def module_dir(module: str, version: str) -> Path:
-    """Folder of ``module@version`` in the Go module cache (downloaded if missing)."""
-    return Path(module_info(module, version)["Dir"])
+    """Folder of ``module@version`` in the Go module cache (downloaded if missing).
+
+    Remembered in ``cache_dir()/components/modules.json`` so later calls run no ``go``.
+
+    Raises:
+        InstallError: the module cannot be downloaded.
+    """
+    index = paths.cache_dir() / "components" / "modules.json"
+    key = f"{module}@{version}"
+    try:
+        known = json.loads(index.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        known = {}
+    if key in known and (Path(known[key]) / "go.mod").exists():
+        return Path(known[key])
+    found = module_info(module, version)["Dir"]
+    known[key] = found
+    index.parent.mkdir(parents=True, exist_ok=True)
+    tmp = index.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
+    tmp.replace(index)
+    return Path(found)
 
 
 _REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+(v\S+))?\s+=>\s+(\S+)(?:\s+(v\S+))?\s*$")

@@ -24,9 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-import yaml
-
-from gpufleet.local import webhooks
+from gpufleet.local import manifests, webhooks
 from gpufleet.local.components import component
 from gpufleet.local.install import module_dir
 from gpufleet.local.ports import Ports
@@ -112,10 +110,10 @@ def kueue_crds(ports: Ports, ca_pem: bytes) -> list[dict]:
     (its ``patches/webhook_in_<plural>.yaml`` entries).
     """
     crd_dir = kueue_source() / "config" / "components" / "crd"
-    kust = yaml.safe_load((crd_dir / "kustomization.yaml").read_text())
+    kust = manifests.load_one(crd_dir / "kustomization.yaml")
     converting = set()
     for p in kust.get("patches", []):
-        body = yaml.safe_load((crd_dir / p["path"]).read_text())
+        body = manifests.load_one(crd_dir / p["path"])
         if body.get("spec", {}).get("conversion", {}).get("strategy") == "Webhook":
             converting.add(body["metadata"]["name"])
     out = []

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from gpufleet.local import manifests
 from gpufleet.local.components import component
 from gpufleet.local.install import module_dir
 from gpufleet.local.webhooks import load_crds
@@ -65,7 +64,7 @@ def stage_crds() -> list[dict]:
 
 def _complete_stage(src: Path) -> dict:
     """Our pod-complete Stage, reusing upstream's status template."""
-    upstream = yaml.safe_load((src / "kustomize/stage/pod/fast/pod-complete.yaml").read_text())
+    upstream = manifests.load_one(src / "kustomize/stage/pod/fast/pod-complete.yaml")
     value = f'.metadata.annotations["{DURATION_ANNOTATION}"]'
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
@@ -95,7 +94,7 @@ def _complete_stage(src: Path) -> dict:
 def stages() -> list[dict]:
     """Every Stage object the local cluster installs (see the module docstring)."""
     src = kwok_source()
-    out = [yaml.safe_load((src / p).read_text()) for p in _UPSTREAM_STAGES]
+    out = [manifests.load_one(src / p) for p in _UPSTREAM_STAGES]
     out.insert(3, _complete_stage(src))
     return out
 

@@ -16,7 +16,7 @@ import copy
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import yaml
+from gpufleet.local import manifests
 
 
 def client_config(port: int, path: str, ca_pem: bytes) -> dict:
@@ -79,13 +79,13 @@ def kustomize_webhooks(folder: Path) -> list[dict]:
     (inline or by path; JSON 6902 lists or strategic-merge documents).
     Services are dropped.
     """
-    kust = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    kust = manifests.load_one(folder / "kustomization.yaml")
     docs = []
     for res in kust.get("resources", []):
-        docs += [d for d in yaml.safe_load_all((folder / res).read_text()) if d]
+        docs += manifests.load_all(folder / res)
     docs = [d for d in docs if d.get("kind", "").endswith("WebhookConfiguration")]
     for p in kust.get("patches", []):
-        body = yaml.safe_load(p["patch"]) if "patch" in p else yaml.safe_load((folder / p["path"]).read_text())
+        body = manifests.parse(p["patch"])[0] if "patch" in p else manifests.load_one(folder / p["path"])
         target = p.get("target", {})
         for i, d in enumerate(docs):
             if isinstance(body, list):
@@ -163,5 +163,5 @@ def load_crds(folder: Path) -> list[dict]:
     """Every CustomResourceDefinition in the YAML files of ``folder`` (sorted by file name)."""
     out = []
     for f in sorted(folder.glob("*.yaml")):
-        out += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
+        out += [d for d in manifests.load_all(f) if d.get("kind") == "CustomResourceDefinition"]
     return out
