@@ -52,7 +52,9 @@ import httpx
 from . import metrics
 from .informer import Informer, WorkQueue
 from .kube import Conflict, Kube, KubeError, NotFound, api_path, now_rfc3339
-from .provider import SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, Pod, Provider, ProviderError, choose
+from .provider import (
+    PRODUCT_LABEL, SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, Pod, Provider, ProviderError, choose,
+)
 from .translate import Refused, mirror_status
 
 log = logging.getLogger(__name__)
@@ -346,7 +348,8 @@ class PodController:
         first, attempts = self._attempts.get(uid, (self.clock(), 0))
         self._attempts[uid] = (first, attempts + 1)
         try:
-            name = choose(pod, self._offers())
+            # One provider: it enforces its own capacity; only the GPU model needs checking here.
+            name = choose(pod, self._offers()) if len(self.providers) > 1 else self._only_provider(pod)
             self.providers[name].create_pod(pod)
         except Refused as exc:
             metrics.CREATES.labels(self.node, "refused").inc()
@@ -369,8 +372,17 @@ class PodController:
         _, remote = self._remote(pod)
         rstatus = (remote or {}).get("status") or {"phase": "Pending"}
         self._write_status(pod, rstatus)
-        self._event(pod, "Scheduled", f"running on provider {name}", kind="Normal", once=False)
         return None
+
+    def _only_provider(self, pod: Pod) -> str:
+        """The single provider's name; raises NoProvider if the pod asks for another GPU model."""
+        ((name, prov),) = self.providers.items()
+        wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+        have = prov.capacity().gpu_product
+        if wanted and wanted != have:
+            raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+                             retryable=False)
+        return name
 
     def _write_status(self, pod: Pod, rstatus: dict) -> None:
         meta, current = pod["metadata"], pod.get("status") or {}

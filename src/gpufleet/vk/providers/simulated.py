@@ -99,6 +99,9 @@ class SimulatedProvider:
         self._by_name: dict[tuple[str, str], str] = {}
         self._ip = 0
         self._due: list[tuple[float, str]] = []
+        self._ends: list[tuple[float, str]] = []
+        self._active: dict[str, dict[str, float]] = {}
+        self._used = {GPU: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
         self._notifier: Notifier | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -113,16 +116,26 @@ class SimulatedProvider:
         return self._capacity
 
     def used(self) -> dict[str, float]:
-        """Requests of the non-terminal pods: ``{"nvidia.com/gpu", "cpu", "memory", "pods"}``."""
+        """Requests of the non-terminal pods: ``{"nvidia.com/gpu", "cpu", "memory", "pods"}`` (kept incrementally)."""
         now = self.clock()
-        used = {GPU: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
         with self._lock:
-            for p in self._pods.values():
-                if self._phase(p, now) in ("Pending", "Running"):
-                    for k in (GPU, "cpu", "memory"):
-                        used[k] += p.requests.get(k, 0.0)
-                    used["pods"] += 1
-        return used
+            while self._ends and self._ends[0][0] <= now:
+                _, uid = heapq.heappop(self._ends)
+                self._release(uid)
+            return dict(self._used)
+
+    def _account(self, uid: str, req: dict[str, float]) -> None:
+        self._active[uid] = {k: req.get(k, 0.0) for k in (GPU, "cpu", "memory")}
+        for k, v in self._active[uid].items():
+            self._used[k] += v
+        self._used["pods"] += 1
+
+    def _release(self, uid: str) -> None:
+        req = self._active.pop(uid, None)
+        if req is not None:
+            for k, v in req.items():
+                self._used[k] -= v
+            self._used["pods"] -= 1
 
     def create_pod(self, pod: Pod) -> None:
         """Start renting for ``pod`` (idempotent by source UID).
@@ -161,9 +174,11 @@ class SimulatedProvider:
             self._pods[uid] = sp
             self._by_name[(ns, name)] = uid
             self.creates += 1
+            self._account(uid, req)
             self._schedule(start_at, uid)
             if end_at is not None:
                 self._schedule(end_at, uid)
+                heapq.heappush(self._ends, (end_at, uid))
         self._notify(ns, name)
 
     def update_pod(self, pod: Pod) -> None:
@@ -224,6 +239,7 @@ class SimulatedProvider:
                 raise PodNotFound(f"{self.name}: no pod for {namespace}/{name}")
             sp = self._pods[uid]
             sp.failed, sp.failed_at = (reason, message), self.clock()
+            self._release(uid)
         self._notify(namespace, name)
 
     def lose_pod(self, namespace: str, name: str) -> None:
@@ -279,6 +295,7 @@ class SimulatedProvider:
             self._notifier(namespace, name)
 
     def _drop(self, uid: str) -> None:
+        self._release(uid)
         sp = self._pods.pop(uid, None)
         if sp is not None and self._by_name.get((sp.namespace, sp.name)) == uid:
             del self._by_name[(sp.namespace, sp.name)]
