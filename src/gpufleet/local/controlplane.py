@@ -113,6 +113,9 @@ def controller_manager_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[st
         f"--cluster-signing-cert-file={pki.ca.cert}",
         f"--cluster-signing-key-file={pki.ca.key}",
         "--use-service-account-credentials=true",
+        # The TTL controller tunes kubelets' secret caching by patching every
+        # Node as the fleet grows (thousands of writes); kwok has no kubelet.
+        "--controllers=*,-ttl-controller",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--leader-elect=false",
         f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
