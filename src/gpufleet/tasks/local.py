@@ -7,6 +7,8 @@ tail; a bad flag exits with code 2.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 from rich.console import Console
@@ -43,15 +45,30 @@ def install(c: Context, force: bool = False, only: str = "") -> None:
         "nodes": "number of simulated nodes (default: the inventory's)",
         "name": _NAME_HELP,
         "timeout": "seconds each startup phase may take (default 120)",
+        "descheduler_policy": "DeschedulerPolicy YAML file to run the descheduler with "
+        "(default: RemovePodsViolatingNodeTaints for gpufleet.io/cluster-has-free-gpus)",
     }
 )
-def up(c: Context, env: str = "local", nodes: int = 0, name: str = local_cluster.DEFAULT_NAME, timeout: int = 120) -> None:
+def up(
+    c: Context,
+    env: str = "local",
+    nodes: int = 0,
+    name: str = local_cluster.DEFAULT_NAME,
+    timeout: int = 120,
+    descheduler_policy: str = "",
+) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     console = _console()
     if nodes < 0:
         raise Exit(f"--nodes {nodes}: expected a positive number", code=2)
+    policy = Path(descheduler_policy).resolve() if descheduler_policy else None
+    if policy is not None and not policy.is_file():
+        raise Exit(f"--descheduler-policy {descheduler_policy}: no such file", code=2)
     try:
-        cl = local_cluster.up(name, env=env, nodes=nodes or None, timeout=timeout, log=console.print)
+        install_components(console=console)  # shows build progress; a no-op when cached
+        cl = local_cluster.up(
+            name, env=env, nodes=nodes or None, timeout=timeout, descheduler_policy_file=policy, log=console.print
+        )
     except ValueError as exc:
         raise Exit(str(exc), code=2) from None
     except (InstallError, ComponentFailed, TimeoutError, RuntimeError) as exc:
