@@ -34,7 +34,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor

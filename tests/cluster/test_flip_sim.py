@@ -12,7 +12,7 @@ pytestmark = pytest.mark.cluster
 
 
 def test_sim_flip_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
-    summary = run(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=30, out=tmp_path,
+    summary = run(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=15, out=tmp_path,
                           timeout=180))
     assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
     assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0

@@ -19,7 +19,10 @@ What it does (:func:`run`):
 4. Submits a JobSet through Kueue (LocalQueue of the ``training`` cluster
    queue, PriorityClass ``gpufleet-training``, the highest
    WorkloadPriorityClass) with one 8-GPU pod per node: every GPU. Its pods
-   run ``duration`` seconds (``gpufleet.io/simulated-duration-seconds``).
+   run until ``duration`` seconds after the last one started, then end
+   together, as a gang does: the simulation then sets
+   ``gpufleet.io/simulated-duration-seconds: "0"`` on all of them and kwok
+   makes them Succeed.
 5. Samples the cluster every second until inference is back in-cluster
    (or ``timeout``), then writes ``timeline.json``, ``flip.png`` and
    ``summary.json`` to ``out`` and returns the summary.
@@ -128,14 +131,19 @@ def training_priority_class(objs: list[dict]) -> list[dict]:
     return objs
 
 
-def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int, duration: float,
+def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int, duration: float | None,
            priority_class: str, workload_priority_class: str | None) -> dict:
-    """A JobSet of ``nodes`` one-pod Jobs, each asking for a whole node's GPUs for ``duration`` seconds."""
+    """A JobSet of ``nodes`` one-pod Jobs, each asking for a whole node's GPUs.
+
+    ``duration``: seconds each pod runs (kwok), or None to run until
+    :func:`finish_training` ends them all at once.
+    """
     labels = {"kueue.x-k8s.io/queue-name": queue}
     if workload_priority_class:
         labels["kueue.x-k8s.io/priority-class"] = workload_priority_class
+    annotations = {DURATION_ANNOTATION: f"{duration:g}"} if duration is not None else {}
     pod = {
-        "metadata": {"annotations": {DURATION_ANNOTATION: f"{duration:g}"}, "labels": {"gpufleet.io/workload": "training"}},
+        "metadata": {"annotations": annotations, "labels": {"gpufleet.io/workload": "training"}},
         "spec": {
             "restartPolicy": "Never",
             "priorityClassName": priority_class,
@@ -148,6 +156,21 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {"replicatedJobs": [{"name": "workers", "replicas": nodes, "template": {
                 "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
+
+
+def finish_training(kube: Kube, namespace: str, name: str = JOBSET_NAME) -> int:
+    """End every running pod of JobSet ``name`` now (duration annotation 0: kwok makes them Succeed); returns how many."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = kube.list("v1", "pods", namespace, labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+    running = [p["metadata"]["name"] for p in items if (p.get("status") or {}).get("phase") == "Running"]
+
+    def end(pod: str) -> None:
+        kube.patch("v1", "pods", pod, {"metadata": {"annotations": {DURATION_ANNOTATION: "0"}}}, namespace)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(end, running))
+    return len(running)
 
 
 # ------------------------------------------------------------------------------- recording
@@ -317,7 +340,7 @@ def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, tit
     ax2.set_xlabel("seconds")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.06, right=0.8, top=0.93, bottom=0.09, hspace=0.08)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -333,7 +356,7 @@ class Options:
     Attributes:
         env: inventory environment; nodes: GPU nodes (None: the inventory's).
         replicas: inference replicas (None: the inventory's).
-        duration: seconds the training pods run.
+        duration: seconds the training runs once its last pod started.
         cluster: local cluster name; pools: pools to run (None: all of the inventory).
         out: output folder.
         timeout: seconds each phase may take.
@@ -407,7 +430,6 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     from rich.console import Console
 
     from gpufleet.inventory import load, node_specs
-    from gpufleet.local import cluster as local
     from gpufleet.vk.providers import build as build_provider
     from roles.inference.manifests import objects as inference_objects
     from roles.kueue.manifests import objects as kueue_objects
@@ -446,13 +468,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim")
-    remotes = {}
     for p in pools:
         if p.provider == "kubernetes":
             name = opts.other_clusters.get(p.name, p.name)
             say(f"second cluster [bold]{name}[/] for pool {p.name}")
             rc = _up(name, node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))), say, env=opts.env)
-            remotes[p.name] = rc
             apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": vk_vars.virtual_kubelet_namespace}})
             apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
                                                                            "namespace": vk_vars.virtual_kubelet_namespace},
@@ -501,12 +521,13 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         submitted = rec.last().t
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
             f"{opts.duration:g}s via LocalQueue {lq.name}")
-        apply(kube, jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, opts.duration, training_pc, wpc))
+        apply(kube, jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, None, training_pc, wpc))
         _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
         say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
             f"inference Ready outside: {rec.last().inference_ready_outside}")
-        _wait("the training to finish", lambda: rec.last().training_pods_finished >= nodes, opts.duration + opts.timeout,
-              rec)
+        time.sleep(opts.duration)
+        say(f"t={rec.last().t:.0f}s ending the training ({finish_training(kube, lq.namespace)} pods)")
+        _wait("the training to finish", lambda: rec.last().training_pods_finished >= nodes, opts.timeout, rec)
         say(f"t={rec.last().t:.0f}s training finished; waiting for inference to come back in-cluster")
         _wait("inference back in-cluster", lambda: (s := rec.last()).inference_ready_in_cluster >= replicas
               and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0,
@@ -531,8 +552,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         if not opts.keep:
             _cleanup(kube, lq.namespace, inf.inference_namespace, vnodes)
-        for rc in remotes.values():
-            pass  # the second clusters stay up, like the first (local.down stops them)
+        # The clusters (this one and the pools' second ones) stay up: `invoke local.down [--name]` stops them.
     _print_summary(console, summary, phases, ctl)
     return summary
 

@@ -21,7 +21,7 @@ from gpufleet.tasks.common import fail_on_inventory_error
     "nodes": "GPU nodes of the local cluster (default: the inventory's fleet_simulated_nodes)",
     "replicas": "inference replicas (default: the inventory's; the PDB's minAvailable stays below it)",
     "out": "folder for timeline.json, flip.png and summary.json (default out/sim-flip)",
-    "duration": "seconds each training pod runs (default 30)",
+    "duration": "seconds the training runs once its last pod started; then all its pods end together (default 30)",
     "cluster": "local cluster name (default gpufleet)",
     "pools": "comma-separated pools to run (default: every pool of the inventory)",
     "timeout": "seconds each phase may take (default 300)",

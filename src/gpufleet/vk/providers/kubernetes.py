@@ -48,13 +48,13 @@ TERMINAL = ("Succeeded", "Failed")
 
 
 def _slim(pod: dict) -> dict:
-    """What the cache keeps of a remote pod: metadata essentials, spec containers' names, status."""
+    """What the cache keeps of a remote pod: metadata essentials, containers' names, requests (parsed once), status."""
     meta = pod.get("metadata") or {}
     return {
+        "requests": pod_requests(pod),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "annotations", "labels", "deletionTimestamp")
                      if k in meta},
-        "spec": {"containers": [{"name": c.get("name"), "resources": c.get("resources") or {}}
-                                for c in (pod.get("spec") or {}).get("containers") or []]},
+        "spec": {"containers": [{"name": c.get("name")} for c in (pod.get("spec") or {}).get("containers") or []]},
         "status": pod.get("status") or {},
     }
 
@@ -136,7 +136,7 @@ class KubernetesProvider:
         for p in self.pods.items():
             if (p.get("status") or {}).get("phase") in TERMINAL:
                 continue
-            for k, v in pod_requests(p).items():
+            for k, v in p["requests"].items():
                 if k in used:
                     used[k] += v
             used["pods"] += 1
