@@ -115,6 +115,7 @@ def main() -> None:
             print(f"{label:26} {len(d.evicted):5d} {d.seconds:8.1f} {refusals[0]:6d} {lowest[0]:10d} {budget_min:10d}"
                   + ("" if d.complete else f"  INCOMPLETE: {len(d.blocked)} left"))
             swapper.return_node(api, node)
+            kube.call_json(api, "DELETE", f"/api/v1/namespaces/gpufleet-system/configmaps/{swapper.request_name(node)}")
             core.delete_namespace(ns, grace_period_seconds=0)
             deadline = time.monotonic() + 120  # its pods must not show up in the next scenario's drain
             while ns in {n.metadata.name for n in core.list_namespace().items} and time.monotonic() < deadline:

@@ -117,6 +117,10 @@ def main() -> None:
                 swapper.return_node(api, n)
             except Exception:  # noqa: BLE001 - not out
                 pass
+            try:  # the bench's swap requests are not records anyone needs
+                kube.call_json(api, "DELETE", f"/api/v1/namespaces/gpufleet-system/configmaps/{swapper.request_name(n)}")
+            except kube.ApiException:
+                pass
         api.close()
         if not args.cluster and not args.keep:
             local.down(name, purge=True)

@@ -124,12 +124,13 @@ def test_dry_run_decides_and_records_but_changes_nothing(local_cluster, fleet, c
     api = local_cluster.api_client
     names, sims, prom = fleet
     rem = remediator(api, prom, dry_run=True)
+    request_before = swapper.get_request(api, names[0], NS)
     sims[names[0]].set_temperature(2, 90)
     step_until(rem, "a dry-run swap decision", lambda r: actions(r).get(names[0]) == "swap")
     rem.wait()
     node = kube.get_node(api, names[0])
     assert nodeutil.schedulable(node) and not nodeutil.is_out(node)
-    assert swapper.get_request(api, names[0], NS) is None
+    assert swapper.get_request(api, names[0], NS) == request_before
     ev = events(api, names[0], "RemediationDryRun")
     assert len(ev) == 1 and "would swap" in ev[0]["message"] and "GPU 2: 90, 90, 90 C > 78 C" in ev[0]["message"]
     rem.step()  # the same decision again: no second Event
