@@ -58,7 +58,7 @@ def main() -> None:
     try:
         with running_prometheus([scrape_config(list(sims.values()), interval=interval)],
                                 global_config={"scrape_interval": interval, "evaluation_interval": interval}) as prom:
-            prom.wait_for_targets_up(len(sims))
+            prom.wait_for_targets_up(len(sims), timeout=3 * args.scrape + 20)
             rules = Rules(hot_samples=args.hot_samples, scrape_interval_seconds=args.scrape)
             rem = Remediator(api, PromClient(prom.url), Settings(rules=rules, max_nodes_out=len(names) + 1,
                                                                    degraded_faults=frozenset(), drain_timeout_seconds=30,
