@@ -88,9 +88,13 @@ def kueue_stack(local_cluster):
 
 @pytest.fixture
 def nodes(local_cluster):
-    """Names of the simulated nodes; restores every node's taints and cordon after the test."""
+    """Names of the 16 simulated nodes, all schedulable; restores every node's taints and cordon after the test."""
+    from gpufleet.ops import nodes as nodeutil
+
     api = local_cluster.api_client
     before = {n["metadata"]["name"]: n for n in kube.list_nodes(api, "gpufleet.io/simulated=true")}
+    left_out = {k: nodeutil.out_reasons(n) for k, n in before.items() if nodeutil.out_reasons(n)}
+    assert len(before) == 16 and not left_out, f"the local cluster should have 16 schedulable nodes; out: {left_out}"
     yield sorted(before)
     for name, n in before.items():
         def change(obj, n=n):

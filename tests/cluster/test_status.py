@@ -59,7 +59,12 @@ def scene(local_cluster, inv):
     """Two nodes out (swap, degraded), a virtual node with the free-GPUs taint, training and inference pods."""
     api = local_cluster.api_client
     core = client.CoreV1Api(api)
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    from gpufleet.ops import nodes as nodeutil
+
+    sim = kube.list_nodes(api, "gpufleet.io/simulated=true")
+    left_out = {nodeutil.name(n): nodeutil.out_reasons(n) for n in sim if nodeutil.out_reasons(n)}
+    assert len(sim) == 16 and not left_out, f"the local cluster should have 16 schedulable nodes; out: {left_out}"
+    names = sorted(nodeutil.name(n) for n in sim)
     swapped, degraded = names[0], names[1]
     taints = {swapped: {"key": SWAP_TAINT, "value": "fan", "effect": "NoSchedule"},
               degraded: {"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}}
