@@ -138,8 +138,8 @@ def test_remote_failure_and_loss_mark_failed_and_the_replicaset_replaces(kube, v
                   timeout=30)
     assert failed[first["metadata"]["uid"]]["status"]["reason"] == "Evicted"
     assert failed[second["metadata"]["uid"]]["status"]["reason"] == "ProviderLost"
-    events = kube.list("v1", "events", ns)["items"]
-    assert any(e["reason"] == "ProviderLost" and e["involvedObject"]["uid"] == second["metadata"]["uid"] for e in events)
+    assert any(e["reason"] == "ProviderLost" and e["involvedObject"]["uid"] == second["metadata"]["uid"]
+               for e in kube.list("v1", "events", ns)["items"])
     wait("2 replacements Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)
 
 

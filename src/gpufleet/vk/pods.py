@@ -417,13 +417,13 @@ class PodController:
                                  {"type": "ContainersReady", "status": "False", "reason": reason,
                                   "lastTransitionTime": now}],
                   "containerStatuses": containers}
+        self._event(pod, reason, message)  # first: whoever sees the Failed pod finds the Event already there
         try:
             self.kube.patch("v1", "pods", meta["name"], {"status": status}, meta["namespace"], subresource="status",
                             patch="strategic")
         except NotFound:
             return
         metrics.FAILED.labels(self.node, reason).inc()
-        self._event(pod, reason, message)
         log.info("%s: pod %s/%s Failed: %s: %s", self.node, meta["namespace"], meta["name"], reason, message)
 
     def _event(self, pod: Pod, reason: str, message: str, *, kind: str = "Warning", once: bool = True) -> None:

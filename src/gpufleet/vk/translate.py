@@ -164,10 +164,15 @@ def mirror_status(remote_status: dict[str, Any], *, host_ip: str | None = None) 
 
     Keeps :data:`MIRRORED_STATUS` and the conditions in
     :data:`MIRRORED_CONDITIONS` (``PodScheduled`` stays the source
-    scheduler's); ``hostIP`` becomes the virtual node's address.
+    scheduler's; Ready/ContainersReady are False once the pod finished);
+    ``hostIP`` becomes the virtual node's address.
     """
     out = {k: copy.deepcopy(remote_status[k]) for k in MIRRORED_STATUS if k in remote_status}
     conds = [copy.deepcopy(c) for c in remote_status.get("conditions") or [] if c.get("type") in MIRRORED_CONDITIONS]
+    if remote_status.get("phase") in ("Succeeded", "Failed"):
+        for c in conds:  # a finished pod is never Ready, whatever the remote side left in its conditions
+            if c.get("type") in ("Ready", "ContainersReady") and c.get("status") == "True":
+                c.update(status="False", reason="PodCompleted" if remote_status["phase"] == "Succeeded" else "PodFailed")
     if conds:
         out["conditions"] = conds
     if host_ip:
