@@ -235,3 +235,29 @@ def test_api_paths_errors_and_kubeconfig_parsing(tmp_path):
     doc["users"][0]["user"] = {"exec": {"command": "aws"}}
     with pytest.raises(ConfigError, match="exec"):
         config_from_dict(doc)
+
+
+# ------------------------------------------------------------------ provider configuration errors
+
+
+def test_provider_configuration_errors_are_clear(tmp_path):
+    from types import SimpleNamespace
+
+    from gpufleet.vk.providers import ProviderConfigError, build
+
+    base = dict(name="p", gpu_model="H100-SXM-80GB", capacity_gpus=8, price_per_gpu_hour=1.0, kubeconfig_secret=None,
+                start_latency_seconds=0, failure_rate=0, max_pods=10)
+    with pytest.raises(ProviderConfigError, match="unknown provider 'rent-a-gpu'"):
+        build(SimpleNamespace(**base, provider="rent-a-gpu"), node_name="vk-p")
+    with pytest.raises(ProviderConfigError, match="unknown gpu_model"):
+        build(SimpleNamespace(**{**base, "gpu_model": "B300"}, provider="simulated"), node_name="vk-p")
+    with pytest.raises(ProviderConfigError, match="needs kubeconfig_secret"):
+        build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p")
+    with pytest.raises(ProviderConfigError, match="does not exist"):
+        build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p", remote_kubeconfig=str(tmp_path / "nope"))
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\ncontexts: []\n")
+    with pytest.raises(ProviderConfigError, match="no context named 'x'"):
+        build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p", remote_kubeconfig=str(bad))
+    sim = build(SimpleNamespace(**base, provider="simulated"), node_name="vk-p", start=False)
+    assert sim.capacity().gpus == 8 and sim.capacity().gpu_product == H100
