@@ -37,11 +37,13 @@ SCENARIOS = (("5x10 maxUnavailable=1", 5, 10, 1), ("1x50 maxUnavailable=1", 1, 5
 
 
 def ready(core, ns: str) -> int:
+    """Ready pods of ``ns`` not being deleted."""
     return sum(1 for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None
                and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])))
 
 
 def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavailable) -> None:
+    """Deployments and PDBs in ``ns`` with every pod Running on ``node``."""
     apps, policy, core = client.AppsV1Api(api), client.PolicyV1Api(api), client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
     for i in range(deployments):
@@ -71,6 +73,7 @@ def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavaila
 
 
 def main() -> None:
+    """Run the benchmark (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", help="use this running local cluster instead of starting ops-bench-drain")
     ap.add_argument("--keep", action="store_true")

@@ -103,10 +103,12 @@ def freeze_ready(c, api) -> None:
 
 
 def training_quota(api) -> int:
-    return int(rs._quota_of(kube.call_json(api, "GET", f"{rs.CQ_PATH}/training"), FLAVOR)["nominal"])
+    """GPU nominalQuota of ClusterQueue training."""
+    return int(rs.quota_of(kube.call_json(api, "GET", f"{rs.CQ_PATH}/training"), FLAVOR)["nominal"])
 
 
 def main() -> None:
+    """Run the benchmark (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=10, help="one-shot resync rounds")

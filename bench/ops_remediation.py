@@ -38,6 +38,7 @@ from gpufleet.prom.server import running_prometheus
 
 
 def main() -> None:
+    """Run the benchmark (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster")
     ap.add_argument("--keep", action="store_true")

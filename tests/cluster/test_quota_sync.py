@@ -122,7 +122,7 @@ def gpu_quota(api) -> dict[str, int]:
     out = {}
     for q in ("training", "research"):
         cq = kube.call_json(api, "GET", f"{rs.CQ_PATH}/{q}")
-        out[q] = int(rs._quota_of(cq, FLAVOR)["nominal"])
+        out[q] = int(rs.quota_of(cq, FLAVOR)["nominal"])
     return out
 
 

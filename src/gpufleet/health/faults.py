@@ -153,6 +153,7 @@ class Queries:
 
 
 def _samples(series: Series, since: float) -> list[tuple[float, float]]:
+    """``(time, value)`` samples of a matrix or vector series at or after ``since``."""
     values = series.get("values")
     if values is None and "value" in series:
         values = [series["value"]]
@@ -194,6 +195,7 @@ def growth(samples: list[tuple[float, float]], window_start: float, scrape_inter
 
 
 def _node(series: Series, rules: Rules) -> str | None:
+    """The node a series belongs to (its ``rules.node_label`` label), None without one."""
     return (series.get("metric") or {}).get(rules.node_label)
 
 

@@ -313,6 +313,7 @@ class Remediator:
     # ------------------------------------------------------------------ actions
 
     def _once(self, node: Node | None, d: Decision, reason: str, message: str, type_: str = "Normal") -> None:
+        """Record ``reason`` on the node once per node, reason and fault kinds (dry run and deferrals repeat every step)."""
         key = (d.node, reason, d.kinds)
         if key in self._announced or node is None:
             return
@@ -320,6 +321,7 @@ class Remediator:
         record_event(self.api, node, reason, message, type_=type_, component=COMPONENT, action=d.action.capitalize())
 
     def _act(self, d: Decision, node: Node | None) -> None:
+        """Carry out one decision: defer (Event), dry run (Event), degrade (now) or swap (worker thread)."""
         if d.action == "skip":
             return
         if d.action == "defer":
@@ -348,12 +350,14 @@ class Remediator:
             self._busy[d.node] = self._pool.submit(self._swap, d, entry)
 
     def _observe(self, d: Decision) -> None:
+        """Record the latency from the evidence to the taint (metric and :attr:`latencies`)."""
         latency = max(time.time() - min(f.since for f in d.faults), 0.0)
         self.latencies[d.node] = latency
         self.metrics.latency.observe(latency)
         log.info("%s %s after %.1fs: %s", d.action, d.node, latency, d.detail)
 
     def _swap(self, d: Decision, entry: dict[str, Any]) -> None:
+        """The swap steps for a decision (worker thread); failures are logged and counted, never raised."""
         reason = f"node-health: {d.detail}"
         try:
             swapper.swap(self.api, d.node, reason, source="node-health", timeout=self.settings.drain_timeout_seconds,
@@ -368,6 +372,7 @@ class Remediator:
             log.error("swapping %s failed: %s", d.node, exc)
 
     def _mark_lemon(self, d: Decision) -> None:
+        """Label the node a lemon (guarded patch) and record Event ``NodeLemon``."""
         w = self.settings.lemon_window_seconds / 3600
 
         def change(obj: Node) -> dict[str, Any] | None:

@@ -224,4 +224,5 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
 
 
 def _finished(pod: Pod) -> bool:
+    """Phase Succeeded or Failed."""
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")

@@ -116,7 +116,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     from roles.kueue.manifests import quotas
 
     from gpufleet.quota.capacity import flavor_capacity, gpu_map
-    from gpufleet.quota.resync import _quota_of, reserved_gpus
+    from gpufleet.quota.resync import quota_of, reserved_gpus
 
     v = inv.role("kueue")
     pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
@@ -164,7 +164,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         cq = cqs.get(q)
         reserved = reserved_gpus(cq) if cq else {}
         for f, r in flavors.items():
-            nominal = _quota_of(cq, f)["nominal"] if cq else None
+            nominal = quota_of(cq, f)["nominal"] if cq else None
             st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
     st.nodes_out.sort(key=lambda s: s.name)
     return st

@@ -156,12 +156,14 @@ def slug(text: str, fallback: str = "manual") -> str:
 
 
 def _taint_str(t: dict[str, str] | None) -> str:
+    """A taint as ``key=value:effect`` (``-`` for none)."""
     if t is None:
         return "-"
     return f"{t['key']}={t.get('value', '')}:{t.get('effect', '')}"
 
 
 def _without(taints: list[dict[str, str]], *keys: str) -> list[dict[str, str]]:
+    """``taints`` without those whose key is in ``keys``."""
     return [t for t in taints if t.get("key") not in keys]
 
 
@@ -328,6 +330,7 @@ def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[
 
 
 def _request_data(node: Node, reason: str, source: str, state: str, when: str) -> dict[str, str]:
+    """The swap request's data keys (module docstring) for ``node``."""
     return {"node": nodeutil.name(node), "reason": reason, "source": source, "requested_at": when, "state": state,
             "flavor": nodeutil.flavor(node) or "", "gpus": str(nodeutil.gpus(node, "capacity")),
             "lemon": "true" if nodeutil.is_lemon(node) else "false",
@@ -490,6 +493,7 @@ def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, s
 
 
 def _pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+    """Pods bound to ``node`` (dicts)."""
     from gpufleet.ops.kube import pods_on_node
 
     return pods_on_node(api, node)

@@ -84,6 +84,7 @@ class NodeCache:
         self.events = 0
 
     def _mark(self) -> None:
+        """Note a capacity change: dirty, and the time of the first change of the burst."""
         with self.lock:
             if self.first_change is None:
                 self.first_change = time.monotonic()
@@ -97,6 +98,7 @@ class NodeCache:
             return list(self.nodes.values()), first
 
     def _relist(self) -> str:
+        """List every Node into the cache; returns the list's resourceVersion for the watch."""
         items, rv = list_items(self.api, "/api/v1/nodes")
         fresh = {nodeutil.name(n): slim(n) for n in items}
         with self.lock:
@@ -244,6 +246,7 @@ class QuotaSync:
         return out
 
     def _export(self, plan: resync.ResyncPlan) -> None:
+        """Set the gauges from a plan."""
         for q, flavors in plan.desired.items():
             for f, r in flavors.items():
                 self.metrics.nominal.labels(q, f).set(r["gpu"])
@@ -256,6 +259,7 @@ class QuotaSync:
             self.metrics.cannot_fit.labels(q).set(sum(1 for g in plan.cannot_fit if g.cluster_queue == q))
 
     def _report(self, plan: resync.ResyncPlan) -> None:
+        """Events for drift and gangs not reported before; a log line for zero-capacity flavors."""
         new_drift = [d for d in plan.drift if ("drift", d.cluster_queue, d.flavor, d.reserved, d.nominal) not in self._reported]
         new_gangs = [g for g in plan.cannot_fit if ("gang", g.workload, g.max_gpus) not in self._reported]
         for d in new_drift:

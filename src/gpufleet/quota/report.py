@@ -12,6 +12,7 @@ from gpufleet.quota.resync import ApplyResult, ResyncPlan
 
 
 def _fmt(resource: str, value: Decimal | int | None) -> str:
+    """A quota value for the table: memory in GiB, others as integers, ``-`` for none."""
     if value is None:
         return "-"
     if resource == "memory":

@@ -165,6 +165,7 @@ class ApplyResult:
 
 
 def _q(value: Any) -> Decimal | None:
+    """A quantity as a Decimal, None for None."""
     return None if value is None else parse_quantity(value)
 
 
@@ -202,7 +203,8 @@ def rebuild_resource_groups(cq: Obj, desired: dict[str, dict[str, int]]) -> tupl
     return groups, changes, sorted(set(desired) - seen)
 
 
-def _quota_of(cq: Obj, flavor: str, resource: str = GPU_RESOURCE) -> dict[str, Decimal | None]:
+def quota_of(cq: Obj, flavor: str, resource: str = GPU_RESOURCE) -> dict[str, Decimal | None]:
+    """nominal, borrowing and lending limits (Decimal or None) of ``resource`` for ``flavor`` in a ClusterQueue."""
     for group in (cq.get("spec") or {}).get("resourceGroups") or []:
         for fq in group.get("flavors") or []:
             if fq.get("name") == flavor:
@@ -241,6 +243,7 @@ def workload_gpus(wl: Obj) -> int:
 
 
 def _conds(obj: Obj) -> dict[str, str]:
+    """Condition type -> status of an object."""
     return {c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []}
 
 
@@ -267,7 +270,7 @@ def max_admittable(cq_name: str, flavor: str, queues: dict[str, Obj], nominal: d
     """
     cq = queues[cq_name]
     own = nominal.get(cq_name, {}).get(flavor)
-    limits = _quota_of(cq, flavor)
+    limits = quota_of(cq, flavor)
     if own is None:
         own = int(limits["nominal"] or 0)
     cohort = (cq.get("spec") or {}).get("cohortName")
@@ -277,7 +280,7 @@ def max_admittable(cq_name: str, flavor: str, queues: dict[str, Obj], nominal: d
     for other, obj in queues.items():
         if other == cq_name or (obj.get("spec") or {}).get("cohortName") != cohort:
             continue
-        q = _quota_of(obj, flavor)
+        q = quota_of(obj, flavor)
         n = nominal.get(other, {}).get(flavor, int(q["nominal"] or 0))
         lendable += min(n, int(q["lending"])) if q["lending"] is not None else n
     if limits["borrowing"] is not None:

@@ -28,6 +28,7 @@ _KUBE_HELP = {
 
 
 def _diff_table(title: str, plan) -> Table:
+    """A plan's changes as a table."""
     t = Table(title=title)
     for col in ("field", "now", "after"):
         t.add_column(col)
@@ -39,6 +40,7 @@ def _diff_table(title: str, plan) -> Table:
 
 
 def _pods_table(title: str, drain) -> Table:
+    """A drain's pods (evicted, blocked, skipped) as a table."""
     t = Table(title=title)
     for col in ("pod", "outcome", "why"):
         t.add_column(col)
@@ -54,6 +56,7 @@ def _pods_table(title: str, drain) -> Table:
 
 
 def _confirm(question: str) -> bool:
+    """Ask on the terminal; refuse (exit 2) when stdin is not one."""
     if not sys.stdin.isatty():
         raise Exit("refusing to act without confirmation: pass --yes (stdin is not a terminal)", code=2)
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
