@@ -10,7 +10,8 @@ Prints:
   from fresh state, however long it takes), with the time to all Ready;
 * the largest fleet that comes up (fresh state, all nodes Ready) within the
   limit (default 120 s): the largest of those sizes within it, and beyond
-  them doubling while it still fits.
+  them doubling while it still fits, or bisecting (512-node steps) between
+  the largest size that fits and the smallest that does not.
 
 Every line shows the 1-minute load average: the machine may be shared.
 
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--max", type=int, default=16384, help="largest size to try for the 2-minute limit")
     ap.add_argument("--limit", type=float, default=120.0, help="seconds a fleet may take to come up")
     ap.add_argument("--settle", type=float, default=20.0, help="seconds to wait before reading RSS")
+    ap.add_argument("--step", type=int, default=512, help="resolution (nodes) of the largest-size search")
     ap.add_argument("--size-timeout", type=float, default=900.0, help="seconds each phase may take for the RSS table")
     args = ap.parse_args()
 
@@ -104,7 +106,7 @@ def main() -> None:
         measured[size] = secs
         split = f"create {phases.get(f'nodes (+{size} -0)', 0):.0f}s, Ready {phases.get(f'{size} nodes Ready', 0):.0f}s"
         print(f"{size:6} nodes: up in {secs:6.1f}s ({split})   kube-apiserver {mib(api)}   etcd {mib(etcd)}   ({load()})", flush=True)
-    # Largest size up within the limit: beyond the table, keep doubling while it fits.
+    # Largest size up within the limit: beyond the table, keep doubling while it fits...
     size = max(measured) * 2 if measured and all(t <= args.limit for t in measured.values()) else 0
     while size and size <= args.max:
         try:
@@ -116,6 +118,19 @@ def main() -> None:
         if secs > args.limit:
             break
         size *= 2
+    # Between the largest size that fits and the smallest that does not: bisect to --step nodes.
+    while True:
+        fits = [s for s, t in measured.items() if t <= args.limit]
+        over = [s for s, t in measured.items() if t > args.limit]
+        if not fits or not over or min(over) - max(fits) <= args.step:
+            break
+        size = (max(fits) + min(over)) // 2 // args.step * args.step
+        try:
+            secs, _ = fresh_up(node_specs("local", size), args.limit * 2)
+        except (TimeoutError, local.ComponentFailed):
+            secs = float("inf")
+        measured[size] = secs
+        print(f"{size:6} nodes: up in {secs:6.1f}s  ({load()})", flush=True)
     ok = [s for s, t in measured.items() if t <= args.limit]
     print(f"\nlargest fleet up within {args.limit:.0f}s: {max(ok) if ok else 'none'} nodes (measured {measured})")
     local.down(NAME, purge=True)

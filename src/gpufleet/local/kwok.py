@@ -37,11 +37,14 @@ MANAGED_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 SIMULATED_LABEL = "gpufleet.io/simulated"
 #: Pod IP range (kept clear of the 10.96.0.0/16 service range).
 POD_CIDR = "10.128.0.0/12"
-#: Node lease duration (s); kwok renews at a quarter of it. Long enough that
-#: 4096 nodes do not flood a two-core apiserver, short enough for node lifecycle.
-LEASE_SECONDS = 120
-#: kube-controller-manager's ``--node-monitor-grace-period`` matching :data:`LEASE_SECONDS`.
-NODE_MONITOR_GRACE = "180s"
+#: Node lease duration (s); kwok renews at a quarter of it (100 s). Lease
+#: renewals are the largest steady load at scale (4096 nodes renewing every
+#: 10 s, kubelet's default, would be 400 writes/s), so they are spaced out.
+LEASE_SECONDS = 400
+#: kube-controller-manager's ``--node-monitor-grace-period``: longer than the
+#: renewal interval, so a node whose kwok stops goes NotReady after ~3 minutes.
+#: Tests that need NotReady sooner set the condition with a kwok Stage.
+NODE_MONITOR_GRACE = "200s"
 
 _UPSTREAM_STAGES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
