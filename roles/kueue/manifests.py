@@ -138,8 +138,9 @@ def quota_sync(inv: Inventory) -> list[Obj]:
     rules = [
         rule([""], ["nodes", "pods"], ["get", "list", "watch"]),
         rule(["kueue.x-k8s.io"], ["clusterqueues"], ["get", "list", "watch", "patch", "update"]),
-        rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors"], ["get", "list", "watch"]),
+        rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors", "localqueues"], ["get", "list", "watch"]),
         LEASE_RULE, EVENT_RULE,
     ]
     return [namespace(v.kueue_quota_sync_namespace),
             *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules)]
+

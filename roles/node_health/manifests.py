@@ -18,7 +18,14 @@ def objects(inv: Inventory) -> list[Obj]:
              rule([""], ["configmaps"], ["get", "list", "watch", "create", "update", "patch"]),
              rule(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"]),
              LEASE_RULE, EVENT_RULE]
-    args = ["node-health", "--env", inv.env, "--prometheus-url", v.node_health_prometheus_url]
+    args = ["node-health", "--env", inv.env, "--prometheus-url", v.node_health_prometheus_url,
+            "--interval", str(v.node_health_interval_seconds),
+            "--drain-timeout", str(v.node_health_drain_timeout_seconds),
+            "--degraded-clear", str(v.node_health_degraded_clear_seconds),
+            "--error-window", str(v.node_health_error_window_seconds),
+            "--event-window", str(v.node_health_event_window_seconds),
+            "--nvlink-error-threshold", str(v.node_health_nvlink_error_threshold),
+            "--ib-error-threshold", str(v.node_health_ib_error_threshold)]
     if v.node_health_dry_run:
         args.append("--dry-run")
     return [namespace(ns), *controller("node-health", ns, args, rules)]

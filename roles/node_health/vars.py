@@ -20,6 +20,13 @@ class Vars(BaseModel):
     node_health_namespace: DnsLabel
     node_health_prometheus_url: str
     node_health_hot_samples: PositiveInt
+    node_health_interval_seconds: PositiveInt
+    node_health_drain_timeout_seconds: PositiveInt
+    node_health_degraded_clear_seconds: PositiveInt
+    node_health_error_window_seconds: PositiveInt
+    node_health_nvlink_error_threshold: NonNegativeInt
+    node_health_ib_error_threshold: NonNegativeInt
+    node_health_event_window_seconds: PositiveInt
     node_health_max_nodes_out: NonNegativeInt
     node_health_dry_run: bool
     node_health_fatal_xids: list[PositiveInt]
