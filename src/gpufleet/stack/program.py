@@ -22,15 +22,25 @@ PROJECT = "gpufleet"
 
 
 def stack_config() -> dict[str, Any]:
-    """``gpufleet:*`` stack-config values (JSON-decoded where they are JSON), keyed without the prefix."""
+    """``gpufleet:*`` stack-config values (JSON-decoded where they are JSON), keyed without the prefix.
+
+    The engine hands config to the program in its Run request, which the SDK
+    keeps in ``pulumi.runtime.config.CONFIG`` (inline programs of the
+    Automation API get it only that way); ``PULUMI_CONFIG`` in the
+    environment is the older channel. The request wins, as in
+    ``pulumi.runtime.config.get_config``.
+    """
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     out: dict[str, Any] = {}
-    for key, raw in pulumi.runtime.config.get_config_env().items():
+    for key, value in raw.items():
         if not key.startswith(f"{PROJECT}:"):
             continue
         try:
-            out[key.split(":", 1)[1]] = json.loads(raw)
+            out[key.split(":", 1)[1]] = json.loads(value)
         except (TypeError, ValueError):
-            out[key.split(":", 1)[1]] = raw
+            out[key.split(":", 1)[1]] = value
     return out
 
 

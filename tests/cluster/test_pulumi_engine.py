@@ -1,0 +1,231 @@
+"""The real Pulumi engine against the local cluster: up, no-op preview, a one-variable change, destroy.
+
+Runs :mod:`gpufleet.stack.engine` (the Pulumi CLI and the Kubernetes
+provider built from the Go module proxy, a file backend in ``tmp_path``, a
+project folder of its own so the checkout's ``Pulumi.local.yaml`` is never
+touched). The tests share one stack and run in file order:
+
+1. ``up`` creates exactly what the stack declares (the render under mocks
+   is the reference), and the objects are on the cluster;
+2. a second ``preview`` shows no changes;
+3. ``gpufleet:kueue_reserve_gpus`` in stack config updates only the
+   objects that depend on it (the ClusterQueues), in place;
+4. ``destroy`` removes everything: the cluster's objects are those it had
+   before ``up`` (a snapshot of every listable API object, events excluded).
+
+The stack is destroyed at the end of the module even when a test fails.
+
+The controllers' Deployments need a node without the GPU taint (the engine
+waits for them to become available). ``inventories/local`` has only GPU
+nodes so far; until it has untainted system nodes, the module adds one kwok
+node of its own (outside the snapshots) and removes it at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import dynamic
+from kubernetes.client import ApiClient
+
+from gpufleet.inventory import NodeSpec, load
+from gpufleet.local import kwok
+from gpufleet.stack import engine, tools
+from gpufleet.stack.render import render
+from gpufleet.stack.role import object_id
+
+pytestmark = pytest.mark.cluster
+
+ENV = "local"
+VARIABLE, VALUE = "kueue_reserve_gpus", 8
+#: Objects nobody declares that come and go on their own.
+VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
+
+Ident = tuple[str, str, str, str, str]  # apiVersion, kind, namespace, name, uid
+
+
+def snapshot(api: ApiClient) -> set[Ident]:
+    """Every object of every listable resource type (built-in and custom), as identities with uid."""
+    dyn = dynamic.DynamicClient(api)
+    out: set[Ident] = set()
+    for res in dyn.resources.search():
+        if "list" not in (res.verbs or []) or "/" in res.name or (res.group_version, res.kind) in VOLATILE:
+            continue
+        if res.kind.endswith("List") or not res.preferred:
+            continue
+        for item in res.get().items:
+            md = item.metadata
+            out.add((res.group_version, res.kind, md.namespace or "", md.name, md.uid))
+    return out
+
+
+def declared_ids(overrides: dict | None = None) -> dict[str, dict]:
+    """``object_id`` -> manifest of every object the stack declares (render under mocks)."""
+    return {object_id(o): o for o in render(load(ENV, overrides=overrides)).objects}
+
+
+def urn_name(urn: str) -> str:
+    """The object id (``Kind/[ns/]name``) a URN stands for.
+
+    Role objects are named by their object id; the shared Namespaces by
+    their plain name.
+    """
+    name = urn.rsplit("::", 1)[-1]
+    return f"Namespace/{name}" if urn_type(urn) == "kubernetes:core/v1:Namespace" else name
+
+
+def urn_type(urn: str) -> str:
+    """The type token of a URN's resource (last element of the type chain)."""
+    return urn.rsplit("::", 2)[-2].rsplit("$", 1)[-1]
+
+
+SYSTEM_NODE = "pulumi-test-system"
+
+
+def _schedulable_untainted(api: ApiClient) -> bool:
+    """True when some Ready node takes pods that tolerate nothing."""
+    from kubernetes.client import CoreV1Api
+
+    for node in CoreV1Api(api).list_node().items:
+        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+        hard = [t for t in node.spec.taints or [] if t.effect in ("NoSchedule", "NoExecute")]
+        if ready and not hard and not node.spec.unschedulable:
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def system_node(local_cluster) -> Iterator[str | None]:
+    """An untainted kwok node for the controllers when the inventory gives none; its name or None."""
+    from kubernetes.client import CoreV1Api
+
+    if _schedulable_untainted(local_cluster.api_client):
+        yield None
+        return
+    spec = NodeSpec(name=SYSTEM_NODE, labels={"node-role.kubernetes.io/system": ""}, taints=[],
+                    capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
+    node = kwok.node_manifest(spec, local_cluster.name)
+    del node["metadata"]["labels"][kwok.SIMULATED_LABEL]  # local.up keeps only inventory nodes with that label
+    core = CoreV1Api(local_cluster.api_client)
+    core.create_node(node)
+    try:
+        deadline = time.monotonic() + 60
+        while not _schedulable_untainted(local_cluster.api_client):
+            assert time.monotonic() < deadline, f"kwok did not make {SYSTEM_NODE} Ready"
+            time.sleep(0.5)
+        yield SYSTEM_NODE
+    finally:
+        core.delete_node(SYSTEM_NODE)
+
+
+@dataclasses.dataclass
+class Deployed:
+    """The module's stack: its target, what ``up`` returned, and the cluster before it."""
+
+    target: engine.Target
+    before: set[Ident]
+    up: engine.Result
+    seconds: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]:
+    """``pulumi up`` of the local stack into a fresh backend; destroyed (and removed) at module end.
+
+    Builds the Pulumi CLI and provider first when ``invoke pulumi-install``
+    has not (a cold build takes many minutes: see the first test's timeout).
+    """
+    tools.ensure_all(progress=print)
+    root: Path = tmp_path_factory.mktemp("pulumi")
+    target = engine.Target(env=ENV, kubeconfig=local_cluster.kubeconfig, work_dir=root / "project",
+                           backend=root / "backend")
+    target.work_dir.mkdir()
+    before = snapshot(local_cluster.api_client)
+    seconds: dict[str, float] = {}
+    try:
+        started = time.monotonic()
+        result = engine.up(target, printer=print)
+        seconds["up"] = time.monotonic() - started
+        yield Deployed(target, before, result, seconds)
+    finally:
+        engine.destroy(target, printer=print, remove=True)
+        print("engine seconds:", {k: round(v, 1) for k, v in seconds.items()})
+
+
+# Covers the fixture, which builds the CLI and provider on a machine where
+# `invoke pulumi-install` (make install) has not: a cold build is long.
+@pytest.mark.timeout(3600)
+def test_up_creates_exactly_what_the_stack_declares(deployed, local_cluster):
+    declared = declared_ids()
+    created = {urn_name(u): op for u, op in deployed.up.changes.items()
+               if urn_type(u).startswith("kubernetes:") and urn_type(u) != "pulumi:providers:kubernetes"}
+    assert set(created) == set(declared)
+    assert set(created.values()) == {"create"}
+    assert deployed.up.outputs["environment"] == ENV
+    # Every declared object is on the cluster now.
+    dyn = dynamic.DynamicClient(local_cluster.api_client)
+    for oid, obj in declared.items():
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        md = obj["metadata"]
+        assert res.get(name=md["name"], namespace=md.get("namespace")).metadata.uid, oid
+
+
+def _quantities_are_numbers() -> bool:
+    """True while roles/kueue declares ClusterQueue quotas as numbers.
+
+    Kueue's webhook stores every quota as a string (``"896"``), so a
+    declared number differs from the state on every preview; quantities
+    must be declared as strings, the way the API server returns them.
+    """
+    for obj in declared_ids().values():
+        if obj["kind"] == "ClusterQueue":
+            for group in obj["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    if any(not isinstance(r["nominalQuota"], str) for r in flavor["resources"]):
+                        return True
+    return False
+
+
+@pytest.mark.xfail(condition=_quantities_are_numbers(), strict=True,
+                   reason="roles/kueue declares nominalQuota as numbers; Kueue stores strings: a diff on every preview")
+def test_second_preview_shows_no_changes(deployed):
+    started = time.monotonic()
+    result = engine.preview(deployed.target, printer=print)
+    deployed.seconds["preview"] = time.monotonic() - started
+    assert result.changes == {}
+    assert set(result.summary) == {"same"}
+
+
+def test_one_variable_updates_only_its_dependents(deployed, local_cluster):
+    before, after = declared_ids(), declared_ids({VARIABLE: VALUE})
+    expected = {oid for oid in before if before[oid] != after[oid]}
+    assert expected, f"{VARIABLE}={VALUE} changes no object; pick another value"
+    changed = dataclasses.replace(deployed.target, config={f"gpufleet:{VARIABLE}": str(VALUE)})
+
+    preview = engine.preview(changed, printer=print)
+    assert {urn_name(u): op for u, op in preview.changes.items()} == {oid: "update" for oid in expected}
+    assert preview.summary["update"] == len(expected)
+
+    started = time.monotonic()
+    up = engine.up(changed, printer=print)
+    deployed.seconds["update"] = time.monotonic() - started
+    assert {urn_name(u): op for u, op in up.changes.items()} == {oid: "update" for oid in expected}
+    dyn = dynamic.DynamicClient(local_cluster.api_client)
+    for oid in expected:
+        obj = after[oid]
+        live = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).get(name=obj["metadata"]["name"])
+        assert live.to_dict()["spec"]["resourceGroups"] == obj["spec"]["resourceGroups"], oid
+
+
+def test_destroy_leaves_the_cluster_as_it_was(deployed, local_cluster):
+    started = time.monotonic()
+    result = engine.destroy(deployed.target, printer=print)
+    deployed.seconds["destroy"] = time.monotonic() - started
+    assert set(result.summary) == {"delete"}
+    after = snapshot(local_cluster.api_client)
+    assert after - deployed.before == set(), "left behind"
+    assert deployed.before - after == set(), "removed objects the stack did not create"
