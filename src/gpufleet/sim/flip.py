@@ -59,7 +59,7 @@ from typing import Any
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.main import Settings, build as build_controller
 from gpufleet.flip.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.vk.kube import Kube, KubeError, NotFound
+from gpufleet.vk.kube import Kube, KubeError
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.node import node_name_for
 
@@ -479,7 +479,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                          "data": {"kubeconfig": base64.b64encode(rc.kubeconfig.read_bytes()).decode()}})
 
     # 2. objects
-    _cleanup(kube, lq.namespace, inf.inference_namespace, [], quiet=True)
+    _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, [], fresh=True)
     for obj in training_priority_class(kueue_objects(inv)):
         if obj["kind"] not in KINDS:
             continue
@@ -551,34 +551,50 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             plot(samples, phases, out / "flip.png", f"gpufleet flip: {nodes} nodes, {replicas} inference replicas")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         if not opts.keep:
-            _cleanup(kube, lq.namespace, inf.inference_namespace, vnodes)
+            _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, vnodes)
         # The clusters (this one and the pools' second ones) stay up: `invoke local.down [--name]` stops them.
     _print_summary(console, summary, phases, ctl)
     return summary
 
 
-def _cleanup(kube: Kube, training_ns: str, inference_ns: str, vnodes: list[str], quiet: bool = False) -> None:
-    """Delete the JobSet, the inference workload and the virtual nodes (best effort)."""
+def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, vnodes: list[str], *,
+             fresh: bool = False) -> None:
+    """Delete the JobSet, the inference Deployment/HPA/PDB and the virtual nodes (best effort).
+
+    With ``fresh`` (before a run), also delete what is left of their pods at
+    once (grace 0: a previous run's pods may sit on virtual nodes no
+    virtual kubelet serves) and wait up to 60 s for them to be gone, so
+    every run starts from the same state.
+    """
     steps = [("jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, training_ns)]
-    steps += [(api, plural, "chat", inference_ns) for api, plural in (
-        ("apps/v1", "deployments"), ("autoscaling/v2", "horizontalpodautoscalers"), ("policy/v1", "poddisruptionbudgets"))
-        if not quiet]
+    steps += [(api, plural, deployment, inference_ns) for api, plural in (
+        ("apps/v1", "deployments"), ("autoscaling/v2", "horizontalpodautoscalers"), ("policy/v1", "poddisruptionbudgets"))]
     steps += [("v1", "nodes", n, None) for n in vnodes]
     for api, plural, name, ns in steps:
         try:
             kube.delete(api, plural, name, ns, propagation="Background")
-        except (NotFound, KubeError):
+        except KubeError:
             pass
-    if quiet:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+    if not fresh:
+        return
+    selectors = [(training_ns, f"jobset.sigs.k8s.io/jobset-name={JOBSET_NAME}"),
+                 (inference_ns, f"app.kubernetes.io/name={deployment}")]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = []
+        for ns, sel in selectors:
             try:
-                left = kube.list("v1", "pods", training_ns, labelSelector="jobset.sigs.k8s.io/jobset-name=" + JOBSET_NAME)
+                left += kube.list("v1", "pods", ns, labelSelector=sel)["items"]
             except KubeError:
-                break
-            if not left.get("items"):
-                break
-            time.sleep(0.5)
+                pass
+        if not left:
+            return
+        for p in left:
+            try:
+                kube.delete("v1", "pods", p["metadata"]["name"], p["metadata"]["namespace"], grace_seconds=0)
+            except KubeError:
+                pass
+        time.sleep(0.5)
 
 
 def _print_summary(console, summary: dict, phases: dict, ctl: TaintController) -> None:
