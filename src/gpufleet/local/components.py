@@ -43,9 +43,11 @@ class Component:
 
     Attributes:
         name: key in ``versions.yaml`` (``"kubernetes"``, ``"etcd"``, ...).
-        version: the pinned version (``"v1.35.4"``); for ``apt`` the package name.
+        version: the pinned version (``"v1.35.4"``); ``"debian"`` for apt
+            (whatever the distribution ships).
         method: how it is obtained (see the module docstring).
-        module: the upstream Go module (``"k8s.io/kubernetes"``); ``""`` for apt.
+        module: the upstream Go module (``"k8s.io/kubernetes"``); for apt the
+            Debian package name.
         packages: Go main packages to build, in the order of ``binaries``.
         binaries: file names produced under :attr:`bin_dir` (one per package).
         ldflags: extra ``-X`` settings so the binary reports its version.
@@ -209,8 +211,9 @@ def components() -> dict[str, Component]:
         ),
         Component(
             name="prometheus",
-            version=pin("prometheus", "debian_package"),
+            version="debian",
             method="apt",
+            module=pin("prometheus", "debian_package"),
             binaries=("prometheus", "promtool"),
             version_probe={"prometheus": ("--version",)},
             version_text="prometheus, version",

@@ -424,11 +424,11 @@ def _install_apt(comp: Component, status) -> str:
     if all(shutil.which(b) for b in comp.binaries):
         return "verified"
     if status is not None:
-        status.update(f"{comp.key}: apt-get install {comp.version}")
+        status.update(f"{comp.key}: apt-get install {comp.module}")
     log = comp.dir / "build.log"
     comp.dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", comp.version]
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", comp.module]
     if os.geteuid() != 0:
         cmd = ["sudo", "-n", *cmd]
     with open(log, "a") as out:
@@ -437,7 +437,7 @@ def _install_apt(comp: Component, status) -> str:
             subprocess.run([*cmd[: cmd.index("apt-get") + 1], "update"], stdout=out, stderr=subprocess.STDOUT, env=env)
             rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
     if rc != 0:
-        raise InstallError(f"apt-get install {comp.version} failed (exit {rc}); log {log}:\n{tail(log)}")
+        raise InstallError(f"apt-get install {comp.module} failed (exit {rc}); log {log}:\n{tail(log)}")
     return "installed"
 
 
