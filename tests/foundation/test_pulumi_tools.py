@@ -82,12 +82,14 @@ def test_provider_reports_the_version_it_really_is() -> None:
 def test_generated_passphrase_is_private_and_stable(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE_FILE", raising=False)
-    first = engine.passphrase_env(tmp_path / "backend")
+    monkeypatch.setenv("GPUFLEET_STATE", str(tmp_path / "state"))
+    first = engine.passphrase_env()
     path = Path(first["PULUMI_CONFIG_PASSPHRASE_FILE"])
+    assert path == tmp_path / "state" / "pulumi" / "passphrase"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and len(path.read_text()) >= 24
-    assert engine.passphrase_env(tmp_path / "backend") == first
+    assert engine.passphrase_env() == first
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "given")
-    assert engine.passphrase_env(tmp_path / "backend") == {}
+    assert engine.passphrase_env() == {}
 
 
 def test_engine_env_is_a_file_backend_without_downloads(tmp_path: Path, monkeypatch) -> None:

@@ -13,7 +13,9 @@ What the engine is given, and why:
   (default ``state_dir()/pulumi/backend``); no cloud login.
 * **Secrets**: ``PULUMI_CONFIG_PASSPHRASE`` (or ``..._FILE``) from the
   environment when set; otherwise a random passphrase generated once into
-  ``<state>/passphrase`` (mode 0600). Set the variable to share a stack.
+  ``state_dir()/pulumi/passphrase`` (mode 0600), whatever the backend, since
+  the salt it is checked against lives in ``Pulumi.<stack>.yaml`` of the
+  project folder. Set the variable to share a stack between machines.
 * **Plugins**: ``PULUMI_HOME`` is ``cache_dir()/pulumi-home``; the provider
   built here is installed there (``pulumi plugin install resource kubernetes
   <version> --file``) under the version it really is (the
@@ -110,15 +112,15 @@ class Result:
         return bool(self.changes)
 
 
-def passphrase_env(backend: Path) -> dict[str, str]:
-    """``PULUMI_CONFIG_PASSPHRASE(_FILE)``: the caller's when set, else one generated for this state.
+def passphrase_env() -> dict[str, str]:
+    """``PULUMI_CONFIG_PASSPHRASE(_FILE)``: the caller's when set, else this machine's generated one.
 
-    The generated passphrase lives beside the backend (``<backend>/../passphrase``,
-    mode 0600), so stacks of this machine's backend always open.
+    The generated passphrase is ``state_dir()/pulumi/passphrase`` (mode
+    0600), created on first use.
     """
     if os.environ.get("PULUMI_CONFIG_PASSPHRASE") is not None or os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE"):
         return {}
-    path = backend.parent / "passphrase"
+    path = paths.state_dir() / "pulumi" / "passphrase"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -136,7 +138,7 @@ def engine_env(target: Target) -> dict[str, str]:
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PULUMI_IGNORE_AMBIENT_PLUGINS": "true",
-        **passphrase_env(target.backend),
+        **passphrase_env(),
     }
 
 
