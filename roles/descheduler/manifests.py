@@ -19,6 +19,8 @@ from gpufleet.versions import pin
 
 #: The taint the taint controller adds to virtual nodes while the cluster has free GPUs.
 FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
+#: Label the flip-back budget puts on the pods it releases for eviction (src/gpufleet/flip/README.md).
+FLIP_BACK_LABEL = "gpufleet.io/flip-back"
 
 
 def policy(inv: Inventory) -> Obj:
@@ -32,7 +34,10 @@ def policy(inv: Inventory) -> Obj:
         "profiles": [{
             "name": "gpufleet-flip-back",
             "pluginConfig": [
-                {"name": "DefaultEvictor", "args": {"evictLocalStoragePods": True, "nodeFit": True}},
+                # Only pods gpufleet's flip-back budget released (lowest priority first, pods
+                # per minute per workload) are evictable: the descheduler has no budget over time.
+                {"name": "DefaultEvictor", "args": {"evictLocalStoragePods": True, "nodeFit": True,
+                                                    "labelSelector": {"matchLabels": {FLIP_BACK_LABEL: "released"}}}},
                 {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [FREE_GPUS_TAINT]}},
             ],
             "plugins": {"deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},

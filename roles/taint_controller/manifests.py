@@ -13,7 +13,11 @@ def objects(inv: Inventory) -> list[Obj]:
     v = inv.role("taint_controller")
     if not v.taint_controller_enabled:
         return []
-    rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch"]), rule([""], ["pods"], ["get", "list", "watch"]),
+    # Taints change by read-modify-write (update); the flip-out tolerates reserved nodes on
+    # training pods (patch), evicts inference there (pods/eviction) and, past its deadline, deletes.
+    rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
+             rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
+             rule([""], ["pods/eviction"], ["create"]),
              LEASE_RULE, EVENT_RULE]
     args = ["taint-controller", "--env", inv.env,
             "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),

@@ -35,6 +35,9 @@ def objects(inv: Inventory) -> list[Obj]:
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
                           memory="512Mi", volumes=volumes, mounts=mounts)
         deployment = objs[-1]
+        # The pod's IP is the virtual node's InternalIP.
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         deployment["spec"]["replicas"] = 1
         deployment["spec"]["strategy"] = {"type": "Recreate"}
         out += objs

@@ -50,11 +50,12 @@ def test_staging_has_a_flavor_per_gpu_model_in_each_queue() -> None:
     assert [f["name"] for f in cq["spec"]["resourceGroups"][0]["flavors"]] == ["a100-sxm-80gb", "h100-sxm-80gb"]
 
 
-def test_training_priority_preempts_inference() -> None:
+def test_training_outranks_inference_without_scheduler_preemption() -> None:
+    """Training wins through the taint controller's flip-out (PDB-respecting evictions), not the scheduler."""
     r = stack("prod")
     training, inference = find(r, "PriorityClass", "gpufleet-training"), find(r, "PriorityClass", "gpufleet-inference")
     assert training["value"] > inference["value"]
-    assert training["preemptionPolicy"] == "PreemptLowerPriority" and inference["preemptionPolicy"] == "Never"
+    assert training["preemptionPolicy"] == inference["preemptionPolicy"] == "Never"
     assert find(r, "WorkloadPriorityClass", "training-production")["value"] == 1000
 
 
@@ -79,6 +80,7 @@ def test_descheduler_only_acts_on_the_virtual_node_taint() -> None:
     assert policy["apiVersion"] == "descheduler/v1alpha2"
     args = {p["name"]: p.get("args") for p in policy["profiles"][0]["pluginConfig"]}
     assert args["RemovePodsViolatingNodeTaints"] == {"includedTaints": ["gpufleet.io/cluster-has-free-gpus"]}
+    assert args["DefaultEvictor"]["labelSelector"] == {"matchLabels": {"gpufleet.io/flip-back": "released"}}
     assert policy["maxNoOfPodsToEvictTotal"] == 5
     (release,) = [x for x in stack("prod").releases if x["name"] == "descheduler"]
     assert release["values"]["deschedulerPolicy"] == policy
