@@ -136,7 +136,7 @@ class Deployed:
 def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]:
     """``pulumi up`` of the local stack into a fresh backend; destroyed (and removed) at module end.
 
-    Builds the Pulumi CLI and provider first when ``invoke pulumi-install``
+    Builds the Pulumi CLI and provider first when ``invoke install``
     has not (a cold build takes many minutes: see the first test's timeout).
     """
     tools.ensure_all(progress=print)
@@ -157,7 +157,7 @@ def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]
 
 
 # Covers the fixture, which builds the CLI and provider on a machine where
-# `invoke pulumi-install` (make install) has not: a cold build is long.
+# `invoke install` (make install) has not: a cold build is long.
 @pytest.mark.timeout(3600)
 def test_up_creates_exactly_what_the_stack_declares(deployed, local_cluster):
     declared = declared_ids()

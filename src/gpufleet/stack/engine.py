@@ -178,6 +178,7 @@ def program(target: Target) -> Callable[[], None]:
     """The inline program: an explicit Kubernetes provider for ``target``, then the stack program."""
 
     def run() -> None:
+        """Runs inside the engine's Run request, in this process."""
         import pulumi
         import pulumi_kubernetes as k8s
 
@@ -221,19 +222,23 @@ class _Recorder:
     """Collects each resource step of an operation from the engine's events."""
 
     def __init__(self) -> None:
+        """Start with no changes recorded."""
         self.changes: dict[str, str] = {}
 
     def __call__(self, event: auto.EngineEvent) -> None:
+        """Record a resource step that is not ``same`` (URN -> operation)."""
         pre = event.resource_pre_event
         if pre is not None and pre.metadata.op != auto.OpType.SAME:
             self.changes[pre.metadata.urn] = pre.metadata.op.value
 
 
 def _summary(counts: dict[Any, int] | None) -> dict[str, int]:
+    """The engine's change counts keyed by plain operation names (``"create"``)."""
     return {getattr(k, "value", str(k)): v for k, v in (counts or {}).items()}
 
 
 def _fail(op: str, exc: auto.CommandError) -> EngineError:
+    """An EngineError carrying the CLI's own error text."""
     return EngineError(f"pulumi {op} failed:\n{exc}")
 
 

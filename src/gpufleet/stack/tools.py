@@ -174,6 +174,7 @@ def go_binary() -> str:
 
 
 def _go_env() -> dict[str, str]:
+    """The environment of go commands (no VCS stamping: module builds have no checkout)."""
     env = dict(os.environ)
     env.setdefault("GOFLAGS", "-buildvcs=false")
     return env
@@ -350,10 +351,12 @@ def plugin_version(path: Path, timeout: float = 30.0) -> str:
 
 
 def _spec_hash(tool: GoTool) -> str:
+    """A short hash of the tool's definition: a changed pin or flag invalidates the stamp."""
     return hashlib.sha256(json.dumps(asdict(tool), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _fingerprint(path: Path) -> list[int] | None:
+    """``[size, mtime_ns]`` of a file, None when it is missing."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -371,6 +374,7 @@ def stamped(tool: GoTool) -> bool:
 
 
 def _write_stamp(tool: GoTool) -> None:
+    """Record that the cached program verified (see :func:`stamped`)."""
     (tool.dir / "stamp.json").write_text(json.dumps({"spec": _spec_hash(tool), "binary": _fingerprint(tool.path)}))
 
 
@@ -387,11 +391,13 @@ def build_record(tool: GoTool) -> dict[str, dict[str, float | str]]:
 
 
 def _children_cpu() -> float:
+    """User+system CPU seconds of finished child processes so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def _record(tool: GoTool, action: str, seconds: float, cpu: float) -> None:
+    """Add one step's wall and CPU seconds to ``install.json``."""
     data = build_record(tool)
     data[action] = {"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
                     "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -400,6 +406,7 @@ def _record(tool: GoTool, action: str, seconds: float, cpu: float) -> None:
 
 @contextlib.contextmanager
 def _lock(path: Path) -> Iterator[None]:
+    """An exclusive file lock: one build at a time, across processes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -410,6 +417,7 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def _tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log (``""`` when it does not exist)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:

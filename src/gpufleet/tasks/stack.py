@@ -1,9 +1,10 @@
-"""``invoke preview``, ``invoke up``, ``invoke destroy`` (and ``pulumi-install``): the Pulumi stack of an environment, for real.
+"""``invoke preview``, ``invoke up``, ``invoke destroy``: the Pulumi stack of an environment, for real.
 
 Each task runs the real engine (:mod:`gpufleet.stack.engine`) against a
 cluster and streams the engine's output. The Pulumi CLI and the Kubernetes
-provider are built from the Go module proxy on first use (minutes, cached
-afterwards under ``cache_dir()/components``). State lives in a local file
+provider are built from the Go module proxy on first use (``invoke install``
+builds them ahead; cold builds take many minutes), cached under
+``cache_dir()/components``. State lives in a local file
 backend; the passphrase comes from ``PULUMI_CONFIG_PASSPHRASE`` when set.
 
 Which cluster: ``--kubeconfig`` when given; for the ``local`` environment,
@@ -67,6 +68,7 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
 
 
 def _print(line: str) -> None:
+    """Stream one line of the engine's output at once."""
     print(line, flush=True)
 
 
@@ -144,23 +146,6 @@ def destroy(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backe
 
 
 def _counts(summary: dict[str, int]) -> str:
+    """``"59 same, 2 update"``: a change summary on one line."""
     return ", ".join(f"{n} {op}" for op, n in sorted(summary.items())) or "nothing"
 
-
-@task(help={"force": "rebuild even when the cached programs verify"})
-def pulumi_install(c: Context, force: bool = False) -> None:
-    """Build (or verify) the Pulumi CLI and the pulumi-kubernetes provider into the component cache.
-
-    `invoke up/preview/destroy` do this on first use; run it ahead (e.g. in
-    `make install`) because cold builds take minutes. A no-op when cached.
-    """
-    from gpufleet.stack import tools
-
-    try:
-        built = tools.ensure_all(force=force, progress=_print)
-    except tools.ToolError as exc:
-        raise Exit(str(exc), code=1) from None
-    for name, path in built.items():
-        rec = tools.build_record(next(t for t in tools.tools() if t.name == name)).get("built", {})
-        took = f" (cold build {rec['seconds']}s wall, {rec.get('cpu_seconds', '?')}s CPU)" if rec else ""
-        print(f"{name}: {path}{took}")
