@@ -68,12 +68,13 @@ def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -
     q = next(q for q in v.kueue_cluster_queues if q.name == name)
     flavors = []
     for flavor, res in quota.items():
-        gpu: Obj = {"name": GPU_RESOURCE, "nominalQuota": res["gpu"]}
+        # Quantities as strings: what the API server stores, so previews show no false diff.
+        gpu: Obj = {"name": GPU_RESOURCE, "nominalQuota": str(res["gpu"])}
         if q.borrowing_limit_gpus is not None:
-            gpu["borrowingLimit"] = q.borrowing_limit_gpus
+            gpu["borrowingLimit"] = str(q.borrowing_limit_gpus)
         flavors.append({"name": flavor, "resources": [
-            {"name": "cpu", "nominalQuota": res["cpu"]},
-            {"name": "memory", "nominalQuota": res["memory"]},
+            {"name": "cpu", "nominalQuota": str(res["cpu"])},
+            {"name": "memory", "nominalQuota": str(res["memory"])},
             gpu,
         ]})
     return {

@@ -41,7 +41,7 @@ def test_kueue_flavors_queues_in_one_cohort_and_quota_from_inventory() -> None:
     gpu = lambda cq: next(x["nominalQuota"] for x in cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]  # noqa: E731
                           if x["name"] == "nvidia.com/gpu")
     # 1,024 GPUs - 16 reserved = 1,008, split 3:1 with nothing lost to rounding.
-    assert (gpu(pre), gpu(res)) == (756, 252)
+    assert (gpu(pre), gpu(res)) == ("756", "252")
     assert find(r, "LocalQueue", "pretrain", "team-pretrain")["spec"]["clusterQueue"] == "pretraining"
 
 

@@ -15,6 +15,12 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 
+#: Stack config of the demo's ``pulumi up``: the roles whose workloads sim.flip runs itself.
+DEMO_CONFIG = {f"gpufleet:{key}": "false" for key in (
+    "inference_enabled", "taint_controller_enabled", "virtual_kubelet_enabled", "node_health_enabled",
+    "kueue_quota_sync_enabled")}
+
+
 @task(help={"force": "rebuild every component even if cached and verified"})
 def install(c: Context, force: bool = False) -> None:
     """Build or verify everything the main job and the tests need (a no-op when cached)."""
@@ -41,9 +47,11 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: float = 30
     1. ``invoke local.up``: a real control plane with kwok GPU nodes, Kueue,
        JobSet, the descheduler and Prometheus on loopback.
     2. ``pulumi up --stack local`` (``invoke up --env local --yes``): every
-       role's objects. The flip simulation brings its own inference workload,
-       so the stack's inference role is switched off here (stack config
-       ``gpufleet:inference_enabled=false``).
+       role's objects. The flip simulation brings its own inference workload
+       and runs the controllers (taint controller, virtual kubelets) in its
+       own process, so those roles' Deployments are switched off here by
+       stack config (``DEMO_CONFIG``); the local fleet has only GPU nodes,
+       where controller pods would not schedule.
     3. ``invoke status --env local``.
     4. ``invoke sim.flip``: training takes every GPU, inference flips to the
        virtual nodes and comes back; prints the summary and the chart's path.
@@ -61,7 +69,7 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: float = 30
     console.print(f"kubeconfig: {cl.kubeconfig}")
     console.rule("2. pulumi up --stack local")
     target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
-                           config={"gpufleet:inference_enabled": "false"})
+                           config=DEMO_CONFIG)
     try:
         result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))
     except engine.EngineError as exc:
