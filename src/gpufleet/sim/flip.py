@@ -87,6 +87,10 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 }
 
 
+#: What the simulation applies of the kueue role.
+QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+
+
 class SimError(RuntimeError):
     """A phase of the simulation did not complete in time (the message says which and the last sample)."""
 
@@ -481,7 +485,9 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     # 2. objects
     _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, [], fresh=True)
     for obj in training_priority_class(kueue_objects(inv)):
-        if obj["kind"] not in KINDS:
+        # Queues and priorities only: the kueue role's quota-sync controller objects belong to
+        # the stack (`invoke up`), and applying them here would take their fields from it.
+        if obj["kind"] not in QUEUE_KINDS:
             continue
         try:
             apply(kube, obj)
