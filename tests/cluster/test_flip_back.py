@@ -41,6 +41,7 @@ def gated(local_cluster):
     return local_cluster
 
 
+@pytest.mark.flaky(reruns=2)  # timing on a shared 2-core machine; a rerun starts from a settled cluster
 def test_descheduler_moves_released_pods_back_without_breaking_the_pdb(gated):
     kube = Kube.from_kubeconfig(gated.kubeconfig)
     sim = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE).start()
