@@ -10,10 +10,11 @@ Usage::
 The cluster is named ``$GPUFLEET_TEST_CLUSTER`` (default ``gpufleet-test``),
 built from the ``local`` inventory, started once (a warm start takes well
 under a minute once ``invoke local.install`` has cached the components) and
-stopped at the end of the session if this session started it;
+stopped at the end of the session if this session started it (it then
+starts from empty etcd data, so nothing of an earlier run survives);
 ``GPUFLEET_KEEP_CLUSTER=1`` leaves it running for inspection. Set
 ``GPUFLEET_TEST_CLUSTER`` to a name of your own when several people run
-cluster tests on one machine. State persists between sessions under
+cluster tests on one machine. Certificates and ports persist under
 ``gpufleet.paths.state_dir()/<name>``.
 """
 
@@ -57,7 +58,9 @@ def local_cluster() -> Iterator[LocalCluster]:
         was_up = local.status(name).up
     except LookupError:
         was_up = False
-    c = local.up(name, env="local")
+    # A cluster this session starts begins empty: objects left by an earlier
+    # run (queues, workloads, stack resources) would change what tests see.
+    c = local.up(name, env="local", fresh=not was_up)
     client = c.api_client()
     try:
         yield LocalCluster(name=name, kubeconfig=c.kubeconfig, api_client=client, cluster=c)

@@ -24,6 +24,9 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
         first = local.up(OTHER, specs=specs)
         assert first.ports.base != local_cluster.cluster.ports.base
         assert local.status(OTHER).up
+        with first.kube() as k:
+            k.apply_changed([{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "survives-restart", "namespace": "default"}}])
 
         stopped = local.down(OTHER)
         assert set(stopped) == set(local.COMPONENTS)
@@ -39,9 +42,21 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
         pids = local.main_pids(OTHER)
         local.up(OTHER, specs=specs)
         assert local.main_pids(OTHER) == pids
+        assert _configmaps(again) == {"kube-root-ca.crt", "survives-restart"}
+
+        with pytest.raises(ValueError, match="run local.down first"):
+            local.up(OTHER, specs=specs, fresh=True)
+        local.down(OTHER)
+        fresh = local.up(OTHER, specs=specs, fresh=True)
+        assert "survives-restart" not in _configmaps(fresh)
     finally:
         local.down(OTHER, purge=True)
     assert portblocks.lookup(OTHER) is None
+
+
+def _configmaps(c: local.Cluster) -> set[str]:
+    with c.kube() as k:
+        return {o["metadata"]["name"] for o in k.list("v1", "ConfigMap", namespace="default")}
 
 
 def test_server_side_apply_with_fixture_client(local_cluster):

@@ -357,6 +357,7 @@ def up(
     descheduler_policy: dict | None = None,
     descheduler_policy_file: Path | None = None,
     timeout: float = 120.0,
+    fresh: bool = False,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Cluster:
     """Start (or complete) local cluster ``name``; returns it once every node is Ready.
@@ -370,6 +371,9 @@ def up(
             (default :func:`gpufleet.local.descheduler.default_policy`).
         descheduler_policy_file: use this policy file as is instead.
         timeout: seconds each phase may take (health waits, nodes Ready).
+        fresh: start from empty etcd and Prometheus data (certs and ports are
+            kept), so no object of an earlier run survives; refused while any
+            component of the cluster is running.
         log: progress callback, one line per phase with its duration.
 
     Concurrent ``up``/``down`` calls for the same name (other processes
@@ -380,9 +384,21 @@ def up(
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
         KubeError: the apiserver rejected a bootstrap object.
+        ValueError: ``fresh`` while the cluster is running.
     """
     with _locked(name):
+        if fresh:
+            _wipe_data(name)
         return _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log)
+
+
+def _wipe_data(name: str) -> None:
+    lay = Layout(check_name(name))
+    alive = [comp for comp in COMPONENTS if running(lay.pid(comp)) is not None]
+    if alive:
+        raise ValueError(f"cluster {name!r}: cannot start fresh while {', '.join(alive)} run; run local.down first")
+    for sub in ("etcd", "prometheus"):
+        shutil.rmtree(lay.data / sub, ignore_errors=True)
 
 
 def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log) -> Cluster:

@@ -47,6 +47,7 @@ def install(c: Context, force: bool = False, only: str = "") -> None:
         "timeout": "seconds each startup phase may take (default 120)",
         "descheduler_policy": "DeschedulerPolicy YAML file to run the descheduler with "
         "(default: RemovePodsViolatingNodeTaints for gpufleet.io/cluster-has-free-gpus)",
+        "fresh": "start from empty etcd and Prometheus data (refused while the cluster runs)",
     }
 )
 def up(
@@ -56,6 +57,7 @@ def up(
     name: str = local_cluster.DEFAULT_NAME,
     timeout: int = 120,
     descheduler_policy: str = "",
+    fresh: bool = False,
 ) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     console = _console()
@@ -67,7 +69,8 @@ def up(
     try:
         install_components(console=console)  # shows build progress; a no-op when cached
         cl = local_cluster.up(
-            name, env=env, nodes=nodes or None, timeout=timeout, descheduler_policy_file=policy, log=console.print
+            name, env=env, nodes=nodes or None, timeout=timeout, descheduler_policy_file=policy,
+            fresh=fresh, log=console.print,
         )
     except ValueError as exc:
         raise Exit(str(exc), code=2) from None
