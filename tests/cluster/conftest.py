@@ -69,3 +69,20 @@ def local_cluster() -> Iterator[LocalCluster]:
         # Leave a cluster this session did not start (another session may be using it).
         if not was_up and os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
             local.down(name)
+
+
+@pytest.fixture(scope="module")
+def local_queues(local_cluster):
+    """The ``local`` inventory, its Kueue objects present in the cluster (created when absent, left in place).
+
+    These are the environment's own objects as ``pulumi up`` declares them
+    (team namespaces, PriorityClasses, WorkloadPriorityClasses, the
+    ResourceFlavor, ClusterQueues in one cohort, LocalQueues).
+    """
+    from gpufleet.inventory import load
+
+    from .helpers import ensure_kueue_objects
+
+    inventory = load("local")
+    ensure_kueue_objects(local_cluster.api_client, inventory)
+    return inventory

@@ -25,7 +25,8 @@ from gpufleet.vk.kube import Kube, NotFound, api_path
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.simulated import SimulatedProvider
 
-from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready, wait
+from .helpers import wait
+from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
 
 pytestmark = pytest.mark.cluster
 

@@ -13,23 +13,14 @@ import uuid
 import pytest
 from kubernetes import client
 
+from .helpers import wait
+
 pytestmark = pytest.mark.cluster
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 FLAVOR_LABEL = ("gpufleet.io/flavor", "h100-sxm-80gb")
 
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture

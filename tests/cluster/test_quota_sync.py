@@ -19,12 +19,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.inventory import load
 from gpufleet.ops import kube
 from gpufleet.ops.names import SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
+
+from .helpers import wait
 
 pytestmark = pytest.mark.cluster
 
@@ -32,58 +33,17 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 FLAVOR = "h100-sxm-80gb"
 GPU = "nvidia.com/gpu"
-KINDS = ("Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "WorkloadPriorityClass")
-
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def _path(obj: dict) -> tuple[str, str]:
-    """(collection path, item path) of a manifest."""
-    api, kind = obj["apiVersion"], obj["kind"]
-    plural = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-              "LocalQueue": "localqueues", "PriorityClass": "priorityclasses",
-              "WorkloadPriorityClass": "workloadpriorityclasses"}[kind]
-    base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
-    ns = obj["metadata"].get("namespace")
-    coll = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
-    return coll, f"{coll}/{obj['metadata']['name']}"
 
 
 @pytest.fixture(scope="module")
-def kueue_stack(local_cluster):
-    """The local inventory's Kueue objects, created when absent.
+def kueue_stack(local_cluster, local_queues):
+    """The local inventory, its Kueue objects present (see ``local_queues``).
 
-    They are left in place afterwards (they are the environment's own
-    objects, as ``pulumi up`` declares them; nothing else uses their cohort),
-    with quotas resynced to the nodes as the test left them.
+    At module end the quotas are resynced to the nodes as the tests left them.
     """
-    from roles.kueue.manifests import objects
-
+    yield local_queues
     api = local_cluster.api_client
-    inv = load("local")
-    for obj in [o for o in objects(inv) if o["kind"] in KINDS]:
-        coll, item = _path(obj)
-        try:
-            kube.call_json(api, "GET", item)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            kube.call_json(api, "POST", coll, body=obj)
-    wait("ClusterQueues active", lambda: all(
-        any(c["type"] == "Active" and c["status"] == "True" for c in kube.call_json(api, "GET", f"{rs.CQ_PATH}/{q}")
-            .get("status", {}).get("conditions", [])) for q in ("training", "research")))
-    yield inv
-    rs.apply(api, rs.compute(api, inv), allow_zero=True, events=False)
+    rs.apply(api, rs.compute(api, local_queues), allow_zero=True, events=False)
 
 
 @pytest.fixture

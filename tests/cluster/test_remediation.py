@@ -25,6 +25,8 @@ from gpufleet.ops import swap as swapper
 from gpufleet.ops.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
 
+from .helpers import wait
+
 pytestmark = pytest.mark.cluster
 
 NS = "gpufleet-system"
@@ -32,17 +34,6 @@ RULES = Rules(hot_samples=3, gpu_temp_celsius=78, memory_temp_celsius=85, scrape
 BASE = Settings(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory_temp"}), namespace=NS,
                 drain_timeout_seconds=30, lemon_failures=3, lemon_window_seconds=3600)
 
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")

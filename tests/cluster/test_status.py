@@ -4,58 +4,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from gpufleet.inventory import load
 from gpufleet.ops import kube
 from gpufleet.ops import status as st
 from gpufleet.ops.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
 
+from .helpers import wait
+
 pytestmark = pytest.mark.cluster
-
-KINDS = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-         "LocalQueue": "localqueues", "PriorityClass": "priorityclasses", "WorkloadPriorityClass": "workloadpriorityclasses"}
-
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-@pytest.fixture(scope="module")
-def inv(local_cluster):
-    """The local inventory, with its Kueue objects and priority classes present in the cluster (left in place)."""
-    from roles.kueue.manifests import objects
-
-    api = local_cluster.api_client
-    inventory = load("local")
-    for obj in [o for o in objects(inventory) if o["kind"] in KINDS]:
-        api_version, ns = obj["apiVersion"], obj["metadata"].get("namespace")
-        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-        coll = f"{base}/namespaces/{ns}/{KINDS[obj['kind']]}" if ns else f"{base}/{KINDS[obj['kind']]}"
-        try:
-            kube.call_json(api, "POST", coll, body=obj)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    return inventory
 
 
 @pytest.fixture
-def scene(local_cluster, inv):
+def scene(local_cluster, local_queues):
     """Two nodes out (swap, degraded), a virtual node with the free-GPUs taint, training and inference pods."""
     api = local_cluster.api_client
     core = client.CoreV1Api(api)
@@ -108,8 +73,8 @@ def scene(local_cluster, inv):
             t for t in o["spec"].get("taints") or [] if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None}})
 
 
-def test_status_figures(local_cluster, inv, scene):
-    fleet = st.gather(local_cluster.api_client, inv)
+def test_status_figures(local_cluster, local_queues, scene):
+    fleet = st.gather(local_cluster.api_client, local_queues)
     assert fleet.gpus_total == 128 and fleet.nodes_total == 16
     assert fleet.gpus_schedulable == 112
     assert (fleet.training, fleet.inference_in_cluster, fleet.inference_outside) == (8, 2, 2)
@@ -122,7 +87,7 @@ def test_status_figures(local_cluster, inv, scene):
     assert rows[("training", "h100-sxm-80gb")].share_of_real == 84 and rows[("research", "h100-sxm-80gb")].share_of_real == 28
 
 
-def test_status_task_renders_and_rejects_bad_input(local_cluster, inv, scene):
+def test_status_task_renders_and_rejects_bad_input(local_cluster, local_queues, scene):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "invoke", "status", *args], cwd=REPO_ROOT, capture_output=True,
                               text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})

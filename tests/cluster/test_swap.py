@@ -12,7 +12,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 
 import pytest
@@ -26,21 +25,11 @@ from gpufleet.ops.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LA
                                 SWAP_TAINT)
 from gpufleet.paths import REPO_ROOT
 
+from .helpers import wait
+
 pytestmark = pytest.mark.cluster
 
 NS = "gpufleet-system"
-
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.3):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.vk.informer import Informer
 from gpufleet.vk.kube import Kube, NotFound, api_path
 
-from .vk_helpers import delete_namespace, namespace, wait
+from .helpers import wait
+from .vk_helpers import delete_namespace, namespace
 
 pytestmark = pytest.mark.cluster
 

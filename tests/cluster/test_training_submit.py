@@ -9,7 +9,6 @@ are created first when absent, as ``pulumi up`` would, and left in place; the jo
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -17,59 +16,18 @@ from invoke import Collection, Program
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.inventory import load
-from roles.kueue.manifests import objects as kueue_objects
+from .helpers import wait
 
 pytestmark = pytest.mark.cluster
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-#: Kinds of the kueue role this test needs (not its quota-sync controller).
-KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
 
-
-def wait(what: str, check, timeout: float = 60.0, interval: float = 0.5):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="module")
-def queues(local_cluster):
-    """The local inventory's Kueue objects, created when absent and left in place (they are the
-    environment's own, as ``pulumi up`` declares them; tests/cluster/test_quota_sync.py does the same).
-    Returns a DynamicClient."""
-    dyn = dynamic.DynamicClient(local_cluster.api_client)
-    co = client.CustomObjectsApi(local_cluster.api_client)
-
-    def state(res, name: str, ns: str | None) -> str:
-        """``absent``, ``terminating`` (a namespace being deleted) or ``present``."""
-        try:
-            got = res.get(name=name, namespace=ns)
-        except ApiException as e:
-            if e.status == 404:
-                return "absent"
-            raise
-        return "terminating" if res.kind == "Namespace" and got.status.phase == "Terminating" else "present"
-
-    for obj in (o for o in kueue_objects(load("local")) if o["kind"] in KINDS):
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace")
-        # A namespace deleted at the end of an earlier session may still be terminating.
-        now = wait(f"{obj['kind']} {name} not terminating",
-                   lambda: (st := state(res, name, ns)) != "terminating" and st, timeout=90)
-        if now == "absent":
-            res.create(body=obj, namespace=ns)
-    for cq in ("training", "research"):
-        wait(f"ClusterQueue {cq} active", lambda: any(
-            c["type"] == "Active" and c["status"] == "True"
-            for c in co.get_cluster_custom_object(*KUEUE, "clusterqueues", cq).get("status", {}).get("conditions", [])))
-    return dyn
+def queues(local_cluster, local_queues):
+    """The local inventory's Kueue objects present (see ``local_queues``); a DynamicClient."""
+    return dynamic.DynamicClient(local_cluster.api_client)
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from gpufleet.vk.provider import SOURCE_UID
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
 
-from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready, wait
+from .helpers import wait
+from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready
 
 pytestmark = pytest.mark.cluster
 

@@ -3,28 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from gpufleet.vk.kube import Kube, KubeError, NotFound
 
 H100 = "NVIDIA-H100-80GB-HBM3"
-
-
-def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25):
-    """Poll ``check`` until truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def namespace(kube: Kube, prefix: str) -> str:
