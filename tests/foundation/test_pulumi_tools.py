@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet import gobuild
 from gpufleet.paths import REPO_ROOT
 from gpufleet.stack import engine, tools
 
@@ -33,7 +34,7 @@ require (
 
 
 def test_upstream_replaces_reads_both_forms() -> None:
-    assert tools.upstream_replaces(PKG_GOMOD) == [
+    assert gobuild.parse_replaces(PKG_GOMOD) == [
         ("github.com/pulumi/pulumi/sdk/v3", "../sdk", ""),
         ("github.com/atotto/clipboard", "github.com/tgummerer/clipboard", "v0.0.0-20241001131231-d02d263e614e"),
         ("github.com/example/fork", "github.com/example/fork2", "v1.0.1"),

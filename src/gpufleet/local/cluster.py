@@ -18,12 +18,10 @@ the tail of that component's log.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any
 import yaml
 
 from gpufleet import paths
+from gpufleet.files import locked
 from gpufleet.local import controlplane, descheduler, install, kueue, kwok, prometheus
 from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
@@ -168,17 +167,9 @@ def get(name: str = DEFAULT_NAME, *, allocate: bool = False) -> Cluster:
 # --------------------------------------------------------------------------- up
 
 
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
+def _locked(name: str):
     """Serialise up/down of one cluster name across processes (a flock beside its state folder)."""
-    lock = paths.state_dir() / f".{check_name(name)}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return locked(paths.state_dir() / f".{check_name(name)}.lock")
 
 
 def _write_configs(c: Cluster, policy: dict | None) -> None:
@@ -380,7 +371,7 @@ def up(
     included) run one after the other.
 
     Raises:
-        gpufleet.local.install.InstallError: components missing and not buildable.
+        gpufleet.gobuild.GoError: components missing and not buildable (InstallError included).
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
         KubeError: the apiserver rejected a bootstrap object.
@@ -477,8 +468,6 @@ def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 10.0
     Raises:
         RuntimeError: ports of the block still in use after stopping (names them).
     """
-    from gpufleet.local import processes
-
     check_name(name)
     with _locked(name):
         return _down(name, purge, timeout)

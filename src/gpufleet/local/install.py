@@ -14,27 +14,30 @@ recorded in ``<component dir>/install.json`` for the benchmark.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rich.console import Console
 
-from gpufleet import paths
+from gpufleet import gobuild, paths
+from gpufleet.files import copy_atomic, digest, fingerprint, locked, tail
+from gpufleet.gobuild import GoError, go_binary, go_env
 from gpufleet.local.components import Component, components
 
 
-class InstallError(RuntimeError):
-    """A component could not be fetched, built or verified; the message ends with the log tail."""
+class InstallError(GoError):
+    """A component could not be fetched, built or verified; the message ends with the log tail.
+
+    Go download and build steps raise :class:`gpufleet.gobuild.GoError`, its
+    base class; catch that to handle both.
+    """
 
 
 @dataclass(frozen=True)
@@ -54,100 +57,7 @@ class StepResult:
     seconds: float
 
 
-# --------------------------------------------------------------------------- go helpers
-
-
-def go_binary() -> str:
-    """Path of the ``go`` tool.
-
-    Raises:
-        InstallError: no ``go`` on PATH nor in /usr/local/go/bin.
-    """
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not found:
-        raise InstallError("the Go toolchain is needed to build the local cluster (go not found on PATH)")
-    return found
-
-
-def _go_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("GOFLAGS", "-buildvcs=false")
-    env.update(extra)
-    return env
-
-
-def module_info(module: str, version: str) -> dict[str, str]:
-    """``go mod download -json module@version``: ``{"Dir": ..., "GoMod": ..., "Version": ...}``.
-
-    Downloads into the module cache if needed (Go module proxy).
-
-    Raises:
-        InstallError: the download failed (message has go's error).
-    """
-    proc = subprocess.run(
-        [go_binary(), "mod", "download", "-json", f"{module}@{version}"],
-        capture_output=True, text=True, env=_go_env(), cwd="/",
-    )
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        raise InstallError(f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr.strip()}")
-    return info
-
-
-def module_dir(module: str, version: str) -> Path:
-    """Folder of ``module@version`` in the Go module cache (downloaded if missing).
-
-    Remembered in ``cache_dir()/components/modules.json`` so later calls run no ``go``.
-
-    Raises:
-        InstallError: the module cannot be downloaded.
-    """
-    index = paths.cache_dir() / "components" / "modules.json"
-    key = f"{module}@{version}"
-    try:
-        known = json.loads(index.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        known = {}
-    if key in known and (Path(known[key]) / "go.mod").exists():
-        return Path(known[key])
-    found = module_info(module, version)["Dir"]
-    known[key] = found
-    index.parent.mkdir(parents=True, exist_ok=True)
-    tmp = index.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-    tmp.replace(index)
-    return Path(found)
-
-
-_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)(?:\s+(v\S+))?\s+=>\s+(\S+)(?:\s+(v\S+))?\s*$")
-
-
-def parse_replaces(gomod: str) -> list[tuple[str, str, str]]:
-    """Replace directives of a go.mod text as ``(old_module, new_path_or_module, new_version)``.
-
-    ``new_version`` is ``""`` for a local-path replace. Handles both the
-    one-line form and ``replace ( ... )`` blocks; comments are ignored.
-    """
-    out: list[tuple[str, str, str]] = []
-    in_block = False
-    for raw in gomod.splitlines():
-        line = raw.split("//", 1)[0].rstrip()
-        stripped = line.strip()
-        if stripped.startswith("replace ("):
-            in_block = True
-            continue
-        if in_block and stripped == ")":
-            in_block = False
-            continue
-        if not (in_block or stripped.startswith("replace ")):
-            continue
-        m = _REPLACE.match(stripped)
-        if m:
-            out.append((m.group(1), m.group(3), m.group(4) or ""))
-    return out
+# --------------------------------------------------------------------------- build module
 
 
 def build_module_files(comp: Component, upstream_gomod: str) -> tuple[str, str]:
@@ -163,7 +73,7 @@ def build_module_files(comp: Component, upstream_gomod: str) -> tuple[str, str]:
         ``(go_mod_text, tools_go_text)``.
     """
     replaces: dict[str, str] = {}
-    for old, new, new_version in parse_replaces(upstream_gomod):
+    for old, new, new_version in gobuild.parse_replaces(upstream_gomod):
         if new_version:
             replaces[old] = f"{new} {new_version}"
         elif "FORBIDDEN" in new:
@@ -174,28 +84,10 @@ def build_module_files(comp: Component, upstream_gomod: str) -> tuple[str, str]:
             replaces[old] = f"{old} {comp.version}"
     for extra in comp.extra_requires:
         replaces.setdefault(extra, f"{extra} {comp.version}")
-    go_directive = "1.25.0"
-    m = re.search(r"^go\s+(\S+)", upstream_gomod, re.M)
-    if m:
-        go_directive = m.group(1)
-    requires = [f"\t{comp.module} {comp.version}"] + [f"\t{r} {comp.version}" for r in comp.extra_requires]
-    lines = [
-        f"module gpufleet.local/build/{comp.name}",
-        "",
-        f"go {go_directive}",
-        "",
-        "require (",
-        *requires,
-        ")",
-    ]
-    if replaces:
-        lines += ["", "replace (", *(f"\t{k} => {v}" for k, v in sorted(replaces.items())), ")"]
+    requires = [(comp.module, comp.version)] + [(r, comp.version) for r in comp.extra_requires]
+    gomod = gobuild.build_module(comp.name, requires, replaces, gobuild.go_directive(upstream_gomod, "1.25.0"))
     tools = "//go:build tools\n\npackage tools\n\nimport (\n" + "".join(f'\t_ "{p}"\n' for p in comp.packages) + ")\n"
-    return "\n".join(lines) + "\n", tools
-
-
-def _ldflags(comp: Component) -> str:
-    return " ".join(["-s", "-w", *(f"-X {x}" for x in comp.ldflags)])
+    return gomod, tools
 
 
 # --------------------------------------------------------------------------- verification
@@ -206,18 +98,12 @@ def _stamp_path(comp: Component) -> Path:
 
 
 def _spec_hash(comp: Component) -> str:
-    return hashlib.sha256(json.dumps(asdict(comp), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return digest(asdict(comp))
 
 
 def _fingerprint(comp: Component) -> dict[str, list[int]] | None:
-    out = {}
-    for name in comp.binaries:
-        try:
-            st = comp.binary(name).stat()
-        except FileNotFoundError:
-            return None
-        out[name] = [st.st_size, st.st_mtime_ns]
-    return out
+    prints = {name: fingerprint(comp.binary(name)) for name in comp.binaries}
+    return None if None in prints.values() else prints
 
 
 def stamped(comp: Component) -> bool:
@@ -252,19 +138,11 @@ def verify_path(comp: Component, path: Path) -> list[str]:
     The file name selects the version probe (``comp.version_probe[path.name]``).
     """
     problems = []
-    if comp.method != "apt":
-        info = subprocess.run([go_binary(), "version", "-m", str(path)], capture_output=True, text=True)
-        if not any(
-            len(f) >= 3 and f[0] in ("mod", "dep") and (f[1], f[2]) == (comp.module, comp.version)
-            for f in (line.split() for line in info.stdout.splitlines())
-        ):
-            problems.append(f"{path}: go version -m does not list {comp.module} {comp.version}")
+    if comp.method != "apt" and not gobuild.built_from(path, comp.module, comp.version):
+        problems.append(f"{path}: go version -m does not list {comp.module} {comp.version}")
     probe = comp.version_probe.get(path.name)
-    if probe:
-        out = subprocess.run([str(path), *probe], capture_output=True, text=True, timeout=60)
-        text = out.stdout + out.stderr
-        if comp.version_text not in text:
-            problems.append(f"{path} {' '.join(probe)}: expected {comp.version_text!r}, got {text.strip()[:200]!r}")
+    if probe and (problem := gobuild.version_problem(path, probe, comp.version_text)):
+        problems.append(problem)
     return problems
 
 
@@ -302,17 +180,6 @@ def install_record(comp: Component) -> dict[str, dict[str, float | str]]:
 # --------------------------------------------------------------------------- running builds
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def foreign_builds(folder: Path) -> list[int]:
     """PIDs of ``go build``/``go install`` processes whose working directory is ``folder``."""
     found = []
@@ -332,35 +199,12 @@ def foreign_builds(folder: Path) -> list[int]:
 
 
 def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], status, label: str) -> None:
-    """Run one build command, appending to ``log``; show packages compiled so far on ``status``."""
-    started = time.monotonic()
-    with open(log, "a") as out:
-        out.write(f"\n$ (cd {cwd} && {' '.join(argv)})\n")
-        out.flush()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
-        assert proc.stderr is not None
-        count = 0
-        for line in proc.stderr:
-            out.write(line)
-            if not line.startswith(("go: ", "#")):
-                count += 1
-            if status is not None:
-                status.update(f"{label}: {count} packages, {time.monotonic() - started:.0f}s  [dim]{line.strip()[:70]}")
-        rc = proc.wait()
-    if rc != 0:
-        raise InstallError(f"{' '.join(argv[:3])} failed (exit {rc}) in {cwd}; log {log}:\n{tail(log)}")
+    """Run one build command (:func:`gpufleet.gobuild.run_logged`); show packages compiled so far on ``status``."""
+    def show(count: int, seconds: float, line: str) -> None:
+        if status is not None:
+            status.update(f"{label}: {count} packages, {seconds:.0f}s  [dim]{line[:70]}")
 
-
-def tail(path: Path, lines: int = 30) -> str:
-    """Last ``lines`` lines of a text file ("" if it does not exist)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            return "\n".join(fh.read().decode(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
+    gobuild.run_logged(argv, cwd, log, env=env, progress=show)
 
 
 def _wait_foreign(comp: Component, status) -> None:
@@ -374,9 +218,9 @@ def _wait_foreign(comp: Component, status) -> None:
 def _build_go_install(comp: Component, status) -> None:
     comp.bin_dir.mkdir(parents=True, exist_ok=True)
     log = comp.dir / "build.log"
-    env = _go_env(GOBIN=str(comp.bin_dir))
+    env = go_env(GOBIN=str(comp.bin_dir))
     for pkg in comp.packages:
-        argv = [go_binary(), "install", "-v", "-trimpath", f"-ldflags={_ldflags(comp)}", f"{pkg}@{comp.version}"]
+        argv = [go_binary(), "install", "-v", "-trimpath", f"-ldflags={gobuild.ldflags(comp.ldflags)}", f"{pkg}@{comp.version}"]
         _run_logged(argv, comp.dir, log, env, status, comp.key)
     # go install names a root-module binary after the module's last element.
     for name, pkg in zip(comp.binaries, comp.packages, strict=True):
@@ -395,11 +239,11 @@ def _build_go_module(comp: Component, status) -> str:
     if not all(os.access(p, os.X_OK) for p in built) or any(verify_path(comp, p) for p in built):
         action = "built"
         log = bdir / "build.log"
-        env = _go_env()
+        env = go_env()
         if not (bdir / "go.mod").exists() or not (bdir / "tools.go").exists():
             if status is not None:
                 status.update(f"{comp.key}: generating build module")
-            upstream = Path(module_info(comp.module, comp.version)["GoMod"]).read_text()
+            upstream = Path(gobuild.module_info(comp.module, comp.version)["GoMod"]).read_text()
             gomod, tools = build_module_files(comp, upstream)
             (bdir / "tools.go").write_text(tools)
             (bdir / "go.mod").write_text(gomod)
@@ -409,14 +253,11 @@ def _build_go_module(comp: Component, status) -> str:
             out = str(bdir / "bin" / comp.binaries[0])
         else:
             out = str(bdir / "bin") + "/"
-        argv = [go_binary(), "build", "-v", "-trimpath", f"-ldflags={_ldflags(comp)}", "-o", out, *comp.packages]
+        argv = [go_binary(), "build", "-v", "-trimpath", f"-ldflags={gobuild.ldflags(comp.ldflags)}", "-o", out, *comp.packages]
         _run_logged(argv, bdir, log, env, status, comp.key)
     comp.bin_dir.mkdir(parents=True, exist_ok=True)
     for src in built:
-        dst = comp.bin_dir / src.name
-        tmp = dst.with_suffix(".tmp")
-        shutil.copy2(src, tmp)
-        tmp.replace(dst)
+        copy_atomic(src, comp.bin_dir / src.name)
     return action
 
 
@@ -478,7 +319,7 @@ def install(names: Iterable[str] | None = None, *, force: bool = False, console:
     if not force and all(stamped(comps[n]) for n in wanted):
         return [StepResult(comps[n].key, "cached", 0.0) for n in comps if n in wanted]
     results = []
-    with _lock(paths.cache_dir() / "components" / ".install.lock"):
+    with locked(paths.cache_dir() / "components" / ".install.lock"):
         for name in comps:
             if name not in wanted:
                 continue

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpufleet.local import manifests, webhooks
 from gpufleet.local.components import component
-from gpufleet.local.install import module_dir
+from gpufleet.gobuild import module_dir
 from gpufleet.local.ports import Ports
 
 #: Kueue integrations the local cluster enables.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from gpufleet.local import manifests
 from gpufleet.local.components import component
-from gpufleet.local.install import module_dir
+from gpufleet.gobuild import module_dir
 from gpufleet.local.webhooks import load_crds
 
 #: Annotation giving a simulated pod's run time.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from gpufleet.files import tail
 from gpufleet.local.certs import KeyPair
 
 
@@ -34,7 +35,7 @@ class ComponentFailed(RuntimeError):
     def __init__(self, component: str, reason: str, log: Path):
         self.component = component
         self.log = log
-        super().__init__(f"{component} {reason}; last lines of {log}:\n{tail(log)}")
+        super().__init__(f"{component} {reason}; last lines of {log}:\n{tail(log, 25)}")
 
 
 @dataclass(frozen=True)
@@ -245,17 +246,6 @@ def wait_healthy(spec: ProcessSpec, timeout: float = 60.0, interval: float = 0.2
             if time.monotonic() > deadline:
                 raise ComponentFailed(spec.name, f"not healthy at {spec.health.url} after {timeout:.0f}s", spec.log)
             time.sleep(interval)
-
-
-def tail(path: Path, lines: int = 25) -> str:
-    """Last ``lines`` lines of a log file (``""`` if missing)."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 32 * 1024))
-            return "\n".join(fh.read().decode(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
 
 
 def rss_bytes(pid: int) -> int:

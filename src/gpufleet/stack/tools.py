@@ -37,27 +37,29 @@ serves the language runtime from the calling Python process (see
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import re
 import resource
-import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-from gpufleet import paths
+from gpufleet import gobuild, paths
+from gpufleet.files import copy_atomic, digest, fingerprint, locked
+from gpufleet.gobuild import GoError
 from gpufleet.versions import pin
 
 
-class ToolError(RuntimeError):
-    """A tool could not be fetched, built or verified; the message ends with the build log's tail."""
+class ToolError(GoError):
+    """A tool could not be built or verified; the message ends with the build log's tail.
+
+    Go download and build steps raise :class:`gpufleet.gobuild.GoError`, its
+    base class; catch that to handle both.
+    """
 
 
 @dataclass(frozen=True)
@@ -158,69 +160,7 @@ def tools() -> list[GoTool]:
     return [cli(), provider()]
 
 
-# --------------------------------------------------------------------------- go helpers
-
-
-def go_binary() -> str:
-    """Path of the ``go`` tool.
-
-    Raises:
-        ToolError: no ``go`` on PATH nor in /usr/local/go/bin.
-    """
-    found = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if not found:
-        raise ToolError("the Go toolchain is needed to build the Pulumi CLI and provider (go not found on PATH)")
-    return found
-
-
-def _go_env() -> dict[str, str]:
-    """The environment of go commands (no VCS stamping: module builds have no checkout)."""
-    env = dict(os.environ)
-    env.setdefault("GOFLAGS", "-buildvcs=false")
-    return env
-
-
-def module_dir(module: str, version: str) -> Path:
-    """Folder of ``module@version`` in the Go module cache, downloaded through the proxy if missing.
-
-    Raises:
-        ToolError: with go's message (not served, no network and not cached).
-    """
-    proc = subprocess.run([go_binary(), "mod", "download", "-json", f"{module}@{version}"],
-                          capture_output=True, text=True, env=_go_env(), cwd="/")
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        raise ToolError(f"go mod download {module}@{version}: {info.get('Error') or proc.stderr.strip()}")
-    return Path(info["Dir"])
-
-
-_REPLACE = re.compile(r"^(\S+)(?:\s+v\S+)?\s+=>\s+(\S+)(?:\s+(v\S+))?$")
-
-
-def upstream_replaces(gomod: str) -> list[tuple[str, str, str]]:
-    """``(old, new, new_version)`` for each replace directive of a go.mod text (``""`` for a path).
-
-    Handles the one-line form and ``replace ( ... )`` blocks; ignores comments.
-    """
-    out: list[tuple[str, str, str]] = []
-    block = False
-    for raw in gomod.splitlines():
-        line = raw.split("//", 1)[0].strip()
-        if line.startswith("replace ("):
-            block = True
-            continue
-        if block and line == ")":
-            block = False
-            continue
-        if not block and not line.startswith("replace "):
-            continue
-        m = _REPLACE.match(line.removeprefix("replace ").strip())
-        if m:
-            out.append((m.group(1), m.group(2), m.group(3) or ""))
-    return out
+# --------------------------------------------------------------------------- build module
 
 
 def build_files(tool: GoTool, upstream_gomod: str, upstream_dir: Path | None = None) -> dict[str, str | bytes]:
@@ -238,19 +178,15 @@ def build_files(tool: GoTool, upstream_gomod: str, upstream_dir: Path | None = N
     """
     covered = {m for m, _ in tool.requires} | {m for m, _ in tool.replaces}
     replaces = dict(tool.replaces)
-    for old, new, new_version in upstream_replaces(upstream_gomod):
+    for old, new, new_version in gobuild.parse_replaces(upstream_gomod):
         if new_version:
             replaces.setdefault(old, f"{new} {new_version}")
         elif old not in covered:
             raise ToolError(f"{tool.module}@{tool.version} replaces {old} => {new} (a local path); "
                             f"pin it in versions.yaml and add it to the {tool.name} tool")
-    m = re.search(r"^go\s+(\S+)", upstream_gomod, re.M)
-    lines = [f"module gpufleet.local/build/{tool.name}", "", f"go {m.group(1) if m else '1.24'}", "", "require ("]
-    lines += [f"\t{mod} {ver}" for mod, ver in ((tool.module, tool.version), *tool.requires)]
-    lines += [")"]
-    if replaces:
-        lines += ["", "replace (", *(f"\t{k} => {v}" for k, v in sorted(replaces.items())), ")"]
-    files: dict[str, str | bytes] = {"go.mod": "\n".join(lines) + "\n"}
+    gomod = gobuild.build_module(tool.name, [(tool.module, tool.version), *tool.requires], replaces,
+                                 gobuild.go_directive(upstream_gomod, "1.24"))
+    files: dict[str, str | bytes] = {"go.mod": gomod}
     if tool.package:
         files["tools.go"] = f'//go:build tools\n\npackage tools\n\nimport _ "{tool.package}"\n'
     if tool.main_dir:
@@ -297,15 +233,10 @@ def verify(tool: GoTool, path: Path | None = None) -> list[str]:
     if not os.access(path, os.X_OK):
         return [f"{path}: missing or not executable"]
     problems = []
-    info = subprocess.run([go_binary(), "version", "-m", str(path)], capture_output=True, text=True).stdout
-    fields = [line.split() for line in info.splitlines()]
-    if not any(len(f) >= 3 and f[0] in ("mod", "dep") and (f[1], f[2]) == (tool.module, tool.version) for f in fields):
+    if not gobuild.built_from(path, tool.module, tool.version):
         problems.append(f"{path}: go version -m does not list {tool.module} {tool.version}")
-    if tool.version_probe:
-        out = subprocess.run([str(path), *tool.version_probe], capture_output=True, text=True, timeout=60)
-        if tool.version_text not in out.stdout + out.stderr:
-            problems.append(f"{path} {' '.join(tool.version_probe)}: expected {tool.version_text!r}, "
-                            f"got {(out.stdout + out.stderr).strip()[:200]!r}")
+    if tool.version_probe and (problem := gobuild.version_problem(path, tool.version_probe, tool.version_text)):
+        problems.append(problem)
     if tool.plugin:
         try:
             reported = plugin_version(path)
@@ -352,16 +283,7 @@ def plugin_version(path: Path, timeout: float = 30.0) -> str:
 
 def _spec_hash(tool: GoTool) -> str:
     """A short hash of the tool's definition: a changed pin or flag invalidates the stamp."""
-    return hashlib.sha256(json.dumps(asdict(tool), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _fingerprint(path: Path) -> list[int] | None:
-    """``[size, mtime_ns]`` of a file, None when it is missing."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
+    return digest(asdict(tool))
 
 
 def stamped(tool: GoTool) -> bool:
@@ -370,12 +292,12 @@ def stamped(tool: GoTool) -> bool:
         stamp = json.loads((tool.dir / "stamp.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return False
-    return stamp.get("spec") == _spec_hash(tool) and stamp.get("binary") == _fingerprint(tool.path)
+    return stamp.get("spec") == _spec_hash(tool) and stamp.get("binary") == fingerprint(tool.path)
 
 
 def _write_stamp(tool: GoTool) -> None:
     """Record that the cached program verified (see :func:`stamped`)."""
-    (tool.dir / "stamp.json").write_text(json.dumps({"spec": _spec_hash(tool), "binary": _fingerprint(tool.path)}))
+    (tool.dir / "stamp.json").write_text(json.dumps({"spec": _spec_hash(tool), "binary": fingerprint(tool.path)}))
 
 
 def build_record(tool: GoTool) -> dict[str, dict[str, float | str]]:
@@ -404,44 +326,16 @@ def _record(tool: GoTool, action: str, seconds: float, cpu: float) -> None:
     (tool.dir / "install.json").write_text(json.dumps(data, indent=1))
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """An exclusive file lock: one build at a time, across processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    """The last ``lines`` lines of a log (``""`` when it does not exist)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
-
-
 def _run(argv: list[str], cwd: Path, log: Path, progress: Callable[[str], None]) -> None:
-    """Run one build step, appending its output to ``log``; ``progress`` gets a line now and then."""
-    started = time.monotonic()
-    with open(log, "a") as out:
-        out.write(f"\n$ (cd {cwd} && {' '.join(argv)})\n")
-        out.flush()
-        proc = subprocess.Popen(argv, cwd=cwd, env=_go_env(), stdout=out, stderr=subprocess.PIPE, text=True)
-        assert proc.stderr is not None
-        count, shown = 0, 0.0
-        for line in proc.stderr:
-            out.write(line)
-            count += not line.startswith(("go: ", "#"))
-            if time.monotonic() - shown > 30:
-                shown = time.monotonic()
-                progress(f"  {argv[1]}: {count} packages, {shown - started:.0f}s ({line.strip()[:60]})")
-        rc = proc.wait()
-    if rc != 0:
-        raise ToolError(f"{' '.join(argv[:2])} failed (exit {rc}) in {cwd}; log {log}:\n{_tail(log)}")
+    """Run one build step (:func:`gpufleet.gobuild.run_logged`); ``progress`` gets a line every 30 s."""
+    shown = [0.0]
+
+    def every_30s(count: int, seconds: float, line: str) -> None:
+        if seconds - shown[0] > 30:
+            shown[0] = seconds
+            progress(f"  {argv[1]}: {count} packages, {seconds:.0f}s ({line[:60]})")
+
+    gobuild.run_logged(argv, cwd, log, progress=every_30s)
 
 
 def _build(tool: GoTool, progress: Callable[[str], None]) -> None:
@@ -449,28 +343,24 @@ def _build(tool: GoTool, progress: Callable[[str], None]) -> None:
     bdir = tool.build_dir
     bdir.mkdir(parents=True, exist_ok=True)
     log = bdir / "build.log"
-    upstream = module_dir(tool.module, tool.version)
+    upstream = gobuild.module_dir(tool.module, tool.version)
     files = build_files(tool, (upstream / "go.mod").read_text(), upstream)
     # `go mod tidy` rewrites go.mod, so what was generated is remembered by hash.
-    digest = hashlib.sha256()
+    generated = hashlib.sha256()
     for name, content in sorted(files.items()):
-        digest.update(name.encode() + b"\0" + (content.encode() if isinstance(content, str) else content))
+        generated.update(name.encode() + b"\0" + (content.encode() if isinstance(content, str) else content))
     marker = bdir / ".generated"
-    if not (bdir / "go.sum").exists() or not marker.exists() or marker.read_text() != digest.hexdigest():
+    if not (bdir / "go.sum").exists() or not marker.exists() or marker.read_text() != generated.hexdigest():
         for name, content in files.items():
             (bdir / name).write_bytes(content.encode() if isinstance(content, str) else content)
         progress(f"{tool.key}: go mod tidy")
-        _run([go_binary(), "mod", "tidy"], bdir, log, progress)
-        marker.write_text(digest.hexdigest())
+        _run([gobuild.go_binary(), "mod", "tidy"], bdir, log, progress)
+        marker.write_text(generated.hexdigest())
     progress(f"{tool.key}: go build {tool.package or '.'}")
     out = bdir / "bin" / tool.binary
-    ldflags = " ".join(["-s", "-w", *(f"-X {x}" for x in tool.ldflags)])
-    _run([go_binary(), "build", "-v", "-trimpath", f"-ldflags={ldflags}", "-o", str(out), tool.package or "."],
-         bdir, log, progress)
-    tool.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tool.path.with_suffix(".tmp")
-    shutil.copy2(out, tmp)
-    tmp.replace(tool.path)
+    _run([gobuild.go_binary(), "build", "-v", "-trimpath", f"-ldflags={gobuild.ldflags(tool.ldflags)}",
+          "-o", str(out), tool.package or "."], bdir, log, progress)
+    copy_atomic(out, tool.path)
 
 
 def ensure(tool: GoTool, *, force: bool = False, progress: Callable[[str], None] = lambda _: None) -> Path:
@@ -486,7 +376,7 @@ def ensure(tool: GoTool, *, force: bool = False, progress: Callable[[str], None]
     """
     if not force and stamped(tool):
         return tool.path
-    with _lock(paths.cache_dir() / "components" / ".pulumi-tools.lock"):
+    with locked(paths.cache_dir() / "components" / ".pulumi-tools.lock"):
         if not force and stamped(tool):
             return tool.path
         tool.dir.mkdir(parents=True, exist_ok=True)
@@ -496,8 +386,7 @@ def ensure(tool: GoTool, *, force: bool = False, progress: Callable[[str], None]
             built = tool.build_dir / "bin" / tool.binary
             if not force and built.exists() and not verify(tool, built):
                 action = "reused"
-                tool.path.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(built, tool.path)
+                copy_atomic(built, tool.path)
             else:
                 action = "built"
                 progress(f"{tool.key}: building (cold builds take minutes; log {tool.build_dir / 'build.log'})")

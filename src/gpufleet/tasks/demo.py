@@ -24,7 +24,8 @@ DEMO_CONFIG = {f"gpufleet:{key}": "false" for key in (
 @task(help={"force": "rebuild every component even if cached and verified"})
 def install(c: Context, force: bool = False) -> None:
     """Build or verify everything the main job and the tests need (a no-op when cached)."""
-    from gpufleet.local.install import InstallError, install as install_components
+    from gpufleet.gobuild import GoError
+    from gpufleet.local.install import install as install_components
     from gpufleet.stack import tools
 
     console = Console(stderr=True, highlight=False)
@@ -32,7 +33,7 @@ def install(c: Context, force: bool = False) -> None:
         install_components(None, force=force, console=console)
         for name, path in tools.ensure_all(force=force, progress=console.print).items():
             console.print(f"{name}: {path}")
-    except (InstallError, tools.ToolError) as exc:
+    except GoError as exc:
         raise Exit(str(exc), code=1) from None
 
 

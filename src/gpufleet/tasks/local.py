@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.local import cluster as local_cluster
-from gpufleet.local.install import InstallError, install as install_components
+from gpufleet.gobuild import GoError
+from gpufleet.local.install import install as install_components
 from gpufleet.local.processes import ComponentFailed
 
 _NAME_HELP = f"cluster name (default {local_cluster.DEFAULT_NAME}); clusters with distinct names run side by side"
@@ -32,7 +33,7 @@ def install(c: Context, force: bool = False, only: str = "") -> None:
     names = [n.strip() for n in only.split(",") if n.strip()] or None
     try:
         results = install_components(names, force=force, console=console)
-    except (InstallError, KeyError) as exc:
+    except (GoError, KeyError) as exc:
         raise Exit(str(exc), code=1) from None
     total = sum(r.seconds for r in results)
     done = [r for r in results if r.action != "cached"]
@@ -74,7 +75,7 @@ def up(
         )
     except ValueError as exc:
         raise Exit(str(exc), code=2) from None
-    except (InstallError, ComponentFailed, TimeoutError, RuntimeError) as exc:
+    except (GoError, ComponentFailed, TimeoutError, RuntimeError) as exc:
         raise Exit(str(exc), code=1) from None
     print(cl.kubeconfig)
 

@@ -40,7 +40,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     timeline and prints a summary. Example:
     invoke sim.flip --env local --nodes 16 --replicas 4 --out out/sim-flip
     """
-    from gpufleet.local.install import InstallError
+    from gpufleet.gobuild import GoError
     from gpufleet.local.processes import ComponentFailed
     from gpufleet.sim.flip import Options, SimError, run
 
@@ -57,7 +57,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
             summary = run(opts)
         except ValueError as exc:
             raise Exit(str(exc), code=2) from None
-        except (SimError, InstallError, ComponentFailed, TimeoutError) as exc:
+        except (SimError, GoError, ComponentFailed, TimeoutError) as exc:
             raise Exit(str(exc), code=1) from None
     print(json.dumps(summary))
 

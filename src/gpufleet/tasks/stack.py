@@ -75,12 +75,12 @@ def _print(line: str) -> None:
 def _run(op, target):
     """Run one engine operation; engine failures exit 1 with the engine's message."""
     from gpufleet.stack.engine import EngineError
-    from gpufleet.stack.tools import ToolError
+    from gpufleet.gobuild import GoError
 
     with fail_on_inventory_error():
         try:
             return op(target, _print)
-        except (EngineError, ToolError) as exc:
+        except (EngineError, GoError) as exc:
             raise Exit(str(exc), code=1) from None
 
 
