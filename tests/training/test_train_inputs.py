@@ -11,7 +11,7 @@ from gpufleet.training.render import TrainingInputError, build_context
     ("kwargs", "expected"),
     [
         ({"nodes": 17}, "--nodes 17: expected at most 16 (nodes of flavor h100-sxm-80gb in inventories/local)"),
-        ({"nodes": 0}, "--nodes 0: expected an integer >= 1"),
+        ({"nodes": 0}, "--nodes 0 (or not given): expected an integer >= 1"),
         ({"queue": "team-x/nope"},
          "--queue 'team-x/nope': expected a LocalQueue of inventories/local: team-pretrain/pretrain, team-research/research"),
         ({"queue": "pretrain"}, "--queue 'pretrain': expected namespace/name"),

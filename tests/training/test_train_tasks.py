@@ -100,3 +100,18 @@ def test_every_task_documents_every_argument():
         assert t.__doc__ and t.__doc__.strip()
         params = [p for p in inspect.signature(t.body).parameters if p != "c"]
         assert sorted(t.help) == sorted(params), name
+
+
+def test_unconvertible_flag_values_exit_2_naming_flag_and_type(cli):
+    code, out, err = cli("train.submit", "--env", "local", "--name", "demo", "--nodes", "abc")
+    assert code == 2 and out == "" and "--nodes 'abc': expected an integer" in err
+    code, _, err = cli("train.checkpoint-interval", "--gpus", "8", "--checkpoint-seconds", "soon")
+    assert code == 2 and "--checkpoint-seconds 'soon': expected a number" in err
+
+
+def test_submit_reports_every_problem_and_a_missing_nodes_flag(cli, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")
+    code, _, err = cli("train.submit", "--env", "local", "--name", "demo", "--timeout", "0")
+    assert code == 2
+    assert "--nodes 0 (or not given): expected an integer >= 1" in err
+    assert "--timeout 0: expected seconds > 0" in err

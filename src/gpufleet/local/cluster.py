@@ -36,11 +36,10 @@ from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
 from gpufleet.local.certs import Pki, ensure_pki
 from gpufleet.local.kube import Kube, KubeError
-from gpufleet.local.layout import Layout, check_name
+from gpufleet.local.layout import DEFAULT_NAME, Layout, check_name
 from gpufleet.local.ports import Ports
 from gpufleet.local.processes import ComponentFailed, Health, ProcessSpec, probe, rss_bytes, running
 
-DEFAULT_NAME = "gpufleet"
 #: Start order; ``down`` stops in reverse.
 COMPONENTS = (
     "etcd",

@@ -25,6 +25,10 @@ from gpufleet import paths
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 
+#: The cluster ``invoke local.up`` starts when no ``--name`` is given.
+DEFAULT_NAME = "gpufleet"
+
+
 def check_name(name: str) -> str:
     """Validate a cluster name (DNS label, at most 32 characters) and return it.
 

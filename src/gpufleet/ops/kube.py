@@ -51,25 +51,42 @@ class Conflict(OpsError):
     """An optimistic-concurrency write still conflicted (HTTP 409) after every retry."""
 
 
-def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
+def api_client(kubeconfig: str | None = None, context: str | None = None, *, env: str | None = None) -> client.ApiClient:
     """An ApiClient: in-cluster service account when no kubeconfig is given and one is mounted, else the kubeconfig.
 
     Args:
         kubeconfig: kubeconfig file (None: ``$KUBECONFIG`` or ``~/.kube/config``).
         context: kubeconfig context (None: the current one).
+        env: inventory environment; for ``local`` with neither ``kubeconfig``
+            nor ``$KUBECONFIG``, the admin kubeconfig of the local cluster
+            (``invoke local.up``), as ``invoke up --env local`` uses.
 
     Raises:
-        InputError: no usable configuration (names the file).
+        InputError: no usable configuration (names the file, or says where none was found).
     """
     import os
+    from pathlib import Path
 
+    # Read now: the client library reads $KUBECONFIG once, when it is imported.
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or None
+    if kubeconfig is None and env == "local":
+        from gpufleet.local.layout import DEFAULT_NAME, Layout
+
+        if Layout(DEFAULT_NAME).kubeconfig.is_file():
+            kubeconfig = str(Layout(DEFAULT_NAME).kubeconfig)
     if kubeconfig is None and context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
         return client.ApiClient()
+    if kubeconfig is None:
+        kubeconfig = "~/.kube/config"
+        if not Path(kubeconfig).expanduser().is_file():
+            raise InputError("no kubeconfig: --kubeconfig not given, $KUBECONFIG unset and ~/.kube/config "
+                             "missing; give --kubeconfig FILE (for the local cluster: "
+                             "export KUBECONFIG=$(invoke local.kubeconfig))")
     try:
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except (config.ConfigException, OSError, TypeError) as exc:
-        raise InputError(f"--kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+        raise InputError(f"--kubeconfig {kubeconfig}: {exc}") from None
 
 
 def call_json(api: client.ApiClient, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,

@@ -15,7 +15,7 @@ from gpufleet.tasks.common import fail_on_inventory_error
 from gpufleet.ops.exits import fail_on_ops_error
 
 _KUBE_HELP = {
-    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
     "context": "kubeconfig context (default: the current one)",
 }
 
@@ -38,7 +38,7 @@ def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfi
 
     console = console or Console()
     inv = load(env)
-    api = api_client(kubeconfig, context)
+    api = api_client(kubeconfig, context, env=env)
     try:
         plan = rs.compute(api, inv)
         applied = rs.apply(api, plan, allow_zero=allow_zero) if apply and plan.changes else None

@@ -20,7 +20,7 @@ def show_status(env: str, *, kubeconfig: str | None = None, context: str | None 
     from gpufleet.ops.kube import api_client
 
     inv = load(env)
-    api = api_client(kubeconfig, context)
+    api = api_client(kubeconfig, context, env=env)
     try:
         fleet = st.gather(api, inv)
     finally:
@@ -31,7 +31,7 @@ def show_status(env: str, *, kubeconfig: str | None = None, context: str | None 
 
 @task(help={
     "env": "environment: a folder of inventories/ (local, staging, prod)",
-    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
     "context": "kubeconfig context (default: the current one)",
 })
 def status(c: Context, env: str, kubeconfig: str = "", context: str = "") -> None:

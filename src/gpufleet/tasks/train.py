@@ -14,12 +14,12 @@ from pathlib import Path
 import yaml
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
-from kubernetes.config import ConfigException
 
 from gpufleet.inventory import InventoryError, environments, load
 from gpufleet.training import checkpoint
 from gpufleet.training.render import SETTINGS, TEMPLATES, TrainingInputError, build_context, render_context
-from gpufleet.training.submit import SubmitError, api_client, submit as submit_job
+from gpufleet.ops.kube import InputError, api_client
+from gpufleet.training.submit import SubmitError, submit as submit_job
 
 _SET_HELP = f"key=value, repeatable; keys: {', '.join(SETTINGS)} (templates/training/README.md)"
 
@@ -85,7 +85,7 @@ def render(c: Context, env: str = "local", template: str = "jobset", name: str =
         **_JOB_HELP,
         "dry_run": "validate and print the manifest; submit nothing",
         "timeout": "seconds to wait for Kueue admission and all pods running (default 300)",
-        "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+        "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
         "context": "kubeconfig context (default: the current one)",
     },
 )
@@ -100,18 +100,22 @@ def submit(c: Context, env: str = "local", template: str = "jobset", name: str =
     job is not admitted and running within --timeout; the job stays queued.
     Exits 2 on bad inputs, before anything is submitted.
     """
-    if timeout <= 0:
-        raise Exit(f"--timeout {timeout}: expected seconds > 0", code=2)
-    ctx, text = _manifest(env, template, name, nodes, set_, queue, flavor, gpus_per_node, fleet_nodes)
+    bad_timeout = f"--timeout {timeout}: expected seconds > 0" if timeout <= 0 else ""
+    try:
+        ctx, text = _manifest(env, template, name, nodes, set_, queue, flavor, gpus_per_node, fleet_nodes)
+    except Exit as exc:
+        raise Exit("\n".join(filter(None, [exc.message, bad_timeout])), code=2) from None
+    if bad_timeout:
+        raise Exit(bad_timeout, code=2)
     if dry_run:
         sys.stdout.write(text)
         print("dry run: nothing submitted", file=sys.stderr)
         return
     objects = [d for d in yaml.safe_load_all(text) if d]
     try:
-        api = api_client(kubeconfig or None, context or None)
-    except ConfigException as e:
-        raise Exit(f"--kubeconfig {kubeconfig or '(default)'}: {e}", code=2) from None
+        api = api_client(kubeconfig or None, context or None, env=env)
+    except InputError as e:
+        raise Exit(str(e), code=2) from None
     try:
         result = submit_job(api, objects, ctx["nodes"], timeout=timeout)
     except SubmitError as e:

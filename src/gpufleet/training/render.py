@@ -296,7 +296,8 @@ def build_context(
         hosts = [h for h in all_hosts if h.vars.gpu_count == gpn] or all_hosts
 
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        problems.append(f"--nodes {nodes!r}: expected an integer >= 1")
+        shown = "0 (or not given)" if nodes == 0 and not isinstance(nodes, bool) else repr(nodes)
+        problems.append(f"--nodes {shown}: expected an integer >= 1")
     elif hosts and nodes > len(hosts):
         problems.append(f"--nodes {nodes}: expected at most {len(hosts)} (nodes of flavor {flavor_name} "
                         f"in inventories/{inv.env})")

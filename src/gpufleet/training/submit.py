@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from kubernetes import client, config, dynamic
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -55,15 +55,6 @@ class SubmitResult:
     pods_running: int = 0
     nodes: list[str] = field(default_factory=list)
     reason: str = ""
-
-
-def api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """A Kubernetes API client from ``kubeconfig`` (default ``$KUBECONFIG`` or ``~/.kube/config``).
-
-    Raises:
-        kubernetes.config.ConfigException: the kubeconfig is missing or invalid.
-    """
-    return config.new_client_from_config(config_file=kubeconfig, context=context)
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
