@@ -73,9 +73,14 @@ CASES = {
     "role variable set per group": (lambda r: edit(r / "group_vars/rack_a.yml", kueue_reserve_gpus=2),
                                     ["group_vars/rack_a.yml", "kueue_reserve_gpus", "group_vars/all"]),
     "duplicate yaml key": (lambda r: (r / "group_vars/rack_b.yml").write_text("node_rack: rack-b\nnode_rack: rack-c\n"),
-                           ["group_vars/rack_b.yml", "duplicate key 'node_rack'"]),
+                           ["group_vars/rack_b.yml", "line 2, column 1: duplicate key 'node_rack'"]),
+    "yaml syntax": (lambda r: (r / "group_vars/rack_b.yml").write_text("node_rack: rack-b\nnode_hcas: [mlx5_0,\n"),
+                    ["group_vars/rack_b.yml", "line 3, column 1: while parsing a flow node"]),
+    # The value set in the inventory is blamed, the other one shown with the file it comes from.
     "hysteresis inverted": (lambda r: edit(r / "group_vars/all/taint_controller.yml", taint_controller_low_water_gpus=20),
-                            ["taint_controller_low_water_gpus below taint_controller_high_water_gpus"]),
+                            ["inventories/staging/group_vars/all/taint_controller.yml: taint_controller_low_water_gpus: "
+                             "20: expected taint_controller_low_water_gpus below taint_controller_high_water_gpus",
+                             "taint_controller_high_water_gpus is"]),
     "host_vars for unknown host": (lambda r: edit(r / "host_vars/stg-h100-9.yml", gpu_count=8),
                                    ["host_vars/stg-h100-9.yml", "a host of hosts.yml"]),
     "bad namespace name": (lambda r: edit(r / "group_vars/all/inference.yml", inference_namespace="Inference_NS"),

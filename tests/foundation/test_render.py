@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -35,14 +36,30 @@ def test_every_rendered_object_validates_against_pinned_schemas(rendered) -> Non
     assert errors == {}
 
 
-def test_file_names_are_stable_and_rerender_removes_stale_files(rendered) -> None:
+def test_file_names_are_stable_and_rerender_removes_only_its_own_stale_files(rendered) -> None:
     env, out = rendered
+    index = out / ".gpufleet-render.json"
+    # As if an earlier render had declared one more object; and a file of the user's own.
+    index.write_text(json.dumps(json.loads(index.read_text()) + ["stale--object.yaml"]))
     (out / "stale--object.yaml").write_text("{}")
+    (out / "notes.yaml").write_text("mine: true\n")
     before = sorted(p.name for p in out.glob("*.yaml") if p.name != "stale--object.yaml")
     invoke = Path(sys.executable).with_name("invoke")
     subprocess.run([str(invoke), "render", "--env", env, "--out", str(out)], cwd=REPO_ROOT, check=True, capture_output=True)
     assert sorted(p.name for p in out.glob("*.yaml")) == before
+    assert "notes.yaml" in before and "stale--object.yaml" not in json.loads(index.read_text())
     assert f"clusterqueue--{'staging' if env == 'staging' else 'research'}.yaml" in before
+
+
+def test_render_into_a_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "a-file"
+    target.write_text("keep")
+    invoke = Path(sys.executable).with_name("invoke")
+    proc = subprocess.run([str(invoke), "render", "--env", "local", "--out", str(target)], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--out {target}: {target} exists and is not a folder" in proc.stderr
+    assert target.read_text() == "keep"
 
 
 def test_schema_validation_catches_a_bad_field() -> None:

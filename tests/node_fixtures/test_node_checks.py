@@ -144,6 +144,14 @@ def test_invoke_task_prints_summary_and_exits_nonzero_on_failures(fleet, checks,
     assert missing.value.code == 2
 
 
+def test_simulated_fleet_is_refused_with_where_to_run_instead(capsys):
+    with pytest.raises(Exit) as refused:
+        health.nodes(Context(), env="local")
+    assert refused.value.code == 2
+    assert "inventories/local/hosts.yml lists no hosts to connect to" in refused.value.message
+    assert "--hosts=local://" in refused.value.message
+
+
 def test_hosts_mode_takes_expectations_from_options(fleet):
     """Without an Ansible inventory (``--hosts``), --node-var supplies what the inventory would."""
     paths = fleet[1]["healthy"]

@@ -39,6 +39,14 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    """``line L, column C: <what the parser was doing>: <what it found>`` from a PyYAML error."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    what = ": ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
+    return where + (what or str(exc).splitlines()[0])
+
+
 def read_yaml(path: Path, root: Path) -> tuple[Any, list[Problem]]:
     """Parse one YAML file, refusing duplicate keys.
 
@@ -49,7 +57,7 @@ def read_yaml(path: Path, root: Path) -> tuple[Any, list[Problem]]:
     try:
         return yaml.load(path.read_text(), Loader=_UniqueKeyLoader), []
     except yaml.YAMLError as exc:
-        return None, [Problem(rel, "(file)", str(exc).splitlines()[0], "valid YAML without duplicate keys")]
+        return None, [Problem(rel, "(file)", _yaml_error(exc), "valid YAML (and no key twice in one mapping)")]
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -154,12 +154,31 @@ def _validate(model: type[BaseModel], values: dict[str, Any], origin: dict[str, 
     except ValidationError as exc:
         for err in exc.errors():
             loc = [p for p in err["loc"]]
-            top = str(loc[0]) if loc else "(object)"
+            if not loc:  # a rule across variables: blame the one set outside the role's defaults
+                problems.append(_cross_field(err, values, origin, default_file, where))
+                continue
+            top = str(loc[0])
             key = where + top + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
             value = err.get("input", MISSING) if err["type"] != "missing" else MISSING
             file = origin.get(top, default_file)
             problems.append(Problem(file, key, value, _expected(err)))
         return None
+
+
+def _cross_field(err: dict, values: dict[str, Any], origin: dict[str, str], default_file: str,
+                 where: str) -> Problem:
+    """A model-level error (e.g. low-water not below high-water) as a Problem on one of the variables it names.
+
+    The variable set outside the role's defaults is the likely culprit; the
+    others named in the message are shown with their values and files.
+    """
+    msg = _expected(err)
+    named = sorted((k for k in values if k in msg), key=msg.index)
+    if not named:
+        return Problem(default_file, where + "(object)", MISSING, msg)
+    key = next((k for k in named if origin.get(k, default_file) != default_file), named[0])
+    others = ", ".join(f"{k} is {values[k]!r} from {origin.get(k, default_file)}" for k in named if k != key)
+    return Problem(origin.get(key, default_file), where + key, values[key], msg + (f" ({others})" if others else ""))
 
 
 def _expected(err: dict) -> str:

@@ -10,6 +10,8 @@ come from the chart at install time).
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,26 +101,38 @@ def file_name(obj: dict[str, Any]) -> str:
     return "--".join(p for p in parts if p) + ".yaml"
 
 
+#: The files an earlier render wrote into its folder (relative paths, JSON list).
+INDEX = ".gpufleet-render.json"
+
+
 def write(rendered: Rendered, out: Path) -> list[Path]:
     """Write one YAML file per object into ``out/`` and per release into ``out/helm/``.
 
-    Files left from an earlier render that the stack no longer declares are
-    removed, so the folder mirrors the stack exactly. Returns the paths written.
+    Files that an earlier render wrote (listed in ``out/.gpufleet-render.json``)
+    and that the stack no longer declares are removed, so the folder mirrors
+    the stack; other files in ``out`` are never touched. Returns the paths written.
+
+    Raises:
+        NotADirectoryError: ``out`` (or ``out/helm``) exists and is not a folder.
+        ValueError: two objects would be written to one file.
     """
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "helm").mkdir(exist_ok=True)
-    written: list[Path] = []
-    for obj in rendered.objects:
-        path = out / file_name(obj)
-        if path in written:
-            raise ValueError(f"two objects render to {path.name}: {obj['kind']} {obj['metadata']}")
-        path.write_text(yaml.safe_dump(obj, sort_keys=False))
-        written.append(path)
-    for rel in rendered.releases:
-        path = out / "helm" / f"release--{rel['namespace']}--{rel['name']}.yaml"
-        path.write_text(yaml.safe_dump(rel, sort_keys=False))
-        written.append(path)
-    for stale in list(out.glob("*.yaml")) + list((out / "helm").glob("*.yaml")):
-        if stale not in written:
-            stale.unlink()
-    return written
+    for folder in (out, out / "helm"):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"--out {out}: {folder} exists and is not a folder")
+    names = [file_name(obj) for obj in rendered.objects]
+    names += [f"helm/release--{rel['namespace']}--{rel['name']}.yaml" for rel in rendered.releases]
+    for name, obj in zip(names, rendered.objects):
+        if names.count(name) > 1:
+            raise ValueError(f"two objects render to {name}: {obj['kind']} {obj['metadata']}")
+    (out / "helm").mkdir(parents=True, exist_ok=True)
+    for name, doc in zip(names, [*rendered.objects, *rendered.releases], strict=True):
+        (out / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    index = out / INDEX
+    try:
+        before = set(json.loads(index.read_text()))
+    except (FileNotFoundError, ValueError):
+        before = set()
+    for stale in sorted(before - set(names)):
+        (out / stale).unlink(missing_ok=True)
+    index.write_text(json.dumps(sorted(names), indent=1))
+    return [out / name for name in names]

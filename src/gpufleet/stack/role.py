@@ -21,9 +21,12 @@ import pulumi_kubernetes as k8s
 from gpufleet.inventory import Inventory
 from gpufleet.stack.objects import labels
 
-#: Kinds declared in the first wave: others may live in or depend on them.
+#: Kinds declared in the first wave: others may live in or depend on them. Identities, RBAC and
+#: configuration come before the workloads that use them: a DaemonSet created before its
+#: ServiceAccount gets FailedCreate events until the controller retries.
 FIRST_WAVE = {"Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "ResourceFlavor",
-              "WorkloadPriorityClass", "ClusterQueue"}
+              "WorkloadPriorityClass", "ClusterQueue", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+              "Role", "RoleBinding", "ConfigMap", "Secret"}
 
 
 @dataclass(frozen=True)

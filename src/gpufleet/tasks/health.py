@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from invoke import Collection, task
 from invoke.exceptions import Exit
 from rich.console import Console
@@ -174,6 +175,10 @@ def nodes(c, env, limit=None, pytest_args=""):
     inventory = INVENTORIES / env / "hosts.yml"
     if not inventory.exists():
         raise Exit(f"no inventory {inventory} (environments: {', '.join(sorted(p.name for p in INVENTORIES.iterdir() if p.is_dir()))})", code=2)
+    if not _lists_hosts(yaml.safe_load(inventory.read_text()) or {}):
+        raise Exit(f"--env {env}: {inventory} lists no hosts to connect to (a simulated fleet's nodes are kwok "
+                   f"nodes of the local cluster); run the node checks on real hosts (--env staging or prod), or on "
+                   f"this machine: pytest tests/nodes --hosts=local:// --node-var KEY=VALUE", code=2)
     import shlex
 
     run = run_node_checks(inventory, limit=limit, pytest_args=shlex.split(pytest_args))
@@ -184,6 +189,12 @@ def nodes(c, env, limit=None, pytest_args=""):
         raise Exit(f"no node checks ran (no host matches {limit or 'the inventory'}?)", code=2)
     if run.failed:
         raise Exit(code=1)
+
+
+def _lists_hosts(groups: dict) -> bool:
+    """True when an Ansible YAML inventory (``{group: {hosts, children, vars}}``) names at least one host."""
+    return any(isinstance(g, dict) and (bool(g.get("hosts")) or _lists_hosts(g.get("children") or {}))
+               for g in groups.values())
 
 
 ns = Collection("health")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from invoke import task
+from invoke.exceptions import Exit
 from rich.console import Console
 from rich.table import Table
 
@@ -12,7 +13,8 @@ from gpufleet.tasks.common import fail_on_inventory_error
 
 
 @task(help={"env": "environment: a folder of inventories/ (local, staging, prod)",
-            "out": "output folder; one YAML file per object, helm/ for Helm releases"})
+            "out": "output folder; one YAML file per object, helm/ for Helm releases; files an earlier "
+                   "render wrote there that the stack no longer declares are removed, others are kept"})
 def render(c, env, out):
     """Write every Kubernetes object the Pulumi stack declares for ENV into OUT.
 
@@ -27,8 +29,11 @@ def render(c, env, out):
     with fail_on_inventory_error():
         inv = load(env)
     rendered = render_stack(inv)
-    paths = write(rendered, Path(out))
-    table = Table(title=f"render --env {env}: {len(rendered.objects)} objects, {len(rendered.releases)} Helm releases")
+    try:
+        paths = write(rendered, Path(out))
+    except NotADirectoryError as exc:
+        raise Exit(str(exc), code=2) from None
+    table = Table(title=f"{env}: {len(rendered.objects)} objects, {len(rendered.releases)} Helm releases")
     table.add_column("kind")
     table.add_column("count", justify="right")
     counts: dict[str, int] = {}
