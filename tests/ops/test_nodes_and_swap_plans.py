@@ -132,3 +132,12 @@ def test_drain_plan_skips_and_blocks():
     assert sorted(r.name for r in skipped) == ["done", "ds"]
     evict, blocked, _ = drain.plan(pods, force=True)
     assert [p["metadata"]["name"] for p in evict] == ["rs", "bare", "job"] and not blocked
+
+
+def test_pods_already_going_away_are_waited_for_not_evicted():
+    deleting = pod("deleting", "n1")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    in_dying_ns = pod("bare", "n1", owner=None, ns="old")
+    assert drain.going_away(deleting, set())
+    assert drain.going_away(in_dying_ns, {"old"})
+    assert not drain.going_away(in_dying_ns, set()) and not drain.going_away(pod("rs", "n1"), {"old"})

@@ -8,7 +8,10 @@ every pod bound to the node except
 * mirror (static) pods (the API cannot remove them),
 * finished pods (phase Succeeded/Failed: they hold no resources),
 * pods no controller owns, unless ``force``: evicting them deletes them for
-  good, so by default they are reported as blocked, never removed.
+  good, so by default they are reported as blocked, never removed,
+* pods already going away (``deletionTimestamp`` set, or their namespace is
+  terminating, where the API refuses evictions with 403): they are waited
+  for like evicted ones, as ``kubectl drain`` waits for deletions.
 
 An eviction the API refuses with 429 (a PDB allows no disruption now) is
 retried every ``poll`` seconds until ``timeout``: as replacement pods become
@@ -114,6 +117,27 @@ def skip_reason(pod: Pod, *, force: bool = False) -> str | None:
     return None
 
 
+def going_away(pod: Pod, terminating_namespaces: set[str]) -> bool:
+    """True when a pod is already being deleted, or its namespace is (the namespace controller deletes it). Pure."""
+    meta = pod.get("metadata", {})
+    return bool(meta.get("deletionTimestamp")) or meta.get("namespace", "default") in terminating_namespaces
+
+
+def terminating_namespaces(api: client.ApiClient, names: set[str]) -> set[str]:
+    """Those of ``names`` whose Namespace is in phase Terminating (or already gone)."""
+    out = set()
+    for ns in names:
+        try:
+            phase = (call_json(api, "GET", f"/api/v1/namespaces/{ns}").get("status") or {}).get("phase")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            phase = "Terminating"
+        if phase == "Terminating":
+            out.add(ns)
+    return out
+
+
 def plan(pods: list[Pod], *, force: bool = False) -> tuple[list[Pod], dict[PodRef, str], dict[PodRef, str]]:
     """Split a node's pods into ``(to evict, blocked before trying, skipped)``. Pure."""
     evict: list[Pod] = []
@@ -177,10 +201,13 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
     """
     start = time.monotonic()
     pods = pods_on_node(api, node)
-    to_evict, blocked, skipped = plan(pods, force=force)
+    dying = terminating_namespaces(api, {p["metadata"].get("namespace", "default") for p in pods})
+    going = [p for p in pods if going_away(p, dying) and not _finished(p)]
+    to_evict, blocked, skipped = plan([p for p in pods if p not in going], force=force)
     result = DrainResult(node=node, skipped=skipped, dry_run=dry_run)
-    total = len(to_evict)
+    total = len(to_evict) + len(going)
     if dry_run:
+        skipped.update({ref(p): "already being deleted (waited for, not evicted)" for p in going})
         for pod in to_evict:
             ok, msg = evict(api, ref(pod), dry_run=True)
             if ok:
@@ -192,7 +219,7 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
         return result
 
     pending: dict[PodRef, str] = {ref(p): "not tried yet" for p in to_evict}
-    terminating: set[PodRef] = set()
+    terminating: set[PodRef] = {ref(p) for p in going}
     gone: list[PodRef] = []
     deadline = start + timeout
     while True:
@@ -218,7 +245,7 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
             break
         time.sleep(poll)
     result.evicted = gone
-    result.blocked = {**blocked, **pending, **{p: "evicted, still terminating at the timeout" for p in terminating}}
+    result.blocked = {**blocked, **pending, **{p: "being deleted, still terminating at the timeout" for p in terminating}}
     result.seconds = time.monotonic() - start
     return result
 
