@@ -23,6 +23,28 @@ from gpufleet import paths
 from gpufleet.files import tail
 
 
+class Cached:
+    """Where a pinned program lives in the cache; mixed into dataclasses that have ``name`` and ``version``."""
+
+    name: str
+    version: str
+
+    @property
+    def key(self) -> str:
+        """``<name>-<version>`` (e.g. ``"kueue-v0.17.0"``): the cache folder name."""
+        return f"{self.name}-{self.version}"
+
+    @property
+    def dir(self) -> Path:
+        """``cache_dir()/components/<name>-<version>``: ``bin/``, ``stamp.json``, ``install.json``."""
+        return paths.cache_dir() / "components" / self.key
+
+    @property
+    def build_dir(self) -> Path:
+        """Scratch folder of a generated build module: ``cache_dir()/build/<name>-<version>``."""
+        return paths.cache_dir() / "build" / self.key
+
+
 class GoError(RuntimeError):
     """The Go toolchain is missing, a module cannot be had, or a build step failed (with go's message or log tail)."""
 

@@ -31,14 +31,14 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from gpufleet import paths
+from gpufleet.gobuild import Cached
 from gpufleet.versions import pin, versions
 
 Method = Literal["go-install", "go-module", "apt"]
 
 
 @dataclass(frozen=True)
-class Component:
+class Component(Cached):
     """One thing the local cluster needs, pinned to one version.
 
     Attributes:
@@ -72,24 +72,9 @@ class Component:
     extra_requires: tuple[str, ...] = ()
 
     @property
-    def key(self) -> str:
-        """Cache key, ``<name>-<version>`` (e.g. ``"kueue-v0.17.0"``)."""
-        return f"{self.name}-{self.version}"
-
-    @property
-    def dir(self) -> Path:
-        """``cache_dir()/components/<name>-<version>``: binaries, stamp, install record."""
-        return paths.cache_dir() / "components" / self.key
-
-    @property
     def bin_dir(self) -> Path:
         """Where the binaries live: ``<dir>/bin``."""
         return self.dir / "bin"
-
-    @property
-    def build_dir(self) -> Path:
-        """Scratch folder of a ``go-module`` build: ``cache_dir()/build/<name>-<version>``."""
-        return paths.cache_dir() / "build" / self.key
 
     def binary(self, name: str | None = None) -> Path:
         """Path of one binary (the first one when ``name`` is None).

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from gpufleet import gobuild, paths
 from gpufleet.files import copy_atomic, digest, fingerprint, locked
-from gpufleet.gobuild import GoError
+from gpufleet.gobuild import Cached, GoError
 from gpufleet.versions import pin
 
 
@@ -63,7 +63,7 @@ class ToolError(GoError):
 
 
 @dataclass(frozen=True)
-class GoTool:
+class GoTool(Cached):
     """One Go program built from a pinned module through a generated build module.
 
     Attributes:
@@ -99,24 +99,9 @@ class GoTool:
     plugin: bool = False
 
     @property
-    def key(self) -> str:
-        """``<name>-<version>``: the cache folder name."""
-        return f"{self.name}-{self.version}"
-
-    @property
-    def dir(self) -> Path:
-        """``cache_dir()/components/<name>-<version>``: ``bin/``, ``stamp.json``, ``install.json``."""
-        return paths.cache_dir() / "components" / self.key
-
-    @property
     def path(self) -> Path:
         """The cached program: ``<dir>/bin/<binary>``."""
         return self.dir / "bin" / self.binary
-
-    @property
-    def build_dir(self) -> Path:
-        """The generated build module: ``cache_dir()/build/<name>-<version>``."""
-        return paths.cache_dir() / "build" / self.key
 
 
 @cache
