@@ -58,3 +58,27 @@ def test_serve_answers_plain_and_gzip(tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["--sysfs-root", "/nonexistent", "--no-nvml", "--once"], 2, "--sysfs-root /nonexistent: expected a folder"),
+    (["--nvml-fake", "/nonexistent.json", "--once"], 2, "--nvml-fake /nonexistent.json: [Errno 2]"),
+    (["--port", "99999", "--no-nvml"], 2, "argument --port: '99999': expected a TCP port, 1 to 65535"),
+])
+def test_bad_flags_exit_with_the_flag_and_value(argv, code, message, capsys):
+    try:
+        got = cli.main(["exporter", *argv])
+    except SystemExit as exc:  # argparse's own usage errors
+        got = exc.code
+    assert got == code and message in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_reported_not_raised(capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["exporter", "--no-nvml", "--listen-address", "127.0.0.1", "--port", str(port)]) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

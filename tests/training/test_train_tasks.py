@@ -115,3 +115,9 @@ def test_submit_reports_every_problem_and_a_missing_nodes_flag(cli, monkeypatch)
     assert code == 2
     assert "--nodes 0 (or not given): expected an integer >= 1" in err
     assert "--timeout 0: expected seconds > 0" in err
+
+
+def test_render_out_to_a_missing_folder_or_a_folder_exits_2(cli, tmp_path):
+    for target, why in ((tmp_path / "missing" / "job.yaml", "No such file or directory"), (tmp_path, "Is a directory")):
+        code, out, err = cli("train.render", "--env", "local", "--name", "demo", "--nodes", "1", "--out", str(target))
+        assert code == 2 and f"--out {target}: {why}" in err

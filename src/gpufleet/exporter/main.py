@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer, make_server
 
@@ -31,10 +32,21 @@ log = logging.getLogger("gpufleet.exporter")
 DEFAULT_PORT = 9838
 
 
+def _port(text: str) -> int:
+    """A TCP port number for argparse (1-65535)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port, 1 to 65535")
+    return port
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the exporter's flags to ``parser`` (the ``exporter`` subcommand of ``gpufleet``)."""
     parser.add_argument("--listen-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs mount point, like node_exporter --path.sysfs (default: %(default)s)")
     parser.add_argument("--nvml-fake", metavar="FILE", help="read GPUs from a node description JSON instead of NVML (fixtures)")
     parser.add_argument("--no-nvml", action="store_true", help="do not collect GPU metrics at all")
@@ -137,14 +149,25 @@ def run(args: argparse.Namespace) -> int:
     Otherwise serves ``http://LISTEN:PORT/metrics`` until SIGTERM/SIGINT.
     """
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    backend = backend_from_args(args)
+    if not Path(args.sysfs_root).is_dir():
+        print(f"gpufleet exporter: --sysfs-root {args.sysfs_root}: expected a folder (the sysfs mount)", file=sys.stderr)
+        return 2
+    try:
+        backend = backend_from_args(args)
+    except (OSError, ValueError) as exc:  # the fake node description: unreadable or not JSON
+        print(f"gpufleet exporter: --nvml-fake {args.nvml_fake}: {exc}", file=sys.stderr)
+        return 2
     if args.once:
         registry = build_registry(args.sysfs_root, backend)
         sys.stdout.write(render_text(registry).decode())
         sys.stdout.flush()
         return 0
     registry = build_registry(args.sysfs_root, backend, self_metrics=True)
-    server, _ = serve(registry, args.listen_address, args.port)
+    try:
+        server, _ = serve(registry, args.listen_address, args.port)
+    except OSError as exc:
+        print(f"gpufleet exporter: cannot listen on {args.listen_address}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     log.info("serving /metrics on %s:%d (sysfs %s)", args.listen_address, args.port, args.sysfs_root)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -79,6 +79,15 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
     )
     base.update({k: v for k, v in overrides.items() if v is not None})
     s = Settings(**base)
+    flags = {"--low-water": s.low_water, "--hold-seconds": s.hold_seconds, "--flip-out-max-wait": s.flip_out_max_wait,
+             "--pods-per-minute": s.pods_per_minute}
+    for flag, value in flags.items():
+        if value is not None and value < 0:
+            raise ValueError(f"{flag} {value:g}: expected a number >= 0")
+    unknown = [p for p in s.pools if p not in {p.name for p in vk.virtual_kubelet_pools}]
+    if unknown:  # a pool run outside the inventory is legitimate (tests, trials): say so, act anyway
+        log.warning("--pool %s: not among inventories/%s virtual_kubelet_pools (%s); acting on its virtual nodes anyway",
+                    ", ".join(unknown), env, ", ".join(p.name for p in vk.virtual_kubelet_pools) or "none")
     if s.low_water >= s.high_water:
         raise ValueError(f"--low-water {s.low_water:g} must be below --high-water {s.high_water:g}")
     if s.flip_back not in MODES:

@@ -73,7 +73,10 @@ def render(c: Context, env: str = "local", template: str = "jobset", name: str =
     """
     _, text = _manifest(env, template, name, nodes, set_, queue, flavor, gpus_per_node, fleet_nodes)
     if out:
-        Path(out).write_text(text)
+        try:
+            Path(out).write_text(text)
+        except OSError as exc:
+            raise Exit(f"--out {out}: {exc.strerror} (expected a file path in an existing folder)", code=2) from None
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
