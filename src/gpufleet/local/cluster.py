@@ -374,8 +374,11 @@ def up(
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
         KubeError: the apiserver rejected a bootstrap object.
-        ValueError: ``fresh`` while the cluster is running.
+        ValueError: ``fresh`` while the cluster is running; a descheduler
+            policy file that is not a DeschedulerPolicy (nothing is restarted).
     """
+    if descheduler_policy_file is not None:
+        descheduler.check_policy(descheduler_policy_file)
     with _locked(name):
         if fresh:
             _wipe_data(name)

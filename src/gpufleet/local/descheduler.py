@@ -36,6 +36,48 @@ def default_policy() -> dict:
     }
 
 
+def check_policy(path: Path) -> None:
+    """Refuse a policy file the descheduler would exit on, before the running descheduler is replaced.
+
+    Checks the shape of a ``descheduler/v1alpha2`` DeschedulerPolicy
+    (https://github.com/kubernetes-sigs/descheduler#policy-default-evictor-and-strategy-plugins):
+    a mapping with that apiVersion and kind, and a non-empty ``profiles``
+    list whose entries have a ``name``, a ``plugins`` mapping and a
+    ``pluginConfig`` list of ``{name, args}``. Plugin arguments are left to
+    the descheduler.
+
+    Raises:
+        ValueError: naming the file, the key and what was expected.
+    """
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--descheduler-policy {path}: cannot read it: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ValueError(f"--descheduler-policy {path}: not valid YAML{where}") from None
+    problems = []
+    if not isinstance(doc, dict):
+        problems.append(f"expected a mapping, got {type(doc).__name__}")
+        doc = {}
+    for key, want in (("apiVersion", "descheduler/v1alpha2"), ("kind", "DeschedulerPolicy")):
+        if doc and doc.get(key) != want:
+            problems.append(f"{key}: {doc.get(key)!r}: expected {want!r}")
+    profiles = doc.get("profiles")
+    if doc and (not isinstance(profiles, list) or not profiles):
+        problems.append(f"profiles: {profiles!r}: expected a non-empty list of profiles")
+    for i, prof in enumerate(profiles if isinstance(profiles, list) else []):
+        if not isinstance(prof, dict) or not prof.get("name") or not isinstance(prof.get("plugins"), dict):
+            problems.append(f"profiles[{i}]: expected a mapping with name and plugins")
+        elif not all(isinstance(c, dict) and c.get("name") for c in prof.get("pluginConfig") or []):
+            problems.append(f"profiles[{i}].pluginConfig: expected a list of {{name, args}}")
+    if problems:
+        raise ValueError(f"--descheduler-policy {path}: " + "; ".join(problems))
+
+
 def descheduler_argv(policy_file: Path, kubeconfig: Path, pki: Pki, port: int, interval: str = INTERVAL) -> list[str]:
     """Command line of the descheduler (metrics and /healthz on ``https://127.0.0.1:<port>``).
 

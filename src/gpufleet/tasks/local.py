@@ -66,7 +66,8 @@ def up(
         raise Exit(f"--nodes {nodes}: expected a positive number", code=2)
     policy = Path(descheduler_policy).resolve() if descheduler_policy else None
     if policy is not None and not policy.is_file():
-        raise Exit(f"--descheduler-policy {descheduler_policy}: no such file", code=2)
+        why = "a folder, expected a file" if policy.is_dir() else "no such file"
+        raise Exit(f"--descheduler-policy {descheduler_policy}: {why}", code=2)
     try:
         install_components(console=console)  # shows build progress; a no-op when cached
         cl = local_cluster.up(
