@@ -2,9 +2,11 @@
 
 Each task parses its flags and calls a plain function of this module
 (:func:`swap_node`, :func:`return_node`), which calls :mod:`gpufleet.ops.swap`.
-Exit codes: 0 done; 1 the operation cannot proceed (node already out, not
-out, a lemon, pods left on the node after the drain timeout, conflicts);
-2 bad input (unknown node, with near matches; empty reason; bad kubeconfig).
+Exit codes: 0 done, or nothing to do (a swap of a node already out and
+drained, a return of a node not out: both tasks are idempotent); 1 the
+operation cannot proceed (a lemon, pods left on the node after the drain
+timeout, conflicts); 2 bad input (unknown node, with near matches; empty
+reason; bad kubeconfig).
 """
 
 from __future__ import annotations
@@ -160,9 +162,15 @@ def swap(c: Context, node: str, reason: str = "", dry_run: bool = False, yes: bo
     Idempotent: re-running resumes an unfinished swap. Example:
     invoke node.swap gpu-rack-a-0003 --reason "GPU 5 at 84 C" --yes
     """
+    from gpufleet.ops.swap import AlreadyOut
+
     with fail_on_ops_error("node.swap"):
-        result = swap_node(node, reason, dry_run=dry_run, yes=yes, timeout=timeout, force=force, namespace=namespace,
-                           kubeconfig=kubeconfig or None, context=context or None)
+        try:
+            result = swap_node(node, reason, dry_run=dry_run, yes=yes, timeout=timeout, force=force,
+                               namespace=namespace, kubeconfig=kubeconfig or None, context=context or None)
+        except AlreadyOut as exc:
+            print(f"node.swap: {exc}")
+            return
     if not result.dry_run and result.drain is not None and not result.drain.complete:
         raise Exit(f"node.swap: {node} is out, but {len(result.drain.blocked)} pods are still on it (listed above); "
                    f"re-run to retry them", code=1)
@@ -182,9 +190,14 @@ def return_(c: Context, node: str, dry_run: bool = False, clear_lemon: bool = Fa
     (kept as a record). Lemon nodes need --clear-lemon. Example:
     invoke node.return gpu-rack-a-0003
     """
+    from gpufleet.ops.swap import NotOut
+
     with fail_on_ops_error("node.return"):
-        return_node(node, dry_run=dry_run, clear_lemon=clear_lemon, namespace=namespace,
-                    kubeconfig=kubeconfig or None, context=context or None)
+        try:
+            return_node(node, dry_run=dry_run, clear_lemon=clear_lemon, namespace=namespace,
+                        kubeconfig=kubeconfig or None, context=context or None)
+        except NotOut as exc:
+            print(f"node.return: {exc}")
 
 
 #: The ``node`` collection; tasks.py adds it with ``ns.add_collection(node)``.
