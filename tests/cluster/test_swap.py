@@ -220,3 +220,11 @@ def test_tasks_exit_codes(local_cluster, target):
     assert r.returncode == 0 and "back in service" in r.stdout
     r = run("node.return", target)
     assert r.returncode == 0 and "is not out" in r.stdout
+    # A second swap of a returned node starts a new record: nothing says it has returned.
+    r = run("node.swap", target, "--reason", "fan", "--yes", "--timeout", "30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    api = local_cluster.api_client
+    assert "gpufleet.io/returned-at" not in kube.get_node(api, target)["metadata"].get("annotations", {})
+    request = kube.call_json(api, "GET", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(target)}")
+    assert request["data"]["state"] == "requested" and "returned_at" not in request["data"]
+    assert request["data"]["reason"] == "fan"

@@ -214,6 +214,9 @@ def plan_swap(node: Node, reason: str, *, source: str = "manual", now: str | Non
             changes.append(Change(f"taint {DEGRADED_TAINT}", _taint_str(degraded), "- (superseded by the swap)"))
         meta_ann.update({ANN_SWAP_REASON: reason, ANN_SWAP_SOURCE: source, ANN_SWAPPED_AT: now})
         changes.append(Change(f"annotation {ANN_SWAP_REASON}", ann.get(ANN_SWAP_REASON, "-"), reason))
+        if ANN_RETURNED_AT in ann:  # from the previous swap's return: this swap has not returned
+            meta_ann[ANN_RETURNED_AT] = None
+            changes.append(Change(f"annotation {ANN_RETURNED_AT}", ann[ANN_RETURNED_AT], "-"))
     if lab.get(REPLACEMENT_LABEL) != "true":
         meta_lab[REPLACEMENT_LABEL] = "true"
         changes.append(Change(f"label {REPLACEMENT_LABEL}", lab.get(REPLACEMENT_LABEL, "-"), "true"))
@@ -310,13 +313,17 @@ def get_request(api: client.ApiClient, node: str, namespace: str = SYSTEM_NAMESP
         raise
 
 
-def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[str, str]) -> dict[str, Any]:
-    """Create or update (merge) the swap-request ConfigMap of ``node`` with ``data``; its state label follows ``data["state"]``."""
+def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[str, str | None]) -> dict[str, Any]:
+    """Create or update (merge) the swap-request ConfigMap of ``node`` with ``data``; its state label follows ``data["state"]``.
+
+    A ``None`` value removes that key from an existing request.
+    """
     name = nodeutil.name(node)
     labels = {SWAP_REQUEST_LABEL: "true", SWAP_NODE_LABEL: name[:63], SWAP_STATE_LABEL: data.get("state", "requested")}
     path = f"/api/v1/namespaces/{namespace}/configmaps"
     body = {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": request_name(name), "namespace": namespace, "labels": labels}, "data": data}
+            "metadata": {"name": request_name(name), "namespace": namespace, "labels": labels},
+            "data": {k: v for k, v in data.items() if v is not None}}
     try:
         return call_json(api, "POST", path, body=body)
     except ApiException as exc:
@@ -329,9 +336,10 @@ def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[
                      body={"metadata": {"labels": labels}, "data": data})
 
 
-def _request_data(node: Node, reason: str, source: str, state: str, when: str) -> dict[str, str]:
-    """The swap request's data keys (module docstring) for ``node``."""
+def _request_data(node: Node, reason: str, source: str, state: str, when: str) -> dict[str, str | None]:
+    """The swap request's data keys (module docstring) for ``node``; ``returned_at`` of an earlier swap is removed."""
     return {"node": nodeutil.name(node), "reason": reason, "source": source, "requested_at": when, "state": state,
+            "returned_at": None,
             "flavor": nodeutil.flavor(node) or "", "gpus": str(nodeutil.gpus(node, "capacity")),
             "lemon": "true" if nodeutil.is_lemon(node) else "false",
             "history": json.dumps(nodeutil.health_history(node))}
