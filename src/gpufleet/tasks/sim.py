@@ -44,8 +44,14 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     from gpufleet.local.processes import ComponentFailed
     from gpufleet.sim.flip import Options, SimError, run
 
-    if nodes < 0 or replicas < 0 or duration <= 0 or timeout <= 0:
-        raise Exit("--nodes/--replicas >= 0, --duration and --timeout > 0", code=2)
+    problems = [f"--{flag} {value:g}: expected a number >= 0 (0: the inventory's)"
+                for flag, value in (("nodes", nodes), ("replicas", replicas)) if value < 0]
+    problems += [f"--{flag} {value:g}: expected seconds > 0" for flag, value in (("duration", duration), ("timeout", timeout))
+                 if value <= 0]
+    if pools and not pools.strip(", "):
+        problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
+    if problems:
+        raise Exit("\n".join(problems), code=2)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
