@@ -77,8 +77,13 @@ def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -
             {"name": "memory", "nominalQuota": str(res["memory"])},
             gpu,
         ]})
+    metadata = meta(name, component="kueue")
+    # quota-sync rewrites nominalQuota to the schedulable capacity, which makes it a co-owner of those
+    # fields; without force, the next `pulumi up` that changes this queue fails on a server-side apply
+    # conflict. Pulumi's value wins on apply and quota-sync corrects it at its next resync.
+    metadata.setdefault("annotations", {})["pulumi.com/patchForce"] = "true"
     return {
-        "apiVersion": API, "kind": "ClusterQueue", "metadata": meta(name, component="kueue"),
+        "apiVersion": API, "kind": "ClusterQueue", "metadata": metadata,
         "spec": {
             "cohortName": v.kueue_cohort,
             "namespaceSelector": {},

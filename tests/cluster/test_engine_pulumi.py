@@ -10,7 +10,8 @@ touched). The tests share one stack and run in file order:
 2. a second ``preview`` shows no changes;
 3. ``gpufleet:kueue_reserve_gpus`` in stack config updates only the
    objects that depend on it (the ClusterQueues), in place;
-4. ``destroy`` removes everything: the cluster's objects are those it had
+4. after quota-sync rewrote a queue's quota, the next such change still applies;
+5. ``destroy`` removes everything: the cluster's objects are those it had
    before ``up`` (a snapshot of every listable API object, events excluded).
 
 The stack is destroyed at the end of the module even when a test fails.
@@ -219,6 +220,27 @@ def test_one_variable_updates_only_its_dependents(deployed, local_cluster):
         obj = after[oid]
         live = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).get(name=obj["metadata"]["name"])
         assert live.to_dict()["spec"]["resourceGroups"] == obj["spec"]["resourceGroups"], oid
+
+
+def test_quota_sync_rewrites_do_not_block_a_later_up(deployed, local_cluster):
+    """quota-sync co-owns nominalQuota after its merge patch; ClusterQueues carry pulumi.com/patchForce,
+    so the next up that changes them applies instead of failing on a server-side apply conflict."""
+    from gpufleet.ops import kube
+    from gpufleet.quota import resync as rs
+
+    api = local_cluster.api_client
+    live = kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")
+    groups = live["spec"]["resourceGroups"]
+    for res in (r for f in groups[0]["flavors"] for r in f["resources"] if r["name"] == "nvidia.com/gpu"):
+        res["nominalQuota"] = "40"  # what quota-sync writes with nodes out
+    kube.call_json(api, "PATCH", f"{rs.CQ_PATH}/training", body={"spec": {"resourceGroups": groups}},
+                   content_type="application/merge-patch+json")
+    value = VALUE // 2
+    again = dataclasses.replace(deployed.target, config={f"gpufleet:{VARIABLE}": str(value)})
+    engine.up(again, printer=print)
+    want = next(o for o in declared_ids({VARIABLE: value}).values()
+                if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")
+    assert kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")["spec"]["resourceGroups"] == want["spec"]["resourceGroups"]
 
 
 def test_destroy_leaves_the_cluster_as_it_was(deployed, local_cluster):

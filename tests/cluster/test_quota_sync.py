@@ -157,6 +157,19 @@ def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, n
         assert sync.registry.get_sample_value("gpufleet_quota_nominal_gpus", {"cluster_queue": "training", "flavor": FLAVOR}) == 54
         assert sync.registry.get_sample_value("gpufleet_quota_schedulable_gpus", {"flavor": FLAVOR}) == 72
 
+        # `pulumi up` force-applies the queue as the kueue role declares it (full-fleet quotas) ...
+        from roles.kueue.manifests import objects
+
+        declared = next(o for o in objects(kueue_stack) if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")
+        assert declared["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
+        applied = kube.call_json(api, "PATCH", f"{rs.CQ_PATH}/training", body=declared,
+                                 content_type="application/apply-patch+yaml",
+                                 query=[("fieldManager", "pulumi-kubernetes-test"), ("force", "true")])
+        gpu = [r for f in applied["spec"]["resourceGroups"][0]["flavors"] for r in f["resources"] if r["name"] == GPU]
+        assert [int(r["nominalQuota"]) for r in gpu] == [96]
+        # ... and quota-sync, watching the queues, puts the schedulable capacity back within seconds.
+        wait("quota-sync to undo the overwrite", lambda: gpu_quota(api) == {"training": 54, "research": 18}, timeout=30)
+
         put_back(api, out[:5])
         wait("quota to follow 5 nodes back", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
         assert sync.registry.get_sample_value("gpufleet_quota_sync_convergence_seconds_count") >= 2
@@ -218,6 +231,9 @@ def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jo
                        if p.status.phase == "Running"]
     wait("6 gang pods running", lambda: len(running()) == 6, timeout=90)
     pods_before = {p.metadata.name for p in running()}
+    # Kueue reports the reservation in the queue's status a moment after admitting.
+    wait("training's reservation in its status", lambda: rs.reserved_gpus(
+        kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")).get(FLAVOR) == 48)
 
     take_out(api, nodes[:12])  # 4 nodes left: 32 GPUs -> training 24, research 8
     sync = QuotaSync(api, kueue_stack)

@@ -89,6 +89,10 @@ def api_client(kubeconfig: str | None = None, context: str | None = None, *, env
         raise InputError(f"--kubeconfig {kubeconfig}: {exc}") from None
 
 
+#: Field manager of gpufleet's writes (server-side field ownership, ``metadata.managedFields``).
+FIELD_MANAGER = "gpufleet"
+
+
 def call_json(api: client.ApiClient, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
               body: Any = None, content_type: str = "application/json", timeout: float | None = 30.0) -> Obj:
     """One REST call returning the decoded JSON body.
@@ -101,12 +105,17 @@ def call_json(api: client.ApiClient, method: str, path: str, *, query: list[tupl
         content_type: e.g. ``application/merge-patch+json`` for PATCH.
         timeout: seconds for the request.
 
+    Writes carry ``fieldManager=gpufleet`` unless ``query`` names another.
+
     Raises:
         kubernetes.client.exceptions.ApiException: non-2xx answer (``.status``, ``.body``).
     """
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = content_type
+    query = list(query or [])
+    if method in ("POST", "PUT", "PATCH") and not any(k == "fieldManager" for k, _ in query):
+        query.append(("fieldManager", FIELD_MANAGER))  # managedFields name us, not the client library
     resp = _request(api, method, path, query, headers, body, timeout)
     data = resp.read()
     return json.loads(data) if data else {}

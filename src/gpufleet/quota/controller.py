@@ -5,6 +5,10 @@
   depends on (:func:`slim`). A node event marks the state dirty only when
   the node's capacity signature changes (flavor, GPUs, schedulable,
   virtual), so heartbeats cost nothing.
+* A second watcher marks the state dirty when a ClusterQueue's resource
+  groups change (:class:`QueueWatch`): ``pulumi up`` force-applies the
+  inventory's quotas (``pulumi.com/patchForce``, roles/kueue), and this
+  puts the schedulable capacity back within the debounce.
 * The loop waits for dirty (or ``resync_seconds`` for a periodic resync
   that also repairs quota someone else edited), then ``debounce_seconds``
   more so a burst (a rack going down) gives one resync, then computes
@@ -24,9 +28,11 @@ applied.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.inventory import Inventory
 from gpufleet.ops import nodes as nodeutil
-from gpufleet.ops.kube import list_items, record_event, watch_json
+from gpufleet.ops.kube import list_items, watch_json
 from gpufleet.ops.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
 from gpufleet.quota import resync
 
@@ -127,29 +133,79 @@ class NodeCache:
             self._mark()
 
     def run(self, stop: threading.Event) -> None:
-        """List, then watch until ``stop``; relist on 410 Gone or errors (backing off)."""
-        rv = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if rv is None:
-                    rv = self._relist()
-                for kind, obj in watch_json(self.api, "/api/v1/nodes", resource_version=rv, timeout_seconds=WATCH_SECONDS):
-                    if stop.is_set():
-                        return
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            rv = None
-                        break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                    if kind != "BOOKMARK":
-                        self.apply_event(kind, obj)
-                backoff = 1.0
-            except Exception as exc:  # noqa: BLE001 - the watch reconnects
-                log.warning("node watch: %s; relisting in %.0fs", exc, backoff)
-                rv = None
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+        """List, then watch Nodes until ``stop`` (:func:`list_watch`)."""
+        list_watch(self.api, "/api/v1/nodes", stop, self._relist, self.apply_event, "node")
+
+
+class QueueWatch:
+    """ClusterQueue resource groups as last seen; marks ``cache`` dirty when they change.
+
+    quota-sync's own patches change them too; the resync that follows finds
+    nothing to do. Anyone else's change (``pulumi up`` writing the
+    inventory's quotas back, a person's edit) is corrected within the
+    debounce instead of at the next periodic resync.
+    """
+
+    def __init__(self, api: client.ApiClient, cache: NodeCache):
+        self.api, self.cache = api, cache
+        self.groups: dict[str, str] = {}
+
+    @staticmethod
+    def _groups(obj: Obj) -> str:
+        return json.dumps((obj.get("spec") or {}).get("resourceGroups"), sort_keys=True)
+
+    def _relist(self) -> str:
+        items, rv = list_items(self.api, resync.CQ_PATH)
+        fresh = {(q.get("metadata") or {}).get("name"): self._groups(q) for q in items}
+        if self.groups and fresh != self.groups:
+            self.cache._mark()
+        self.groups = fresh
+        return rv
+
+    def apply_event(self, kind: str, obj: Obj) -> None:
+        """Note one watch event; a change of resource groups (or a new or deleted queue) marks dirty."""
+        name = (obj.get("metadata") or {}).get("name")
+        groups = None if kind == "DELETED" else self._groups(obj)
+        if self.groups.get(name) != groups:
+            if groups is None:
+                self.groups.pop(name, None)
+            else:
+                self.groups[name] = groups
+            self.cache._mark()
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch ClusterQueues until ``stop`` (:func:`list_watch`)."""
+        list_watch(self.api, resync.CQ_PATH, stop, self._relist, self.apply_event, "ClusterQueue")
+
+
+def list_watch(api: client.ApiClient, path: str, stop: threading.Event, relist: Callable[[], str],
+               on_event: Callable[[str, Obj], None], what: str) -> None:
+    """``relist()`` (returns the list's resourceVersion), then watch ``path`` until ``stop``.
+
+    Relists on 410 Gone and after errors, backing off from 1 s to 30 s.
+    """
+    rv = None
+    backoff = 1.0
+    while not stop.is_set():
+        try:
+            if rv is None:
+                rv = relist()
+            for kind, obj in watch_json(api, path, resource_version=rv, timeout_seconds=WATCH_SECONDS):
+                if stop.is_set():
+                    return
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        rv = None
+                    break
+                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                if kind != "BOOKMARK":
+                    on_event(kind, obj)
+            backoff = 1.0
+        except Exception as exc:  # noqa: BLE001 - the watch reconnects
+            log.warning("%s watch: %s; relisting in %.0fs", what, exc, backoff)
+            rv = None
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
 
 
 class Metrics:
@@ -276,8 +332,8 @@ class QuotaSync:
 
     def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
         """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
-        watcher = threading.Thread(target=self.cache.run, args=(stop,), daemon=True, name="quota-sync-watch")
-        watcher.start()
+        for name, target in (("nodes", self.cache.run), ("queues", QueueWatch(self.api, self.cache).run)):
+            threading.Thread(target=target, args=(stop,), daemon=True, name=f"quota-sync-watch-{name}").start()
         self.cache.synced.wait(60)
         last = 0.0
         while not stop.is_set():

@@ -42,7 +42,7 @@ def install(c: Context, force: bool = False) -> None:
     "out": "folder for the flip's timeline.json, flip.png and summary.json (default out/demo)",
     "duration": "seconds the training job runs (default 30)",
 })
-def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: float = 30.0) -> None:
+def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) -> None:
     """The main job on the local environment: cluster, ``pulumi up``, status, then the flip.
 
     1. ``invoke local.up``: a real control plane with kwok GPU nodes, Kueue,

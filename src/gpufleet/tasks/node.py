@@ -151,7 +151,7 @@ def return_node(node: str, *, dry_run: bool = False, clear_lemon: bool = False, 
     "force": "also evict pods no controller owns (they are not recreated)",
     **_KUBE_HELP,
 })
-def swap(c: Context, node: str, reason: str = "", dry_run: bool = False, yes: bool = False, timeout: float = 600.0,
+def swap(c: Context, node: str, reason: str = "", dry_run: bool = False, yes: bool = False, timeout: int = 600,
          force: bool = False, namespace: str = SYSTEM_NAMESPACE, kubeconfig: str = "", context: str = "") -> None:
     """Take NODE out for replacement: cordon, taint gpufleet.io/swap, drain through the Eviction API, request a replacement.
 

@@ -29,7 +29,7 @@ from gpufleet.tasks.common import fail_on_inventory_error
     "verbose": "log what the controllers do",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
-         duration: float = 30.0, cluster: str = "gpufleet", pools: str = "", timeout: float = 300.0,
+         duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
          keep: bool = False, verbose: bool = False) -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
