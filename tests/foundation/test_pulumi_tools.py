@@ -111,3 +111,22 @@ def test_stack_tasks_are_documented(name: str) -> None:
     assert proc.returncode == 0, proc.stderr
     for flag in ("--env", "--kubeconfig", "--cluster", "--backend"):
         assert flag in proc.stdout
+
+
+def test_a_real_environment_is_refused_on_the_local_cluster(tmp_path: Path) -> None:
+    from gpufleet.local.certs import KeyPair
+    from gpufleet.local.kubeconfig import local_cluster_of, write
+
+    key = tmp_path / "k.pem"
+    key.write_text("key")
+    local = write(tmp_path / "local.kubeconfig", "https://127.0.0.1:20000", key, KeyPair(cert=key, key=key),
+                  cluster="gpufleet-gpufleet", user="gpufleet-admin")
+    assert local_cluster_of(local) == "gpufleet"
+    foreign = tmp_path / "prod.kubeconfig"
+    foreign.write_text(local.read_text().replace("gpufleet-gpufleet", "prod-east").replace("127.0.0.1", "10.0.0.1"))
+    assert local_cluster_of(foreign) is None and local_cluster_of(tmp_path / "missing") is None
+    invoke = Path(sys.executable).with_name("invoke")
+    proc = subprocess.run([str(invoke), "preview", "--env", "staging", "--kubeconfig", str(local)], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"--env staging: kubeconfig {local} is the local cluster 'gpufleet'" in proc.stderr

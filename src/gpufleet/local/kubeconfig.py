@@ -51,3 +51,22 @@ def write(path: Path, server: str, ca: Path, client: KeyPair, *, cluster: str, u
         fh.write(text)
     path.with_suffix(".tmp").replace(path)
     return path
+
+
+def local_cluster_of(path: Path) -> str | None:
+    """The local cluster a kubeconfig's current context points at (``gpufleet-<name>`` on 127.0.0.1), else None.
+
+    Unreadable or foreign kubeconfigs give None: this only recognises the
+    files :func:`write` makes.
+    """
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == doc.get("current-context"))
+        cluster = next(c for c in doc.get("clusters") or [] if c.get("name") == ctx.get("cluster"))
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, TypeError, AttributeError):
+        return None
+    server = str((cluster.get("cluster") or {}).get("server", ""))
+    name = str(cluster.get("name", ""))
+    if name.startswith("gpufleet-") and server.startswith("https://127.0.0.1:"):
+        return name.removeprefix("gpufleet-")
+    return None

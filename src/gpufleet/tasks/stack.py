@@ -64,6 +64,11 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
         raise Exit(f"--env {env}: give --kubeconfig (or set KUBECONFIG) for the target cluster", code=2)
     if not path.is_file():
         raise Exit(f"kubeconfig {path} does not exist (is the cluster up?)", code=2)
+    from gpufleet.local.kubeconfig import local_cluster_of
+
+    if env != "local" and (local := local_cluster_of(path)) is not None:
+        raise Exit(f"--env {env}: kubeconfig {path} is the local cluster {local!r}; give the {env} cluster's "
+                   f"kubeconfig (--kubeconfig or KUBECONFIG)", code=2)
     return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend())
 
 
