@@ -130,3 +130,16 @@ def test_a_real_environment_is_refused_on_the_local_cluster(tmp_path: Path) -> N
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert f"--env staging: kubeconfig {local} is the local cluster 'gpufleet'" in proc.stderr
+
+
+def test_an_engine_failure_keeps_the_diagnostics_not_the_whole_output() -> None:
+    from pulumi import automation as auto
+
+    class Result:
+        def __str__(self) -> str:
+            return ("\n code: 1\n stdout: Updating (local):\n +  kubernetes:x creating\n\nDiagnostics:\n"
+                    "  kubernetes:x (training):\n    error: conflict\n\nOutputs:\n    env: local\n\n"
+                    "Resources:\n    1 errored\n\n stderr: boom\n")
+
+    message = str(engine._fail("up", auto.CommandError(Result())))
+    assert message == "pulumi up failed:\nDiagnostics:\n  kubernetes:x (training):\n    error: conflict\nboom"

@@ -238,8 +238,21 @@ def _summary(counts: dict[Any, int] | None) -> dict[str, int]:
 
 
 def _fail(op: str, exc: auto.CommandError) -> EngineError:
-    """An EngineError carrying the CLI's own error text."""
-    return EngineError(f"pulumi {op} failed:\n{exc}")
+    """An EngineError carrying the CLI's diagnostics and stderr.
+
+    The full output has already gone to the printer; repeating it would
+    bury the cause, so only the ``Diagnostics:`` block is kept when there is one.
+    """
+    text = str(exc)
+    stdout, _, stderr = text.partition("\n stderr:")
+    start = stdout.find("Diagnostics:")
+    if start < 0:
+        return EngineError(f"pulumi {op} failed:\n{text}")
+    diag = stdout[start:]
+    for end in ("\nOutputs:", "\nResources:"):
+        if end in diag:
+            diag = diag[:diag.index(end)]
+    return EngineError(f"pulumi {op} failed:\n{diag.rstrip()}\n{stderr.strip()}".rstrip())
 
 
 def preview(target: Target, printer: Printer = print) -> Result:
