@@ -74,3 +74,21 @@ def test_render_refuses_a_bad_inventory_with_a_clear_message(tmp_path: Path) -> 
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert "nope" in proc.stderr and "known: local, prod, staging" in proc.stderr
+
+
+def test_render_applies_stack_config_like_pulumi_up(tmp_path: Path) -> None:
+    invoke = Path(sys.executable).with_name("invoke")
+    config = tmp_path / "Pulumi.local.yaml"
+    config.write_text('config:\n  gpufleet:kueue_reserve_gpus: "8"\n  gpufleet:token: {secure: v1:abc}\n')
+    proc = subprocess.run([str(invoke), "render", "--env", "local", "--out", str(tmp_path / "out"),
+                           "--config-file", str(config)], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "kueue_reserve_gpus; secrets not shown: gpufleet:token" in proc.stdout
+    cq = yaml.safe_load((tmp_path / "out" / "clusterqueue--training.yaml").read_text())
+    gpu = [r for f in cq["spec"]["resourceGroups"][0]["flavors"] for r in f["resources"] if r["name"] == "nvidia.com/gpu"]
+    assert [r["nominalQuota"] for r in gpu] == ["90"]  # 128 GPUs less 8 reserved, split 3:1
+
+    config.write_text('config:\n  gpufleet:kueue_reserve_gpus: abc\n')
+    proc = subprocess.run([str(invoke), "render", "--env", "local", "--out", str(tmp_path / "out"),
+                           "--config-file", str(config)], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and f"{config}: kueue_reserve_gpus: 'abc': expected a valid integer" in proc.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -33,15 +34,44 @@ def stack_config() -> dict[str, Any]:
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return _decode(raw)
+
+
+def _decode(raw: dict[str, Any]) -> dict[str, Any]:
+    """``gpufleet:`` keys of ``raw`` without the prefix, string values JSON-decoded where they are JSON."""
     out: dict[str, Any] = {}
     for key, value in raw.items():
         if not key.startswith(f"{PROJECT}:"):
             continue
         try:
-            out[key.split(":", 1)[1]] = json.loads(value)
-        except (TypeError, ValueError):
+            out[key.split(":", 1)[1]] = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
             out[key.split(":", 1)[1]] = value
     return out
+
+
+def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The ``gpufleet:*`` values of a stack config file (``Pulumi.<stack>.yaml``), as the program sees them.
+
+    Returns ``(values, secret keys left out)``: ``secure:`` values can only
+    be decrypted by the engine. A missing file gives no values.
+
+    Raises:
+        ValueError: the file is not YAML with a ``config:`` mapping (names the file).
+    """
+    import yaml
+
+    if not path.is_file():
+        return {}, []
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    config = doc.get("config", {}) if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a Pulumi stack config file with a config: mapping")
+    secrets = sorted(k for k, v in config.items() if isinstance(v, dict) and "secure" in v)
+    return _decode({k: v for k, v in config.items() if k not in secrets}), secrets
 
 
 def component_class(role: str) -> type[RoleComponent]:

@@ -13,9 +13,11 @@ from gpufleet.tasks.common import fail_on_inventory_error
 
 
 @task(help={"env": "environment: a folder of inventories/ (local, staging, prod)",
+            "config_file": "stack config whose gpufleet:* values override the inventory, as in `pulumi up` "
+                           "(default: Pulumi.ENV.yaml of the checkout, when present)",
             "out": "output folder; one YAML file per object, helm/ for Helm releases; files an earlier "
                    "render wrote there that the stack no longer declares are removed, others are kept"})
-def render(c, env, out):
+def render(c, env, out, config_file=""):
     """Write every Kubernetes object the Pulumi stack declares for ENV into OUT.
 
     Runs the real stack program under Pulumi's mock runtime (no engine, no
@@ -24,10 +26,22 @@ def render(c, env, out):
     install time).
     """
     from gpufleet.inventory import load
+    from gpufleet.paths import REPO_ROOT
+    from gpufleet.stack.program import file_config
     from gpufleet.stack.render import render as render_stack, write
 
+    path = Path(config_file) if config_file else REPO_ROOT / f"Pulumi.{env}.yaml"
+    if config_file and not path.is_file():
+        raise Exit(f"--config-file {config_file}: no such file", code=2)
+    try:
+        overrides, secrets = file_config(path)
+    except ValueError as exc:
+        raise Exit(str(exc), code=2) from None
+    if overrides or secrets:
+        print(f"stack config {config_file or path.name}: {', '.join(sorted(overrides)) or 'no plain values'}"
+              + (f"; secrets not shown: {', '.join(secrets)}" if secrets else ""))
     with fail_on_inventory_error():
-        inv = load(env)
+        inv = load(overrides.pop("inventory", None) or env, overrides=overrides, overrides_file=config_file or path.name)
     rendered = render_stack(inv)
     try:
         paths = write(rendered, Path(out))
