@@ -105,6 +105,17 @@ def file_name(obj: dict[str, Any]) -> str:
 INDEX = ".gpufleet-render.json"
 
 
+def check_out(out: Path) -> None:
+    """Refuse an output folder that is a file (or whose ``helm/`` is).
+
+    Raises:
+        NotADirectoryError: naming the file.
+    """
+    for folder in (out, out / "helm"):
+        if folder.exists() and not folder.is_dir():
+            raise NotADirectoryError(f"--out {out}: {folder} exists and is not a folder")
+
+
 def write(rendered: Rendered, out: Path) -> list[Path]:
     """Write one YAML file per object into ``out/`` and per release into ``out/helm/``.
 
@@ -116,9 +127,7 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
         NotADirectoryError: ``out`` (or ``out/helm``) exists and is not a folder.
         ValueError: two objects would be written to one file.
     """
-    for folder in (out, out / "helm"):
-        if folder.exists() and not folder.is_dir():
-            raise NotADirectoryError(f"--out {out}: {folder} exists and is not a folder")
+    check_out(out)
     names = [file_name(obj) for obj in rendered.objects]
     names += [f"helm/release--{rel['namespace']}--{rel['name']}.yaml" for rel in rendered.releases]
     for name, obj in zip(names, rendered.objects):

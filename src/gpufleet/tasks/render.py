@@ -28,7 +28,7 @@ def render(c, env, out, config_file=""):
     from gpufleet.inventory import load
     from gpufleet.paths import REPO_ROOT
     from gpufleet.stack.program import file_config
-    from gpufleet.stack.render import render as render_stack, write
+    from gpufleet.stack.render import check_out, render as render_stack, write
 
     path = Path(config_file) if config_file else REPO_ROOT / f"Pulumi.{env}.yaml"
     if config_file and not path.is_file():
@@ -42,11 +42,12 @@ def render(c, env, out, config_file=""):
               + (f"; secrets not shown: {', '.join(secrets)}" if secrets else ""))
     with fail_on_inventory_error():
         inv = load(overrides.pop("inventory", None) or env, overrides=overrides, overrides_file=config_file or path.name)
-    rendered = render_stack(inv)
     try:
-        paths = write(rendered, Path(out))
+        check_out(Path(out))  # before the mock runtime starts: nothing to render for
     except NotADirectoryError as exc:
         raise Exit(str(exc), code=2) from None
+    rendered = render_stack(inv)
+    paths = write(rendered, Path(out))
     table = Table(title=f"{env}: {len(rendered.objects)} objects, {len(rendered.releases)} Helm releases")
     table.add_column("kind")
     table.add_column("count", justify="right")
