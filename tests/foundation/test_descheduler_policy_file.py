@@ -19,7 +19,7 @@ def test_the_default_and_the_roles_policies_pass(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("kind: Foo\n", "kind: 'Foo': expected 'DeschedulerPolicy'"),
-    ("profiles: [\n", "not valid YAML (line 2)"),
+    ("profiles: [\n", "not valid YAML (line 2, column 1: while parsing a flow node"),
     ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles: []\n", "expected a non-empty list"),
     ("apiVersion: descheduler/v1alpha2\nkind: DeschedulerPolicy\nprofiles: [{name: x}]\n",
      "profiles[0]: expected a mapping with name and plugins"),

@@ -152,6 +152,15 @@ def test_simulated_fleet_is_refused_with_where_to_run_instead(capsys):
     assert "--hosts=local://" in refused.value.message
 
 
+def test_an_inventory_that_is_not_yaml_is_refused(monkeypatch, tmp_path):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "hosts.yml").write_text("all: [\n")
+    monkeypatch.setattr(health, "INVENTORIES", tmp_path)
+    with pytest.raises(Exit) as refused:
+        health.nodes(Context(), env="broken")
+    assert refused.value.code == 2 and "hosts.yml: not valid YAML" in refused.value.message
+
+
 def test_hosts_mode_takes_expectations_from_options(fleet):
     """Without an Ansible inventory (``--hosts``), --node-var supplies what the inventory would."""
     paths = fleet[1]["healthy"]

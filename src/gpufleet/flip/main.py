@@ -84,10 +84,11 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
     for flag, value in flags.items():
         if value is not None and value < 0:
             raise ValueError(f"{flag} {value:g}: expected a number >= 0")
-    unknown = [p for p in s.pools if p not in {p.name for p in vk.virtual_kubelet_pools}]
+    known = [pool.name for pool in vk.virtual_kubelet_pools]
+    unknown = [name for name in s.pools if name not in known]
     if unknown:  # a pool run outside the inventory is legitimate (tests, trials): say so, act anyway
         log.warning("--pool %s: not among inventories/%s virtual_kubelet_pools (%s); acting on its virtual nodes anyway",
-                    ", ".join(unknown), env, ", ".join(p.name for p in vk.virtual_kubelet_pools) or "none")
+                    ", ".join(unknown), env, ", ".join(known) or "none")
     if s.low_water >= s.high_water:
         raise ValueError(f"--low-water {s.low_water:g} must be below --high-water {s.high_water:g}")
     if s.flip_back not in MODES:

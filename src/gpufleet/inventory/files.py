@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from ansible.plugins.inventory import detect_range, expand_hostname_range
 
+from gpufleet.files import yaml_problem
+
 from .errors import Problem
 
 
@@ -39,14 +41,6 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _yaml_error(exc: yaml.YAMLError) -> str:
-    """``line L, column C: <what the parser was doing>: <what it found>`` from a PyYAML error."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    what = ": ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
-    return where + (what or str(exc).splitlines()[0])
-
-
 def read_yaml(path: Path, root: Path) -> tuple[Any, list[Problem]]:
     """Parse one YAML file, refusing duplicate keys.
 
@@ -57,7 +51,7 @@ def read_yaml(path: Path, root: Path) -> tuple[Any, list[Problem]]:
     try:
         return yaml.load(path.read_text(), Loader=_UniqueKeyLoader), []
     except yaml.YAMLError as exc:
-        return None, [Problem(rel, "(file)", _yaml_error(exc), "valid YAML (and no key twice in one mapping)")]
+        return None, [Problem(rel, "(file)", yaml_problem(exc), "valid YAML (and no key twice in one mapping)")]
 
 
 def _rel(path: Path, root: Path) -> str:

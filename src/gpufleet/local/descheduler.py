@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.files import yaml_problem
 from gpufleet.local.certs import Pki
 from gpufleet.local.components import component
 
@@ -56,9 +57,7 @@ def check_policy(path: Path) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--descheduler-policy {path}: cannot read it: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ValueError(f"--descheduler-policy {path}: not valid YAML{where}") from None
+        raise ValueError(f"--descheduler-policy {path}: not valid YAML ({yaml_problem(exc)})") from None
     problems = []
     if not isinstance(doc, dict):
         problems.append(f"expected a mapping, got {type(doc).__name__}")

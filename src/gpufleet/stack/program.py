@@ -61,12 +61,14 @@ def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """
     import yaml
 
+    from gpufleet.files import yaml_problem
+
     if not path.is_file():
         return {}, []
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise ValueError(f"{path}: not valid YAML ({yaml_problem(exc)})") from None
     config = doc.get("config", {}) if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: expected a Pulumi stack config file with a config: mapping")

@@ -24,6 +24,7 @@ from invoke.exceptions import Exit
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.files import yaml_problem
 from gpufleet.paths import INVENTORIES, REPO_ROOT
 
 NODE_CHECKS = REPO_ROOT / "tests" / "nodes"
@@ -175,7 +176,11 @@ def nodes(c, env, limit=None, pytest_args=""):
     inventory = INVENTORIES / env / "hosts.yml"
     if not inventory.exists():
         raise Exit(f"no inventory {inventory} (environments: {', '.join(sorted(p.name for p in INVENTORIES.iterdir() if p.is_dir()))})", code=2)
-    if not _lists_hosts(yaml.safe_load(inventory.read_text()) or {}):
+    try:
+        groups = yaml.safe_load(inventory.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise Exit(f"{inventory}: not valid YAML ({yaml_problem(exc)})", code=2) from None
+    if not isinstance(groups, dict) or not _lists_hosts(groups):
         raise Exit(f"--env {env}: {inventory} lists no hosts to connect to (a simulated fleet's nodes are kwok "
                    f"nodes of the local cluster); run the node checks on real hosts (--env staging or prod), or on "
                    f"this machine: pytest tests/nodes --hosts=local:// --node-var KEY=VALUE", code=2)
