@@ -30,9 +30,9 @@ NODE = f"vk-{POOL}"
 
 @pytest.fixture(scope="module")
 def other(local_cluster):
-    """The second cluster (2 nodes)."""
+    """The second cluster (2 nodes), from empty state unless it already runs (no remote pods of earlier runs)."""
     name = f"{local_cluster.name}-other"
-    c = local.up(name, specs=node_specs("local", 2))
+    c = local.up(name, specs=node_specs("local", 2), fresh=not local.main_pids(name))
     yield c
     if not keep():
         local.down(name)
@@ -142,6 +142,29 @@ def test_remote_failure_and_loss_mark_failed_and_the_replicaset_replaces(kube, v
     assert any(e["reason"] == "ProviderLost" and e["involvedObject"]["uid"] == second["metadata"]["uid"]
                for e in kube.list("v1", "events", ns)["items"])
     wait("2 replacements Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)
+
+
+def test_a_stale_cached_pod_never_overwrites_a_mirrored_terminal_status(kube, vk, other, ns):
+    # The watch can deliver our own terminal status write after the remote pod's deletion: a reconcile
+    # then sees the pod Running with no remote pod. It must not turn Failed/Evicted into ProviderLost.
+    kube.create("apps/v1", "deployments", deployment("svc", ns, 1, node_selector={"gpufleet.io/pool": POOL}), ns)
+    running = wait("1 Ready", lambda: [p for p in pods(kube, ns) if ready(p)], timeout=60)[0]
+    name = running["metadata"]["name"]
+    with Kube.from_kubeconfig(other.kubeconfig) as r:
+        r.patch("v1", "pods", name, {"status": {"phase": "Failed", "reason": "Evicted", "message": "remote node ran out"}},
+                ns, subresource="status")
+        wait("Failed mirrored", lambda: kube.get("v1", "pods", name, ns)["status"].get("phase") == "Failed", timeout=30)
+        try:
+            r.delete("v1", "pods", name, ns, grace_seconds=0)  # what the remote kubelet does after our delete
+        except NotFound:
+            pass
+    wait("the remote pod gone", lambda: vk.providers[POOL].get_pod(ns, name) is None, timeout=30)
+    key = f"{ns}/{name}"
+    with vk.pods.pods.lock:
+        vk.pods.pods._items[key] = running  # the view from before the status write
+    vk.pods.reconcile(key)
+    live = kube.get("v1", "pods", name, ns)
+    assert (live["status"]["phase"], live["status"]["reason"]) == ("Failed", "Evicted")
 
 
 def test_restart_mid_flight_loses_duplicates_and_orphans_nothing(kube, vk, other, ns):

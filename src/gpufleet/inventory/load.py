@@ -107,7 +107,6 @@ def _known_keys() -> list[str]:
 
 
 def _unknown(file: str, key: str, value: Any) -> Problem:
-    role = key.split("_")[0]
     close = difflib.get_close_matches(key, _known_keys(), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
     if role_of(key) is None and key not in HOST_KEYS and key not in FLEET_KEYS and key.endswith("_enabled"):

@@ -181,6 +181,9 @@ class PodController:
                 delay = self.reconcile(key)
                 if delay is not None:
                     self.queue.add_after(key, delay)
+            except Conflict:  # written from a stale cache: the watch brings the newer object
+                log.debug("%s: %s: conflict; retrying", self.node, key)
+                self.queue.add_after(key, 0.2)
             except (KubeError, httpx.HTTPError, ProviderError) as exc:
                 log.warning("%s: %s: %s; retrying", self.node, key, exc)
                 self.queue.add_after(key, 2.0)
@@ -298,6 +301,14 @@ class PodController:
                     and self.clock() - created < self.lost_grace_seconds):
                 return 0.5  # the provider's view (a remote watch) may lag its own create
             if status.get("startTime") or prov is not None:
+                # The cache may lag our own terminal status write (the remote pod is deleted right after
+                # it): decide on the live pod, so a mirrored Failed/Succeeded is never overwritten.
+                try:
+                    pod = self.kube.get("v1", "pods", meta["name"], meta["namespace"])
+                except NotFound:
+                    return None
+                if pod["metadata"]["uid"] != uid or (pod.get("status") or {}).get("phase") in TERMINAL:
+                    return None
                 where = prov.name if prov is not None else "the provider"
                 self._fail(pod, "ProviderLost", f"{where} no longer has this pod's remote pod; the pod's controller "
                                                 "replaces it")
@@ -418,8 +429,10 @@ class PodController:
                                   "lastTransitionTime": now}],
                   "containerStatuses": containers}
         self._event(pod, reason, message)  # first: whoever sees the Failed pod finds the Event already there
+        # resourceVersion is a precondition: a write based on a stale view gets 409 and the worker retries.
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
-            self.kube.patch("v1", "pods", meta["name"], {"status": status}, meta["namespace"], subresource="status",
+            self.kube.patch("v1", "pods", meta["name"], body, meta["namespace"], subresource="status",
                             patch="strategic")
         except NotFound:
             return
