@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
-from gpufleet.inventory.catalog import GPU_MODELS
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
+from gpufleet.inventory.types import STRICT, DnsLabel, KnownGpuModel, NonNegativeInt, PositiveInt
 
 
 class PoolVars(BaseModel):
@@ -17,20 +16,13 @@ class PoolVars(BaseModel):
 
     name: DnsLabel
     provider: Literal["kubernetes", "simulated"]
-    gpu_model: str
+    gpu_model: KnownGpuModel
     capacity_gpus: PositiveInt
     price_per_gpu_hour: float = Field(gt=0)
     kubeconfig_secret: DnsLabel | None = None
     start_latency_seconds: float = Field(default=0, ge=0)
     failure_rate: float = Field(default=0, ge=0, le=1)
     max_pods: NonNegativeInt = 1000
-
-    @field_validator("gpu_model")
-    @classmethod
-    def _known_model(cls, value: str) -> str:
-        if value not in GPU_MODELS:
-            raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
-        return value
 
 
 class Vars(BaseModel):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
-from .catalog import GPU_MODELS
-from .types import STRICT, NonNegativeInt, PositiveInt, Quantity
+from .types import STRICT, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Hca(BaseModel):
@@ -42,7 +41,7 @@ class HostVars(BaseModel):
     model_config = STRICT
 
     node_rack: str = Field(pattern=r"^[a-z0-9-]+$")
-    gpu_model: str
+    gpu_model: KnownGpuModel
     gpu_count: NonNegativeInt
     node_cpu: PositiveInt
     node_memory: Quantity
@@ -61,13 +60,6 @@ class HostVars(BaseModel):
     ansible_user: str | None = None
     ansible_connection: str | None = None
     ansible_python_interpreter: str | None = None
-
-    @field_validator("gpu_model")
-    @classmethod
-    def _known_model(cls, value: str) -> str:
-        if value not in GPU_MODELS:
-            raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
-        return value
 
 
 class FleetVars(BaseModel):

@@ -8,6 +8,8 @@ from typing import Annotated
 from kubernetes.utils import parse_quantity
 from pydantic import AfterValidator, ConfigDict, Field
 
+from .catalog import GPU_MODELS
+
 #: Every variable model forbids unknown keys so a typo is an error, not a no-op.
 STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,7 +32,16 @@ def _dns_label(value: str) -> str:
     return value
 
 
+def _known_gpu_model(value: str) -> str:
+    """A name of :data:`gpufleet.inventory.catalog.GPU_MODELS`."""
+    if value not in GPU_MODELS:
+        raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
+#: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
+KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
