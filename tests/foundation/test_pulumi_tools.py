@@ -143,3 +143,27 @@ def test_an_engine_failure_keeps_the_diagnostics_not_the_whole_output() -> None:
 
     message = str(engine._fail("up", auto.CommandError(Result())))
     assert message == "pulumi up failed:\nDiagnostics:\n  kubernetes:x (training):\n    error: conflict\nboom"
+
+
+@pytest.mark.parametrize("changes, tty, answer, expected", [
+    ({}, True, "", "unchanged"),
+    ({"urn:a": "create"}, True, "y", "confirmed"),
+    ({"urn:a": "create"}, True, "n", "refused"),
+    ({"urn:a": "create"}, False, "", "refused"),  # without a terminal, never proceed
+])
+def test_up_and_destroy_ask_after_a_preview(monkeypatch, capsys, changes, tty, answer, expected) -> None:
+    from invoke.exceptions import Exit
+
+    from gpufleet.tasks import stack as stack_tasks
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: tty, raising=False)
+    monkeypatch.setattr("builtins.input", lambda prompt: answer)
+    preview = lambda target, out: engine.Result(changes=changes)  # noqa: E731
+    try:
+        got = stack_tasks._previewed_and_confirmed(preview, None, "no changes", "apply {n} changes to x", "not applied")
+        outcome = "confirmed" if got else "unchanged"
+    except Exit as exc:
+        assert (exc.code, exc.message) == (1, "not applied (rerun with --yes)")
+        outcome = "refused"
+    assert outcome == expected
+    assert ("no changes" in capsys.readouterr().out) == (expected == "unchanged")

@@ -92,6 +92,20 @@ def apiserver_argv(pki: Pki, ports: Ports, *, max_inflight: int = 800) -> list[s
     ]
 
 
+def _secure_serving(pki: Pki, port: int, kubeconfig: Path) -> list[str]:
+    """Flags shared by the controller-manager and the scheduler: HTTPS on loopback, delegated authn/authz."""
+    return [
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={pki.serving.cert}",
+        f"--tls-private-key-file={pki.serving.key}",
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--client-ca-file={pki.ca.cert}",
+    ]
+
+
 def controller_manager_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
     """kube-controller-manager (all default controllers), serving on ``127.0.0.1:<ports.controller_manager>``.
 
@@ -100,14 +114,7 @@ def controller_manager_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[st
     """
     return [
         str(component("kubernetes").binary("kube-controller-manager")),
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ports.controller_manager}",
-        f"--tls-cert-file={pki.serving.cert}",
-        f"--tls-private-key-file={pki.serving.key}",
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        f"--client-ca-file={pki.ca.cert}",
+        *_secure_serving(pki, ports.controller_manager, kubeconfig),
         f"--root-ca-file={pki.ca.cert}",
         f"--service-account-private-key-file={pki.sa_key}",
         f"--cluster-signing-cert-file={pki.ca.cert}",
@@ -134,14 +141,7 @@ def scheduler_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
     """
     return [
         str(component("kubernetes").binary("kube-scheduler")),
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ports.scheduler}",
-        f"--tls-cert-file={pki.serving.cert}",
-        f"--tls-private-key-file={pki.serving.key}",
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        f"--client-ca-file={pki.ca.cert}",
+        *_secure_serving(pki, ports.scheduler, kubeconfig),
         "--leader-elect=false",
         "--kube-api-qps=200",
         "--kube-api-burst=400",

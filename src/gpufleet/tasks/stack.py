@@ -96,6 +96,21 @@ def _confirm(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
+def _previewed_and_confirmed(preview_op, target, unchanged: str, question: str, refused: str) -> bool:
+    """Preview first; False (after printing ``unchanged``) when nothing would change, True on a "y".
+
+    Raises:
+        Exit(1): not confirmed (``refused``); the preview's own engine failures.
+    """
+    result = _run(preview_op, target)
+    if not result.changed:
+        print(unchanged)
+        return False
+    if not _confirm(question.format(n=len(result.changes)) + "?"):
+        raise Exit(f"{refused} (rerun with --yes)", code=1)
+    return True
+
+
 @task(help=_HELP)
 def preview(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backend: str = "") -> None:
     """Show what `invoke up` would change for ENV on its cluster (the engine's preview; nothing is changed)."""
@@ -116,13 +131,9 @@ def up(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backend: s
     from gpufleet.stack import engine
 
     target = _target(env, kubeconfig, cluster, backend)
-    if not yes:
-        result = _run(engine.preview, target)
-        if not result.changed:
-            print(f"up --env {env}: no changes")
-            return
-        if not _confirm(f"apply {len(result.changes)} changes to {env}?"):
-            raise Exit("not applied (rerun with --yes)", code=1)
+    if not yes and not _previewed_and_confirmed(engine.preview, target, f"up --env {env}: no changes",
+                                                 "apply {n} changes to " + env, "not applied"):
+        return
     result = _run(engine.up, target)
     print(f"up --env {env}: {_counts(result.summary)}")
 
@@ -139,13 +150,9 @@ def destroy(c: Context, env: str, kubeconfig: str = "", cluster: str = "", backe
     from gpufleet.stack import engine
 
     target = _target(env, kubeconfig, cluster, backend)
-    if not yes:
-        result = _run(engine.destroy_preview, target)
-        if not result.changed:
-            print(f"destroy --env {env}: nothing to delete")
-            return
-        if not _confirm(f"delete {len(result.changes)} resources of {env}?"):
-            raise Exit("not destroyed (rerun with --yes)", code=1)
+    if not yes and not _previewed_and_confirmed(engine.destroy_preview, target, f"destroy --env {env}: nothing to delete",
+                                                 "delete {n} resources of " + env, "not destroyed"):
+        return
     result = _run(lambda t, p: engine.destroy(t, p, remove=remove), target)
     print(f"destroy --env {env}: {_counts(result.summary)}")
 
