@@ -12,6 +12,7 @@ import yaml
 
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
+from gpufleet.quantities import canonical
 from gpufleet.quota.shares import gpu_quotas, split
 from gpufleet.stack.objects import Obj, meta, namespace
 from gpufleet.stack.role import HelmRelease
@@ -68,13 +69,13 @@ def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -
     q = next(q for q in v.kueue_cluster_queues if q.name == name)
     flavors = []
     for flavor, res in quota.items():
-        # Quantities as strings: what the API server stores, so previews show no false diff.
-        gpu: Obj = {"name": GPU_RESOURCE, "nominalQuota": str(res["gpu"])}
+        # Canonical quantity strings: what Kueue's webhook stores (21000 -> "21k"), so previews show no false diff.
+        gpu: Obj = {"name": GPU_RESOURCE, "nominalQuota": canonical(res["gpu"])}
         if q.borrowing_limit_gpus is not None:
-            gpu["borrowingLimit"] = str(q.borrowing_limit_gpus)
+            gpu["borrowingLimit"] = canonical(q.borrowing_limit_gpus)
         flavors.append({"name": flavor, "resources": [
-            {"name": "cpu", "nominalQuota": str(res["cpu"])},
-            {"name": "memory", "nominalQuota": str(res["memory"])},
+            {"name": "cpu", "nominalQuota": canonical(res["cpu"])},
+            {"name": "memory", "nominalQuota": canonical(res["memory"], binary=True)},
             gpu,
         ]})
     metadata = meta(name, component="kueue")

@@ -123,6 +123,34 @@ def system_node(local_cluster) -> Iterator[str | None]:
         core.delete_node(SYSTEM_NODE)
 
 
+def remove_leftovers(api: ApiClient, timeout: float = 120.0) -> None:
+    """Delete objects the stack declares that already exist (another module's ``local_queues``, say), and wait.
+
+    Otherwise ``up`` adopts them and ``destroy`` deletes what was there before, which the
+    last test rightly reports. Namespaces go last: their deletion waits for their content.
+    """
+    dyn = dynamic.DynamicClient(api)
+    objs = sorted(declared_ids().values(), key=lambda o: o["kind"] == "Namespace")
+    present = []
+    for obj in objs:
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        md = obj["metadata"]
+        try:
+            res.delete(name=md["name"], namespace=md.get("namespace"))
+            present.append((res, md))
+        except dynamic.exceptions.NotFoundError:
+            pass
+    deadline = time.monotonic() + timeout
+    for res, md in present:
+        while True:
+            try:
+                res.get(name=md["name"], namespace=md.get("namespace"))
+            except dynamic.exceptions.NotFoundError:
+                break
+            assert time.monotonic() < deadline, f"leftover {res.kind} {md['name']} not gone after {timeout:.0f}s"
+            time.sleep(0.5)
+
+
 @dataclasses.dataclass
 class Deployed:
     """The module's stack: its target, what ``up`` returned, and the cluster before it."""
@@ -145,6 +173,7 @@ def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]
     target = engine.Target(env=ENV, kubeconfig=local_cluster.kubeconfig, work_dir=root / "project",
                            backend=root / "backend")
     target.work_dir.mkdir()
+    remove_leftovers(local_cluster.api_client)
     before = snapshot(local_cluster.api_client)
     seconds: dict[str, float] = {}
     try:

@@ -37,7 +37,7 @@ def test_rebuild_changes_only_nominal_quota():
                                                             "b200": {"gpu": 8, "cpu": 1, "memory": 1}})
     assert [(c.resource, c.before, c.after) for c in changes] == [("nvidia.com/gpu", Decimal(96), 48)]
     gpu = groups[0]["flavors"][0]["resources"][2]
-    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": 48, "borrowingLimit": "10"}
+    assert gpu == {"name": "nvidia.com/gpu", "nominalQuota": "48", "borrowingLimit": "10"}
     assert missing == ["b200"]
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]["nominalQuota"] == "96"  # input untouched
 

@@ -63,6 +63,7 @@ from kubernetes.utils import parse_quantity
 from gpufleet.inventory import Inventory
 from gpufleet.ops.kube import OpsError, list_items, list_nodes, record_event, update_with_retry
 from gpufleet.ops.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
+from gpufleet.quantities import canonical
 from gpufleet.quota.capacity import FlavorNodes, flavor_capacity, gpu_map
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def rebuild_resource_groups(cq: Obj, desired: dict[str, dict[str, int]]) -> tupl
                 have = _q(res.get("nominalQuota"))
                 if have is None or have != want:
                     changes.append(QuotaChange(name, flavor, res["name"], have, want))
-                    res["nominalQuota"] = want
+                    res["nominalQuota"] = canonical(want, binary=res["name"] == "memory")
     return groups, changes, sorted(set(desired) - seen)
 
 

@@ -1,0 +1,42 @@
+"""Integers written as Kubernetes quantities in the API server's own canonical form.
+
+The API server stores a quantity canonicalized (apimachinery
+``resource.Quantity.CanonicalizeBytes``): a plain ``21000`` comes back as
+``21k``. A declared value that differs in spelling from the stored one shows
+as a change in every ``pulumi preview``; writing the canonical form avoids
+that and reads better (``192Ti`` rather than ``211106232532992``).
+Formatting is ``kubernetes.utils.format_quantity``; only the choice of
+suffix is ours.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from kubernetes.utils.quantity import format_quantity
+
+_BINARY = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")  # 1024**6 .. 1024**1
+_DECIMAL = ("E", "P", "T", "G", "M", "k")  # 1000**6 .. 1000**1
+
+
+def canonical(value: int, *, binary: bool = False) -> str:
+    """``value`` (an integer >= 0: bytes, cores, GPUs) as the canonical quantity string.
+
+    With ``binary`` (memory in bytes) the largest power-of-1024 suffix that
+    divides ``value`` exactly is used (``64Gi``); otherwise, and when no
+    binary suffix divides it, the largest power-of-1000 suffix that does
+    (``21k``), else the plain number. This is what the API server stores for
+    a BinarySI and a DecimalSI quantity respectively.
+
+    Raises:
+        ValueError: ``value`` is negative or not an integer.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a quantity must be an integer >= 0, got {value!r}")
+    if value == 0:
+        return "0"
+    for suffixes, base in ((_BINARY, 1024), (_DECIMAL, 1000)) if binary else ((_DECIMAL, 1000),):
+        for power, suffix in zip(range(len(suffixes), 0, -1), suffixes):
+            if value % base**power == 0:
+                return format_quantity(Decimal(value), suffix)
+    return str(value)
