@@ -60,25 +60,28 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
     from gpufleet.local import cluster as local_cluster
     from gpufleet.sim.flip import Options, run
     from gpufleet.stack import engine
+    from gpufleet.tasks.sim import flip_errors
     from gpufleet.tasks.status import show_status
 
     console = Console(highlight=False)
     if nodes < 0 or duration <= 0:
         raise Exit("--nodes >= 0 and --duration > 0 expected", code=2)
-    console.rule("1. local cluster")
-    cl = local_cluster.up(local_cluster.DEFAULT_NAME, env="local", nodes=nodes or None, log=console.print)
-    console.print(f"kubeconfig: {cl.kubeconfig}")
-    console.rule("2. pulumi up --stack local")
-    target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
-                           config=DEMO_CONFIG)
-    try:
-        result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))
-    except engine.EngineError as exc:
-        raise Exit(str(exc), code=1) from None
-    console.print(f"pulumi up: {result.summary}")
-    console.rule("3. the fleet")
-    show_status("local", kubeconfig=str(cl.kubeconfig), console=console)
-    console.rule("4. the flip")
-    summary = run(Options(env="local", nodes=nodes or None, out=out, duration=duration, cluster=cl.name), console=console)
+    with flip_errors():
+        console.rule("1. local cluster")
+        cl = local_cluster.up(local_cluster.DEFAULT_NAME, env="local", nodes=nodes or None, log=console.print)
+        console.print(f"kubeconfig: {cl.kubeconfig}")
+        console.rule("2. pulumi up --stack local")
+        target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
+                               config=DEMO_CONFIG)
+        try:
+            result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))
+        except engine.EngineError as exc:
+            raise Exit(str(exc), code=1) from None
+        console.print(f"pulumi up: {result.summary}")
+        console.rule("3. the fleet")
+        show_status("local", kubeconfig=str(cl.kubeconfig), console=console)
+        console.rule("4. the flip")
+        summary = run(Options(env="local", nodes=nodes or None, out=out, duration=duration, cluster=cl.name),
+                      console=console)
     console.print(f"summary: {out}/summary.json  timeline: {out}/timeline.json  chart: {out}/flip.png")
     console.print(summary)

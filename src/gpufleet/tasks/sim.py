@@ -9,11 +9,33 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
 from gpufleet.tasks.common import fail_on_inventory_error
+
+
+@contextmanager
+def flip_errors() -> Iterator[None]:
+    """Turn what a flip run raises into exits: bad inventory or input 2, a component or phase that fails 1.
+
+    Raises:
+        invoke.exceptions.Exit: with the error's own message (no traceback).
+    """
+    from gpufleet.gobuild import GoError
+    from gpufleet.local.processes import ComponentFailed
+    from gpufleet.sim.flip import SimError
+
+    with fail_on_inventory_error():
+        try:
+            yield
+        except ValueError as exc:
+            raise Exit(str(exc), code=2) from None
+        except (SimError, GoError, ComponentFailed, TimeoutError) as exc:
+            raise Exit(str(exc), code=1) from None
 
 
 @task(help={
@@ -40,9 +62,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     timeline and prints a summary. Example:
     invoke sim.flip --env local --nodes 16 --replicas 4 --out out/sim-flip
     """
-    from gpufleet.gobuild import GoError
-    from gpufleet.local.processes import ComponentFailed
-    from gpufleet.sim.flip import Options, SimError, run
+    from gpufleet.sim.flip import Options, run
 
     problems = [f"--{flag} {value:g}: expected a number >= 0 (0: the inventory's)"
                 for flag, value in (("nodes", nodes), ("replicas", replicas)) if value < 0]
@@ -58,13 +78,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
                    keep=keep)
-    with fail_on_inventory_error():
-        try:
-            summary = run(opts)
-        except ValueError as exc:
-            raise Exit(str(exc), code=2) from None
-        except (SimError, GoError, ComponentFailed, TimeoutError) as exc:
-            raise Exit(str(exc), code=1) from None
+    with flip_errors():
+        summary = run(opts)
     print(json.dumps(summary))
 
 
