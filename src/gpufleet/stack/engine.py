@@ -79,6 +79,11 @@ class Target:
         backend: folder of the local file backend (created if missing).
         config: stack-config values to set before running, e.g.
             ``{"gpufleet:kueue_reserve_gpus": "8"}``.
+        refresh: read the live objects into the stack's state before the
+            operation (``pulumi up --refresh``), so objects deleted or
+            changed outside Pulumi are seen; a local cluster started afresh
+            (``local.up --fresh``, ``local.down --purge``) has none of the
+            objects the state still records.
     """
 
     env: str
@@ -86,6 +91,7 @@ class Target:
     work_dir: Path = paths.REPO_ROOT
     backend: Path = field(default_factory=default_backend)
     config: dict[str, str] = field(default_factory=dict)
+    refresh: bool = False
 
 
 @dataclass
@@ -260,7 +266,7 @@ def preview(target: Target, printer: Printer = print) -> Result:
     st = stack(target, printer)
     rec = _Recorder()
     try:
-        res = st.preview(on_output=printer, on_event=rec, diff=False, color="never")
+        res = st.preview(on_output=printer, on_event=rec, diff=False, color="never", refresh=target.refresh)
     except auto.CommandError as exc:
         raise _fail("preview", exc) from None
     return Result(changes=rec.changes, summary=_summary(res.change_summary), stdout=res.stdout)
@@ -271,7 +277,7 @@ def up(target: Target, printer: Printer = print) -> Result:
     st = stack(target, printer)
     rec = _Recorder()
     try:
-        res = st.up(on_output=printer, on_event=rec, color="never")
+        res = st.up(on_output=printer, on_event=rec, color="never", refresh=target.refresh)
     except auto.CommandError as exc:
         raise _fail("up", exc) from None
     return Result(changes=rec.changes, summary=_summary(res.summary.resource_changes),
@@ -283,7 +289,7 @@ def destroy(target: Target, printer: Printer = print, *, remove: bool = False) -
     st = stack(target, printer)
     rec = _Recorder()
     try:
-        res = st.destroy(on_output=printer, on_event=rec, color="never", remove=remove)
+        res = st.destroy(on_output=printer, on_event=rec, color="never", remove=remove, refresh=target.refresh)
     except auto.CommandError as exc:
         raise _fail("destroy", exc) from None
     return Result(changes=rec.changes, summary=_summary(res.summary.resource_changes), stdout=res.stdout)
@@ -294,7 +300,7 @@ def destroy_preview(target: Target, printer: Printer = print) -> Result:
     st = stack(target, printer)
     rec = _Recorder()
     try:
-        res = st.preview_destroy(on_output=printer, on_event=rec, color="never")
+        res = st.preview_destroy(on_output=printer, on_event=rec, color="never", refresh=target.refresh)
     except auto.CommandError as exc:
         raise _fail("destroy --preview-only", exc) from None
     return Result(changes=rec.changes, summary=_summary(res.change_summary), stdout=res.stdout)

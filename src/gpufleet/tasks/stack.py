@@ -69,7 +69,9 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
     if env != "local" and (local := local_cluster_of(path)) is not None:
         raise Exit(f"--env {env}: kubeconfig {path} is the local cluster {local!r}; give the {env} cluster's "
                    f"kubeconfig (--kubeconfig or KUBECONFIG)", code=2)
-    return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend())
+    # Local clusters are recreated often (local.up --fresh, local.down --purge): read the live objects first.
+    return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend(),
+                  refresh=env == "local")
 
 
 def _print(line: str) -> None:
