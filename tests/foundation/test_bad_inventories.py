@@ -85,6 +85,13 @@ CASES = {
                                    ["host_vars/stg-h100-9.yml", "a host of hosts.yml"]),
     "bad namespace name": (lambda r: edit(r / "group_vars/all/inference.yml", inference_namespace="Inference_NS"),
                            ["inference_namespace", "'Inference_NS'", "DNS label"]),
+    "negative memory": (lambda r: edit(r / "group_vars/rack_a.yml", node_memory="-2Ti"),
+                        ["group_vars/rack_a.yml", "node_memory", "'-2Ti'", "a quantity >= 0"]),
+    "not UTF-8": (lambda r: (r / "group_vars/rack_b.yml").write_bytes(b"node_rack: rack-b\n# \xff\xfe\n"),
+                  ["group_vars/rack_b.yml", "expected a UTF-8 text file"]),
+    "group cycle": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
+                        "        rack_b:\n", "        rack_b:\n          children:\n            gpu_nodes:\n")),
+                    ["inventories/staging/hosts.yml", "'rack_b'", "(a cycle of groups)"]),
 }
 
 

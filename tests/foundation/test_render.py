@@ -92,3 +92,39 @@ def test_render_applies_stack_config_like_pulumi_up(tmp_path: Path) -> None:
     proc = subprocess.run([str(invoke), "render", "--env", "local", "--out", str(tmp_path / "out"),
                            "--config-file", str(config)], cwd=REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and f"{config}: kueue_reserve_gpus: 'abc': expected a valid integer" in proc.stderr
+
+
+def test_a_hand_edited_index_never_deletes_outside_the_folder(tmp_path: Path) -> None:
+    from gpufleet.stack.render import INDEX, Rendered, write
+
+    out, victim = tmp_path / "out", tmp_path / "victim.yaml"
+    victim.write_text("keep")
+    (out / "helm").mkdir(parents=True)
+    (out / INDEX).write_text(json.dumps(["../victim.yaml", str(victim), "helm", 5]))
+    write(Rendered(objects=[], releases=[]), out)
+    assert victim.read_text() == "keep" and (out / "helm").is_dir()
+    (out / INDEX).write_text("5")  # not a list: ignored, then rewritten
+    write(Rendered(objects=[], releases=[]), out)
+    assert json.loads((out / INDEX).read_text()) == []
+
+
+def test_out_below_a_file_is_refused(tmp_path: Path) -> None:
+    from gpufleet.stack.render import check_out
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(NotADirectoryError, match=r"afile exists and is not a folder"):
+        check_out(tmp_path / "afile" / "sub")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("confg:\n  gpufleet:kueue_reserve_gpus: '5'\n", "unknown top-level key 'confg'"),
+    ("config:\n  kueue_reserve_gpus: 5\n", "config key 'kueue_reserve_gpus' is not namespaced: expected gpufleet:"),
+    ("- a list\n", "expected a Pulumi stack config file with a config: mapping"),
+])
+def test_stack_config_typos_are_errors_not_ignored(tmp_path: Path, text: str, message: str) -> None:
+    from gpufleet.stack.program import file_config
+
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        file_config(path)

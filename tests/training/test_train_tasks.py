@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import yaml
 
 
@@ -84,7 +86,15 @@ def test_checkpoint_interval_with_given_mttf(cli):
 def test_checkpoint_interval_bad_values(cli):
     code, _, err = cli("train.checkpoint-interval", "--gpus", "0", "--checkpoint-seconds", "-1")
     assert code == 2
-    assert "--gpus 0: expected GPUs > 0" in err and "--checkpoint-seconds -1: expected seconds > 0" in err
+    assert "--gpus 0: expected GPUs > 0" in err and "--checkpoint-seconds -1: expected finite seconds > 0" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--checkpoint-seconds", "nan"), ("--checkpoint-seconds", "1e400"),
+                                         ("--mttf-hours", "inf"), ("--restart-seconds", "nan")])
+def test_checkpoint_interval_refuses_nan_and_infinity(cli, flag, value):
+    args = {"--gpus": "8", "--checkpoint-seconds": "60", flag: value}
+    code, _, err = cli("train.checkpoint-interval", *(x for kv in args.items() for x in kv))
+    assert code == 2 and "Traceback" not in err and f"{flag} " in err and "expected finite" in err
 
 
 def test_every_task_documents_every_argument():

@@ -49,7 +49,9 @@ def read_yaml(path: Path, root: Path) -> tuple[Any, list[Problem]]:
     """
     rel = _rel(path, root)
     try:
-        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader), []
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader), []
+    except UnicodeDecodeError as exc:
+        return None, [Problem(rel, "(file)", f"byte {exc.start}: {exc.reason}", "a UTF-8 text file")]
     except yaml.YAMLError as exc:
         return None, [Problem(rel, "(file)", yaml_problem(exc), "valid YAML (and no key twice in one mapping)")]
 
@@ -146,8 +148,30 @@ def read_inventory(root: Path) -> InventoryFiles:
     elif data is not None:
         inv.problems.append(Problem(inv.rel(hosts_file), "(top level)", type(data).__name__, "a mapping of groups"))
     inv.groups.setdefault("all", [])
+    _break_cycles(inv, inv.rel(hosts_file))
     _read_vars(inv)
     return inv
+
+
+def _break_cycles(inv: InventoryFiles, file: str) -> None:
+    """Report (and drop) every child link that makes a group its own descendant, as Ansible refuses them."""
+    def reaches(start: str, target: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            g = todo.pop()
+            if g == target:
+                return True
+            if g not in seen:
+                seen.add(g)
+                todo.extend(inv.groups.get(g, []))
+        return False
+
+    for parent in list(inv.groups):
+        for child in list(inv.groups[parent]):
+            if reaches(child, parent):
+                inv.groups[parent].remove(child)
+                inv.problems.append(Problem(file, f"{parent}.children", child,
+                                            f"a group that does not contain {parent!r} (a cycle of groups)"))
 
 
 def _read_group(inv: InventoryFiles, name: str, body: Any, file: str, path: str) -> None:

@@ -19,9 +19,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 def _quantity(value: str) -> str:
     """Accept a Kubernetes quantity ("2Ti", "500m", "1.5Gi"); reject "8Gib" and the like."""
     try:
-        parse_quantity(value)
+        amount = parse_quantity(value)
     except ValueError:
         raise ValueError("a Kubernetes quantity such as 512Gi, 2Ti or 1500m") from None
+    if amount < 0:
+        raise ValueError("a quantity >= 0 such as 512Gi, 2Ti or 1500m")
     return value
 
 

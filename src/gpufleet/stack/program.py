@@ -50,6 +50,10 @@ def _decode(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Top-level keys of a Pulumi stack settings file (Pulumi's project/stack file reference).
+STACK_FILE_KEYS = frozenset({"config", "secretsprovider", "encryptedkey", "encryptionsalt", "environment"})
+
+
 def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """The ``gpufleet:*`` values of a stack config file (``Pulumi.<stack>.yaml``), as the program sees them.
 
@@ -57,7 +61,9 @@ def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     be decrypted by the engine. A missing file gives no values.
 
     Raises:
-        ValueError: the file is not YAML with a ``config:`` mapping (names the file).
+        ValueError: the file is not YAML with a ``config:`` mapping, has a top-level key
+            Pulumi does not know (a typo such as ``confg:``), or a config key without a
+            namespace (names the file and the key).
     """
     import yaml
 
@@ -72,6 +78,12 @@ def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     config = doc.get("config", {}) if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: expected a Pulumi stack config file with a config: mapping")
+    unknown = sorted(set(doc) - STACK_FILE_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown top-level key {unknown[0]!r}: expected one of {', '.join(sorted(STACK_FILE_KEYS))}")
+    bare = sorted(k for k in config if ":" not in str(k))
+    if bare:
+        raise ValueError(f"{path}: config key {bare[0]!r} is not namespaced: expected {PROJECT}:{bare[0]}")
     secrets = sorted(k for k, v in config.items() if isinstance(v, dict) and "secure" in v)
     return _decode({k: v for k, v in config.items() if k not in secrets}), secrets
 

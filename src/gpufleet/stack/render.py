@@ -106,14 +106,43 @@ INDEX = ".gpufleet-render.json"
 
 
 def check_out(out: Path) -> None:
-    """Refuse an output folder that is a file (or whose ``helm/`` is).
+    """Make sure ``out`` (and ``out/helm``) can be written: create them, refusing a file in the way.
 
     Raises:
-        NotADirectoryError: naming the file.
+        NotADirectoryError: ``out``, ``out/helm`` or a folder above is a file (names it), or the
+            folder cannot be created (the system's reason).
     """
     for folder in (out, out / "helm"):
-        if folder.exists() and not folder.is_dir():
-            raise NotADirectoryError(f"--out {out}: {folder} exists and is not a folder")
+        blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            raise NotADirectoryError(f"--out {out}: {blocker} exists and is not a folder")
+    try:
+        (out / "helm").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NotADirectoryError(f"--out {out}: cannot create the folder: {exc.strerror or exc}") from None
+
+
+def _earlier_files(out: Path) -> set[str]:
+    """The files an earlier render listed in ``out/INDEX``: only plain relative paths inside ``out``.
+
+    An unreadable or hand-edited index never makes a render delete anything
+    outside ``out`` (``../x``, absolute paths) or a folder.
+    """
+    try:
+        listed = json.loads((out / INDEX).read_text())
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(listed, list):
+        return set()
+    root = out.resolve()
+    keep = set()
+    for name in listed:
+        if not isinstance(name, str) or not name.endswith(".yaml") or Path(name).is_absolute() or ".." in Path(name).parts:
+            continue
+        path = (out / name).resolve()
+        if path.parent in (root, root / "helm") and not path.is_dir():
+            keep.add(name)
+    return keep
 
 
 def write(rendered: Rendered, out: Path) -> list[Path]:
@@ -133,15 +162,9 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     for name, obj in zip(names, rendered.objects):
         if names.count(name) > 1:
             raise ValueError(f"two objects render to {name}: {obj['kind']} {obj['metadata']}")
-    (out / "helm").mkdir(parents=True, exist_ok=True)
     for name, doc in zip(names, [*rendered.objects, *rendered.releases], strict=True):
         (out / name).write_text(yaml.safe_dump(doc, sort_keys=False))
-    index = out / INDEX
-    try:
-        before = set(json.loads(index.read_text()))
-    except (FileNotFoundError, ValueError):
-        before = set()
-    for stale in sorted(before - set(names)):
+    for stale in sorted(_earlier_files(out) - set(names)):
         (out / stale).unlink(missing_ok=True)
-    index.write_text(json.dumps(sorted(names), indent=1))
+    (out / INDEX).write_text(json.dumps(sorted(names), indent=1))
     return [out / name for name in names]

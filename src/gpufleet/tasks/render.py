@@ -30,6 +30,8 @@ def render(c, env, out, config_file=""):
     from gpufleet.stack.program import file_config
     from gpufleet.stack.render import check_out, render as render_stack, write
 
+    if not out.strip():
+        raise Exit(f"--out {out!r}: expected a folder", code=2)
     path = Path(config_file) if config_file else REPO_ROOT / f"Pulumi.{env}.yaml"
     if config_file and not path.is_file():
         raise Exit(f"--config-file {config_file}: no such file", code=2)

@@ -8,6 +8,8 @@ the Workload's reason.
 
 from __future__ import annotations
 
+import math
+
 import sys
 from pathlib import Path
 
@@ -149,16 +151,17 @@ def checkpoint_interval(c: Context, gpus: int = 0, checkpoint_seconds: float = 0
     invoke train.checkpoint-interval --gpus 1024 --checkpoint-seconds 60
     """
     problems = []
-    if gpus <= 0 and mttf_hours <= 0:
-        problems.append(f"--gpus {gpus}: expected GPUs > 0 (or give --mttf-hours)")
     if gpus < 0:
-        problems.append(f"--gpus {gpus}: expected GPUs >= 0")
-    if checkpoint_seconds <= 0:
-        problems.append(f"--checkpoint-seconds {checkpoint_seconds:g}: expected seconds > 0")
-    if mttf_hours < 0:
-        problems.append(f"--mttf-hours {mttf_hours:g}: expected hours > 0 (0: the default failure model)")
-    if restart_seconds < 0:
-        problems.append(f"--restart-seconds {restart_seconds:g}: expected seconds >= 0")
+        problems.append(f"--gpus {gpus}: expected GPUs > 0")
+    elif gpus == 0 and mttf_hours <= 0:
+        problems.append(f"--gpus {gpus}: expected GPUs > 0 (or give --mttf-hours)")
+    # NaN fails every comparison, so each check is written as "is finite and in range".
+    if not (math.isfinite(checkpoint_seconds) and checkpoint_seconds > 0):
+        problems.append(f"--checkpoint-seconds {checkpoint_seconds:g}: expected finite seconds > 0")
+    if not (math.isfinite(mttf_hours) and mttf_hours >= 0):
+        problems.append(f"--mttf-hours {mttf_hours:g}: expected finite hours > 0 (0: the default failure model)")
+    if not (math.isfinite(restart_seconds) and restart_seconds >= 0):
+        problems.append(f"--restart-seconds {restart_seconds:g}: expected finite seconds >= 0")
     if problems:
         raise Exit("\n".join(problems), code=2)
     advice = checkpoint.advise(max(gpus, 0), checkpoint_seconds, mttf_hours or None, restart_seconds)
