@@ -9,6 +9,7 @@ undone at the end of each test.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -228,3 +229,66 @@ def test_tasks_exit_codes(local_cluster, target):
     request = kube.call_json(api, "GET", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(target)}")
     assert request["data"]["state"] == "requested" and "returned_at" not in request["data"]
     assert request["data"]["reason"] == "fan"
+
+
+def invoke(local_cluster, *args):
+    """``invoke ARGS --kubeconfig ...`` in a subprocess, wide enough that rich does not wrap the notes."""
+    return subprocess.run([sys.executable, "-m", "invoke", *args, "--kubeconfig", str(local_cluster.kubeconfig)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "400"})
+
+
+def test_empty_or_malformed_node_name_is_bad_input(local_cluster):
+    for args in (("node.swap", "", "--reason", "x", "--yes", "--dry-run"), ("node.return", ""),
+                 ("node.swap", "Bad_Node", "--reason", "x", "--dry-run")):
+        r = invoke(local_cluster, *args)
+        assert r.returncode == 2 and "expected a node name" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
+
+
+def test_bad_or_missing_namespace_is_refused_before_the_node_changes(local_cluster, target):
+    api = local_cluster.api_client
+    missing = f"swap-missing-{uuid.uuid4().hex[:6]}"
+    for ns, why in (("Bad_NS", "expected a namespace name"), (missing, "no such namespace")):
+        for extra in ((), ("--dry-run",)):
+            r = invoke(local_cluster, "node.swap", target, "--reason", "x", "--yes", "--timeout", "10", "--namespace", ns, *extra)
+            assert r.returncode == 2, r.stdout + r.stderr
+            assert f"--namespace {ns!r}" in r.stderr and why in r.stderr
+        node = kube.get_node(api, target)
+        assert not nodeutil.is_cordoned(node) and nodeutil.taint(node, SWAP_TAINT) is None
+        assert REPLACEMENT_LABEL not in nodeutil.labels(node)
+    with pytest.raises(ApiException) as err:  # not created on demand
+        client.CoreV1Api(api).read_namespace(missing)
+    assert err.value.status == 404
+    r = invoke(local_cluster, "node.return", target, "--namespace", "Bad_NS")
+    assert r.returncode == 2 and "--namespace 'Bad_NS'" in r.stderr
+
+
+def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_cluster, target, namespace):
+    api = local_cluster.api_client
+    r = invoke(local_cluster, "node.swap", target, "--reason", "psu", "--yes", "--timeout", "30", "--namespace", namespace)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
+
+    # a namespace that does not exist: refused, the node stays out
+    r = invoke(local_cluster, "node.return", target, "--namespace", f"{namespace}-typo")
+    assert r.returncode == 2 and "no such namespace" in r.stderr
+    assert nodeutil.taint(kube.get_node(api, target), SWAP_TAINT) is not None
+
+    # an existing namespace without the request: the node returns, and the output says where the request is
+    r = invoke(local_cluster, "node.return", target, "--namespace", "default")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"no swap request default/{swapper.request_name(target)}" in r.stdout
+    assert f"{namespace}/{swapper.request_name(target)}" in r.stdout and "back in service" in r.stdout
+    assert nodeutil.schedulable(kube.get_node(api, target))
+    assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
+
+    # the right namespace: the request is marked returned (dry run first: nothing changes)
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace, "--dry-run")
+    assert r.returncode == 0 and "would be marked returned" in r.stdout
+    assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
+    assert r.returncode == 0 and "marked returned" in r.stdout, r.stdout + r.stderr
+    req = swapper.get_request(api, target, namespace)
+    assert req["data"]["state"] == "returned" and req["metadata"]["labels"][SWAP_STATE_LABEL] == "returned"
+    assert req["data"]["returned_at"]
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
+    assert r.returncode == 0 and "is not out" in r.stdout

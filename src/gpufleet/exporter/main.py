@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
+from gpufleet import cliargs
 from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
 from gpufleet.exporter.exposition import make_app, render_text
 from gpufleet.exporter.nvml import NvmlBackend, NvmlSampler, PynvmlBackend
@@ -32,26 +33,15 @@ log = logging.getLogger("gpufleet.exporter")
 DEFAULT_PORT = 9838
 
 
-def _port(text: str) -> int:
-    """A TCP port number for argparse (1-65535)."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a TCP port, 1 to 65535")
-    return port
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the exporter's flags to ``parser`` (the ``exporter`` subcommand of ``gpufleet``)."""
     parser.add_argument("--listen-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
+    parser.add_argument("--port", type=cliargs.port, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs mount point, like node_exporter --path.sysfs (default: %(default)s)")
     parser.add_argument("--nvml-fake", metavar="FILE", help="read GPUs from a node description JSON instead of NVML (fixtures)")
     parser.add_argument("--no-nvml", action="store_true", help="do not collect GPU metrics at all")
     parser.add_argument("--once", action="store_true", help="print one exposition to stdout and exit")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    cliargs.add_log_level(parser)
 
 
 class ExporterSelfCollector(Collector):

@@ -5,8 +5,9 @@ Defaults come from the inventory (``--env``): the taint_controller role
 the descheduler role's migration budget and the kueue role's highest
 PriorityClass (flip-out preemptors). Flags override them.
 
-Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (unknown environment,
-inconsistent marks, unknown mode); 1 when the cluster cannot be reached.
+Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (flag values outside their
+range, unknown environment, inconsistent marks, unknown mode); 1 when the
+metrics port is in use or the cluster cannot be reached.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet import cliargs
 from gpufleet.vk.kube import ConfigError, Kube, KubeError
 
 from .budget import MigrationBudget
@@ -79,11 +81,16 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
     )
     base.update({k: v for k, v in overrides.items() if v is not None})
     s = Settings(**base)
-    flags = {"--low-water": s.low_water, "--hold-seconds": s.hold_seconds, "--flip-out-max-wait": s.flip_out_max_wait,
-             "--pods-per-minute": s.pods_per_minute}
-    for flag, value in flags.items():
-        if value is not None and value < 0:
-            raise ValueError(f"{flag} {value:g}: expected a number >= 0")
+    # Inventory values and programmatic overrides get the checks argparse gives the flags.
+    checks = {"--high-water": (s.high_water, cliargs.nonnegative_number),
+              "--low-water": (s.low_water, cliargs.nonnegative_number),
+              "--hold-seconds": (s.hold_seconds, cliargs.nonnegative_seconds),
+              "--flip-out-max-wait": (s.flip_out_max_wait, cliargs.nonnegative_seconds),
+              "--pods-per-minute": (s.pods_per_minute, cliargs.positive_number)}
+    for flag, (value, kind) in checks.items():
+        cliargs.check(flag, kind, value)
+    if s.signal == "prometheus":
+        cliargs.check("--prometheus-url", cliargs.http_url, s.prometheus_url)
     known = [pool.name for pool in vk.virtual_kubelet_pools]
     unknown = [name for name in s.pools if name not in known]
     if unknown:  # a pool run outside the inventory is legitimate (tests, trials): say so, act anyway
@@ -117,11 +124,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpufleet taint-controller``."""
     parser.add_argument("--env", default="local", help="inventory environment giving the defaults (default local)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    parser.add_argument("--high-water", type=float, default=None, help="free GPUs above which virtual nodes are tainted")
-    parser.add_argument("--low-water", type=float, default=None, help="free GPUs below which the taint is removed")
-    parser.add_argument("--hold-seconds", type=float, default=None, help="seconds a mark must be crossed before acting")
+    parser.add_argument("--high-water", type=cliargs.nonnegative_number, default=None,
+                        help="free GPUs (>= 0) above which virtual nodes are tainted")
+    parser.add_argument("--low-water", type=cliargs.nonnegative_number, default=None,
+                        help="free GPUs (>= 0, below --high-water) below which the taint is removed")
+    parser.add_argument("--hold-seconds", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) a mark must be crossed before acting")
     parser.add_argument("--signal", choices=("apiserver", "prometheus"), default=None, help="where free GPUs come from")
-    parser.add_argument("--prometheus-url", default=None, help="Prometheus base URL (signal prometheus)")
+    parser.add_argument("--prometheus-url", type=cliargs.http_url, default=None,
+                        help="Prometheus base URL, http(s)://host[:port] (signal prometheus)")
     parser.add_argument("--promql", default=None, help="PromQL giving free GPUs (signal prometheus)")
     parser.add_argument("--pool", action="append", dest="pools", default=None,
                         help="manage the virtual node of this pool (repeatable; default: every pool of the inventory)")
@@ -129,16 +140,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evict inference PDB-respecting for pending training pods (default on)")
     parser.add_argument("--flip-out-priority-class", action="append", dest="flip_out_classes", default=None,
                         help="PriorityClass of pods the flip-out makes room for (default: the highest of the inventory)")
-    parser.add_argument("--flip-out-max-wait", type=float, default=None,
-                        help="seconds of PDB refusals after which flip-out deletes victims (default 300)")
+    parser.add_argument("--flip-out-max-wait", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) of PDB refusals after which flip-out deletes victims (default 300)")
     parser.add_argument("--flip-back", choices=MODES, default=None,
                         help="release: label pods for the descheduler (default); evict: Eviction API here; off")
-    parser.add_argument("--pods-per-minute", type=float, default=None,
-                        help="flip-back budget per workload (default descheduler_migration_pods_per_minute)")
+    parser.add_argument("--pods-per-minute", type=cliargs.positive_number, default=None,
+                        help="flip-back budget per workload, > 0 (default descheduler_migration_pods_per_minute)")
     parser.add_argument("--namespace", default="gpufleet-system", help="namespace of the leader-election Lease")
     parser.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease (tests)")
-    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz port (0: off)")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--metrics-port", type=cliargs.port_or_off, default=8080,
+                        help="/metrics and /healthz port, 0 to 65535 (0: off; default 8080)")
+    cliargs.add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,6 +174,10 @@ def run(args: argparse.Namespace) -> int:
     except (InventoryError, ValueError, ConfigError) as exc:
         print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
         return 2
+    busy = cliargs.listen_error(args.metrics_port)
+    if busy:
+        print(f"gpufleet taint-controller: --metrics-port: {busy}", file=sys.stderr)
+        return 1
     ctl, caches = build(kube, s)
     try:
         caches.start()

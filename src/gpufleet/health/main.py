@@ -7,7 +7,8 @@ series in Prometheus and act (:mod:`gpufleet.health.remediate`). Serves
 Settings come from the inventory (``--env``); flags override them.
 ``--once`` evaluates and acts once, waits for the drains, prints what it did
 and exits (no Lease): the way to try it by hand, with ``--dry-run``.
-Exit codes: 0 ok, 1 leadership lost or a failed ``--once``, 2 bad input.
+Exit codes: 0 ok, 1 leadership lost, ``--port`` in use or a failed
+``--once``, 2 bad input (argparse refuses out-of-range flag values first).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import sys
 import threading
 
+from gpufleet import cliargs
 from gpufleet.controllers.serve import Liveness
 
 log = logging.getLogger("gpufleet.node-health")
@@ -26,29 +28,37 @@ log = logging.getLogger("gpufleet.node-health")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``node-health`` subcommand's flags."""
     parser.add_argument("--env", required=True, help="inventory environment (folder of inventories/)")
-    parser.add_argument("--prometheus-url", help="Prometheus base URL (default: node_health_prometheus_url)")
+    parser.add_argument("--prometheus-url", type=cliargs.http_url,
+                        help="Prometheus base URL, http(s)://host[:port] (default: node_health_prometheus_url)")
     parser.add_argument("--dry-run", action="store_true", default=None, help="decide and record Events, change no node")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     parser.add_argument("--context", help="kubeconfig context")
-    parser.add_argument("--interval", type=float, help="seconds between evaluations (default 5)")
-    parser.add_argument("--port", type=int, default=8080, help="port of /metrics and /healthz, 0 for none (default 8080)")
+    parser.add_argument("--interval", type=cliargs.positive_seconds,
+                        help="seconds (> 0) between evaluations (default 5)")
+    parser.add_argument("--port", type=cliargs.port_or_off, default=8080,
+                        help="port of /metrics and /healthz, 0 to 65535, 0 for none (default 8080)")
     parser.add_argument("--namespace", help="swap requests and Lease namespace (default: node_health_namespace)")
-    parser.add_argument("--max-nodes-out", type=int, help="override node_health_max_nodes_out")
-    parser.add_argument("--hot-samples", type=int, help="override node_health_hot_samples")
-    parser.add_argument("--scrape-interval", type=float, dest="scrape_interval_seconds",
-                        help="exporter scrape interval in seconds (default: gpu_metrics_scrape_interval_seconds)")
-    parser.add_argument("--error-window", type=float, dest="error_window_seconds", help="NVLink/IB error window, s (default 300)")
-    parser.add_argument("--event-window", type=float, dest="event_window_seconds", help="XID/ECC event window, s (default 600)")
-    parser.add_argument("--nvlink-error-threshold", type=int, help="NVLink errors tolerated per node and window (default 0)")
-    parser.add_argument("--ib-error-threshold", type=int, help="InfiniBand errors tolerated per node and window (default 0)")
+    # Counts are checked like the inventory checks node_health_* (roles/node_health/vars.py).
+    parser.add_argument("--max-nodes-out", type=cliargs.integer_type(0), help="override node_health_max_nodes_out (>= 0)")
+    parser.add_argument("--hot-samples", type=cliargs.integer_type(1), help="override node_health_hot_samples (>= 1)")
+    parser.add_argument("--scrape-interval", type=cliargs.positive_seconds, dest="scrape_interval_seconds",
+                        help="exporter scrape interval in seconds, > 0 (default: gpu_metrics_scrape_interval_seconds)")
+    parser.add_argument("--error-window", type=cliargs.positive_seconds, dest="error_window_seconds",
+                        help="NVLink/IB error window, s > 0 (default 300)")
+    parser.add_argument("--event-window", type=cliargs.positive_seconds, dest="event_window_seconds",
+                        help="XID/ECC event window, s > 0 (default 600)")
+    parser.add_argument("--nvlink-error-threshold", type=cliargs.integer_type(0),
+                        help="NVLink errors tolerated per node and window, >= 0 (default 0)")
+    parser.add_argument("--ib-error-threshold", type=cliargs.integer_type(0),
+                        help="InfiniBand errors tolerated per node and window, >= 0 (default 0)")
     parser.add_argument("--node-label", help="series label naming the node (default node)")
-    parser.add_argument("--drain-timeout", type=float, dest="drain_timeout_seconds", help="seconds a swap's drain may take (600)")
-    parser.add_argument("--degraded-clear", type=float, dest="degraded_clear_seconds",
-                        help="fault-free seconds before a degraded node returns by itself (600)")
+    parser.add_argument("--drain-timeout", type=cliargs.positive_seconds, dest="drain_timeout_seconds",
+                        help="seconds (> 0) a swap's drain may take (600)")
+    parser.add_argument("--degraded-clear", type=cliargs.positive_seconds, dest="degraded_clear_seconds",
+                        help="fault-free seconds (> 0) before a degraded node returns by itself (600)")
     parser.add_argument("--once", action="store_true", help="one evaluation, wait for drains, print a JSON summary, exit")
     parser.add_argument("--no-leader-election", action="store_true", help="run without the Lease (a single instance)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-
+    cliargs.add_log_level(parser)
 
 def settings_from_args(args: argparse.Namespace):
     """:class:`~gpufleet.health.remediate.Settings` from the inventory and the flags.
@@ -80,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = settings_from_args(args)
+        cliargs.check("node_health_prometheus_url", cliargs.http_url, settings.prometheus_url)
         api = api_client(args.kubeconfig, args.context)
-    except (InventoryError, OpsError) as exc:
+    except (InventoryError, OpsError, ValueError) as exc:
         print(f"gpufleet node-health: {exc}", file=sys.stderr)
         return 2
+    busy = None if args.once else cliargs.listen_error(args.port)
+    if busy:
+        print(f"gpufleet node-health: --port: {busy}", file=sys.stderr)
+        return 1
     rem = Remediator(api, PromClient(settings.prometheus_url), settings)
     if args.once:
         report = rem.step()

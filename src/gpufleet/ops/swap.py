@@ -38,8 +38,14 @@ returned with ``clear_lemon``, by a person.
 
 Both are idempotent: a swap of a node already out resumes what is missing
 (a drain that timed out, a missing request) and raises
-:class:`AlreadyOut` when nothing is; a return of a node in service raises
-:class:`NotOut`. ``dry_run`` computes the same plan and checks each eviction
+:class:`AlreadyOut` when nothing is; a return of a node in service marks
+its swap request (in the namespace given) returned when that still says
+otherwise, and raises :class:`NotOut` when there is nothing to do.
+
+Input is checked before anything is written: the node name must be a DNS
+subdomain and the namespace a DNS label that exists (:func:`check_namespace`;
+only the default :data:`~gpufleet.ops.names.SYSTEM_NAMESPACE` may be
+missing, it is created with the first request, as on a fresh cluster). ``dry_run`` computes the same plan and checks each eviction
 with ``dryRun=All``, writing nothing.
 """
 
@@ -56,7 +62,16 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.ops import drain as drainer
 from gpufleet.ops import nodes as nodeutil
-from gpufleet.ops.kube import OpsError, call_json, ensure_namespace, get_node, record_event, update_with_retry
+from gpufleet.ops.kube import (
+    InputError,
+    OpsError,
+    call_json,
+    ensure_namespace,
+    get_node,
+    list_items,
+    record_event,
+    update_with_retry,
+)
 from gpufleet.ops.names import (
     ANN_CORDONED_BY_SWAP,
     ANN_DEGRADED_AT,
@@ -79,6 +94,8 @@ from gpufleet.ops.names import (
 Node = dict[str, Any]
 EVENT_COMPONENT = "gpufleet-ops"
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class AlreadyOut(OpsError):
@@ -295,6 +312,48 @@ def plan_degrade(node: Node, fault: str, *, now: str | None = None) -> NodePlan 
     return NodePlan(nodeutil.name(node), [Change(f"taint {DEGRADED_TAINT}", "-", _taint_str(want))], patch)
 
 
+# --------------------------------------------------------------------------- input checks
+
+
+def check_node_name(node: str) -> None:
+    """Raise :class:`InputError` unless ``node`` is a DNS subdomain, as Kubernetes node names are."""
+    if len(node) > 253 or not _DNS_SUBDOMAIN.fullmatch(node):
+        raise InputError(f"NODE {node!r}: expected a node name (a DNS subdomain: lowercase letters, digits, '-' and '.', "
+                         "at most 253 characters, starting and ending with a letter or digit; kubectl get nodes)")
+
+
+def check_namespace(api: client.ApiClient, namespace: str) -> None:
+    """Raise :class:`InputError` unless ``namespace`` is a DNS label naming a namespace that exists.
+
+    The default :data:`SYSTEM_NAMESPACE` may be missing (the stack declares
+    it; on a fresh cluster the first swap request creates it). When the
+    caller may not read namespaces (the node-health controller's RBAC), the
+    existence check is skipped.
+    """
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise InputError(f"--namespace {namespace!r}: expected a namespace name (a DNS label: at most 63 lowercase "
+                         "letters, digits and '-', starting and ending with a letter or digit)")
+    if namespace == SYSTEM_NAMESPACE:
+        return
+    try:
+        call_json(api, "GET", f"/api/v1/namespaces/{namespace}")
+        return
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            return
+        if exc.status != 404:
+            raise
+    try:
+        names = [n["metadata"]["name"] for n in list_items(api, "/api/v1/namespaces")[0]]
+        near = nodeutil.near_matches(namespace, names)
+    except ApiException:
+        near = []
+    raise InputError(f"--namespace {namespace!r}: no such namespace"
+                     + (f" (near matches: {', '.join(near)})" if near else "")
+                     + f"; swap requests live in node_health_namespace (default {SYSTEM_NAMESPACE}), "
+                     "which is not created on demand")
+
+
 # --------------------------------------------------------------------------- swap requests
 
 
@@ -328,6 +387,8 @@ def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[
         return call_json(api, "POST", path, body=body)
     except ApiException as exc:
         if exc.status == 404:
+            if namespace != SYSTEM_NAMESPACE:  # only the default is created on demand (check_namespace)
+                raise InputError(f"--namespace {namespace!r}: no such namespace") from None
             ensure_namespace(api, namespace)
             return call_json(api, "POST", path, body=body)
         if exc.status != 409:
@@ -388,10 +449,13 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
         A :class:`SwapResult`.
 
     Raises:
+        InputError: not a node name; bad or missing namespace (checked before anything is written).
         NodeNotFound: unknown node (near matches listed).
         AlreadyOut: already out for swap, drained and recorded.
         OpsError: empty reason; Conflict when the node kept changing.
     """
+    check_node_name(node_name)
+    check_namespace(api, namespace)
     node = get_node(api, node_name)
     plan = plan_swap(node, reason, source=source, taint_value=taint_value)
     req_ns_name = f"{namespace}/{request_name(node_name)}"
@@ -444,37 +508,81 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
     return SwapResult(plan, result, req_ns_name, state)
 
 
+def _requests_elsewhere(api: client.ApiClient, node: str, namespace: str) -> list[str]:
+    """``namespace/name`` of open (not returned) swap requests of ``node`` outside ``namespace``; [] when none or unreadable."""
+    try:
+        items = list_items(api, "/api/v1/configmaps", label_selector=f"{SWAP_REQUEST_LABEL}=true,{SWAP_NODE_LABEL}={node[:63]}")[0]
+    except ApiException:
+        return []
+    return sorted(f"{cm['metadata']['namespace']}/{cm['metadata']['name']}" for cm in items
+                  if cm["metadata"].get("namespace") != namespace and cm.get("data", {}).get("node") == node
+                  and cm.get("data", {}).get("state") != "returned")
+
+
 def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = False, dry_run: bool = False,
                 namespace: str = SYSTEM_NAMESPACE) -> ReturnResult:
     """Bring a swapped or degraded node back into service (module docstring).
 
+    The swap request ``<namespace>/swap-<node>`` is marked returned when it
+    is not already. A node out for swap without a request in ``namespace``
+    is still returned, with a note saying so (and naming open requests
+    found elsewhere). A node already in service whose request still is not
+    returned (an earlier return given the wrong namespace) only has its
+    request marked returned: re-running with the right namespace completes
+    the return.
+
     Raises:
+        InputError: not a node name; bad or missing namespace.
         NodeNotFound: unknown node.
-        NotOut: the node is in service.
+        NotOut: the node is in service and its request (if any) is returned.
         LemonNode: a lemon and not ``clear_lemon``.
     """
+    check_node_name(node_name)
+    check_namespace(api, namespace)
     node = get_node(api, node_name)
-    plan = plan_return(node, clear_lemon=clear_lemon)
     request = get_request(api, node_name, namespace)
-    req_name = f"{namespace}/{request_name(node_name)}" if request is not None else None
+    req_name = f"{namespace}/{request_name(node_name)}"
+    state = (request or {}).get("data", {}).get("state")
+    open_request = request is not None and state != "returned"
+    try:
+        plan = plan_return(node, clear_lemon=clear_lemon)
+    except NotOut:
+        if not open_request:
+            raise
+        # Completion: the node came back earlier (e.g. a return given the wrong namespace).
+        note = (f"node {node_name} is already in service; swap request {req_name} still said {state!r}: "
+                + ("would be marked returned" if dry_run else "marked returned"))
+        plan = NodePlan(node_name, [], {})
+        if not dry_run:
+            when = nodeutil.annotations(node).get(ANN_RETURNED_AT) or nodeutil.now_rfc3339()
+            write_request(api, node, namespace, {**request.get("data", {}), "state": "returned", "returned_at": when})
+        return ReturnResult(plan, req_name, dry_run=dry_run, notes=[note])
+    notes = []
+    swapped = nodeutil.taint(node, SWAP_TAINT) is not None or nodeutil.labels(node).get(REPLACEMENT_LABEL) is not None
+    if request is None and swapped:
+        elsewhere = _requests_elsewhere(api, node_name, namespace)
+        notes.append(f"no swap request {req_name}: the node is returned, but no request is marked returned"
+                     + (f"; open requests elsewhere: {', '.join(elsewhere)} (re-run with --namespace "
+                        f"{elsewhere[0].split('/')[0]} to mark it returned)" if elsewhere else ""))
     if dry_run:
-        return ReturnResult(plan, req_name, dry_run=True)
+        if open_request:
+            notes.insert(0, f"swap request {req_name} would be marked returned")
+        return ReturnResult(plan, req_name if request is not None else None, dry_run=True, notes=notes)
     before = node
     node, applied = _apply_plan(api, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
     plan = applied or plan
-    notes = []
-    if request is not None:
+    if open_request or (request is not None and clear_lemon and nodeutil.is_lemon(before)):
         data = {"state": "returned", "returned_at": nodeutil.annotations(node).get(ANN_RETURNED_AT, nodeutil.now_rfc3339())}
         if clear_lemon and nodeutil.is_lemon(before):
             data["history"] = json.dumps(nodeutil.health_history(before))
             data["lemon"] = "cleared"
         write_request(api, before, namespace, {**request.get("data", {}), **data})
-        notes.append(f"swap request {req_name} marked returned")
+        notes.insert(0, f"swap request {req_name} marked returned")
     if nodeutil.is_cordoned(node):
         notes.append("still cordoned: it was cordoned before the swap (kubectl uncordon when ready)")
     record_event(api, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else ""),
                  component=EVENT_COMPONENT, action="Return")
-    return ReturnResult(plan, req_name, notes=notes)
+    return ReturnResult(plan, req_name if request is not None else None, notes=notes)
 
 
 def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, source: str = "node-health",

@@ -5,7 +5,8 @@ Watches Nodes and resyncs on capacity changes (debounced) and every
 ``<kueue_quota_sync_namespace>/gpufleet-quota-sync``
 (:mod:`gpufleet.quota.controller`). Serves ``/metrics``
 (``gpufleet_quota_*``) and ``/healthz`` on ``--port``. Exit codes: 0 on
-SIGTERM, 1 leadership lost, 2 bad input.
+SIGTERM, 1 leadership lost or ``--port`` in use, 2 bad input (argparse
+refuses out-of-range flag values before anything runs).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import sys
 import threading
 
+from gpufleet import cliargs
 from gpufleet.controllers.serve import Liveness
 
 
@@ -23,18 +25,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from gpufleet.quota.controller import DEBOUNCE_SECONDS, RESYNC_SECONDS
 
     parser.add_argument("--env", required=True, help="inventory environment (folder of inventories/)")
-    parser.add_argument("--fleet-nodes", type=int, default=0,
-                        help="simulated fleets only: nodes in the fleet (default: the inventory's fleet_simulated_nodes)")
+    parser.add_argument("--fleet-nodes", type=cliargs.integer_type(0), default=0,
+                        help="simulated fleets only: nodes in the fleet, >= 0 (default 0: the inventory's fleet_simulated_nodes)")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--namespace", help="Lease namespace (default: kueue_quota_sync_namespace)")
-    parser.add_argument("--debounce", type=float, default=DEBOUNCE_SECONDS,
-                        help=f"seconds to wait after a node event before resyncing (default {DEBOUNCE_SECONDS:g})")
-    parser.add_argument("--resync", type=float, default=RESYNC_SECONDS,
-                        help=f"seconds between resyncs without node events (default {RESYNC_SECONDS:g})")
-    parser.add_argument("--port", type=int, default=8080, help="port of /metrics and /healthz, 0 for none (default 8080)")
+    parser.add_argument("--debounce", type=cliargs.nonnegative_seconds, default=DEBOUNCE_SECONDS,
+                        help=f"seconds (>= 0) to wait after a node event before resyncing (default {DEBOUNCE_SECONDS:g})")
+    parser.add_argument("--resync", type=cliargs.positive_seconds, default=RESYNC_SECONDS,
+                        help=f"seconds (> 0) between resyncs without node events (default {RESYNC_SECONDS:g})")
+    parser.add_argument("--port", type=cliargs.port_or_off, default=8080,
+                        help="port of /metrics and /healthz, 0 to 65535, 0 for none (default 8080)")
     parser.add_argument("--no-leader-election", action="store_true", help="run without the Lease (a single instance)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    cliargs.add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     except (InventoryError, OpsError) as exc:
         print(f"gpufleet quota-sync: {exc}", file=sys.stderr)
         return 2
+    busy = cliargs.listen_error(args.port)
+    if busy:
+        print(f"gpufleet quota-sync: --port: {busy}", file=sys.stderr)
+        return 1
     sync = QuotaSync(api, inv, debounce_seconds=args.debounce, resync_seconds=args.resync)
     liveness = Liveness(max_age=120.0)
 

@@ -5,8 +5,10 @@ Each task parses its flags and calls a plain function of this module
 Exit codes: 0 done, or nothing to do (a swap of a node already out and
 drained, a return of a node not out: both tasks are idempotent); 1 the
 operation cannot proceed (a lemon, pods left on the node after the drain
-timeout, conflicts); 2 bad input (unknown node, with near matches; empty
-reason; bad kubeconfig).
+timeout, conflicts); 2 bad input, refused before anything is written (NODE
+not a DNS subdomain; unknown node, with near matches; empty reason;
+--namespace not a DNS label, or naming a namespace that does not exist:
+only the default gpufleet-system is created on demand; bad kubeconfig).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from gpufleet.ops.names import SYSTEM_NAMESPACE
 _KUBE_HELP = {
     "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
     "context": "kubeconfig context (default: the current one)",
-    "namespace": f"namespace of swap-request ConfigMaps (node_health_namespace; default {SYSTEM_NAMESPACE})",
+    "namespace": f"namespace of swap-request ConfigMaps (node_health_namespace; default {SYSTEM_NAMESPACE}, "
+                 "created on demand; any other must exist)",
 }
 
 
@@ -186,9 +189,15 @@ def return_(c: Context, node: str, dry_run: bool = False, clear_lemon: bool = Fa
             kubeconfig: str = "", context: str = "") -> None:
     """Bring NODE back into service: remove the swap/degraded taints and the replacement label, uncordon.
 
-    Uncordons only if the swap cordoned it; marks the swap request returned
-    (kept as a record). Lemon nodes need --clear-lemon. Example:
-    invoke node.return gpu-rack-a-0003
+    Uncordons only if the swap cordoned it; marks the swap request
+    <namespace>/swap-<node> returned (kept as a record). Lemon nodes need
+    --clear-lemon. --namespace must exist. Rule: the node is returned
+    whatever the namespace holds (a node out for swap without a request
+    there is returned with a note saying so, naming open requests found in
+    other namespaces); a request there that is not yet returned is marked
+    returned, also when the node is already back (so re-running with the
+    right namespace completes an earlier return). Nothing to do: exit 0.
+    Example: invoke node.return gpu-rack-a-0003
     """
     from gpufleet.ops.swap import NotOut
 

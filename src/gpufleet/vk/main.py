@@ -8,9 +8,10 @@ Wiring (:class:`VirtualKubelet`): the pool's provider
 A node has one kubelet: the role runs one replica with ``Recreate``, so
 there is no leader election.
 
-Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (unknown environment or
-pool, provider configuration errors: the message says what to fix); 1 when
-the cluster or the provider cannot be reached at start.
+Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (flag values outside their
+range, unknown environment or pool, provider configuration errors: the
+message says what to fix); 1 when the metrics port is in use or the cluster
+or the provider cannot be reached at start.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import threading
 from typing import Any
 
 import httpx
+
+from gpufleet import cliargs
 
 from .kube import ConfigError, Kube, KubeError
 from .lease import LeaseHeartbeat
@@ -107,11 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="kubernetes pools: kubeconfig of the other cluster (default: the mounted Secret, "
                              "else the pool's kubeconfig_secret read from the API)")
     parser.add_argument("--namespace-prefix", default="", help="kubernetes pools: remote namespace prefix")
-    parser.add_argument("--metrics-port", type=int, default=8080, help="/metrics and /healthz port (0: off)")
-    parser.add_argument("--workers", type=int, default=8, help="pod reconcile threads")
+    parser.add_argument("--metrics-port", type=cliargs.port_or_off, default=8080,
+                        help="/metrics and /healthz port, 0 to 65535 (0: off; default 8080)")
+    parser.add_argument("--workers", type=cliargs.integer_type(1), default=8, help="pod reconcile threads, >= 1 (default 8)")
     parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
                         help="the node's InternalIP (default $POD_IP)")
-    parser.add_argument("--log-level", default="INFO")
+    cliargs.add_log_level(parser)
 
 
 def build(args: argparse.Namespace) -> VirtualKubelet:
@@ -151,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
     from gpufleet.vk.providers import ProviderConfigError
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    busy = cliargs.listen_error(args.metrics_port)
+    if busy:  # before the Node is registered: a second instance must not touch it
+        print(f"gpufleet virtual-kubelet: --metrics-port: {busy}", file=sys.stderr)
+        return 1
     try:
         vk = build(args)
     except (ValueError, ConfigError, ProviderConfigError) as exc:

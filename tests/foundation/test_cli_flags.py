@@ -1,0 +1,140 @@
+"""The ``gpufleet`` controllers refuse bad flag values up front.
+
+virtual-kubelet, taint-controller, quota-sync and node-health: argparse exits 2
+naming the flag, the value and what is expected (:mod:`gpufleet.cliargs`),
+before the inventory or any cluster is read; a metrics port in use is one
+line, exit 1.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from gpufleet import cli
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def _usage_error(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metrics-port", "70000"], "argument --metrics-port: '70000': expected a TCP port, 0 (off) to 65535"),
+    (["--metrics-port", "-1"], "argument --metrics-port: '-1': expected a TCP port, 0 (off) to 65535"),
+    (["--metrics-port", "http"], "argument --metrics-port: 'http': expected a TCP port"),
+    (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
+    (["--workers", "0"], "argument --workers: '0': expected a whole number >= 1"),
+    (["--workers", "-3"], "argument --workers: '-3': expected a whole number >= 1"),
+    (["--workers", "2.5"], "argument --workers: '2.5': expected a whole number >= 1"),
+])
+def test_virtual_kubelet_bad_flags(argv, message, capsys):
+    assert message in _usage_error(["virtual-kubelet", "--pool", "rental", *argv], capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--metrics-port", "70000"], "argument --metrics-port: '70000': expected a TCP port, 0 (off) to 65535"),
+    (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
+    (["--prometheus-url", "not-a-url"], "argument --prometheus-url: 'not-a-url': expected an http:// or https:// URL"),
+    (["--prometheus-url", "ftp://prom:9090"], "argument --prometheus-url: 'ftp://prom:9090': expected an http://"),
+    (["--prometheus-url", "http://"], "argument --prometheus-url: 'http://': expected an http://"),
+    (["--prometheus-url", "http://prom:99999"], "argument --prometheus-url: 'http://prom:99999': expected an http://"),
+    (["--hold-seconds", "-5"], "argument --hold-seconds: '-5': expected a finite number of seconds >= 0"),
+    (["--hold-seconds", "nan"], "argument --hold-seconds: 'nan': expected a finite number of seconds >= 0"),
+    (["--high-water", "inf"], "argument --high-water: 'inf': expected a finite number >= 0"),
+    (["--low-water", "-1"], "argument --low-water: '-1': expected a finite number >= 0"),
+    (["--flip-out-max-wait", "-1"], "argument --flip-out-max-wait: '-1': expected a finite number of seconds >= 0"),
+    (["--pods-per-minute", "0"], "argument --pods-per-minute: '0': expected a finite number > 0"),
+    (["--pods-per-minute", "nan"], "argument --pods-per-minute: 'nan': expected a finite number > 0"),
+])
+def test_taint_controller_bad_flags(argv, message, capsys):
+    assert message in _usage_error(["taint-controller", *argv, "--kubeconfig", "/nonexistent"], capsys)
+
+
+@pytest.mark.parametrize("url", ["http://prometheus.monitoring:9090", "https://prom.example/sub/path", "http://[::1]:9090"])
+def test_good_prometheus_urls_pass_the_parser(url, capsys):
+    # Past argparse: fails later on the missing kubeconfig (2), not on the URL.
+    assert cli.main(["taint-controller", "--signal", "prometheus", "--prometheus-url", url,
+                     "--kubeconfig", "/nonexistent"]) == 2
+    assert "kubeconfig /nonexistent does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--port", "70000"], "argument --port: '70000': expected a TCP port, 0 (off) to 65535"),
+    (["--port", "-1"], "argument --port: '-1': expected a TCP port, 0 (off) to 65535"),
+    (["--resync", "0"], "argument --resync: '0': expected a finite number of seconds > 0"),
+    (["--resync", "-10"], "argument --resync: '-10': expected a finite number of seconds > 0"),
+    (["--resync", "inf"], "argument --resync: 'inf': expected a finite number of seconds > 0"),
+    (["--debounce", "-1"], "argument --debounce: '-1': expected a finite number of seconds >= 0"),
+    (["--debounce", "nan"], "argument --debounce: 'nan': expected a finite number of seconds >= 0"),
+    (["--debounce", "soon"], "argument --debounce: 'soon': expected a finite number of seconds >= 0"),
+    (["--fleet-nodes", "-4"], "argument --fleet-nodes: '-4': expected a whole number >= 0"),
+    (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
+])
+def test_quota_sync_bad_flags(argv, message, capsys):
+    assert message in _usage_error(["quota-sync", "--env", "local", *argv], capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--port", "70000"], "argument --port: '70000': expected a TCP port, 0 (off) to 65535"),
+    (["--hot-samples", "-2"], "argument --hot-samples: '-2': expected a whole number >= 1"),
+    (["--hot-samples", "0"], "argument --hot-samples: '0': expected a whole number >= 1"),
+    (["--max-nodes-out", "-1"], "argument --max-nodes-out: '-1': expected a whole number >= 0"),
+    (["--interval", "0"], "argument --interval: '0': expected a finite number of seconds > 0"),
+    (["--interval", "nan"], "argument --interval: 'nan': expected a finite number of seconds > 0"),
+    (["--scrape-interval", "-15"], "argument --scrape-interval: '-15': expected a finite number of seconds > 0"),
+    (["--error-window", "inf"], "argument --error-window: 'inf': expected a finite number of seconds > 0"),
+    (["--event-window", "0"], "argument --event-window: '0': expected a finite number of seconds > 0"),
+    (["--nvlink-error-threshold", "-1"], "argument --nvlink-error-threshold: '-1': expected a whole number >= 0"),
+    (["--ib-error-threshold", "1.5"], "argument --ib-error-threshold: '1.5': expected a whole number >= 0"),
+    (["--drain-timeout", "-600"], "argument --drain-timeout: '-600': expected a finite number of seconds > 0"),
+    (["--degraded-clear", "nan"], "argument --degraded-clear: 'nan': expected a finite number of seconds > 0"),
+    (["--prometheus-url", "prometheus:9090"], "argument --prometheus-url: 'prometheus:9090': expected an http://"),
+    (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
+])
+def test_node_health_bad_flags(argv, message, capsys):
+    assert message in _usage_error(["node-health", "--env", "local", *argv], capsys)
+
+
+def test_node_health_flag_bounds_match_the_inventory_model():
+    """--hot-samples >= 1 and --max-nodes-out >= 0, like node_health_* in roles/node_health/vars.py."""
+    from roles.node_health.vars import Vars
+
+    fields = Vars.model_fields
+    assert [m.gt for m in fields["node_health_hot_samples"].metadata if hasattr(m, "gt")] == [0]
+    assert [m.ge for m in fields["node_health_max_nodes_out"].metadata if hasattr(m, "ge")] == [0]
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["virtual-kubelet", "--pool", "rental"], "--metrics-port"),
+    (["taint-controller"], "--metrics-port"),
+    (["quota-sync", "--env", "local"], "--port"),
+    (["node-health", "--env", "local"], "--port"),
+])
+def test_port_in_use_is_one_line(argv, flag, busy_port, tmp_path, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    assert cli.main([*argv, "--kubeconfig", str(kubeconfig), flag, str(busy_port)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag}: cannot listen on 0.0.0.0:{busy_port}:" in err
+    assert "Traceback" not in err
