@@ -284,6 +284,21 @@ def _taints(node: dict) -> set[tuple[str, str, str]]:
     }
 
 
+def _release_node_leases(k: Kube) -> None:
+    """Delete the node Leases of simulated nodes that a kwok of an earlier start left behind.
+
+    kwok holds a Lease per node under a holder identity of its own process
+    and does not take over one held by another identity until it expires
+    (``kwok.LEASE_SECONDS``, 400 s); until then it runs no pods on those
+    nodes, so pods bound after a restart would stay Pending for minutes.
+    Only called while no kwok runs; virtual-kubelet Leases are kept.
+    """
+    simulated = {n["metadata"]["name"] for n in k.list("v1", "Node", labelSelector=kwok.SIMULATED_LABEL)}
+    for lease in k.list("coordination.k8s.io/v1", "Lease", namespace="kube-node-lease"):
+        if lease["metadata"]["name"] in simulated:
+            k.delete("coordination.k8s.io/v1", "Lease", lease["metadata"]["name"], "kube-node-lease")
+
+
 def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) -> tuple[int, int]:
     """Make the cluster's simulated Nodes exactly ``specs``; returns ``(created, deleted)``.
 
@@ -426,6 +441,8 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
 
         _bootstrap(c, k, sub)
         t = phase("webhooks, RBAC", marks[-1])
+        if running(all_specs["kwok"].pidfile) is None:
+            _release_node_leases(k)
         _ensure([all_specs[n] for n in _ADDONS], timeout, log)
         t = phase("controllers, kwok, Prometheus", t)
         k.apply_changed(kwok.stages())
