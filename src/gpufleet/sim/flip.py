@@ -421,7 +421,10 @@ def _up(name: str, specs: list, say, **kwargs):
             return local.get(name)
     except LookupError:
         pass
-    return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), **kwargs)
+    # A stopped cluster restarts from empty state: kwok restarted on an old etcd can leave newly bound
+    # pods Pending for minutes, and the simulation needs nothing from an earlier run.
+    fresh = not local.main_pids(name)
+    return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), fresh=fresh, **kwargs)
 
 
 def run(opts: Options, *, console=None) -> dict[str, Any]:

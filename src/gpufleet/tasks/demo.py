@@ -68,7 +68,11 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
         raise Exit("--nodes >= 0 and --duration > 0 expected", code=2)
     with flip_errors():
         console.rule("1. local cluster")
-        cl = local_cluster.up(local_cluster.DEFAULT_NAME, env="local", nodes=nodes or None, log=console.print)
+        # A stopped cluster restarts from empty state (see gpufleet.sim.flip._up); the stack's state is
+        # refreshed from the cluster below, so pulumi up recreates what the cluster lacks.
+        fresh = not local_cluster.main_pids(local_cluster.DEFAULT_NAME)
+        cl = local_cluster.up(local_cluster.DEFAULT_NAME, env="local", nodes=nodes or None, log=console.print,
+                              fresh=fresh)
         console.print(f"kubeconfig: {cl.kubeconfig}")
         console.rule("2. pulumi up --stack local")
         target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
