@@ -27,8 +27,12 @@ def _quantity(value: str) -> str:
     return value
 
 
-def _dns_label(value: str) -> str:
-    """RFC 1123 label: what Kubernetes accepts as a namespace or object name part."""
+def dns_label(value: str) -> str:
+    """RFC 1123 label: what Kubernetes accepts as a namespace or object name part.
+
+    Raises:
+        ValueError: ``value`` is not one (the message says what is expected).
+    """
     if len(value) > 63 or not _DNS_LABEL.match(value):
         raise ValueError("a DNS label (RFC 1123): lower-case letters, digits and '-', at most 63 characters")
     return value
@@ -44,7 +48,7 @@ def _known_gpu_model(value: str) -> str:
 Quantity = Annotated[str, AfterValidator(_quantity)]
 #: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
 KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+DnsLabel = Annotated[str, AfterValidator(dns_label)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 #: A temperature threshold in degrees Celsius; beyond 30..110 it is a typo, not a policy.

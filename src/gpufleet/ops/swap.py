@@ -60,6 +60,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.ops import nodes as nodeutil
 from gpufleet.ops.kube import (
@@ -94,7 +95,6 @@ from gpufleet.ops.names import (
 Node = dict[str, Any]
 EVENT_COMPONENT = "gpufleet-ops"
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -330,9 +330,11 @@ def check_namespace(api: client.ApiClient, namespace: str) -> None:
     caller may not read namespaces (the node-health controller's RBAC), the
     existence check is skipped.
     """
-    if not _DNS_LABEL.fullmatch(namespace):
+    try:
+        dns_label(namespace)
+    except ValueError:
         raise InputError(f"--namespace {namespace!r}: expected a namespace name (a DNS label: at most 63 lowercase "
-                         "letters, digits and '-', starting and ending with a letter or digit)")
+                         "letters, digits and '-', starting and ending with a letter or digit)") from None
     if namespace == SYSTEM_NAMESPACE:
         return
     try:
