@@ -2,7 +2,7 @@
 
 The node: 8 HCAs (one NDR port each, every IBA counter plus mlx5
 hw_counters) and 8 GPUs x 18 NVLinks through the fake NVML backend
-(:mod:`gpufleet.exporter.fakenode`). The exporter runs as its own process,
+(:mod:`gpufleet.sim.node`). The exporter runs as its own process,
 exactly as ``gpufleet exporter`` runs on a node, and is scraped over HTTP.
 
 Targets (gpu_metrics issue): < 50 ms per scrape, < 64 MiB RSS, < 2 % of one
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx
 
-from gpufleet.exporter.fakenode import healthy_node, write_node
+from gpufleet.sim.node import healthy_node, write_node
 from gpufleet.prom.server import free_port
 
 TARGETS = {"p95_scrape_ms": 50.0, "rss_mib": 64.0, "cpu_percent_of_core": 2.0}

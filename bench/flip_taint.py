@@ -26,7 +26,7 @@ import uuid
 
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.decision import Hysteresis
-from gpufleet.flip.names import FREE_GPUS_TAINT
+from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.flip.signal import ApiServerSignal, gpus_used, schedulable
 from gpufleet.inventory import load
 from gpufleet.local import cluster as local

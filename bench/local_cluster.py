@@ -28,8 +28,8 @@ import time
 
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
-from gpufleet.local.components import components
-from gpufleet.local.install import install_record
+from gpufleet.build.components import components
+from gpufleet.build.install import install_record
 from gpufleet.local.processes import rss_bytes
 
 NAME = "bench"

@@ -35,7 +35,7 @@ import time
 from gpufleet.inventory import load, node_specs
 from gpufleet.local import cluster as local
 from gpufleet.ops import kube
-from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.names import SWAP_TAINT
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
 

@@ -1,6 +1,6 @@
 """Benchmark remediation latency: from a hot GPU series in Prometheus to the node tainted.
 
-A real Prometheus scrapes simulated exporters (:mod:`gpufleet.health.simulate`,
+A real Prometheus scrapes simulated exporters (:mod:`gpufleet.sim.fleet`,
 the project's collectors) for ``--hot`` nodes of the local cluster every
 ``--scrape`` seconds. The controller's service (:class:`~gpufleet.health.remediate.Remediator`)
 steps every ``--interval`` seconds as ``gpufleet node-health`` does. One GPU
@@ -27,13 +27,13 @@ import time
 from gpufleet.health.faults import Rules
 from gpufleet.health.promql import PromClient
 from gpufleet.health.remediate import Remediator, Settings
-from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.ops import kube
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.names import SWAP_TAINT
 from gpufleet.prom.server import running_prometheus
 
 

@@ -2,7 +2,7 @@
 
 Kueue API: ``kueue.x-k8s.io/v1beta2`` (the storage version of the pinned
 Kueue, src/gpufleet/versions.yaml). Quota: every flavor's capacity split
-over the ClusterQueues by share (gpufleet.quota.shares); cpu and memory
+over the ClusterQueues by share (gpufleet.fleet.shares); cpu and memory
 follow each queue's GPU quota so no queue holds CPU it has no GPUs for.
 """
 
@@ -13,7 +13,7 @@ import yaml
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
 from gpufleet.quantities import canonical
-from gpufleet.quota.shares import gpu_quotas, split
+from gpufleet.fleet.shares import gpu_quotas, split
 from gpufleet.stack.objects import Obj, meta, namespace
 from gpufleet.stack.role import HelmRelease
 from gpufleet.versions import pin

@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from gpufleet.gobuild import module_dir
+from gpufleet.build.gobuild import module_dir
 from gpufleet.versions import pin, versions
 
 #: Components whose CRDs validate custom resources (versions.yaml entries with ``crds``).

@@ -35,7 +35,8 @@ from kubernetes.client import ApiClient
 
 from gpufleet.inventory import NodeSpec, load
 from gpufleet.local import kwok
-from gpufleet.stack import engine, tools
+from gpufleet.build import pulumi as tools
+from gpufleet.stack import engine
 from gpufleet.stack.render import render
 from gpufleet.stack.role import object_id
 

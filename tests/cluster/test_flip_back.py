@@ -16,7 +16,7 @@ import pytest
 from gpufleet.flip.budget import MigrationBudget
 from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import set_taint
-from gpufleet.flip.names import FREE_GPUS_TAINT, RELEASE_LABEL
+from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.inventory import load
 from gpufleet.sim.flip import gated_policy, use_descheduler_policy

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.ops import kube
-from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.names import SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
@@ -49,7 +49,7 @@ def kueue_stack(local_cluster, local_queues):
 @pytest.fixture
 def nodes(local_cluster):
     """Names of the 16 simulated nodes, all schedulable; restores every node's taints and cordon after the test."""
-    from gpufleet.ops import nodes as nodeutil
+    from gpufleet.fleet import nodes as nodeutil
 
     api = local_cluster.api_client
     before = {n["metadata"]["name"]: n for n in kube.list_nodes(api, "gpufleet.io/simulated=true")}
@@ -87,7 +87,7 @@ def gpu_quota(api) -> dict[str, int]:
 
 
 def schedulable_gpus(api) -> int:
-    from gpufleet.quota.capacity import flavor_capacity
+    from gpufleet.fleet.capacity import flavor_capacity
 
     return flavor_capacity(kube.list_nodes(api))[FLAVOR].schedulable_gpus
 

@@ -1,7 +1,7 @@
 """Remediation on the local cluster, from a real Prometheus scraping the project's exporter.
 
 Six of the cluster's nodes get a simulated exporter each
-(:mod:`gpufleet.health.simulate`: the real collectors over a fake NVML and
+(:mod:`gpufleet.sim.fleet`: the real collectors over a fake NVML and
 sysfs), scraped every second by a real Prometheus with a ``node`` label,
 as the gpu_metrics role's relabeling does. The tests heat GPUs, raise
 XIDs, and check what :class:`gpufleet.health.remediate.Remediator` does to
@@ -18,11 +18,11 @@ import pytest
 from gpufleet.health.faults import Rules
 from gpufleet.health.promql import PromClient
 from gpufleet.health.remediate import Remediator, Settings
-from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.ops import kube
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
+from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
 
 from .helpers import wait

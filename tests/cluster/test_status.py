@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from gpufleet.ops import kube
-from gpufleet.ops import status as st
-from gpufleet.ops.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
+from gpufleet.tasks import fleet_status as st
+from gpufleet.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
 
 from .helpers import wait
@@ -24,7 +24,7 @@ def scene(local_cluster, local_queues):
     """Two nodes out (swap, degraded), a virtual node with the free-GPUs taint, training and inference pods."""
     api = local_cluster.api_client
     core = client.CoreV1Api(api)
-    from gpufleet.ops import nodes as nodeutil
+    from gpufleet.fleet import nodes as nodeutil
 
     sim = kube.list_nodes(api, "gpufleet.io/simulated=true")
     left_out = {nodeutil.name(n): nodeutil.out_reasons(n) for n in sim if nodeutil.out_reasons(n)}

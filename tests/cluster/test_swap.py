@@ -20,9 +20,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.ops import kube
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LABEL, SWAP_REQUEST_LABEL, SWAP_STATE_LABEL,
+from gpufleet.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LABEL, SWAP_REQUEST_LABEL, SWAP_STATE_LABEL,
                                 SWAP_TAINT)
 from gpufleet.paths import REPO_ROOT
 

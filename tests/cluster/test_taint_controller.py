@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.decision import Hysteresis
-from gpufleet.flip.names import FREE_GPUS_TAINT
+from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.vk.informer import Informer
 from gpufleet.vk.kube import Kube, NotFound, api_path

@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from gpufleet import cli
-from gpufleet.exporter.fakenode import FakeNvmlBackend, healthy_node, write_node
+from gpufleet.exporter.nvml_fake import FakeNvmlBackend
+from gpufleet.sim.node import healthy_node, write_node
 from gpufleet.exporter.main import build_registry, serve
 from gpufleet.prom.server import free_port
 

@@ -7,7 +7,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
-from gpufleet.exporter.fakenode import FakeNvmlBackend, build_sysfs, hca, healthy_node, ib_counters, ib_port, node
+from gpufleet.exporter.nvml_fake import FakeNvmlBackend
+from gpufleet.sim.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node
 from gpufleet.exporter.main import build_registry
 from gpufleet.exporter.nvml import NvmlSampler
 

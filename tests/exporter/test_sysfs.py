@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.exporter import sysfs
-from gpufleet.exporter.fakenode import build_sysfs, hca, healthy_node, ib_counters, ib_port, node, roce_port
+from gpufleet.sim.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node, roce_port
 
 
 @pytest.mark.parametrize(

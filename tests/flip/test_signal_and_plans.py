@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.flip.flipback import candidates
 from gpufleet.flip.flipout import plan, reservations_of, tolerates
-from gpufleet.flip.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.flip.signal import free_gpus, node_view, parse_prometheus, pod_view
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

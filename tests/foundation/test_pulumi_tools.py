@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import gobuild
+from gpufleet.build import gobuild
 from gpufleet.paths import REPO_ROOT
-from gpufleet.stack import engine, tools
+from gpufleet.build import pulumi as tools
+from gpufleet.stack import engine
 
 PKG_GOMOD = """module github.com/pulumi/pulumi/pkg/v3
 

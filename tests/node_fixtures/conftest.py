@@ -1,6 +1,6 @@
 """Fixture nodes for the node checks: built in tmp, listed in a generated Ansible inventory.
 
-Every node is a fakenode (:mod:`gpufleet.exporter.fakenode`) materialised
+Every node is a fakenode (:mod:`gpufleet.sim.node`) materialised
 under tmp with ``ansible_connection: local`` and override variables pointing
 the checks at its sysfs tree, ``proc/mounts``, checkpoint directory and
 ``nvidia-smi``/``nv-fabricmanager``/kernel-log stand-ins. The node checks run
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.exporter.fakenode import FIXTURE_NODES, FakeNodePaths, write_node
+from gpufleet.sim.node import FIXTURE_NODES, FakeNodePaths, write_node
 from gpufleet.tasks.health import NodeCheckRun, run_node_checks
 
 # The node checks' helpers, for unit tests of the parsers.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.exporter import standin
-from gpufleet.exporter.fakenode import gpu_faults_node, healthy_node
+from gpufleet.sim import standin
+from gpufleet.sim.node import gpu_faults_node, healthy_node
 from nodecheck import (
     GPU_FIELDS,
     bus_key,

@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.health.faults import Queries, Rules, evaluate
 from gpufleet.health.promql import PromClient, PromError
-from gpufleet.health.simulate import scrape_config, start_node
+from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
 
 RULES = Rules(hot_samples=3, scrape_interval_seconds=1)

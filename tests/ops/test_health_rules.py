@@ -6,7 +6,7 @@ import json
 
 from gpufleet.health.faults import Queries, Rules, evaluate, growth, hot_streak
 from gpufleet.health.remediate import Settings, decide
-from gpufleet.ops.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
+from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
 
 from .builders import node
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.ops import nodes as nodeutil
-from gpufleet.ops.names import SWAP_TAINT
+from gpufleet.fleet import nodes as nodeutil
+from gpufleet.names import SWAP_TAINT
 from gpufleet.quota.controller import NodeCache, signature, slim
 
 from .builders import node

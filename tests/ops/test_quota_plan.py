@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 
 from gpufleet.ops.kube import OpsError
-from gpufleet.ops.names import SWAP_TAINT
-from gpufleet.quota.capacity import flavor_capacity, gpu_map
+from gpufleet.names import SWAP_TAINT
+from gpufleet.fleet.capacity import flavor_capacity, gpu_map
 from gpufleet.quota.resync import (find_cannot_fit, find_drift, max_admittable, plan_from, rebuild_resource_groups,
                                    workload_gpus, zero_message)
 

@@ -2,6 +2,6 @@
 
 Modules: :mod:`.sysfs` (pure sysfs reader), :mod:`.nvml` (NVML backend protocol,
 pynvml backend, sampler), :mod:`.collector` (Prometheus collectors),
-:mod:`.main` (the ``gpufleet exporter`` command), :mod:`.fakenode` and
-:mod:`.standin` (fixture nodes for tests and benchmarks).
+:mod:`.main` (the ``gpufleet exporter`` command), :mod:`.nvml_fake` (the NVML
+backend of simulated nodes; fixture nodes themselves live in :mod:`gpufleet.sim.node`).
 """

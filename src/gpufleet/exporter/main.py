@@ -2,7 +2,7 @@
 
 Flags mirror node_exporter where they overlap (``--sysfs-root`` is
 ``--path.sysfs``). ``--nvml-fake FILE`` replaces the NVML library by a node
-description (:mod:`gpufleet.exporter.fakenode`) for fixture nodes.
+description (:mod:`gpufleet.sim.node`) for fixture nodes.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def backend_from_args(args: argparse.Namespace) -> NvmlBackend | None:
     if args.no_nvml:
         return None
     if args.nvml_fake:
-        from gpufleet.exporter.fakenode import FakeNvmlBackend
+        from gpufleet.exporter.nvml_fake import FakeNvmlBackend
 
         return FakeNvmlBackend(args.nvml_fake)
     return PynvmlBackend()

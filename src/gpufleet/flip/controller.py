@@ -1,6 +1,6 @@
 """The taint controller: signal -> hysteresis -> taint on the virtual nodes, plus flip-out and flip-back.
 
-Every :data:`~gpufleet.flip.names.TICK_SECONDS` (:meth:`TaintController.tick`):
+Every :data:`~gpufleet.flip.constants.TICK_SECONDS` (:meth:`TaintController.tick`):
 
 1. read the free-GPU signal (:mod:`gpufleet.flip.signal`);
 2. feed it to the state machine (:class:`~gpufleet.flip.decision.Hysteresis`);
@@ -40,7 +40,9 @@ from gpufleet.vk.kube import Kube, KubeError, NotFound
 from .decision import Decision, Hysteresis
 from .flipback import FlipBack
 from .flipout import FlipOut, set_taint
-from .names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL, TICK_SECONDS
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL
+
+from .constants import TICK_SECONDS
 
 log = logging.getLogger(__name__)
 

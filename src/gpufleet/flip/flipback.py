@@ -32,7 +32,7 @@ from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequest
 
 from .budget import Candidate, MigrationBudget, workload_of
 from .flipout import tolerates
-from .names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from prometheus_client import Counter, Gauge
 
 from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
-from .names import RESERVED_TAINT
+from gpufleet.names import RESERVED_TAINT
 
 log = logging.getLogger(__name__)
 

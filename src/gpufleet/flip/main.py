@@ -31,7 +31,7 @@ from .controller import TaintController
 from .decision import Hysteresis
 from .flipback import MODES, FlipBack
 from .flipout import FlipOut
-from .names import LEASE_NAME, TICK_SECONDS
+from .constants import LEASE_NAME, TICK_SECONDS
 from .signal import ApiServerSignal, PrometheusSignal
 
 log = logging.getLogger("gpufleet.flip")

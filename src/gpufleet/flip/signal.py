@@ -3,7 +3,7 @@
 Definition (:func:`free_gpus`): over the *in-cluster* nodes (not labelled
 ``type=virtual-kubelet``) that are ``Ready``, not cordoned and carry no
 ``NoSchedule``/``NoExecute`` taint other than the GPU node taint and the
-degraded taint (:data:`~gpufleet.flip.names.BENIGN_TAINTS`; so nodes out for
+degraded taint (:data:`~gpufleet.names.BENIGN_TAINTS`; so nodes out for
 swap, unreachable, or reserved by the flip-out do not count), the sum of
 ``max(0, allocatable nvidia.com/gpu - GPU requests of the non-terminal pods
 bound there)``. Unit: GPUs.
@@ -32,7 +32,7 @@ from gpufleet.vk.informer import Informer
 from gpufleet.vk.kube import Kube, api_path, parse_time
 from gpufleet.vk.provider import pod_requests
 
-from .names import BENIGN_TAINTS, GPU, VIRTUAL_LABEL
+from gpufleet.names import BENIGN_TAINTS, GPU_RESOURCE, VIRTUAL_NODE_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +46,11 @@ def node_view(node: dict) -> dict[str, Any]:
     labels = meta.get("labels") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     try:
-        gpus = int(float((status.get("allocatable") or {}).get(GPU, 0)))
+        gpus = int(float((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)))
     except ValueError:
         gpus = 0
     return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": labels,
-            "virtual": labels.get(VIRTUAL_LABEL[0]) == VIRTUAL_LABEL[1], "ready": ready,
+            "virtual": labels.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1], "ready": ready,
             "unschedulable": bool(spec.get("unschedulable")), "taints": list(spec.get("taints") or []),
             "gpus": gpus, "resourceVersion": meta.get("resourceVersion")}
 
@@ -65,7 +65,7 @@ def pod_view(pod: dict) -> dict[str, Any]:
                      if k in meta},
         "created": parse_time(meta.get("creationTimestamp")) or 0.0,
         "node": spec.get("nodeName") or "",
-        "gpus": int(pod_requests(pod).get(GPU, 0)),
+        "gpus": int(pod_requests(pod).get(GPU_RESOURCE, 0)),
         "priority": int(spec.get("priority") or 0),
         "priorityClassName": spec.get("priorityClassName") or "",
         "preemptionPolicy": spec.get("preemptionPolicy") or "PreemptLowerPriority",

@@ -51,10 +51,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.health.faults import Fault, Queries, Rules, evaluate
 from gpufleet.health.promql import PromClient, PromError
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
 from gpufleet.ops.kube import OpsError, list_nodes, record_event, update_with_retry
-from gpufleet.ops.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, LEMON_LABEL, SYSTEM_NAMESPACE
+from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, LEMON_LABEL, SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"

@@ -2,8 +2,7 @@
 
 Modules, one job each:
 
-* :mod:`~gpufleet.local.components` what to build, from ``versions.yaml``
-* :mod:`~gpufleet.local.install` fetch, build, verify and cache binaries
+* :mod:`~gpufleet.build.components` what to build, from ``versions.yaml`` (built by :mod:`gpufleet.build`)
 * :mod:`~gpufleet.local.certs` the cluster PKI
 * :mod:`~gpufleet.local.ports` loopback port blocks per cluster name
 * :mod:`~gpufleet.local.layout` the state folder of one cluster

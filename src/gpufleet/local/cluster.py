@@ -31,7 +31,8 @@ import yaml
 
 from gpufleet import paths
 from gpufleet.files import locked
-from gpufleet.local import controlplane, descheduler, install, kueue, kwok, prometheus
+from gpufleet.build import install
+from gpufleet.local import controlplane, descheduler, kueue, kwok, prometheus
 from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
 from gpufleet.local.certs import Pki, ensure_pki
@@ -385,7 +386,7 @@ def up(
     included) run one after the other.
 
     Raises:
-        gpufleet.gobuild.GoError: components missing and not buildable (InstallError included).
+        gpufleet.build.gobuild.GoError: components missing and not buildable (InstallError included).
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
         KubeError: the apiserver rejected a bootstrap object.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.local.certs import Pki
-from gpufleet.local.components import component
+from gpufleet.build.components import component
 from gpufleet.local.kwok import NODE_MONITOR_GRACE
 from gpufleet.local.ports import Ports
 

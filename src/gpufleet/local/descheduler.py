@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gpufleet.files import yaml_problem
 from gpufleet.local.certs import Pki
-from gpufleet.local.components import component
+from gpufleet.build.components import component
 
 #: Taint on virtual nodes while the cluster has free GPUs (DESIGN.md).
 FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"

@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 
 from gpufleet.local import manifests, webhooks
-from gpufleet.local.components import component
-from gpufleet.gobuild import module_dir
+from gpufleet.build.components import component
+from gpufleet.build.gobuild import module_dir
 from gpufleet.local.ports import Ports
 
 #: Kueue integrations the local cluster enables.

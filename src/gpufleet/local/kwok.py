@@ -25,8 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.local import manifests
-from gpufleet.local.components import component
-from gpufleet.gobuild import module_dir
+from gpufleet.build.components import component
+from gpufleet.build.gobuild import module_dir
 from gpufleet.local.webhooks import load_crds
 
 #: Annotation giving a simulated pod's run time.

@@ -21,7 +21,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 
 log = logging.getLogger(__name__)
 

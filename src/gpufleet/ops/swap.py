@@ -44,7 +44,7 @@ otherwise, and raises :class:`NotOut` when there is nothing to do.
 
 Input is checked before anything is written: the node name must be a DNS
 subdomain and the namespace a DNS label that exists (:func:`check_namespace`;
-only the default :data:`~gpufleet.ops.names.SYSTEM_NAMESPACE` may be
+only the default :data:`~gpufleet.names.SYSTEM_NAMESPACE` may be
 missing, it is created with the first request, as on a fresh cluster). ``dry_run`` computes the same plan and checks each eviction
 with ``dryRun=All``, writing nothing.
 """
@@ -62,7 +62,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops.kube import (
     InputError,
     OpsError,
@@ -73,7 +73,7 @@ from gpufleet.ops.kube import (
     record_event,
     update_with_retry,
 )
-from gpufleet.ops.names import (
+from gpufleet.names import (
     ANN_CORDONED_BY_SWAP,
     ANN_DEGRADED_AT,
     ANN_HEALTH_HISTORY,

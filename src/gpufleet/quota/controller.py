@@ -41,9 +41,9 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.inventory import Inventory
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops.kube import list_items, watch_json
-from gpufleet.ops.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
+from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
 from gpufleet.quota import resync
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ nodes fail. Topology Aware Scheduling does look at nodes' free capacity at
 admission, but only for flavors with a ``topologyName`` and a Topology
 object, and it leaves the quota (what queues, borrowing and preemption
 reason with) unchanged. So gpufleet rewrites ``nominalQuota``: capacity
-per flavor from the Nodes (:mod:`gpufleet.quota.capacity`), shared over the
+per flavor from the Nodes (:mod:`gpufleet.fleet.capacity`), shared over the
 ClusterQueues by ``roles.kueue.manifests.quotas`` (the same function
 ``pulumi up`` declares them with: shares, pins, ``kueue_reserve_gpus``,
 largest-remainder rounding), written back only where it differs.
@@ -62,9 +62,9 @@ from kubernetes.utils import parse_quantity
 
 from gpufleet.inventory import Inventory
 from gpufleet.ops.kube import OpsError, list_items, list_nodes, record_event, update_with_retry
-from gpufleet.ops.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
+from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
 from gpufleet.quantities import canonical
-from gpufleet.quota.capacity import FlavorNodes, flavor_capacity, gpu_map
+from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ from typing import Any
 
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.main import Settings, build as build_controller
-from gpufleet.flip.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.vk.kube import Kube, KubeError
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.node import node_name_for

@@ -5,7 +5,7 @@ The program is :func:`gpufleet.stack.program.main`, run as an Automation API
 language runtime served from this Python process, so the Python language
 host (``pulumi-language-python``, which the Go module proxy does not serve)
 is never needed. The CLI and the Kubernetes provider plugin come from
-:mod:`gpufleet.stack.tools` (built from the Go module proxy, cached).
+:mod:`gpufleet.build.pulumi` (built from the Go module proxy, cached).
 
 What the engine is given, and why:
 
@@ -45,7 +45,7 @@ from typing import Any
 from pulumi import automation as auto
 
 from gpufleet import paths
-from gpufleet.stack import tools
+from gpufleet.build import pulumi as tools
 
 PROJECT = "gpufleet"
 #: Provider resource name in every stack (its URN is ``...::pulumi:providers:kubernetes::kubernetes``).

@@ -24,9 +24,9 @@ DEMO_CONFIG = {f"gpufleet:{key}": "false" for key in (
 @task(help={"force": "rebuild every component even if cached and verified"})
 def install(c: Context, force: bool = False) -> None:
     """Build or verify everything the main job and the tests need (a no-op when cached)."""
-    from gpufleet.gobuild import GoError
-    from gpufleet.local.install import install as install_components
-    from gpufleet.stack import tools
+    from gpufleet.build.gobuild import GoError
+    from gpufleet.build.install import install as install_components
+    from gpufleet.build import pulumi as tools
 
     console = Console(stderr=True, highlight=False)
     try:

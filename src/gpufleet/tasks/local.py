@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.local import cluster as local_cluster
-from gpufleet.gobuild import GoError
-from gpufleet.local.install import install as install_components
+from gpufleet.build.gobuild import GoError
+from gpufleet.build.install import install as install_components
 from gpufleet.local.processes import ComponentFailed
 
 _NAME_HELP = f"cluster name (default {local_cluster.DEFAULT_NAME}); clusters with distinct names run side by side"

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpufleet.ops.exits import fail_on_ops_error
-from gpufleet.ops.names import SYSTEM_NAMESPACE
+from gpufleet.names import SYSTEM_NAMESPACE
 
 _KUBE_HELP = {
     "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",

@@ -25,7 +25,7 @@ def flip_errors() -> Iterator[None]:
     Raises:
         invoke.exceptions.Exit: with the error's own message (no traceback).
     """
-    from gpufleet.gobuild import GoError
+    from gpufleet.build.gobuild import GoError
     from gpufleet.local.processes import ComponentFailed
     from gpufleet.sim.flip import SimError
 

@@ -82,7 +82,7 @@ def _print(line: str) -> None:
 def _run(op, target):
     """Run one engine operation; engine failures exit 1 with the engine's message."""
     from gpufleet.stack.engine import EngineError
-    from gpufleet.gobuild import GoError
+    from gpufleet.build.gobuild import GoError
 
     with fail_on_inventory_error():
         try:

@@ -1,4 +1,4 @@
-"""``invoke status``: the fleet on one screen (:mod:`gpufleet.ops.status`).
+"""``invoke status``: the fleet on one screen (:mod:`gpufleet.tasks.fleet_status`).
 
 Exit codes: 0 shown, 1 the API server refused or is unreachable, 2 bad
 input (unknown environment, bad kubeconfig).
@@ -14,9 +14,9 @@ from gpufleet.tasks.common import fail_on_inventory_error
 
 
 def show_status(env: str, *, kubeconfig: str | None = None, context: str | None = None, console: Console | None = None):
-    """Gather and print the status screen; returns the :class:`gpufleet.ops.status.FleetStatus`."""
+    """Gather and print the status screen; returns the :class:`gpufleet.tasks.fleet_status.FleetStatus`."""
     from gpufleet.inventory import load
-    from gpufleet.ops import status as st
+    from gpufleet.tasks import fleet_status as st
     from gpufleet.ops.kube import api_client
 
     inv = load(env)

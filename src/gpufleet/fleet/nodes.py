@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from gpufleet.ops.names import (
+from gpufleet.names import (
     ANN_HEALTH_HISTORY,
     DEGRADED_TAINT,
     FLAVOR_LABEL,
@@ -91,7 +91,7 @@ def out_reasons(node: Node) -> list[str]:
     ``"swap: gpu_temp"``, ``"degraded: ib_errors"``,
     ``"taint node.kubernetes.io/unreachable"``. Sources: the Ready
     condition, ``spec.unschedulable``, and taints in
-    :data:`gpufleet.ops.names.UNSCHEDULABLE_TAINTS` (a NoSchedule or
+    :data:`gpufleet.names.UNSCHEDULABLE_TAINTS` (a NoSchedule or
     NoExecute effect; PreferNoSchedule does not take capacity away).
     """
     out: list[str] = []

@@ -1,4 +1,4 @@
-"""Names ops, quota sync and node health share: taints, labels, annotations (DESIGN.md "Names").
+"""The names every part of gpufleet shares: labels, taints, annotations, resources, field manager.
 
 Everything that marks a node as out of service, degraded or up for
 replacement is spelled here once, so the quota sync (which excludes such
@@ -14,6 +14,17 @@ SWAP_TAINT = "gpufleet.io/swap"
 DEGRADED_TAINT = "gpufleet.io/degraded"
 #: Taint the taint controller keeps on virtual nodes while the cluster has free GPUs.
 FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
+#: Its effect: NoSchedule only, never NoExecute (pods outside keep serving until moved one budget at a time).
+FREE_GPUS_EFFECT = "NoSchedule"
+#: Taint put on an in-cluster node the flip-out reserves for one pending high-priority pod
+#: (value: that pod's UID); the pod gets the matching toleration.
+RESERVED_TAINT = "gpufleet.io/reserved-for"
+#: Label the flip-back puts on a pod outside it releases for eviction (the descheduler's
+#: DefaultEvictor ``labelSelector`` selects it).
+RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
+#: Taints that do not make a node unschedulable for the free-GPU signal: the GPU node taint (every
+#: GPU pod tolerates it) and the degraded taint (inference tolerates it).
+BENIGN_TAINTS = ("nvidia.com/gpu", "gpufleet.io/degraded")
 
 #: Taints Kubernetes itself puts on nodes that must not run new pods
 #: (kubernetes.io/docs/reference/labels-annotations-taints). ``unschedulable``
@@ -41,6 +52,8 @@ REPLACEMENT_LABEL = "gpufleet.io/replacement-requested"
 LEMON_LABEL = "gpufleet.io/lemon"
 #: Label of virtual nodes (the virtual-kubelet convention).
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
+#: Label naming a virtual node's external capacity pool.
+POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"

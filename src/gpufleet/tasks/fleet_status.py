@@ -5,7 +5,7 @@ read once):
 
 * GPUs: total (``status.allocatable`` of in-cluster nodes, virtual nodes
   excluded), schedulable (nodes that count for quota,
-  :mod:`gpufleet.quota.capacity`), held by training, held by inference in
+  :mod:`gpufleet.fleet.capacity`), held by training, held by inference in
   the cluster and outside (pods on virtual nodes, label
   ``type=virtual-kubelet``), held by other pods, and free. A pod holds
   the GPUs it requests while bound and not finished.
@@ -32,9 +32,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.inventory import Inventory
-from gpufleet.ops import nodes as nodeutil
+from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops.kube import list_items, list_nodes
-from gpufleet.ops.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
+from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
 
 Obj = dict[str, Any]
 
@@ -115,7 +115,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     """The :class:`FleetStatus` from objects already read (pure)."""
     from roles.kueue.manifests import quotas
 
-    from gpufleet.quota.capacity import flavor_capacity, gpu_map
+    from gpufleet.fleet.capacity import flavor_capacity, gpu_map
     from gpufleet.quota.resync import quota_of, reserved_gpus
 
     v = inv.role("kueue")

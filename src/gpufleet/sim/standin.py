@@ -1,13 +1,13 @@
 """Stand-ins for ``nvidia-smi``, ``nv-fabricmanager`` and the kernel log on fixture nodes.
 
-Standard library only: :func:`gpufleet.exporter.fakenode.write_node` copies
+Standard library only: :func:`gpufleet.sim.node.write_node` copies
 this file's source into a fixture's ``bin/`` as self-contained scripts (run
 with ``python -S``), each driven by the node description JSON. The stand-ins
 emulate only the invocations the node checks use, in the output format of
 the real tools (R535-R550 drivers); anything else exits 2 with a message, so
 a check that drifts to an unsupported flag fails loudly instead of passing.
 
-Description values (see :mod:`gpufleet.exporter.fakenode`) may be a number,
+Description values (see :mod:`gpufleet.sim.node`) may be a number,
 ``"[N/A]"`` / ``"[Not Supported]"`` (printed as-is), ``{"nvml_error": name}``
 (printed as ``[Unknown Error]``) or ``{"base": n, "per_second": r}``: a
 counter that grows by ``r`` per second since the description's ``epoch``.
@@ -19,34 +19,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
+
+from gpufleet.exporter.nodedesc import evaluate, node_now  # inlined when written as a script
 
 #: nvidia-smi's exit code for "GPU is lost" (nvidia-smi(1), RETURN VALUE 15).
 EXIT_GPU_LOST = 15
 #: nvidia-smi's exit code for an invalid argument/field.
 EXIT_INVALID = 2
-
-NOT_AVAILABLE = ("[N/A]", "[Not Supported]")
-
-
-def evaluate(spec: Any, epoch: float, now: float | None = None) -> Any:
-    """Resolve a description value at ``now`` (seconds since the Unix epoch).
-
-    Growth specs ``{"base": b, "per_second": r}`` give ``b + int(r * (now - epoch))``;
-    everything else is returned unchanged (strings, error dicts, numbers).
-    """
-    if isinstance(spec, dict) and "base" in spec:
-        now = time.time() if now is None else now
-        return int(spec["base"]) + int(float(spec.get("per_second", 0)) * max(0.0, now - epoch))
-    return spec
-
-
-def node_now(node: dict[str, Any]) -> float:
-    """The instant growth specs are evaluated at: the node's frozen ``clock``, else now."""
-    clock = node.get("clock")
-    return float(clock) if clock is not None else time.time()
-
 
 def _fmt(value: Any, unit: str = "", nounits: bool = True) -> str:
     if isinstance(value, dict):

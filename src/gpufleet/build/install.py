@@ -26,16 +26,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpufleet import gobuild, paths
+from gpufleet import paths
+from gpufleet.build import gobuild
 from gpufleet.files import copy_atomic, digest, fingerprint, locked, tail
-from gpufleet.gobuild import GoError, go_binary, go_env
-from gpufleet.local.components import Component, components
+from gpufleet.build.gobuild import GoError, go_binary, go_env
+from gpufleet.build.components import Component, components
 
 
 class InstallError(GoError):
     """A component could not be fetched, built or verified; the message ends with the log tail.
 
-    Go download and build steps raise :class:`gpufleet.gobuild.GoError`, its
+    Go download and build steps raise :class:`gpufleet.build.gobuild.GoError`, its
     base class; catch that to handle both.
     """
 
@@ -199,7 +200,7 @@ def foreign_builds(folder: Path) -> list[int]:
 
 
 def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], status, label: str) -> None:
-    """Run one build command (:func:`gpufleet.gobuild.run_logged`); show packages compiled so far on ``status``."""
+    """Run one build command (:func:`gpufleet.build.gobuild.run_logged`); show packages compiled so far on ``status``."""
     def show(count: int, seconds: float, line: str) -> None:
         if status is not None:
             status.update(f"{label}: {count} packages, {seconds:.0f}s  [dim]{line[:70]}")
@@ -299,7 +300,7 @@ def install(names: Iterable[str] | None = None, *, force: bool = False, console:
     package, elapsed seconds) and a per-step summary are shown on ``console``.
 
     Args:
-        names: component names from :func:`gpufleet.local.components.components`.
+        names: component names from :func:`gpufleet.build.components.components`.
         force: rebuild/reinstall even when verified binaries are present.
         console: where to show progress; a quiet default when None.
 

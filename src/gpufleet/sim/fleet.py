@@ -2,7 +2,7 @@
 
 Each :class:`SimulatedNode` is the project's own exporter (the collectors of
 :mod:`gpufleet.exporter.collector`, NVML through
-:class:`~gpufleet.exporter.fakenode.FakeNvmlBackend`, a fixture sysfs tree)
+:class:`~gpufleet.sim.node.FakeNvmlBackend`, a fixture sysfs tree)
 served over HTTP on loopback, with knobs that change what the next scrape
 sees: heat a GPU, raise an XID, lose a GPU, grow NVLink or InfiniBand
 errors. A real Prometheus scrapes them with a ``node`` label per target
@@ -20,7 +20,8 @@ from typing import Any
 
 from prometheus_client import start_http_server
 
-from gpufleet.exporter.fakenode import FakeNvmlBackend, build_sysfs, healthy_node
+from gpufleet.exporter.nvml_fake import FakeNvmlBackend
+from gpufleet.sim.node import build_sysfs, healthy_node
 from gpufleet.exporter.main import build_registry
 
 

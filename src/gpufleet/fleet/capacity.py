@@ -1,7 +1,7 @@
 """Schedulable GPU capacity per ResourceFlavor, from the Nodes the API server has (pure).
 
 A node's GPUs count when it is Ready, not cordoned, and carries none of
-the taints in :data:`gpufleet.ops.names.UNSCHEDULABLE_TAINTS` (swap,
+the taints in :data:`gpufleet.names.UNSCHEDULABLE_TAINTS` (swap,
 degraded, and Kubernetes' own not-ready/unreachable/pressure taints):
 exactly the nodes a training gang could be placed on now. GPUs are the
 node's ``status.allocatable["nvidia.com/gpu"]``; the flavor is its
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpufleet.ops import nodes as nodeutil
-from gpufleet.ops.nodes import Node
+from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.nodes import Node
 
 
 @dataclass

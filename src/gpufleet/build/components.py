@@ -2,7 +2,7 @@
 
 A :class:`Component` is pure data: the Go packages to build (or the Debian
 package to install), the binaries that result, and how to prove a cached
-binary is the pinned one. :mod:`gpufleet.local.install` does the work.
+binary is the pinned one. :mod:`gpufleet.build.install` does the work.
 
 Three ways to obtain a component:
 
@@ -31,7 +31,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from gpufleet.gobuild import Cached
+from gpufleet.build.gobuild import Cached
 from gpufleet.versions import pin, versions
 
 Method = Literal["go-install", "go-module", "apt"]

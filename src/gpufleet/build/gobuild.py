@@ -4,8 +4,8 @@ The Go module proxy is how this machine reaches upstream Kubernetes
 components, Kueue, kwok, the Pulumi CLI and its Kubernetes provider. A
 module zip carries the whole tree, so the exact CRDs and OpenAPI schemas of
 a pinned version come from the module cache too (:mod:`gpufleet.schemas`).
-The callers are :mod:`gpufleet.local.install` (the local cluster's
-components) and :mod:`gpufleet.stack.tools` (the Pulumi CLI and provider).
+The callers are :mod:`gpufleet.build.install` (the local cluster's
+components) and :mod:`gpufleet.build.pulumi` (the Pulumi CLI and provider).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ This machine reaches no download site, so neither the CLI nor the provider
 plugin can be fetched the usual way (``get.pulumi.com``, GitHub releases).
 Both are Go programs whose source modules the Go module proxy serves; they
 are built here the way the local cluster's components are (see
-:mod:`gpufleet.local.install`) and kept under
+:mod:`gpufleet.build.install`) and kept under
 ``cache_dir()/components/<name>-<version>/bin``: verified once (``go version
 -m`` names the pinned module and version; the CLI's ``pulumi version`` output
 matches), stamped (sizes and mtimes), and reused without running anything
@@ -48,16 +48,17 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-from gpufleet import gobuild, paths
+from gpufleet import paths
+from gpufleet.build import gobuild
 from gpufleet.files import copy_atomic, digest, fingerprint, locked
-from gpufleet.gobuild import Cached, GoError
+from gpufleet.build.gobuild import Cached, GoError
 from gpufleet.versions import pin
 
 
 class ToolError(GoError):
     """A tool could not be built or verified; the message ends with the build log's tail.
 
-    Go download and build steps raise :class:`gpufleet.gobuild.GoError`, its
+    Go download and build steps raise :class:`gpufleet.build.gobuild.GoError`, its
     base class; catch that to handle both.
     """
 
@@ -312,7 +313,7 @@ def _record(tool: GoTool, action: str, seconds: float, cpu: float) -> None:
 
 
 def _run(argv: list[str], cwd: Path, log: Path, progress: Callable[[str], None]) -> None:
-    """Run one build step (:func:`gpufleet.gobuild.run_logged`); ``progress`` gets a line every 30 s."""
+    """Run one build step (:func:`gpufleet.build.gobuild.run_logged`); ``progress`` gets a line every 30 s."""
     shown = [0.0]
 
     def every_30s(count: int, seconds: float, line: str) -> None:
