@@ -38,10 +38,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from prometheus_client import Counter, Gauge
 
-from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from gpufleet.names import RESERVED_TAINT
 
@@ -201,7 +200,7 @@ class FlipOut:
     def _guard(self, fn, *args):
         try:
             return fn(*args) or True
-        except (KubeError, httpx.HTTPError) as exc:
+        except KubeError as exc:
             log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
             return None
 
@@ -226,7 +225,7 @@ class FlipOut:
                 return  # the PDB allows nothing more now; the next tick tries again
             except (NotFound, Conflict):
                 EVICTIONS.labels("gone").inc()
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 log.warning("flip-out: evicting %s/%s: %s", ns, name, exc)
                 return
 

@@ -29,9 +29,9 @@ import logging
 import threading
 from typing import Any
 
-import httpx
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound
+from gpufleet.kube.times import now_rfc3339
 
-from .kube import Conflict, Kube, KubeError, NotFound, now_rfc3339
 from .provider import PRODUCT_LABEL, Capacity
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class NodeController:
             The Node as stored.
 
         Raises:
-            KubeError / httpx.HTTPError: the API server refused or is unreachable.
+            KubeError: the API server refused or is unreachable.
         """
         cap = self.capacity()
         want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip)
@@ -205,9 +205,9 @@ class NodeController:
                 log.warning("node %s was deleted; registering it again", self.name)
                 try:
                     self.register()
-                except (KubeError, httpx.HTTPError) as exc:
+                except KubeError as exc:
                     log.warning("node %s: registration failed: %s", self.name, exc)
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 log.warning("node %s: status update failed: %s", self.name, exc)
 
     def start(self) -> "NodeController":
