@@ -229,7 +229,7 @@ class Kube:
         return self.request("GET", api_path(api_version, plural, namespace), params=params)
 
     def list_all(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-                 limit: int = 500, timeout: float = 120.0) -> tuple[list[Obj], str]:
+                 limit: int = 1000, timeout: float = 120.0) -> tuple[list[Obj], str]:
         """Every item of the collection at ``path``, paged (``limit``/``continue``), and the list's resourceVersion."""
         items: list[Obj] = []
         cont: str | None = None
