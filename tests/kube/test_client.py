@@ -73,3 +73,14 @@ def test_lease_timings_must_nest():
     assert Timings() == Timings(15, 10, 2)
     with pytest.raises(ValueError, match=r"lease duration \(10 s\) > renew deadline \(10 s\)"):
         Timings(10, 10, 2)
+
+
+def test_retry_after_is_honoured_only_where_the_server_did_not_process_the_request():
+    from gpufleet.kube.retry import RETRY_AFTER_ATTEMPTS, retry_after
+
+    assert retry_after(429, "1", 0) == 1.0  # API priority and fairness, storage initializing
+    assert retry_after(503, "2", 3) == 2.0
+    assert retry_after(429, "600", 0) == 10.0  # capped
+    assert retry_after(429, None, 0) is None  # a PodDisruptionBudget refusing an eviction: the caller's
+    assert retry_after(409, "1", 0) is None and retry_after(429, "soon", 0) is None
+    assert retry_after(429, "1", RETRY_AFTER_ATTEMPTS) is None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -190,6 +191,7 @@ class Kube:
             timeout: seconds, overriding the client's default.
 
         Writes (POST, PUT, PATCH) carry ``fieldManager`` unless ``params`` names one.
+        An answer with ``Retry-After`` is retried as :func:`gpufleet.kube.retry.retry_after` says.
 
         Raises:
             KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
@@ -198,14 +200,20 @@ class Kube:
             params = {**(params or {}), "fieldManager": self.field_manager}
         if method == "PATCH" and content_type is None:
             content_type = PATCH_TYPES[patch or "merge"]
-        resp = self._send(method, path, params, body, content_type, accept, timeout)
-        try:
-            data = resp.read()
-        except _NETWORK_ERRORS as exc:
-            raise Unreachable(f"{self.server}: {exc}", path=f"{method} {path}") from None
-        if not 200 <= resp.status < 300:
-            raise error_from(resp.status, data, f"{method} {path}")
-        return json.loads(data) if data else {}
+        attempt = 0
+        while True:
+            resp = self._send(method, path, params, body, content_type, accept, timeout)
+            try:
+                data = resp.read()
+            except _NETWORK_ERRORS as exc:
+                raise Unreachable(f"{self.server}: {exc}", path=f"{method} {path}") from None
+            if 200 <= resp.status < 300:
+                return json.loads(data) if data else {}
+            wait = retry.retry_after(resp.status, resp.headers.get("Retry-After"), attempt)
+            if wait is None:
+                raise error_from(resp.status, data, f"{method} {path}")
+            time.sleep(wait)  # not processed (throttled, storage initializing): the server says when to retry
+            attempt += 1
 
     # ------------------------------------------------------------------ verbs
 

@@ -2,8 +2,14 @@
 
 * Transport (:func:`transport_retries`): a request that never reached the
   server (connection refused or reset, a pooled keep-alive connection the
-  server closed) is sent again up to 3 times, 0.1 s apart and doubling;
-  an answer is never retried at this level.
+  server closed) is sent again up to 3 times, 0.1 s apart and doubling.
+* Answers with ``Retry-After`` (:func:`retry_after`): a 429 or 5xx that
+  carries the header was not processed (API priority and fairness
+  rejected it, or the resource's storage is still initializing after its
+  CRD was created), so the request is sent again after the delay the
+  server asks for, up to :data:`RETRY_AFTER_ATTEMPTS` times, as client-go
+  does. A 429 without the header (a PodDisruptionBudget refusing an
+  eviction) is the caller's to handle.
 * Loops (:class:`Backoff`): watches, lease renewals and reconcile workers
   wait ``initial`` seconds after a failure, doubling up to ``cap``, with
   ±10 % jitter so replicas do not retry in step (client-go's
@@ -38,6 +44,10 @@ Obj = dict[str, Any]
 
 #: Attempts of :func:`update_with_retry` (client-go ``retry.DefaultRetry`` has 5; lists of taints are busier).
 CONFLICT_ATTEMPTS = 8
+#: Times a request answered with ``Retry-After`` is sent again (client-go: 10).
+RETRY_AFTER_ATTEMPTS = 10
+#: Longest wait honoured from a ``Retry-After`` header, seconds.
+RETRY_AFTER_CAP = 10.0
 
 
 def transport_retries() -> Retry:
@@ -69,6 +79,22 @@ class Backoff:
     def reset(self) -> None:
         """After a success: the next failure waits ``initial`` again."""
         self._next = self.initial
+
+
+def retry_after(status: int, header: str | None, attempt: int) -> float | None:
+    """Seconds to wait before sending again a request answered ``status`` with ``Retry-After: header``; None: do not.
+
+    Only 429 and 5xx with a numeric header qualify, for the first
+    :data:`RETRY_AFTER_ATTEMPTS` attempts (0-based ``attempt``); the wait is
+    capped at :data:`RETRY_AFTER_CAP`.
+    """
+    if attempt >= RETRY_AFTER_ATTEMPTS or not header or not (status == 429 or status >= 500):
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
 
 
 def retryable(exc: BaseException) -> bool:
