@@ -82,3 +82,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
+
+#: Field manager of gpufleet's writes and server-side applies (``metadata.managedFields``).
+FIELD_MANAGER = "gpufleet"
+#: Field manager of the local cluster's bootstrap (CRDs, webhooks, kwok nodes), apart from the stack's.
+FIELD_MANAGER_LOCAL = "gpufleet-local"
+#: Field manager of the flip simulation's objects, so it never takes fields from the stack.
+FIELD_MANAGER_SIM = "gpufleet-sim"

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import dynamic
-from kubernetes.client.exceptions import ApiException
+
+from gpufleet.kube import Kube, NotFound
 
 #: Kinds of the kueue role that tests need present (not its quota-sync controller).
 KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
@@ -26,7 +26,7 @@ def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: f
         time.sleep(interval)
 
 
-def ensure_kueue_objects(api_client, inventory) -> None:
+def ensure_kueue_objects(kube: Kube, inventory) -> None:
     """Create the kueue role's objects of ``inventory`` that are absent, and wait until its ClusterQueues are Active.
 
     Existing objects are left as they are (another test or ``pulumi up``
@@ -35,27 +35,21 @@ def ensure_kueue_objects(api_client, inventory) -> None:
     """
     from roles.kueue.manifests import objects
 
-    dyn = dynamic.DynamicClient(api_client)
-
-    def state(res, name: str, ns: str | None) -> str:
+    def state(obj: dict) -> str:
         try:
-            got = res.get(name=name, namespace=ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return "absent"
-            raise
-        return "terminating" if res.kind == "Namespace" and got.status.phase == "Terminating" else "present"
+            got = kube.request("GET", kube.path_of(obj))
+        except NotFound:
+            return "absent"
+        return "terminating" if obj["kind"] == "Namespace" and got["status"].get("phase") == "Terminating" else "present"
 
     wanted = [o for o in objects(inventory) if o["kind"] in KUEUE_KINDS]
     for obj in wanted:
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace")
+        name = obj["metadata"]["name"]
         now = wait(f"{obj['kind']} {name} not terminating",
-                   lambda: (st := state(res, name, ns)) != "terminating" and st, timeout=90)
+                   lambda: (st := state(obj)) != "terminating" and st, timeout=90)
         if now == "absent":
-            res.create(body=obj, namespace=ns)
-    cqs = dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue")
+            kube.create_object(obj)
     for name in (o["metadata"]["name"] for o in wanted if o["kind"] == "ClusterQueue"):
         wait(f"ClusterQueue {name} Active", lambda: any(
             c["type"] == "Active" and c["status"] == "True"
-            for c in (cqs.get(name=name).to_dict().get("status") or {}).get("conditions") or []))
+            for c in (kube.get("kueue.x-k8s.io/v1beta2", "clusterqueues", name).get("status") or {}).get("conditions") or []))

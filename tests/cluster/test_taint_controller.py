@@ -12,8 +12,8 @@ from gpufleet.flip.controller import TaintController
 from gpufleet.flip.decision import Hysteresis
 from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.flip.signal import ApiServerSignal
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube.informer import Informer
 
 from .helpers import wait
 from .vk_helpers import delete_namespace, namespace

@@ -13,7 +13,8 @@ import pytest
 
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
-from gpufleet.vk.kube import Kube, NotFound, parse_time
+from gpufleet.kube import Kube, NotFound
+from gpufleet.kube.times import parse_time
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.provider import SOURCE_UID
 from gpufleet.vk.providers.kubernetes import KubernetesProvider

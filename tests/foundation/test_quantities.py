@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kubernetes.utils import parse_quantity
-
-from gpufleet.quantities import canonical
+from gpufleet.kube.quantity import canonical, number, parse_quantity
 
 
 @pytest.mark.parametrize("value, binary, expected", [
@@ -29,3 +27,10 @@ def test_canonical(value: int, binary: bool, expected: str) -> None:
 def test_canonical_refuses_what_is_not_a_count(bad) -> None:
     with pytest.raises(ValueError, match="integer >= 0"):
         canonical(bad)
+
+
+def test_number_reads_quantities_as_floats() -> None:
+    assert number("500m") == 0.5 and number("2Gi") == 2 * 2**30 and number("1k") == 1000 and number(3) == 3
+    assert number(None) == 0 and number("") == 0
+    with pytest.raises(ValueError, match="not a Kubernetes quantity: '8Gib'"):
+        number("8Gib")

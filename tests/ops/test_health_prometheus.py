@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gpufleet.health.faults import Queries, Rules, evaluate
-from gpufleet.health.promql import PromClient, PromError
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
 

@@ -17,18 +17,18 @@ def test_slim_keeps_what_capacity_needs():
 
 
 def test_cache_is_dirty_only_on_capacity_changes():
-    cache = NodeCache(api=None)
-    cache.apply_event("ADDED", node("a"))
+    cache = NodeCache(None)  # the informer fed by hand: no cluster
+    cache.informer.apply("ADDED", node("a"))
     assert cache.dirty.is_set()
     nodes, first = cache.take()
     assert len(nodes) == 1 and first is not None and not cache.dirty.is_set()
     hb = node("a")
     hb["status"]["conditions"][0]["lastHeartbeatTime"] = "2027-01-01T00:00:00Z"
     hb["metadata"]["annotations"]["kwok"] = "beat"
-    cache.apply_event("MODIFIED", hb)  # a heartbeat: nothing quota depends on
+    cache.informer.apply("MODIFIED", hb)  # a heartbeat: nothing quota depends on
     assert not cache.dirty.is_set()
-    cache.apply_event("MODIFIED", node("a", cordoned=True))
+    cache.informer.apply("MODIFIED", node("a", cordoned=True))
     assert cache.dirty.is_set()
     cache.take()
-    cache.apply_event("DELETED", node("a", cordoned=True))
+    cache.informer.apply("DELETED", node("a", cordoned=True))
     assert cache.dirty.is_set() and cache.take()[0] == []

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
+from gpufleet.kube.quantity import parse_quantity
 from gpufleet.names import (
     ANN_HEALTH_HISTORY,
     DEGRADED_TAINT,

@@ -32,10 +32,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
 from prometheus_client import Counter, Gauge, Histogram
 
-from gpufleet.vk.kube import Kube, KubeError, NotFound
+from gpufleet.kube import Kube, KubeError, NotFound
 
 from .decision import Decision, Hysteresis
 from .flipback import FlipBack
@@ -130,7 +129,7 @@ class TaintController:
                     changed += 1
             except NotFound:
                 pass
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 log.warning("taint controller: node %s: %s", n["name"], exc)
         return changed
 

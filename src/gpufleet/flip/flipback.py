@@ -25,10 +25,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpx
 from prometheus_client import Counter, Gauge
 
-from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
 from .flipout import tolerates
@@ -113,7 +112,7 @@ class FlipBack:
                 RELEASES.labels(self.mode, "blocked").inc()
             except (NotFound, Conflict):
                 RELEASES.labels(self.mode, "gone").inc()
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 self.budget.refund(c)
                 RELEASES.labels(self.mode, "error").inc()
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)

@@ -7,24 +7,24 @@ PriorityClass (flip-out preemptors). Flags override them.
 
 Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (flag values outside their
 range, unknown environment, inconsistent marks, unknown mode); 1 when the
-metrics port is in use or the cluster cannot be reached.
+metrics port is in use, the cluster cannot be reached or the Lease was lost.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal as signals
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from gpufleet import cliargs
-from gpufleet.vk.kube import ConfigError, Kube, KubeError
+from gpufleet.controllers import flags, runtime
+from gpufleet.controllers.serve import Liveness
+from gpufleet.kube import ConfigError, Kube, KubeError
+from gpufleet.names import SYSTEM_NAMESPACE
 
 from .budget import MigrationBudget
 from .controller import TaintController
@@ -123,7 +123,7 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpufleet taint-controller``."""
     parser.add_argument("--env", default="local", help="inventory environment giving the defaults (default local)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    flags.add_kube(parser)
     parser.add_argument("--high-water", type=cliargs.nonnegative_number, default=None,
                         help="free GPUs (>= 0) above which virtual nodes are tainted")
     parser.add_argument("--low-water", type=cliargs.nonnegative_number, default=None,
@@ -146,19 +146,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="release: label pods for the descheduler (default); evict: Eviction API here; off")
     parser.add_argument("--pods-per-minute", type=cliargs.positive_number, default=None,
                         help="flip-back budget per workload, > 0 (default descheduler_migration_pods_per_minute)")
-    parser.add_argument("--namespace", default="gpufleet-system", help="namespace of the leader-election Lease")
-    parser.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease (tests)")
-    parser.add_argument("--metrics-port", type=cliargs.port_or_off, default=8080,
-                        help="/metrics and /healthz port, 0 to 65535 (0: off; default 8080)")
-    cliargs.add_log_level(parser)
+    parser.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the leader-election Lease")
+    flags.add_leader_election(parser)
+    flags.add_metrics_port(parser)
+    flags.add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (see the module docstring for exit codes)."""
-    from gpufleet.controllers.serve import Liveness, serve
     from gpufleet.inventory import InventoryError, environments
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime.setup_logging(args.log_level)
     if args.env not in environments():
         print(f"gpufleet taint-controller: --env {args.env!r}: expected one of {', '.join(environments())}",
               file=sys.stderr)
@@ -170,52 +168,26 @@ def run(args: argparse.Namespace) -> int:
             pools=tuple(args.pools) if args.pools else None, flip_out=args.flip_out,
             flip_out_classes=tuple(args.flip_out_classes) if args.flip_out_classes else None,
             flip_out_max_wait=args.flip_out_max_wait, flip_back=args.flip_back, pods_per_minute=args.pods_per_minute)
-        kube = Kube.from_kubeconfig(args.kubeconfig, user_agent="gpufleet-taint-controller")
+        timings = flags.timings(args)
+        kube = runtime.kube_from_args(args, user_agent="gpufleet-taint-controller")
     except (InventoryError, ValueError, ConfigError) as exc:
         print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
         return 2
-    busy = cliargs.listen_error(args.metrics_port)
-    if busy:
-        print(f"gpufleet taint-controller: --metrics-port: {busy}", file=sys.stderr)
+    if runtime.port_in_use("taint-controller", args.metrics_port):
         return 1
     ctl, caches = build(kube, s)
     try:
         caches.start()
-    except (TimeoutError, KubeError, httpx.HTTPError) as exc:
-        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.config.server}: {exc}", file=sys.stderr)
+    except (TimeoutError, KubeError) as exc:
+        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.server}: {exc}", file=sys.stderr)
         return 1
     liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
-    if args.metrics_port:
-        serve(args.metrics_port, liveness)
-    stop = threading.Event()
-    signals.signal(signals.SIGTERM, lambda *_: (stop.set(), ctl.stop()))
-    signals.signal(signals.SIGINT, lambda *_: (stop.set(), ctl.stop()))
     log.info("taint controller: high %g, low %g, hold %gs, signal %s, pools %s", s.high_water, s.low_water,
              s.hold_seconds, s.signal, ", ".join(s.pools) or "all")
-    if args.no_leader_election:
+
+    def loop(stop: threading.Event) -> None:
+        threading.Thread(target=lambda: (stop.wait(), ctl.stop()), daemon=True, name="taint-controller-stop").start()
         ctl.run(s.tick_seconds, liveness.beat)
-        return 0
-    from kubernetes import config as kconfig
 
-    from gpufleet.controllers.leader import run_as_leader
-
-    try:
-        kconfig.load_incluster_config() if args.kubeconfig is None and _in_cluster() else kconfig.load_kube_config(
-            config_file=args.kubeconfig)
-    except kconfig.ConfigException as exc:
-        print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
-        return 2
-    while not stop.is_set():
-        liveness.beat()  # waiting for the Lease is healthy
-        run_as_leader(LEASE_NAME, args.namespace, lambda: ctl.run(s.tick_seconds, liveness.beat),
-                      on_lost=ctl.stop, stop=stop)
-        if not stop.is_set():
-            log.warning("taint controller: lost the Lease; stopping to let the new leader act")
-            return 1
-    return 0
-
-
-def _in_cluster() -> bool:
-    import os
-
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    return runtime.run("taint-controller", loop, metrics_port=args.metrics_port, liveness=liveness, kube=kube,
+                       lease=(LEASE_NAME, args.namespace) if args.leader_elect else None, timings=timings)

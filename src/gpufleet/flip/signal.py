@@ -16,8 +16,8 @@ Two sources:
   start; no periodic full lists. Its caches are shared with the flip-out
   and flip-back loops.
 * :class:`PrometheusSignal`: an instant query (``taint_controller_promql``)
-  against Prometheus' HTTP API; the result is a scalar or the sum of a
-  vector. An error or an empty result is "no sample" (None).
+  through :class:`gpufleet.prom.client.PromClient`; the result is a scalar
+  or the sum of a vector. An error or an empty result is "no sample" (None).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
-
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Kube, api_path, parse_time
-from gpufleet.vk.provider import pod_requests
-
+from gpufleet.kube import Kube, api_path
+from gpufleet.kube.informer import Informer
+from gpufleet.kube.times import parse_time
 from gpufleet.names import BENIGN_TAINTS, GPU_RESOURCE, VIRTUAL_NODE_LABEL
+from gpufleet.prom.client import PromClient, PromError, number
+from gpufleet.vk.provider import pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -139,19 +138,6 @@ class ApiServerSignal:
         return float(free_gpus(self.nodes.items(), self.pods.items()))
 
 
-def parse_prometheus(answer: dict) -> float | None:
-    """The number in a Prometheus ``/api/v1/query`` answer: a scalar, or the sum of a vector; None if empty/failed."""
-    if answer.get("status") != "success":
-        return None
-    data = answer.get("data") or {}
-    result = data.get("result")
-    if data.get("resultType") == "scalar":
-        return float(result[1])
-    if data.get("resultType") == "vector":
-        return sum(float(s["value"][1]) for s in result) if result else None
-    return None
-
-
 class PrometheusSignal:
     """Free GPUs from a PromQL instant query.
 
@@ -167,7 +153,7 @@ class PrometheusSignal:
         self.url = url.rstrip("/")
         self.query = query
         self.errors = 0
-        self._client = httpx.Client(timeout=timeout)
+        self._client = PromClient(self.url, timeout=timeout)
 
     def start(self, timeout: float = 0.0) -> "PrometheusSignal":
         """Nothing to start (queries are made on demand); returns self."""
@@ -180,10 +166,8 @@ class PrometheusSignal:
     def value(self) -> float | None:
         """The query's value now, or None (error or no data; counted in ``errors``)."""
         try:
-            resp = self._client.get(f"{self.url}/api/v1/query", params={"query": self.query})
-            resp.raise_for_status()
-            value = parse_prometheus(resp.json())
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError) as exc:
+            value = self._client.value(self.query)
+        except PromError as exc:
             self.errors += 1
             log.warning("prometheus signal: %s", exc)
             return None

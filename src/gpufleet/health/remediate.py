@@ -46,14 +46,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.health.faults import Fault, Queries, Rules, evaluate
-from gpufleet.health.promql import PromClient, PromError
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.kube import OpsError, list_nodes, record_event, update_with_retry
+from gpufleet.kube import Kube
+from gpufleet.kube.events import record_event
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, LEMON_LABEL, SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -241,15 +243,15 @@ class Remediator:
     """Runs :meth:`step` against one cluster and one Prometheus.
 
     Args:
-        api: Kubernetes API client (built once at startup).
+        kube: Kubernetes API client (built once at startup).
         prom: Prometheus client.
         settings: :class:`Settings`.
         registry: where the metrics go (a fresh one per instance by default).
     """
 
-    def __init__(self, api: client.ApiClient, prom: PromClient, settings: Settings,
+    def __init__(self, kube: Kube, prom: PromClient, settings: Settings,
                  registry: CollectorRegistry | None = None):
-        self.api, self.prom, self.settings = api, prom, settings
+        self.kube, self.prom, self.settings = kube, prom, settings
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.queries = Queries(settings.rules).all()
@@ -287,7 +289,7 @@ class Remediator:
         now = time.time() if now is None else now
         report = StepReport()
         try:
-            nodes = {nodeutil.name(n): n for n in list_nodes(self.api)}
+            nodes = {nodeutil.name(n): n for n in list_nodes(self.kube)}
         except Exception as exc:  # noqa: BLE001 - a controller step reports and retries
             self.metrics.errors.labels("list_nodes").inc()
             report.errors.append(f"listing nodes: {exc}")
@@ -318,7 +320,7 @@ class Remediator:
         if key in self._announced or node is None:
             return
         self._announced.add(key)
-        record_event(self.api, node, reason, message, type_=type_, component=COMPONENT, action=d.action.capitalize())
+        record_event(self.kube, node, reason, message, type_=type_, component=COMPONENT, action=d.action.capitalize())
 
     def _act(self, d: Decision, node: Node | None) -> None:
         """Carry out one decision: defer (Event), dry run (Event), degrade (now) or swap (worker thread)."""
@@ -339,7 +341,7 @@ class Remediator:
         if d.action == "degrade":
             first = d.faults[0]
             try:
-                plan = swapper.degrade(self.api, d.node, first.kind, d.detail, extra_history=entry)
+                plan = swapper.degrade(self.kube, d.node, first.kind, d.detail, extra_history=entry)
                 if plan is not None:
                     self._observe(d)
             except (OpsError, Exception) as exc:  # noqa: BLE001
@@ -360,7 +362,7 @@ class Remediator:
         """The swap steps for a decision (worker thread); failures are logged and counted, never raised."""
         reason = f"node-health: {d.detail}"
         try:
-            swapper.swap(self.api, d.node, reason, source="node-health", timeout=self.settings.drain_timeout_seconds,
+            swapper.swap(self.kube, d.node, reason, source="node-health", timeout=self.settings.drain_timeout_seconds,
                          namespace=self.settings.namespace, on_tainted=lambda _n: self._observe(d), extra_history=entry,
                          taint_value=d.faults[0].kind)
             if d.lemon:
@@ -382,10 +384,10 @@ class Remediator:
             return {"metadata": {"labels": {LEMON_LABEL: "true"},
                                  "annotations": {ANN_LEMON_REASON: f"{n} attributable failures within {w:g}h"}}}
 
-        node, patch = update_with_retry(self.api, f"/api/v1/nodes/{d.node}", change)
+        node, patch = update_with_retry(self.kube, f"/api/v1/nodes/{d.node}", change)
         if patch is not None:
             self.metrics.actions.labels("lemon", d.faults[0].kind, "false").inc()
-            record_event(self.api, node, "NodeLemon", f"lemon: {nodeutil.annotations(node).get(ANN_LEMON_REASON)}; stays "
+            record_event(self.kube, node, "NodeLemon", f"lemon: {nodeutil.annotations(node).get(ANN_LEMON_REASON)}; stays "
                          f"out until a person returns it (invoke node.return {d.node} --clear-lemon)", type_="Warning",
                          component=COMPONENT, action="Lemon")
 
@@ -404,7 +406,7 @@ class Remediator:
             if now - since < self.settings.degraded_clear_seconds or self.settings.dry_run:
                 continue
             try:
-                swapper.return_node(self.api, name, namespace=self.settings.namespace)
+                swapper.return_node(self.kube, name, namespace=self.settings.namespace)
                 self.metrics.actions.labels("recover", nodeutil.taint(node, swapper.DEGRADED_TAINT).get("value", ""), "false").inc()
                 done.append(name)
                 self._clear_since.pop(name, None)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubernetes.utils import parse_quantity
 from pydantic import BaseModel, ConfigDict
+
+from gpufleet.kube.quantity import parse_quantity
 
 from .catalog import GPU_MODELS, GpuModel
 from .models import FleetVars, HostVars

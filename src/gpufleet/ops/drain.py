@@ -28,10 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from gpufleet.ops.kube import api_error, call_json, pods_on_node
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, Unreachable
+from gpufleet.ops.kube import pods_on_node
 
 Pod = dict[str, Any]
 
@@ -123,15 +121,13 @@ def going_away(pod: Pod, terminating_namespaces: set[str]) -> bool:
     return bool(meta.get("deletionTimestamp")) or meta.get("namespace", "default") in terminating_namespaces
 
 
-def terminating_namespaces(api: client.ApiClient, names: set[str]) -> set[str]:
+def terminating_namespaces(kube: Kube, names: set[str]) -> set[str]:
     """Those of ``names`` whose Namespace is in phase Terminating (or already gone)."""
     out = set()
     for ns in names:
         try:
-            phase = (call_json(api, "GET", f"/api/v1/namespaces/{ns}").get("status") or {}).get("phase")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            phase = (kube.get("v1", "namespaces", ns).get("status") or {}).get("phase")
+        except NotFound:
             phase = "Terminating"
         if phase == "Terminating":
             out.add(ns)
@@ -154,41 +150,35 @@ def plan(pods: list[Pod], *, force: bool = False) -> tuple[list[Pod], dict[PodRe
     return evict, blocked, skipped
 
 
-def evict(api: client.ApiClient, pod: PodRef, *, dry_run: bool = False, grace_seconds: int | None = None) -> tuple[bool, str]:
+def evict(kube: Kube, pod: PodRef, *, dry_run: bool = False, grace_seconds: int | None = None) -> tuple[bool, str]:
     """POST one Eviction. Returns ``(accepted, message)``; 404 counts as accepted (already gone).
 
     429 (a PodDisruptionBudget allows no disruption now) and other refusals
     return ``(False, the API's message)``.
     """
-    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
-                            "metadata": {"name": pod.name, "namespace": pod.namespace}}
-    if grace_seconds is not None:
-        body["deleteOptions"] = {"gracePeriodSeconds": grace_seconds}
-    if dry_run:
-        body.setdefault("deleteOptions", {})["dryRun"] = ["All"]
-    if pod.uid:
-        body.setdefault("deleteOptions", {})["preconditions"] = {"uid": pod.uid}
-    query = [("dryRun", "All")] if dry_run else []
     try:
-        call_json(api, "POST", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/eviction", body=body, query=query)
+        kube.evict(pod.namespace, pod.name, grace_seconds=grace_seconds, uid=pod.uid or None, dry_run=dry_run)
         return True, "evicted"
-    except ApiException as exc:
-        if exc.status == 404:
-            return True, "already gone"
-        if exc.status == 409 and pod.uid:  # uid precondition failed: it is another pod now
+    except NotFound:
+        return True, "already gone"
+    except Conflict as exc:
+        if pod.uid:  # uid precondition failed: it is another pod now
             return True, "already gone (replaced)"
-        msg = api_error(exc)
-        if exc.status == 429:
-            return False, f"PodDisruptionBudget: {msg}"
-        return False, f"HTTP {exc.status}: {msg}"
+        return False, f"HTTP {exc.status}: {exc.message}"
+    except TooManyRequests as exc:
+        return False, f"PodDisruptionBudget: {exc.message}"
+    except Unreachable:
+        raise
+    except KubeError as exc:
+        return False, f"HTTP {exc.status}: {exc.message}"
 
 
-def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = False, dry_run: bool = False,
+def drain(kube: Kube, node: str, *, timeout: float, force: bool = False, dry_run: bool = False,
           poll: float = POLL_SECONDS, progress: Callable[[DrainProgress], None] | None = None) -> DrainResult:
     """Evict every evictable pod of ``node`` within ``timeout`` seconds (see the module docstring).
 
     Args:
-        api: API client.
+        kube: API client.
         node: node name (should be cordoned first, or pods come back).
         timeout: seconds before giving up on the pods left.
         force: also evict pods no controller owns (they are not recreated).
@@ -200,8 +190,8 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
         A :class:`DrainResult`; ``blocked`` lists every pod left and why.
     """
     start = time.monotonic()
-    pods = pods_on_node(api, node)
-    dying = terminating_namespaces(api, {p["metadata"].get("namespace", "default") for p in pods})
+    pods = pods_on_node(kube, node)
+    dying = terminating_namespaces(kube, {p["metadata"].get("namespace", "default") for p in pods})
     going = [p for p in pods if going_away(p, dying) and not _finished(p)]
     to_evict, blocked, skipped = plan([p for p in pods if p not in going], force=force)
     result = DrainResult(node=node, skipped=skipped, dry_run=dry_run)
@@ -209,7 +199,7 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
     if dry_run:
         skipped.update({ref(p): "already being deleted (waited for, not evicted)" for p in going})
         for pod in to_evict:
-            ok, msg = evict(api, ref(pod), dry_run=True)
+            ok, msg = evict(kube, ref(pod), dry_run=True)
             if ok:
                 result.evicted.append(ref(pod))
             else:
@@ -224,14 +214,14 @@ def drain(api: client.ApiClient, node: str, *, timeout: float, force: bool = Fal
     deadline = start + timeout
     while True:
         for pod in list(pending):
-            ok, msg = evict(api, pod)
+            ok, msg = evict(kube, pod)
             if ok:
                 del pending[pod]
                 terminating.add(pod)
             else:
                 pending[pod] = msg
         if terminating:
-            present = {ref(p) for p in pods_on_node(api, node) if not _finished(p)}
+            present = {ref(p) for p in pods_on_node(kube, node) if not _finished(p)}
             for pod in list(terminating):
                 if pod not in present:
                     terminating.discard(pod)

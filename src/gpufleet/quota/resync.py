@@ -56,14 +56,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
-
 from gpufleet.inventory import Inventory
-from gpufleet.ops.kube import OpsError, list_items, list_nodes, record_event, update_with_retry
+from gpufleet.kube import Kube, NotFound
+from gpufleet.kube.events import record_event
+from gpufleet.kube.quantity import canonical, parse_quantity
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.quantities import canonical
 from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map
 
 log = logging.getLogger(__name__)
@@ -73,6 +72,7 @@ Obj = dict[str, Any]
 RESOURCES = {"gpu": GPU_RESOURCE, "cpu": "cpu", "memory": "memory"}
 CQ_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues"
 WL_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/workloads"
+LQ_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues"
 EVENT_COMPONENT = "gpufleet-quota-sync"
 
 
@@ -409,30 +409,26 @@ def zero_message(plan: ResyncPlan) -> str:
 # --------------------------------------------------------------------------- API
 
 
-def read_state(api: client.ApiClient) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
+def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
     """Nodes, ClusterQueues, Workloads and LocalQueues, as dicts.
 
     Raises:
         OpsError: Kueue's v1beta2 API is not served (Kueue missing or too old).
     """
-    nodes = list_nodes(api)
+    nodes = list_nodes(kube)
     try:
-        cqs = list_items(api, CQ_PATH)[0]
-        wls = list_items(api, WL_PATH)[0]
-        lqs = list_items(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues")[0]
-    except ApiException as exc:
-        if exc.status == 404:
-            raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
-        raise
+        cqs, wls, lqs = (kube.list_all(path)[0] for path in (CQ_PATH, WL_PATH, LQ_PATH))
+    except NotFound:
+        raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
     return nodes, cqs, wls, lqs
 
 
-def compute(api: client.ApiClient, inv: Inventory) -> ResyncPlan:
+def compute(kube: Kube, inv: Inventory) -> ResyncPlan:
     """Read the cluster and compute the plan (:func:`plan_from`)."""
-    return plan_from(inv, *read_state(api))
+    return plan_from(inv, *read_state(kube))
 
 
-def apply(api: client.ApiClient, plan: ResyncPlan, *, allow_zero: bool = False, events: bool = True) -> ApplyResult:
+def apply(kube: Kube, plan: ResyncPlan, *, allow_zero: bool = False, events: bool = True) -> ApplyResult:
     """Write the plan's quotas: one guarded merge patch per ClusterQueue that differs, retried on 409.
 
     On a conflict the queue is re-read and its resource groups rebuilt
@@ -457,30 +453,30 @@ def apply(api: client.ApiClient, plan: ResyncPlan, *, allow_zero: bool = False, 
         def conflict(_attempt: int) -> None:
             result.conflicts += 1
 
-        after, patch = update_with_retry(api, f"{CQ_PATH}/{q}", change, on_conflict=conflict)
+        after, patch = update_with_retry(kube, f"{CQ_PATH}/{q}", change, on_conflict=conflict)
         plan.current[q] = after
         if patch is not None:
             result.patched.append(q)
     if events:
-        record_findings(api, plan)
+        record_findings(kube, plan)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def record_findings(api: client.ApiClient, plan: ResyncPlan, drift: list[Drift] | None = None,
+def record_findings(kube: Kube, plan: ResyncPlan, drift: list[Drift] | None = None,
                     cannot_fit: list[GangReport] | None = None) -> None:
     """Warning Events: ``QuotaBelowUsage`` on each drifting ClusterQueue, ``GangCannotFit`` on each Workload."""
     for d in plan.drift if drift is None else drift:
         cq = plan.current.get(d.cluster_queue) or {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "ClusterQueue",
                                                    "metadata": {"name": d.cluster_queue}}
-        record_event(api, cq, "QuotaBelowUsage",
+        record_event(kube, cq, "QuotaBelowUsage",
                      f"flavor {d.flavor}: {d.reserved} GPUs admitted, nominal quota now {d.nominal} (real capacity "
                      f"fell); nothing is evicted, new workloads wait; admitted: {', '.join(d.workloads) or '?'}",
                      type_="Warning", component=EVENT_COMPONENT, action="Resync")
     for g in plan.cannot_fit if cannot_fit is None else cannot_fit:
         ns, name = g.workload.split("/", 1)
         wl = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "Workload", "metadata": {"name": name, "namespace": ns}}
-        record_event(api, wl, "GangCannotFit",
+        record_event(kube, wl, "GangCannotFit",
                      f"needs {g.gpus} GPUs; ClusterQueue {g.cluster_queue} can hold at most {g.max_gpus} with the "
                      "capacity schedulable now: it stays pending until nodes return",
                      type_="Warning", component=EVENT_COMPONENT, action="Resync")

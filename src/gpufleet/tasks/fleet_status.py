@@ -25,15 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.utils import parse_quantity
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.inventory import Inventory
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.ops.kube import list_items, list_nodes
+from gpufleet.inventory import Inventory
+from gpufleet.kube import Kube, KubeError, api_path
+from gpufleet.kube.quantity import parse_quantity
+from gpufleet.ops.kube import list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
 
 Obj = dict[str, Any]
@@ -170,13 +170,13 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     return st
 
 
-def gather(api: client.ApiClient, inv: Inventory) -> FleetStatus:
+def gather(kube: Kube, inv: Inventory) -> FleetStatus:
     """Read nodes, pods and ClusterQueues once and :func:`build` the status."""
-    nodes = list_nodes(api)
-    pods = list_items(api, "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
+    nodes = list_nodes(kube)
+    pods = kube.list_all(api_path("v1", "pods"), field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
     try:
-        cqs = list_items(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues")[0]
-    except Exception:  # noqa: BLE001 - Kueue not installed: the screen still shows nodes and pods
+        cqs = kube.list_all(api_path(f"{KUEUE_GROUP}/{KUEUE_VERSION}", "clusterqueues"))[0]
+    except KubeError:  # Kueue not installed: the screen still shows nodes and pods
         cqs = []
     return build(inv, nodes, pods, cqs)
 

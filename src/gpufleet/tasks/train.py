@@ -20,7 +20,8 @@ from invoke.exceptions import Exit
 from gpufleet.inventory import InventoryError, environments, load
 from gpufleet.training import checkpoint
 from gpufleet.training.render import SETTINGS, TEMPLATES, TrainingInputError, build_context, render_context
-from gpufleet.ops.kube import InputError, api_client
+from gpufleet.ops.kube import InputError
+from gpufleet.tasks.common import kube_for
 from gpufleet.training.submit import SubmitError, submit as submit_job
 
 _SET_HELP = f"key=value, repeatable; keys: {', '.join(SETTINGS)} (templates/training/README.md)"
@@ -118,15 +119,15 @@ def submit(c: Context, env: str = "local", template: str = "jobset", name: str =
         return
     objects = [d for d in yaml.safe_load_all(text) if d]
     try:
-        api = api_client(kubeconfig or None, context or None, env=env)
+        kube = kube_for(env, kubeconfig or None, context or None)
     except InputError as e:
         raise Exit(str(e), code=2) from None
     try:
-        result = submit_job(api, objects, ctx["nodes"], timeout=timeout)
+        result = submit_job(kube, objects, ctx["nodes"], timeout=timeout)
     except SubmitError as e:
         raise Exit(f"train.submit: {e}", code=1) from None
     finally:
-        api.close()
+        kube.close()
     print(f"{result.kind} {result.namespace}/{result.name}: Workload {result.workload} admitted; "
           f"{result.pods_running} pods running on {', '.join(result.nodes)}")
 

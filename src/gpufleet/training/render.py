@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jinja2
-from kubernetes.utils import parse_quantity
 
 from gpufleet import paths
 from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
+from gpufleet.kube.quantity import parse_quantity
 
 from .checkpoint import default_interval_seconds
 

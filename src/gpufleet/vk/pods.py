@@ -4,7 +4,7 @@ Inputs: a watch on pods with ``fieldSelector=spec.nodeName=<node>`` (only
 this node's pods, never a full list of the cluster), the providers'
 notifiers, and a resync every ``resync_seconds`` (provider ``get_pods``:
 placement, orphans). Every change queues the pod's ``namespace/name`` in a
-:class:`~gpufleet.vk.informer.WorkQueue`; ``workers`` threads reconcile
+:class:`~gpufleet.kube.workqueue.WorkQueue`; ``workers`` threads reconcile
 them, never two on the same pod.
 
 Per pod (:meth:`PodController.reconcile`):
@@ -41,17 +41,18 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, api_path
+from gpufleet.kube.events import record_event
+from gpufleet.kube.informer import Informer
+from gpufleet.kube.times import now_rfc3339
+from gpufleet.kube.workqueue import WorkQueue
 
 from . import metrics
-from .informer import Informer, WorkQueue
-from .kube import Conflict, Kube, KubeError, NotFound, api_path, now_rfc3339
 from .provider import (
     PRODUCT_LABEL, SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
@@ -184,7 +185,7 @@ class PodController:
             except Conflict:  # written from a stale cache: the watch brings the newer object
                 log.debug("%s: %s: conflict; retrying", self.node, key)
                 self.queue.add_after(key, 0.2)
-            except (KubeError, httpx.HTTPError, ProviderError) as exc:
+            except (KubeError, ProviderError) as exc:
                 log.warning("%s: %s: %s; retrying", self.node, key, exc)
                 self.queue.add_after(key, 2.0)
             except Exception:  # never let one pod kill the loop
@@ -255,7 +256,7 @@ class PodController:
         """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.
 
         Raises:
-            KubeError / httpx.HTTPError / ProviderError: transient failures (the worker retries).
+            KubeError / ProviderError: transient failures (the worker retries).
         """
         pod = self.pods.get(key)
         old_uid = self._uid_by_key.get(key)
@@ -447,18 +448,6 @@ class PodController:
             if reason in sent:
                 return
             sent.add(reason)
-        now = now_rfc3339()
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta['name']}.{os.urandom(6).hex()}", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta["namespace"],
-                               "uid": meta["uid"]},
-            "reason": reason, "message": message[:1024], "type": kind,
-            "source": {"component": "gpufleet-virtual-kubelet", "host": self.node},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            "reportingComponent": "gpufleet.io/virtual-kubelet", "reportingInstance": self.node,
-        }
-        try:
-            self.kube.create("v1", "events", body, meta["namespace"])
-        except (KubeError, httpx.HTTPError) as exc:
-            log.info("%s: event %s on %s not recorded: %s", self.node, reason, meta["name"], exc)
+        # Listed pods carry no kind: name it, or the Event would not point at the pod.
+        record_event(self.kube, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason, message, type_=kind,
+                     component="gpufleet-virtual-kubelet", instance=self.node, host=self.node)

@@ -8,7 +8,7 @@ own tolerations (default: the GPU node taint ``nvidia.com/gpu``, Exists) and
 node selector (default: none), labelled ``gpufleet.io/virtual-node=<node>``
 and annotated with the source UID, namespace and name.
 
-State comes from one watch (an :class:`~gpufleet.vk.informer.Informer`) on
+State comes from one watch (an :class:`~gpufleet.kube.informer.Informer`) on
 the remote pods labelled with this virtual node, in every namespace: no
 polling, and status changes reach the notifier at once.
 
@@ -29,10 +29,9 @@ import logging
 import threading
 from typing import Any
 
-import httpx
-
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, api_path
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_path
+from gpufleet.kube.informer import Informer
+from gpufleet.kube.retry import retryable
 from gpufleet.vk.provider import (
     GPU, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
     ProviderError, RemotePod, pod_requests,
@@ -100,7 +99,7 @@ class KubernetesProvider:
         """
         self.pods.start()
         if not self.pods.wait_synced(timeout):
-            raise ProviderError(f"{self.name}: the remote cluster {self.kube.config.server} did not list pods "
+            raise ProviderError(f"{self.name}: the remote cluster {self.kube.server} did not list pods "
                                 f"within {timeout:.0f}s", reason="ProviderUnavailable", retryable=True)
         return self
 
@@ -159,13 +158,12 @@ class KubernetesProvider:
             return fn(*args, **kwargs)
         except (NotFound, Conflict):
             raise
-        except KubeError as exc:
-            retry = exc.status >= 500 or exc.status == 429
-            raise ProviderError(f"{self.name}: {what}: the remote API server answered {exc.status} {exc.reason}: "
-                                f"{exc.message}", reason="ProviderFailed", retryable=retry) from None
-        except httpx.HTTPError as exc:
-            raise ProviderError(f"{self.name}: {what}: the remote cluster is unreachable: {exc}",
+        except Unreachable as exc:
+            raise ProviderError(f"{self.name}: {what}: the remote cluster is unreachable: {exc.message}",
                                 reason="ProviderUnavailable", retryable=True) from None
+        except KubeError as exc:
+            raise ProviderError(f"{self.name}: {what}: the remote API server answered {exc.status} {exc.reason}: "
+                                f"{exc.message}", reason="ProviderFailed", retryable=retryable(exc)) from None
 
     def create_pod(self, pod: Pod) -> None:
         """Create the remote pod (adopt it if it exists for the same source UID).

@@ -1,4 +1,7 @@
-"""Integers written as Kubernetes quantities in the API server's own canonical form.
+"""Kubernetes quantities (``500m``, ``64Gi``, ``21k``): parsing, and writing them as the API server does.
+
+Parsing and formatting are ``kubernetes.utils``' (:func:`parse_quantity`
+gives an exact ``Decimal``; :func:`number` a float for sums of requests).
 
 The API server stores a quantity canonicalized (apimachinery
 ``resource.Quantity.CanonicalizeBytes``): a plain ``21000`` comes back as
@@ -12,8 +15,11 @@ suffix is ours.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
-from kubernetes.utils.quantity import format_quantity
+from kubernetes.utils.quantity import format_quantity, parse_quantity
+
+__all__ = ["canonical", "format_quantity", "number", "parse_quantity"]
 
 _BINARY = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")  # 1024**6 .. 1024**1
 _DECIMAL = ("E", "P", "T", "G", "M", "k")  # 1000**6 .. 1000**1
@@ -40,3 +46,17 @@ def canonical(value: int, *, binary: bool = False) -> str:
             if value % base**power == 0:
                 return format_quantity(Decimal(value), suffix)
     return str(value)
+
+
+def number(value: Any) -> float:
+    """A quantity as a float (``"500m"`` -> 0.5, ``"2Gi"`` -> 2147483648.0); None or ``""`` is 0.
+
+    Raises:
+        ValueError: not a Kubernetes quantity (the message names the value).
+    """
+    if value is None or value == "":
+        return 0.0
+    try:
+        return float(parse_quantity(value))
+    except (ValueError, TypeError, ArithmeticError):
+        raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
