@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter
@@ -16,13 +15,14 @@ from gpufleet.prom.server import free_port
 def test_healthz_follows_the_liveness_and_metrics_are_served():
     registry = CollectorRegistry()
     Counter("gpufleet_test_things", "Things.", registry=registry).inc(3)
-    liveness = Liveness(max_age=0.2)
+    now = [0.0]
+    liveness = Liveness(max_age=60.0, clock=lambda: now[0])
     port = free_port()
     server = serve(registry, port=port, host="127.0.0.1", liveness=liveness)
     try:
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/healthz").status_code == 200
-        time.sleep(0.3)
+        now[0] = 61.0
         stalled = httpx.get(f"{base}/healthz")
         assert stalled.status_code == 503 and stalled.text == "stalled\n"
         liveness.beat()

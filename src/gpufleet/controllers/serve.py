@@ -28,17 +28,18 @@ from .exposition import CONTENT_TYPE, GZIP_LEVEL, render_text
 class Liveness:
     """A heartbeat: the controller loop calls ``beat()``; ``/healthz`` fails when it is older than ``max_age`` seconds."""
 
-    def __init__(self, max_age: float = 120.0):
+    def __init__(self, max_age: float = 120.0, clock: Callable[[], float] = time.monotonic):
         self.max_age = max_age
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
 
     def beat(self) -> None:
         """Record that the loop made progress now."""
-        self._last = time.monotonic()
+        self._last = self._clock()
 
     def ok(self) -> bool:
         """Whether the last beat is recent enough."""
-        return time.monotonic() - self._last <= self.max_age
+        return self._clock() - self._last <= self.max_age
 
 
 class NoDelayWSGIServer(ThreadingWSGIServer):
