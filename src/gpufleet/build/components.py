@@ -35,6 +35,8 @@ from gpufleet.build.gobuild import Cached
 from gpufleet.versions import pin, versions
 
 Method = Literal["go-install", "go-module", "apt"]
+#: What the local cluster runs of k8s.io/kubernetes: the control plane and the real node's kubelet.
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 
 @dataclass(frozen=True)
@@ -183,16 +185,11 @@ def components() -> dict[str, Component]:
             version=k8s,
             method="go-module",
             module=pin("kubernetes", "module"),
-            packages=tuple(
-                f"{pin('kubernetes', 'module')}/cmd/{b}"
-                for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-            ),
-            binaries=("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+            # One `go build` for all four: they share most packages and Go's build cache.
+            packages=tuple(f"{pin('kubernetes', 'module')}/cmd/{b}" for b in KUBERNETES_BINARIES),
+            binaries=KUBERNETES_BINARIES,
             ldflags=_ldflags_kubernetes(k8s),
-            version_probe={
-                b: ("--version",)
-                for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-            },
+            version_probe={b: ("--version",) for b in KUBERNETES_BINARIES},
             version_text=f"Kubernetes {k8s}",
             staging_version=pin("kubernetes", "staging_version"),
         ),
@@ -212,8 +209,26 @@ def components() -> dict[str, Component]:
             module=pin("image_tools", "debian_packages"),
             binaries=("mmdebstrap", "umoci", "skopeo"),
         ),
+        Component(
+            name="node_runtime",
+            version="debian",
+            method="apt",
+            module=pin("node_runtime", "debian_packages"),
+            binaries=("containerd", "ctr", "containerd-shim-runc-v2"),
+            version_probe={"containerd": ("--version",)},
+            version_text="containerd",
+        ),
+        Component(
+            name="cni_plugins",
+            version="debian",
+            method="apt",
+            module=pin("cni_plugins", "debian_packages"),
+            binaries=("bridge", "host-local", "loopback"),
+            apt_dir="/usr/lib/cni",
+        ),
     ]
-    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools"} - set(versions())
+    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
+               "node_runtime", "cni_plugins"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
     return {c.name: c for c in items}

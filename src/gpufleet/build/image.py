@@ -280,7 +280,7 @@ def lock_text(repo: Path = paths.REPO_ROOT) -> str:
         ImageError: pip could not resolve (its message).
     """
     python = base_spec().python
-    with _tempdir("lock") as tmp:
+    with tempdir("lock") as tmp:
         report = tmp / "report.json"
         argv = [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
                 "--report", str(report), "--target", str(tmp / "t"), *_platform_args(python),
@@ -322,7 +322,7 @@ def image_dir() -> Path:
     return paths.cache_dir() / "image"
 
 
-class _Steps:
+class Steps:
     """Runs external commands for one build, logging to one file; times each step."""
 
     def __init__(self, log: Path, say: Callable[[str], None]):
@@ -344,7 +344,7 @@ class _Steps:
         self.say(f"{step:28} {self.seconds[step]:6.1f}s")
 
 
-def _tempdir(label: str):
+def tempdir(label: str):
     import contextlib
     import tempfile
 
@@ -359,7 +359,7 @@ def _tempdir(label: str):
     return cm()
 
 
-def base_layer(spec: BaseSpec, steps: _Steps, *, refresh: bool = False) -> tuple[Path, Path]:
+def base_layer(spec: BaseSpec, steps: Steps, *, refresh: bool = False) -> tuple[Path, Path]:
     """The base root filesystem tar for ``spec`` and an OCI layout holding it as its one layer.
 
     Both are built (mmdebstrap, then umoci, which compresses the layer) unless
@@ -395,7 +395,7 @@ def base_layer(spec: BaseSpec, steps: _Steps, *, refresh: bool = False) -> tuple
     return tar, layout
 
 
-def wheels(spec: ImageSpec, repo: Path, work: Path, steps: _Steps) -> list[Path]:
+def wheels(spec: ImageSpec, repo: Path, work: Path, steps: Steps) -> list[Path]:
     """The locked wheels (downloaded into the cache, hashes checked) and gpufleet's own wheel.
 
     Raises:
@@ -491,7 +491,7 @@ def dpkg_packages(base_tar: Path) -> list[dict[str, str]]:
 
 
 def sbom(site: Path, pyproject: Path, debs: list[dict[str, str]], suite_version: str, work: Path,
-         steps: _Steps, epoch: int) -> dict:
+         steps: Steps, epoch: int) -> dict:
     """The image's CycloneDX SBOM: Python distributions from cyclonedx-py, Debian packages from dpkg's status.
 
     ``cyclonedx-py environment`` reads the distributions on the interpreter's
@@ -575,7 +575,7 @@ class ImageBuild:
         return str(imageref.parse(self.reference).with_digest(self.digest))
 
 
-def _umoci(steps: _Steps, layout: Path, spec: ImageSpec, app_tar: Path) -> None:
+def _umoci(steps: Steps, layout: Path, spec: ImageSpec, app_tar: Path) -> None:
     """Add the app layer and the config to ``layout`` (a copy of the base layout); drop unreferenced blobs."""
     image = f"{layout}:{LAYOUT_TAG}"
     when = spec.created_iso
@@ -635,7 +635,7 @@ def build(repo: Path = paths.REPO_ROOT, *, reference: str | None = None, refresh
     stem = f"gpufleet-{spec.version}"
     done = image_dir() / "images" / spec.key
     log = image_dir() / "build.log"
-    steps = _Steps(log, say)
+    steps = Steps(log, say)
     with locked(image_dir() / ".build.lock"):
         base, base_layout = base_layer(spec.base, steps, refresh=refresh_base)
         if refresh_base:
@@ -644,7 +644,7 @@ def build(repo: Path = paths.REPO_ROOT, *, reference: str | None = None, refresh
         record_file = done / "image.json"
         cached = record_file.exists() and not force and not refresh_base
         if not cached:
-            with _tempdir("build") as work:
+            with tempdir("build") as work:
                 app = work / "rootfs"
                 wheel_files = wheels(spec, repo, work, steps)
                 t = time.monotonic()

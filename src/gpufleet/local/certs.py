@@ -67,6 +67,11 @@ class Pki:
         front_proxy_ca: CA of the apiserver's request-header (front proxy)
             authentication, which controllers' delegated authn reads.
         front_proxy_client: client certificate ``CN=front-proxy-client``.
+        apiserver_kubelet_client: the apiserver's client certificate towards
+            kubelets (logs, exec), ``O=system:masters``.
+        kubelet: the real node's client certificate, ``CN=system:node:<node>``,
+            ``O=system:nodes`` (what the Node authorizer expects), made by
+            :func:`ensure_node_client`.
     """
 
     ca: KeyPair
@@ -80,6 +85,8 @@ class Pki:
     sa_pub: Path
     front_proxy_ca: KeyPair
     front_proxy_client: KeyPair
+    apiserver_kubelet_client: KeyPair
+    kubelet: KeyPair
 
 
 def _now() -> dt.datetime:
@@ -192,6 +199,16 @@ def _ensure_sa_keys(key_path: Path, pub_path: Path) -> None:
     )
 
 
+def ensure_node_client(pki: Pki, node: str) -> KeyPair:
+    """The kubelet's client certificate for Node ``node`` (made when missing or named for another node)."""
+    if pki.kubelet.cert.exists():
+        cert = x509.load_pem_x509_certificate(pki.kubelet.cert.read_bytes())
+        if cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value != f"system:node:{node}":
+            pki.kubelet.cert.unlink()
+    _ensure_leaf(pki.kubelet, pki.ca, f"system:node:{node}", organizations=("system:nodes",), client=True)
+    return pki.kubelet
+
+
 def ensure_pki(folder: Path) -> Pki:
     """Create (only what is missing of) the cluster's PKI under ``folder``.
 
@@ -222,6 +239,8 @@ def ensure_pki(folder: Path) -> Pki:
         sa_pub=folder / "sa.pub",
         front_proxy_ca=pair("front-proxy-ca"),
         front_proxy_client=pair("front-proxy-client"),
+        apiserver_kubelet_client=pair("apiserver-kubelet-client"),
+        kubelet=pair("kubelet"),
     )
     _ensure_ca(pki.ca, "gpufleet-local-ca")
     _ensure_leaf(
@@ -235,6 +254,8 @@ def ensure_pki(folder: Path) -> Pki:
     _ensure_sa_keys(pki.sa_key, pki.sa_pub)
     _ensure_ca(pki.front_proxy_ca, "gpufleet-local-front-proxy-ca")
     _ensure_leaf(pki.front_proxy_client, pki.front_proxy_ca, "front-proxy-client", client=True)
+    _ensure_leaf(pki.apiserver_kubelet_client, pki.ca, "kube-apiserver-kubelet-client",
+                 organizations=("system:masters",), client=True)
     pki.webhook_dir.mkdir(exist_ok=True)
     for src, name in ((pki.serving.cert, "tls.crt"), (pki.serving.key, "tls.key")):
         dst = pki.webhook_dir / name
