@@ -487,7 +487,7 @@ def images(paths: NodePaths) -> dict[str, str]:
     out = {}
     for line in ctr(paths, "images", "ls").splitlines()[1:]:
         fields = line.split()
-        if len(fields) >= 3:
+        if len(fields) >= 3 and not fields[0].startswith("sha256:"):  # the CRI also lists images by id
             out[fields[0]] = fields[2]
     return out
 
