@@ -95,11 +95,6 @@ def _crds() -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
-def known_kinds() -> set[tuple[str, str]]:
-    """Every (apiVersion, kind) a schema is pinned for."""
-    return set(_kubernetes()[1]) | set(_crds())
-
-
 def validate(obj: dict[str, Any]) -> list[str]:
     """Errors of ``obj`` against its pinned schema, as ``path: message`` strings ([] if valid).
 

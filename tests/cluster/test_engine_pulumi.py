@@ -205,24 +205,6 @@ def test_up_creates_exactly_what_the_stack_declares(deployed, local_cluster):
         assert res.get(name=md["name"], namespace=md.get("namespace")).metadata.uid, oid
 
 
-def _quantities_are_numbers() -> bool:
-    """True while roles/kueue declares ClusterQueue quotas as numbers.
-
-    Kueue's webhook stores every quota as a string (``"896"``), so a
-    declared number differs from the state on every preview; quantities
-    must be declared as strings, the way the API server returns them.
-    """
-    for obj in declared_ids().values():
-        if obj["kind"] == "ClusterQueue":
-            for group in obj["spec"]["resourceGroups"]:
-                for flavor in group["flavors"]:
-                    if any(not isinstance(r["nominalQuota"], str) for r in flavor["resources"]):
-                        return True
-    return False
-
-
-@pytest.mark.xfail(condition=_quantities_are_numbers(), strict=True,
-                   reason="roles/kueue declares nominalQuota as numbers; Kueue stores strings: a diff on every preview")
 def test_second_preview_shows_no_changes(deployed):
     started = time.monotonic()
     result = engine.preview(deployed.target, printer=print)

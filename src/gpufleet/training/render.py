@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jinja2
-import yaml
 from kubernetes.utils import parse_quantity
 
 from gpufleet import paths
@@ -442,8 +441,3 @@ def render(
     ctx = build_context(inv, template, name, nodes, queue=queue, flavor=flavor, gpus_per_node=gpus_per_node,
                         sets=sets)
     return render_context(ctx)
-
-
-def render_objects(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """Like :func:`render`, parsed: the Kubernetes objects as dicts, in apply order."""
-    return [d for d in yaml.safe_load_all(render(*args, **kwargs)) if d]
