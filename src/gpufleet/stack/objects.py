@@ -56,9 +56,23 @@ def cluster_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
     return [role, binding]
 
 
-def rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
-    """One RBAC PolicyRule."""
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+def namespaced_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
+    """Role with ``rules`` in ``namespace`` bound to ServiceAccount ``namespace/name``: rights that stop at one namespace."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": meta(f"gpufleet:{name}", namespace, component=name), "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta(f"gpufleet:{name}", namespace, component=name),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"gpufleet:{name}"},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    return [role, binding]
+
+
+def rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> Obj:
+    """One RBAC PolicyRule; ``names`` restricts it to those objects (``resourceNames``)."""
+    out: Obj = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        out["resourceNames"] = names
+    return out
 
 
 #: Leader election through coordination.k8s.io Leases (one active instance).
@@ -68,12 +82,16 @@ EVENT_RULE = rule(["", "events.k8s.io"], ["events"], ["create", "patch"])
 
 def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, image: str, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
-               volumes: list[Obj] | None = None, mounts: list[Obj] | None = None) -> list[Obj]:
+               volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
+               namespaced_rules: list[Obj] | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
     The container runs ``gpufleet <args>`` from ``image`` (the inventory's ``gpufleet_image``), with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
+    ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
+    ``namespace`` (a Role): whatever can stop at the controller's own
+    namespace does.
     """
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
@@ -97,4 +115,6 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
         "spec": {"replicas": 2, "selector": {"matchLabels": pod_labels},
                  "template": {"metadata": {"labels": pod_labels}, "spec": spec}},
     }
-    return [service_account(name, namespace), *cluster_rbac(name, namespace, rules), deployment]
+    rbac = cluster_rbac(name, namespace, rules) + (namespaced_rbac(name, namespace, namespaced_rules)
+                                                   if namespaced_rules else [])
+    return [service_account(name, namespace), *rbac, deployment]

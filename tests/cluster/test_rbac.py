@@ -1,0 +1,118 @@
+"""Least privilege, asked of the API server: each gpufleet ServiceAccount can do what its controller does, and no more.
+
+The RBAC objects are the ones the roles declare for the ``local``
+environment (rendered through the real stack program), applied to the local
+cluster; every question is a SubjectAccessReview for the ServiceAccount's
+user and groups, answered by the API server's RBAC authorizer.
+
+``NEEDED`` is what each controller's code calls (read from the code, not from
+the roles): a missing verb would break production. ``NEVER`` is what none
+of them may do: read Secrets cluster-wide, delete Nodes or Namespaces,
+create Pods, bind or escalate RBAC, impersonate.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from gpufleet.inventory import load
+from gpufleet.stack.render import render
+
+pytestmark = pytest.mark.cluster
+
+RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+SYSTEM = "gpufleet-system"
+
+# (verb, group, resource, namespace, name): namespace "" = cluster-wide; name "" = any.
+Ask = tuple[str, str, str, str, str]
+
+
+def _ask(verb: str, resource: str, namespace: str = "", name: str = "", group: str = "") -> Ask:
+    return (verb, group, resource, namespace, name)
+
+
+LEASES = [_ask(v, "leases", SYSTEM, group="coordination.k8s.io") for v in ("get", "create", "update")]
+EVENTS = [_ask("create", "events", SYSTEM), _ask("create", "events", "team-pretrain")]
+NEEDED: dict[str, list[Ask]] = {
+    # flip/controller.py, flipout.py, flipback.py: taints by update, tolerations by patch, evictions, deletes.
+    "taint-controller": [*(_ask(v, "nodes") for v in ("get", "list", "watch", "patch", "update")),
+                         *(_ask(v, "pods") for v in ("list", "watch", "get")),
+                         _ask("patch", "pods", "team-pretrain"), _ask("delete", "pods", "inference"),
+                         _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS],
+    # quota/controller.py, resync.py: capacity from nodes and pods, nominalQuota patched.
+    "quota-sync": [_ask("list", "nodes"), _ask("watch", "nodes"), _ask("list", "pods"),
+                   *(_ask(v, "clusterqueues", group="kueue.x-k8s.io") for v in ("get", "list", "watch", "patch")),
+                   _ask("list", "resourceflavors", group="kueue.x-k8s.io"),
+                   _ask("list", "workloads", "team-pretrain", group="kueue.x-k8s.io"), *LEASES, *EVENTS],
+    # health/remediate.py, ops/swap.py, ops/drain.py: cordon/taint, drain through evictions, swap-request ConfigMaps.
+    "node-health": [*(_ask(v, "nodes") for v in ("get", "list", "watch", "patch", "update")),
+                    _ask("list", "pods"), _ask("create", "pods/eviction", "inference"),
+                    _ask("list", "poddisruptionbudgets", "inference", group="policy"),
+                    *(_ask(v, "configmaps", SYSTEM) for v in ("get", "list", "create", "update", "patch")),
+                    *LEASES, *EVENTS],
+    # vk/node.py, lease.py, pods.py: its Node and node Lease, the pods bound to it and their status.
+    "vk-rental": [*(_ask(v, "nodes") for v in ("get", "create", "update", "patch")),
+                  _ask("update", "nodes/status"), _ask("patch", "nodes/status"),
+                  *(_ask(v, "pods") for v in ("get", "list", "watch", "update", "patch", "delete")),
+                  _ask("update", "pods/status", "inference"), _ask("patch", "pods/status", "inference"),
+                  *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("get", "create", "update")),
+                  *EVENTS],
+    "vk-other": [_ask("get", "nodes"), _ask("create", "nodes"), _ask("update", "nodes/status"),
+                 _ask("list", "pods"), _ask("update", "pods/status", "inference"),
+                 _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig")],
+    # exporter/: reads sysfs and NVML, serves /metrics; asks the API server nothing.
+    "gpufleet-fabric-exporter": [],
+}
+NEVER: list[Ask] = [
+    _ask("list", "secrets"), _ask("get", "secrets", "kube-system"), _ask("watch", "secrets", "team-pretrain"),
+    _ask("get", "secrets", SYSTEM, "some-other-secret"),
+    _ask("delete", "nodes"), _ask("delete", "namespaces"), _ask("delete", "namespaces", name="team-pretrain"),
+    _ask("create", "pods", "default"), _ask("create", "pods", "kube-system"), _ask("create", "pods", SYSTEM),
+    _ask("create", "clusterrolebindings", group="rbac.authorization.k8s.io"),
+    _ask("create", "rolebindings", SYSTEM, group="rbac.authorization.k8s.io"),
+    _ask("bind", "clusterroles", group="rbac.authorization.k8s.io"),
+    _ask("escalate", "clusterroles", group="rbac.authorization.k8s.io"),
+    _ask("update", "clusterroles", group="rbac.authorization.k8s.io"),
+    _ask("impersonate", "users"), _ask("impersonate", "groups"), _ask("impersonate", "serviceaccounts", SYSTEM),
+    _ask("create", "serviceaccounts/token", SYSTEM),
+]
+
+
+@pytest.fixture(scope="module")
+def accounts(local_cluster) -> dict[str, str]:
+    """The roles' ServiceAccounts and RBAC applied to the cluster; ``{name: namespace}`` of each ServiceAccount."""
+    objs = [o for o in render(load("local")).objects if o["kind"] in RBAC_KINDS]
+    with local_cluster.cluster.kube() as k:
+        k.apply_changed(sorted(objs, key=lambda o: o["kind"] != "Namespace"))
+    return {o["metadata"]["name"]: o["metadata"]["namespace"] for o in objs if o["kind"] == "ServiceAccount"}
+
+
+def _allowed(api: client.AuthorizationV1Api, sa: str, namespace: str, ask: Ask) -> bool:
+    verb, group, resource, ns, name = ask
+    resource, _, sub = resource.partition("/")
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=f"system:serviceaccount:{namespace}:{sa}",
+        groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+        resource_attributes=client.V1ResourceAttributes(verb=verb, group=group, resource=resource,
+                                                        subresource=sub or None, namespace=ns or None,
+                                                        name=name or None)))
+    return api.create_subject_access_review(review).status.allowed
+
+
+def test_every_service_account_is_covered(accounts):
+    assert set(accounts) == set(NEEDED)
+
+
+@pytest.mark.parametrize("sa", sorted(NEEDED))
+def test_needed_verbs_are_allowed(local_cluster, accounts, sa):
+    api = client.AuthorizationV1Api(local_cluster.api_client)
+    denied = [ask for ask in NEEDED[sa] if not _allowed(api, sa, accounts[sa], ask)]
+    assert denied == [], f"{sa} lacks what its controller does"
+
+
+@pytest.mark.parametrize("sa", sorted(NEEDED))
+def test_dangerous_verbs_are_denied(local_cluster, accounts, sa):
+    api = client.AuthorizationV1Api(local_cluster.api_client)
+    allowed = [ask for ask in NEVER if _allowed(api, sa, accounts[sa], ask)]
+    assert allowed == [], f"{sa} may do what no gpufleet controller may"
