@@ -417,6 +417,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     npaths = _write_node_configs(c)
     realnode.ensure_cgroups(c.name)
     realnode.ensure_network(c.name, controlplane.SERVICE_CIDR)
+    realnode.ensure_inotify(log)
     cd = specs["containerd"]
     pid = running(cd.pidfile)
     if pid is not None and processes.recorded_argv(cd.pidfile) != list(cd.argv):

@@ -430,6 +430,30 @@ def unmount_under(folder: Path) -> None:
         raise NodeError(f"mounts left under {folder}: {left[:5]}")
 
 
+#: inotify instances a root process may hold, at least (fs.inotify.max_user_instances): the kubelet's
+#: cAdvisor needs several and fails to start without them; every local cluster's control plane holds
+#: some (kind documents the same raise: 128, the kernel default, runs out with a few clusters).
+INOTIFY_INSTANCES = 1024
+
+
+def ensure_inotify(log: Callable[[str], None] = lambda m: None) -> None:
+    """Raise ``fs.inotify.max_user_instances`` to :data:`INOTIFY_INSTANCES` when it is lower (never lowers it).
+
+    Raises:
+        NodeError: the setting is lower and cannot be written (not root).
+    """
+    knob = Path("/proc/sys/fs/inotify/max_user_instances")
+    current = int(knob.read_text())
+    if current >= INOTIFY_INSTANCES:
+        return
+    try:
+        knob.write_text(str(INOTIFY_INSTANCES))
+    except OSError as exc:
+        raise NodeError(f"fs.inotify.max_user_instances is {current}; the kubelet needs more "
+                        f"(sysctl -w fs.inotify.max_user_instances={INOTIFY_INSTANCES}): {exc}") from None
+    log(f"raised fs.inotify.max_user_instances from {current} to {INOTIFY_INSTANCES} (the kubelet's cAdvisor needs some)")
+
+
 def ensure_network(cluster: str, service_cidr: str) -> None:
     """Blackhole the service range (no kube-proxy serves it; a client must not route it out of eth0)."""
     proc = subprocess.run(["ip", "route", "add", "blackhole", service_cidr], capture_output=True, text=True)
