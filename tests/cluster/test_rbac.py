@@ -13,6 +13,8 @@ create Pods, bind or escalate RBAC, impersonate.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kubernetes import client
 
@@ -116,3 +118,45 @@ def test_dangerous_verbs_are_denied(local_cluster, accounts, sa):
     api = client.AuthorizationV1Api(local_cluster.api_client)
     allowed = [ask for ask in NEVER if _allowed(api, sa, accounts[sa], ask)]
     assert allowed == [], f"{sa} may do what no gpufleet controller may"
+
+
+IN_CLUSTER = """
+from kubernetes import client, config
+config.load_incluster_config()
+api = client.CoreV1Api()
+print("nodes", len(api.list_node().items))
+try:
+    api.list_secret_for_all_namespaces()
+    print("secrets allowed")
+except client.ApiException as exc:
+    print("secrets", exc.status)
+"""
+
+
+def test_a_controller_pod_reaches_the_api_server_in_cluster_with_its_token(local_cluster, accounts):
+    """From gpufleet's image on the real node: ServiceAccount token and CA, the endpoint from gpufleet_api_server."""
+    from gpufleet.build import image as images
+    from gpufleet.local import node as realnode
+    from gpufleet.stack.objects import api_server_env, system_toleration
+
+    v1 = client.CoreV1Api(local_cluster.api_client)
+    name, sa = "in-cluster-probe", "taint-controller"
+    endpoint = realnode.in_cluster_api(local_cluster.cluster.ports)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": accounts[sa]},
+           "spec": {"serviceAccountName": sa, "restartPolicy": "Never",
+                    "nodeName": realnode.node_name(local_cluster.name), "tolerations": [system_toleration()],
+                    "containers": [{"name": "main", "image": images.built()["reference"],
+                                    "command": ["python3", "-c", IN_CLUSTER], "env": api_server_env(endpoint),
+                                    "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True}}]}}
+    v1.create_namespaced_pod(accounts[sa], pod)
+    try:
+        deadline = time.monotonic() + 120
+        while (phase := v1.read_namespaced_pod(name, accounts[sa]).status.phase) not in ("Succeeded", "Failed"):
+            assert time.monotonic() < deadline, phase
+            time.sleep(0.5)
+        logs = v1.read_namespaced_pod_log(name, accounts[sa])
+        assert phase == "Succeeded", logs
+        assert "nodes 17" in logs or f"nodes {len(v1.list_node().items)}" in logs, logs
+        assert "secrets 403" in logs, logs
+    finally:
+        v1.delete_namespaced_pod(name, accounts[sa], grace_period_seconds=0)

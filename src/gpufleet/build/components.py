@@ -214,7 +214,7 @@ def components() -> dict[str, Component]:
             version="debian",
             method="apt",
             module=pin("node_runtime", "debian_packages"),
-            binaries=("containerd", "ctr", "containerd-shim-runc-v2"),
+            binaries=("containerd", "ctr", "containerd-shim-runc-v2", "socat"),
             version_probe={"containerd": ("--version",)},
             version_text="containerd",
         ),

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from gpufleet.versions import pin
 
-from .types import STRICT, ImageReference, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
+from .types import STRICT, HttpsEndpoint, ImageReference, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Hca(BaseModel):
@@ -77,6 +77,16 @@ class FleetVars(BaseModel):
     or both; default the image ``invoke image.build`` names
     (``versions.yaml`` ``gpufleet.image``). Pin by digest in production
     (``invoke image.push`` prints the pinned reference).
+
+    ``gpufleet_api_server``: ``https://HOST:PORT`` of the API server for
+    gpufleet's pods, where the cluster has no service network to reach it
+    through the ``kubernetes`` Service (as Cilium's ``k8sServiceHost``):
+    set as ``KUBERNETES_SERVICE_HOST``/``_PORT`` in their containers, which
+    every in-cluster client reads. Unset: the Service, as usual.
+
+    ``gpufleet_node_selector``: labels of the nodes gpufleet's controllers
+    run on (system nodes); their pods always tolerate the system-node taint
+    (``gpufleet.names.SYSTEM_NODE_TAINT``).
     """
 
     model_config = STRICT
@@ -84,6 +94,8 @@ class FleetVars(BaseModel):
     fleet_name: str = "gpufleet"
     fleet_simulated_nodes: NonNegativeInt = 0
     gpufleet_image: ImageReference = pin("gpufleet", "image")
+    gpufleet_api_server: HttpsEndpoint | None = None
+    gpufleet_node_selector: dict[str, str] = {}
 
 
 HOST_KEYS = frozenset(HostVars.model_fields)

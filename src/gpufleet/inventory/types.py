@@ -56,7 +56,23 @@ def _image_reference(value: str) -> str:
     return value
 
 
+def _https_endpoint(value: str) -> str:
+    """``https://HOST:PORT`` (an IP or a DNS name; no path): where in-cluster clients reach the API server."""
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(value)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    if u.scheme != "https" or not u.hostname or port is None or u.path not in ("", "/") or u.query or u.username:
+        raise ValueError("an API server endpoint https://HOST:PORT (e.g. https://10.0.0.10:6443)")
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
+#: ``https://HOST:PORT`` of the API server.
+HttpsEndpoint = Annotated[str, AfterValidator(_https_endpoint)]
 #: ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:...`` or both.
 ImageReference = Annotated[str, AfterValidator(_image_reference)]
 #: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.

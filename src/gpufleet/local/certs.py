@@ -209,11 +209,25 @@ def ensure_node_client(pki: Pki, node: str) -> KeyPair:
     return pki.kubelet
 
 
-def ensure_pki(folder: Path) -> Pki:
+def _has_ips(cert_file: Path, ips: tuple[str, ...]) -> bool:
+    """True when the certificate's SubjectAlternativeName lists every address of ``ips``."""
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return not ips
+    have = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= have
+
+
+def ensure_pki(folder: Path, apiserver_ips: tuple[str, ...] = ()) -> Pki:
     """Create (only what is missing of) the cluster's PKI under ``folder``.
 
     Args:
         folder: the cluster's ``certs`` folder; created if missing.
+        apiserver_ips: further addresses the apiserver is reached at (the
+            real node's pod-network gateway); its certificate is issued anew
+            (same CA, so every client keeps trusting it) when one is missing.
 
     Returns:
         The :class:`Pki` with every path filled in.
@@ -243,10 +257,10 @@ def ensure_pki(folder: Path) -> Pki:
         kubelet=pair("kubelet"),
     )
     _ensure_ca(pki.ca, "gpufleet-local-ca")
-    _ensure_leaf(
-        pki.apiserver, pki.ca, "kube-apiserver",
-        dns=APISERVER_NAMES, ips=("127.0.0.1", APISERVER_SERVICE_IP), server=True,
-    )
+    ips = ("127.0.0.1", APISERVER_SERVICE_IP, *apiserver_ips)
+    if pki.apiserver.cert.exists() and not _has_ips(pki.apiserver.cert, ips):
+        pki.apiserver.cert.unlink()  # kube-apiserver reloads its serving certificate when the file changes
+    _ensure_leaf(pki.apiserver, pki.ca, "kube-apiserver", dns=APISERVER_NAMES, ips=ips, server=True)
     _ensure_leaf(pki.serving, pki.ca, "gpufleet-local-loopback", dns=("localhost",), ips=("127.0.0.1",), server=True)
     _ensure_leaf(pki.admin, pki.ca, "gpufleet-admin", organizations=("system:masters",), client=True)
     _ensure_leaf(pki.controller_manager, pki.ca, "system:kube-controller-manager", client=True)

@@ -57,12 +57,13 @@ COMPONENTS = (
     "descheduler",
     "prometheus",
     "containerd",
+    "api-forward",
     "kubelet",
 )
-_ADDONS = COMPONENTS[2:-2]
+_ADDONS = COMPONENTS[2:-3]
 #: The real node's processes (:mod:`gpufleet.local.node`), started last and stopped first.
-NODE_COMPONENTS = COMPONENTS[-2:]
-_NOT_NODE = COMPONENTS[:-2]
+NODE_COMPONENTS = COMPONENTS[-3:]
+_NOT_NODE = COMPONENTS[:-3]
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Cluster:
     def pki(self) -> Pki:
         """The cluster's PKI (created on first access)."""
         if self._pki is None:
-            self._pki = ensure_pki(self.layout.certs)
+            self._pki = ensure_pki(self.layout.certs, apiserver_ips=(realnode.gateway_ip(self.ports),))
         return self._pki
 
     def kube(self, timeout: float = 30.0) -> Kube:
@@ -157,6 +158,7 @@ class Cluster:
             ),
             # containerd has no HTTP endpoint: up waits for its socket (node.wait_containerd).
             "containerd": spec("containerd", realnode.containerd_argv(npaths), None),
+            "api-forward": spec("api-forward", realnode.api_forward_argv(p), None),
             "kubelet": spec("kubelet", realnode.kubelet_argv(self.name, npaths, self.node_ip),
                             http(p.kubelet_healthz, "/healthz")),
         }
@@ -416,7 +418,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
 
     npaths = _write_node_configs(c)
     realnode.ensure_cgroups(c.name)
-    realnode.ensure_network(c.name, controlplane.SERVICE_CIDR)
+    realnode.ensure_network(c.name, c.ports, controlplane.SERVICE_CIDR)
     realnode.ensure_inotify(log)
     cd = specs["containerd"]
     pid = running(cd.pidfile)
@@ -433,6 +435,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     built = images.build(say=log)
     imported = realnode.import_image(npaths, built.archive, built.reference, built.digest)
     phase(f"images ({'imported' if imported else 'present'}: {built.digest[:19]})")
+    _ensure([specs["api-forward"]], timeout, log)
     kl = specs["kubelet"]
     started_before = running(kl.pidfile)
     _ensure([kl], timeout, log)
@@ -607,6 +610,8 @@ def _down_node(name: str, lay: Layout, timeout: float) -> list[str]:
     npaths = realnode.NodePaths.of(lay)
     if processes.stop(lay.pid("kubelet"), timeout):
         stopped.append("kubelet")
+    if processes.stop(lay.pid("api-forward"), timeout):
+        stopped.append("api-forward")
     if running(lay.pid("containerd")) is not None:
         try:
             realnode.remove_containers(npaths)

@@ -18,8 +18,11 @@ Nothing leaves the machine:
   address, the Node's InternalIP, which the apiserver dials and which stays
   on this host;
 - pods get a ``resolv.conf`` naming 127.0.0.1; pods that are not
-  ``hostNetwork`` join a bridge with no gateway and no masquerade (no
-  default route); a blackhole route covers the service range, which no
+  ``hostNetwork`` join a bridge with no masquerade and no default route;
+  the bridge's own address (:func:`gateway_ip`) is the host's end of it,
+  where ``socat`` forwards one port to the apiserver on loopback: the API
+  endpoint of in-cluster clients (:func:`in_cluster_api`), as there is no
+  service network; a blackhole route covers the service range, which no
   kube-proxy serves.
 
 Host state it makes, all named after the cluster and removed by
@@ -165,6 +168,27 @@ def pod_subnet(ports: Ports) -> str:
     return f"10.244.{(ports.base - 20000) // 20 % 256}.0/24"
 
 
+def gateway_ip(ports: Ports) -> str:
+    """The bridge's own address (``10.244.<n>.1``): the host, as the pods on the node reach it."""
+    return pod_subnet(ports).replace(".0/24", ".1")
+
+
+#: The port of the apiserver forward on :func:`gateway_ip`.
+API_FORWARD_PORT = 6443
+
+
+def in_cluster_api(ports: Ports) -> str:
+    """The API endpoint of in-cluster clients on the real node: ``https://<gateway_ip>:6443``."""
+    return f"https://{gateway_ip(ports)}:{API_FORWARD_PORT}"
+
+
+def api_forward_argv(ports: Ports) -> list[str]:
+    """socat forwarding :func:`gateway_ip`:6443 to the apiserver on 127.0.0.1 (TLS passes through untouched)."""
+    return [str(binary("node_runtime", "socat")), "-d",
+            f"TCP-LISTEN:{API_FORWARD_PORT},bind={gateway_ip(ports)},reuseaddr,fork",
+            f"TCP:127.0.0.1:{ports.apiserver}"]
+
+
 # --------------------------------------------------------------------------- configuration
 
 
@@ -244,9 +268,11 @@ def cni_config(cluster: str, ports: Ports, paths: NodePaths) -> dict:
         "cniVersion": "1.0.0",
         "name": f"gpufleet-{cluster}",
         "plugins": [
+            # The bridge and its address are made by ensure_network; the plugin only plugs pods in.
             {"type": "bridge", "bridge": bridge_name(cluster), "isGateway": False, "isDefaultGateway": False,
              "ipMasq": False, "hairpinMode": True,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_subnet(ports)}]], "dataDir": str(paths.ipam)}},
+             "ipam": {"type": "host-local", "dataDir": str(paths.ipam), "routes": [],
+                      "ranges": [[{"subnet": pod_subnet(ports), "gateway": gateway_ip(ports)}]]}},
             {"type": "loopback"},
         ],
     }
@@ -454,11 +480,23 @@ def ensure_inotify(log: Callable[[str], None] = lambda m: None) -> None:
     log(f"raised fs.inotify.max_user_instances from {current} to {INOTIFY_INSTANCES} (the kubelet's cAdvisor needs some)")
 
 
-def ensure_network(cluster: str, service_cidr: str) -> None:
-    """Blackhole the service range (no kube-proxy serves it; a client must not route it out of eth0)."""
-    proc = subprocess.run(["ip", "route", "add", "blackhole", service_cidr], capture_output=True, text=True)
-    if proc.returncode != 0 and "File exists" not in proc.stderr:
-        raise NodeError(f"ip route add blackhole {service_cidr}: {proc.stderr.strip()}")
+def ensure_network(cluster: str, ports: Ports, service_cidr: str) -> None:
+    """The node's bridge with the gateway address (no uplink: pods reach the host and each other only);
+    a blackhole route for the service range (no kube-proxy serves it; a client must not route it out of eth0).
+
+    Raises:
+        NodeError: an ``ip`` command failed (its message).
+    """
+    def ip(*args: str) -> None:
+        proc = subprocess.run(["ip", *args], capture_output=True, text=True)
+        if proc.returncode != 0 and not any(ok in proc.stderr for ok in ("File exists", "already assigned")):
+            raise NodeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+    bridge = bridge_name(cluster)
+    ip("link", "add", "name", bridge, "type", "bridge")
+    ip("addr", "add", f"{gateway_ip(ports)}/24", "dev", bridge)
+    ip("link", "set", bridge, "up")
+    ip("route", "add", "blackhole", service_cidr)
 
 
 def remove_network(cluster: str, service_cidr: str, *, last: bool) -> None:

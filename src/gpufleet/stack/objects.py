@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.names import SYSTEM_NODE_TAINT
+
 
 Obj = dict[str, Any]
 
@@ -80,13 +82,34 @@ LEASE_RULE = rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", 
 EVENT_RULE = rule(["", "events.k8s.io"], ["events"], ["create", "patch"])
 
 
-def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, image: str, port: int = 8080,
+def api_server_env(endpoint: str | None) -> list[Obj]:
+    """``KUBERNETES_SERVICE_HOST``/``_PORT`` for ``https://HOST:PORT`` (none when None): the container's own
+    env wins over what the kubelet injects, and every in-cluster client reads these two."""
+    if not endpoint:
+        return []
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(endpoint)
+    return [{"name": "KUBERNETES_SERVICE_HOST", "value": u.hostname}, {"name": "KUBERNETES_SERVICE_PORT", "value": str(u.port)}]
+
+
+def system_toleration() -> Obj:
+    """The toleration of the system-node taint (:data:`gpufleet.names.SYSTEM_NODE_TAINT`)."""
+    key, value, effect = SYSTEM_NODE_TAINT
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, fleet: Any, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
                volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
                namespaced_rules: list[Obj] | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
-    The container runs ``gpufleet <args>`` from ``image`` (the inventory's ``gpufleet_image``), with
+    ``fleet`` (the inventory's :class:`~gpufleet.inventory.models.FleetVars`)
+    gives the image (``gpufleet_image``), the API endpoint where there is no
+    service network (``gpufleet_api_server``) and the nodes to run on
+    (``gpufleet_node_selector``; the system-node taint is tolerated).
+    The container runs ``gpufleet <args>`` from that image, with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
     ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
@@ -96,10 +119,11 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
-        "image": image,
+        "image": fleet.gpufleet_image,
         "args": args,
         "ports": [{"name": "metrics", "containerPort": port}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+        + api_server_env(fleet.gpufleet_api_server)
         + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
@@ -107,7 +131,9 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container]}
+    spec: Obj = {"serviceAccountName": name, "containers": [container], "tolerations": [system_toleration()]}
+    if fleet.gpufleet_node_selector:
+        spec["nodeSelector"] = dict(fleet.gpufleet_node_selector)
     if volumes:
         spec["volumes"] = volumes
     deployment = {
