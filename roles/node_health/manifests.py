@@ -15,7 +15,6 @@ def objects(inv: Inventory) -> list[Obj]:
     rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
              rule([""], ["pods"], ["get", "list", "watch"]),
              rule([""], ["pods/eviction"], ["create"]),
-             rule([""], ["configmaps"], ["get", "list", "watch", "create", "update", "patch"]),
              rule(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"]),
              LEASE_RULE, EVENT_RULE]
     args = ["node-health", "--env", inv.env, "--prometheus-url", v.node_health_prometheus_url,
@@ -28,4 +27,7 @@ def objects(inv: Inventory) -> list[Obj]:
             "--ib-error-threshold", str(v.node_health_ib_error_threshold)]
     if v.node_health_dry_run:
         args.append("--dry-run")
-    return [namespace(ns), *controller("node-health", ns, args, rules)]
+    return [namespace(ns), *controller("node-health", ns, args, rules, fleet=inv.fleet,
+                                           # swap requests are ConfigMaps in its own namespace (gpufleet.ops.swap)
+                                           namespaced_rules=[rule([""], ["configmaps"], ["get", "list", "watch",
+                                                                                        "create", "update", "patch"])])]

@@ -24,4 +24,5 @@ def objects(inv: Inventory) -> list[Obj]:
             "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal]
     if v.taint_controller_signal == "prometheus":
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
-    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules)]
+    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,
+                                                  fleet=inv.fleet)]

@@ -23,17 +23,19 @@ def objects(inv: Inventory) -> list[Obj]:
              rule([""], ["pods"], ["get", "list", "watch", "update", "patch", "delete"]),
              rule([""], ["pods/status"], ["update", "patch"]),
              rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "patch"]),
-             rule([""], ["configmaps", "secrets"], ["get", "list", "watch"]),
              EVENT_RULE]
     out: list[Obj] = [namespace(ns)]
     for pool in v.virtual_kubelet_pools:
         name = f"vk-{pool.name}"
-        volumes = mounts = None
+        volumes = mounts = own = None
         if pool.kubeconfig_secret:
+            # Its own pool's kubeconfig, nothing else: the provider copies no Secret or ConfigMap.
+            own = [rule([""], ["secrets"], ["get"], names=[pool.kubeconfig_secret])]
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
-                          memory="512Mi", volumes=volumes, mounts=mounts)
+                          fleet=inv.fleet, memory="512Mi", volumes=volumes, mounts=mounts,
+                          namespaced_rules=own)
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.
         deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(

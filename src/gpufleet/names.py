@@ -8,6 +8,11 @@ nodes), the swap steps (which set them), the remediation controller and
 
 from __future__ import annotations
 
+#: Label of the local cluster's real node, which runs system pods (gpufleet's own), never GPU work:
+#: ``gpufleet.io/node-role=system``.
+SYSTEM_NODE_LABEL = ("gpufleet.io/node-role", "system")
+#: Taint of that node: ``gpufleet.io/system=true:NoSchedule``; only gpufleet's and other system pods tolerate it.
+SYSTEM_NODE_TAINT = ("gpufleet.io/system", "true", "NoSchedule")
 #: Taint of a node out for swap: ``gpufleet.io/swap=<reason>:NoSchedule``.
 SWAP_TAINT = "gpufleet.io/swap"
 #: Taint of a degraded node (fit for inference, not training): ``gpufleet.io/degraded=<fault>:NoSchedule``.

@@ -6,9 +6,12 @@ import json
 
 import pytest
 
+from gpufleet import names
+from gpufleet.build import image as images
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
-from gpufleet.local.apply import apply_changed
+from gpufleet.local import node as realnode
+from gpufleet.local.apply import apply_changed, wait_for
 from gpufleet.local import ports as portblocks
 from gpufleet.local import prometheus
 from gpufleet.prom.client import PromClient
@@ -27,9 +30,12 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
         with first.kube() as k:
             apply_changed(k, [{"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "survives-restart", "namespace": "default"}}])
+            _running_pod_on_real_node(first, k)
 
         stopped = local.down(OTHER)
         assert set(stopped) == set(local.COMPONENTS)
+        # The real node leaves no process, cgroup, mount or interface behind, though a pod ran.
+        assert realnode.leftovers(OTHER, realnode.NodePaths.of(first.layout)) == []
         assert local.main_pids(OTHER) == {}
         assert portblocks.busy_ports(first.ports) == []
         assert local.status(local_cluster.name).up  # the session cluster is untouched
@@ -52,6 +58,20 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
     finally:
         local.down(OTHER, purge=True)
     assert portblocks.lookup(OTHER) is None
+
+
+def _running_pod_on_real_node(c: local.Cluster, k) -> None:
+    """A pod that sleeps on the real node (from gpufleet's image), waited for until it runs."""
+    key, value, effect = names.SYSTEM_NODE_TAINT
+    apply_changed(k, [{
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper", "namespace": "default"},
+        "spec": {"nodeName": realnode.node_name(c.name), "automountServiceAccountToken": False,
+                 "tolerations": [{"key": key, "value": value, "effect": effect}],
+                 "containers": [{"name": "main", "image": images.built()["reference"],
+                                 "command": ["python3", "-c", "import time; time.sleep(3600)"]}]}}])
+    wait_for("the sleeper pod Running",
+             lambda: (k.get_or_none("v1", "pods", "sleeper", "default") or {}).get("status", {}).get("phase") == "Running",
+             timeout=60)
 
 
 def _configmaps(c: local.Cluster) -> set[str]:

@@ -20,8 +20,8 @@ Three ways to obtain a component:
     modules of a multi-module repository (etcd) to the component's version;
     version replaces are copied as they are.
 ``apt``
-    A Debian package (Prometheus), installed with ``apt-get`` only if the
-    binary is not on ``PATH`` already.
+    Debian packages (Prometheus; mmdebstrap, umoci and skopeo, which build
+    gpufleet's image), installed with ``apt-get`` only if a binary is missing.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from gpufleet.build.gobuild import Cached
 from gpufleet.versions import pin, versions
 
 Method = Literal["go-install", "go-module", "apt"]
+#: What the local cluster runs of k8s.io/kubernetes: the control plane and the real node's kubelet.
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class Component(Cached):
             (whatever the distribution ships).
         method: how it is obtained (see the module docstring).
         module: the upstream Go module (``"k8s.io/kubernetes"``); for apt the
-            Debian package name.
+            Debian package names, separated by spaces.
         packages: Go main packages to build, in the order of ``binaries``.
         binaries: file names produced under :attr:`bin_dir` (one per package).
         ldflags: extra ``-X`` settings so the binary reports its version.
@@ -57,6 +59,7 @@ class Component(Cached):
         staging_version: version for ``k8s.io/*`` staging replaces (Kubernetes only).
         extra_requires: further modules the generated ``go.mod`` requires at
             :attr:`version` (etcd's sibling modules).
+        apt_dir: folder of an apt component's binaries (``/usr/bin``).
     """
 
     name: str
@@ -70,6 +73,7 @@ class Component(Cached):
     version_text: str = ""
     staging_version: str = ""
     extra_requires: tuple[str, ...] = ()
+    apt_dir: str = "/usr/bin"
 
     @property
     def bin_dir(self) -> Path:
@@ -86,7 +90,7 @@ class Component(Cached):
         if name not in self.binaries:
             raise KeyError(f"{self.name} has no binary {name!r} (has {', '.join(self.binaries)})")
         if self.method == "apt":
-            return Path("/usr/bin") / name
+            return Path(self.apt_dir) / name
         return self.bin_dir / name
 
 
@@ -181,16 +185,11 @@ def components() -> dict[str, Component]:
             version=k8s,
             method="go-module",
             module=pin("kubernetes", "module"),
-            packages=tuple(
-                f"{pin('kubernetes', 'module')}/cmd/{b}"
-                for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-            ),
-            binaries=("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+            # One `go build` for all four: they share most packages and Go's build cache.
+            packages=tuple(f"{pin('kubernetes', 'module')}/cmd/{b}" for b in KUBERNETES_BINARIES),
+            binaries=KUBERNETES_BINARIES,
             ldflags=_ldflags_kubernetes(k8s),
-            version_probe={
-                b: ("--version",)
-                for b in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-            },
+            version_probe={b: ("--version",) for b in KUBERNETES_BINARIES},
             version_text=f"Kubernetes {k8s}",
             staging_version=pin("kubernetes", "staging_version"),
         ),
@@ -203,8 +202,33 @@ def components() -> dict[str, Component]:
             version_probe={"prometheus": ("--version",)},
             version_text="prometheus, version",
         ),
+        Component(
+            name="image_tools",
+            version="debian",
+            method="apt",
+            module=pin("image_tools", "debian_packages"),
+            binaries=("mmdebstrap", "umoci", "skopeo"),
+        ),
+        Component(
+            name="node_runtime",
+            version="debian",
+            method="apt",
+            module=pin("node_runtime", "debian_packages"),
+            binaries=("containerd", "ctr", "containerd-shim-runc-v2", "socat"),
+            version_probe={"containerd": ("--version",)},
+            version_text="containerd",
+        ),
+        Component(
+            name="cni_plugins",
+            version="debian",
+            method="apt",
+            module=pin("cni_plugins", "debian_packages"),
+            binaries=("bridge", "host-local", "loopback"),
+            apt_dir="/usr/lib/cni",
+        ),
     ]
-    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus"} - set(versions())
+    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
+               "node_runtime", "cni_plugins"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
     return {c.name: c for c in items}

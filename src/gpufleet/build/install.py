@@ -241,11 +241,13 @@ def _build_go_module(comp: Component, status) -> str:
         action = "built"
         log = bdir / "build.log"
         env = go_env()
-        if not (bdir / "go.mod").exists() or not (bdir / "tools.go").exists():
+        upstream = Path(gobuild.module_info(comp.module, comp.version)["GoMod"]).read_text()
+        gomod, tools = build_module_files(comp, upstream)
+        tools_file = bdir / "tools.go"
+        # A changed package list (a binary added) needs a new tools.go and a tidy go.mod.
+        if not (bdir / "go.mod").exists() or not tools_file.exists() or tools_file.read_text() != tools:
             if status is not None:
                 status.update(f"{comp.key}: generating build module")
-            upstream = Path(gobuild.module_info(comp.module, comp.version)["GoMod"]).read_text()
-            gomod, tools = build_module_files(comp, upstream)
             (bdir / "tools.go").write_text(tools)
             (bdir / "go.mod").write_text(gomod)
             _run_logged([go_binary(), "mod", "tidy"], bdir, log, env, status, f"{comp.key} go mod tidy")
@@ -263,14 +265,14 @@ def _build_go_module(comp: Component, status) -> str:
 
 
 def _install_apt(comp: Component, status) -> str:
-    if all(shutil.which(b) for b in comp.binaries):
+    if all(os.access(comp.binary(b), os.X_OK) for b in comp.binaries):
         return "verified"
     if status is not None:
         status.update(f"{comp.key}: apt-get install {comp.module}")
     log = comp.dir / "build.log"
     comp.dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", comp.module]
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *comp.module.split()]
     if os.geteuid() != 0:
         cmd = ["sudo", "-n", *cmd]
     with open(log, "a") as out:

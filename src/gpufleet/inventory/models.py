@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .types import STRICT, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
+from gpufleet.versions import pin
+
+from .types import STRICT, HttpsEndpoint, ImageReference, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Hca(BaseModel):
@@ -68,12 +70,32 @@ class FleetVars(BaseModel):
     ``fleet_simulated_nodes``: when above 0 (the local environment), that many
     hosts are generated round-robin over the rack groups of ``gpu_nodes``
     instead of being listed in hosts.yml; ``invoke local.up --nodes N`` overrides it.
+
+    ``gpufleet_image``: the image every gpufleet component runs from (the
+    virtual kubelets, taint controller, quota sync, node health and the
+    fabric exporter): ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:<digest>``
+    or both; default the image ``invoke image.build`` names
+    (``versions.yaml`` ``gpufleet.image``). Pin by digest in production
+    (``invoke image.push`` prints the pinned reference).
+
+    ``gpufleet_api_server``: ``https://HOST:PORT`` of the API server for
+    gpufleet's pods, where the cluster has no service network to reach it
+    through the ``kubernetes`` Service (as Cilium's ``k8sServiceHost``):
+    set as ``GPUFLEET_API_SERVER`` in their containers, which
+    :func:`gpufleet.kube.config.load_config` reads. Unset: the Service, as usual.
+
+    ``gpufleet_node_selector``: labels of the nodes gpufleet's controllers
+    run on (system nodes); their pods always tolerate the system-node taint
+    (``gpufleet.names.SYSTEM_NODE_TAINT``).
     """
 
     model_config = STRICT
 
     fleet_name: str = "gpufleet"
     fleet_simulated_nodes: NonNegativeInt = 0
+    gpufleet_image: ImageReference = pin("gpufleet", "image")
+    gpufleet_api_server: HttpsEndpoint | None = None
+    gpufleet_node_selector: dict[str, str] = {}
 
 
 HOST_KEYS = frozenset(HostVars.model_fields)

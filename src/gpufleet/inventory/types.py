@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from gpufleet import imageref
 from gpufleet.kube.quantity import parse_quantity
 
 from .catalog import GPU_MODELS
@@ -46,7 +47,34 @@ def _known_gpu_model(value: str) -> str:
     return value
 
 
+def _image_reference(value: str) -> str:
+    """A container image reference with a tag or a digest (:func:`gpufleet.imageref.parse`)."""
+    try:
+        imageref.parse(value)
+    except ValueError as exc:
+        raise ValueError(str(exc).split("expected ", 1)[1]) from None
+    return value
+
+
+def _https_endpoint(value: str) -> str:
+    """``https://HOST:PORT`` (an IP or a DNS name; no path): where in-cluster clients reach the API server."""
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(value)
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    if u.scheme != "https" or not u.hostname or port is None or u.path not in ("", "/") or u.query or u.username:
+        raise ValueError("an API server endpoint https://HOST:PORT (e.g. https://10.0.0.10:6443)")
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
+#: ``https://HOST:PORT`` of the API server.
+HttpsEndpoint = Annotated[str, AfterValidator(_https_endpoint)]
+#: ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:...`` or both.
+ImageReference = Annotated[str, AfterValidator(_image_reference)]
 #: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
 KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
 DnsLabel = Annotated[str, AfterValidator(dns_label)]

@@ -314,6 +314,24 @@ class Kube:
 
     # ------------------------------------------------------------------ kinds and server-side apply
 
+    def pod_log(self, namespace: str, name: str, *, container: str | None = None,
+                tail_lines: int | None = None) -> str:
+        """A pod's log as text (the kubelet's, through the API server's ``log`` subresource).
+
+        Raises:
+            KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
+        """
+        path = api_path("v1", "pods", namespace, name, "log")
+        resp = self._send("GET", path, {"container": container, "tailLines": tail_lines}, None, None,
+                          "text/plain", None)
+        try:
+            data = resp.read()
+        except _NETWORK_ERRORS as exc:
+            raise Unreachable(f"{self.server}: {exc}", path=f"GET {path}") from None
+        if not 200 <= resp.status < 300:
+            raise error_from(resp.status, data, f"GET {path}")
+        return data.decode("utf-8", "replace")
+
     def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
         """``(plural, namespaced)`` of a kind, from :data:`KNOWN_KINDS` or API discovery (cached).
 

@@ -67,6 +67,11 @@ class Pki:
         front_proxy_ca: CA of the apiserver's request-header (front proxy)
             authentication, which controllers' delegated authn reads.
         front_proxy_client: client certificate ``CN=front-proxy-client``.
+        apiserver_kubelet_client: the apiserver's client certificate towards
+            kubelets (logs, exec), ``O=system:masters``.
+        kubelet: the real node's client certificate, ``CN=system:node:<node>``,
+            ``O=system:nodes`` (what the Node authorizer expects), made by
+            :func:`ensure_node_client`.
     """
 
     ca: KeyPair
@@ -80,6 +85,8 @@ class Pki:
     sa_pub: Path
     front_proxy_ca: KeyPair
     front_proxy_client: KeyPair
+    apiserver_kubelet_client: KeyPair
+    kubelet: KeyPair
 
 
 def _now() -> dt.datetime:
@@ -192,11 +199,35 @@ def _ensure_sa_keys(key_path: Path, pub_path: Path) -> None:
     )
 
 
-def ensure_pki(folder: Path) -> Pki:
+def ensure_node_client(pki: Pki, node: str) -> KeyPair:
+    """The kubelet's client certificate for Node ``node`` (made when missing or named for another node)."""
+    if pki.kubelet.cert.exists():
+        cert = x509.load_pem_x509_certificate(pki.kubelet.cert.read_bytes())
+        if cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value != f"system:node:{node}":
+            pki.kubelet.cert.unlink()
+    _ensure_leaf(pki.kubelet, pki.ca, f"system:node:{node}", organizations=("system:nodes",), client=True)
+    return pki.kubelet
+
+
+def _has_ips(cert_file: Path, ips: tuple[str, ...]) -> bool:
+    """True when the certificate's SubjectAlternativeName lists every address of ``ips``."""
+    cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return not ips
+    have = {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= have
+
+
+def ensure_pki(folder: Path, apiserver_ips: tuple[str, ...] = ()) -> Pki:
     """Create (only what is missing of) the cluster's PKI under ``folder``.
 
     Args:
         folder: the cluster's ``certs`` folder; created if missing.
+        apiserver_ips: further addresses the apiserver is reached at (the
+            real node's pod-network gateway); its certificate is issued anew
+            (same CA, so every client keeps trusting it) when one is missing.
 
     Returns:
         The :class:`Pki` with every path filled in.
@@ -222,12 +253,14 @@ def ensure_pki(folder: Path) -> Pki:
         sa_pub=folder / "sa.pub",
         front_proxy_ca=pair("front-proxy-ca"),
         front_proxy_client=pair("front-proxy-client"),
+        apiserver_kubelet_client=pair("apiserver-kubelet-client"),
+        kubelet=pair("kubelet"),
     )
     _ensure_ca(pki.ca, "gpufleet-local-ca")
-    _ensure_leaf(
-        pki.apiserver, pki.ca, "kube-apiserver",
-        dns=APISERVER_NAMES, ips=("127.0.0.1", APISERVER_SERVICE_IP), server=True,
-    )
+    ips = ("127.0.0.1", APISERVER_SERVICE_IP, *apiserver_ips)
+    if pki.apiserver.cert.exists() and not _has_ips(pki.apiserver.cert, ips):
+        pki.apiserver.cert.unlink()  # kube-apiserver reloads its serving certificate when the file changes
+    _ensure_leaf(pki.apiserver, pki.ca, "kube-apiserver", dns=APISERVER_NAMES, ips=ips, server=True)
     _ensure_leaf(pki.serving, pki.ca, "gpufleet-local-loopback", dns=("localhost",), ips=("127.0.0.1",), server=True)
     _ensure_leaf(pki.admin, pki.ca, "gpufleet-admin", organizations=("system:masters",), client=True)
     _ensure_leaf(pki.controller_manager, pki.ca, "system:kube-controller-manager", client=True)
@@ -235,6 +268,8 @@ def ensure_pki(folder: Path) -> Pki:
     _ensure_sa_keys(pki.sa_key, pki.sa_pub)
     _ensure_ca(pki.front_proxy_ca, "gpufleet-local-front-proxy-ca")
     _ensure_leaf(pki.front_proxy_client, pki.front_proxy_ca, "front-proxy-client", client=True)
+    _ensure_leaf(pki.apiserver_kubelet_client, pki.ca, "kube-apiserver-kubelet-client",
+                 organizations=("system:masters",), client=True)
     pki.webhook_dir.mkdir(exist_ok=True)
     for src, name in ((pki.serving.cert, "tls.crt"), (pki.serving.key, "tls.key")):
         dst = pki.webhook_dir / name

@@ -9,7 +9,9 @@ etcd data persist in the state folder between ``down`` and ``up``. Order:
    Established, webhook configurations, Prometheus' service account;
 3. kube-controller-manager, kube-scheduler, kwok, Kueue, JobSet,
    descheduler and Prometheus, started together and waited for together;
-4. kwok Stages, then one Node per inventory host, until all are Ready.
+4. kwok Stages, then one Node per inventory host, until all are Ready;
+5. the real node (:mod:`gpufleet.local.node`): containerd, the pause image
+   and gpufleet's image imported, the kubelet, until its Node is Ready.
 
 A component that exits or stays unhealthy stops ``up`` with
 :class:`~gpufleet.local.processes.ComponentFailed`, whose message carries
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +38,7 @@ from gpufleet.files import locked
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound
 from gpufleet.kube.config import from_kubeconfig
 from gpufleet.local import controlplane, descheduler, kueue, kwok, prometheus
+from gpufleet.local import node as realnode
 from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
 from gpufleet.local.apply import apply_changed, wait_for
@@ -55,8 +59,14 @@ COMPONENTS = (
     "jobset",
     "descheduler",
     "prometheus",
+    "containerd",
+    "api-forward",
+    "kubelet",
 )
-_ADDONS = COMPONENTS[2:]
+_ADDONS = COMPONENTS[2:-3]
+#: The real node's processes (:mod:`gpufleet.local.node`), started last and stopped first.
+NODE_COMPONENTS = COMPONENTS[-3:]
+_NOT_NODE = COMPONENTS[:-3]
 
 
 @dataclass
@@ -73,6 +83,7 @@ class Cluster:
     layout: Layout
     ports: Ports
     _pki: Pki | None = field(default=None, repr=False)
+    _node_ip: str | None = field(default=None, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -88,7 +99,7 @@ class Cluster:
     def pki(self) -> Pki:
         """The cluster's PKI (created on first access)."""
         if self._pki is None:
-            self._pki = ensure_pki(self.layout.certs)
+            self._pki = ensure_pki(self.layout.certs, apiserver_ips=(realnode.gateway_ip(self.ports),))
         return self._pki
 
     def kube(self, timeout: float = 30.0, *, field_manager: str = FIELD_MANAGER_LOCAL,
@@ -120,6 +131,7 @@ class Cluster:
             return ProcessSpec(name, tuple(argv), lay.log(name), lay.pid(name), health, env)
 
         https = lambda port, path: Health(f"https://127.0.0.1:{port}{path}", ca=ca)  # noqa: E731
+        npaths = realnode.NodePaths.of(lay)
         http = lambda port, path: Health(f"http://127.0.0.1:{port}{path}")  # noqa: E731
         return {
             "etcd": spec("etcd", controlplane.etcd_argv(self.name, lay.data / "etcd", p), http(p.etcd_client, "/health")),
@@ -150,7 +162,19 @@ class Cluster:
                 prometheus.argv(cfg / "prometheus.yaml", lay.data / "prometheus", p.prometheus),
                 http(p.prometheus, "/-/ready"),
             ),
+            # containerd has no HTTP endpoint: up waits for its socket (node.wait_containerd).
+            "containerd": spec("containerd", realnode.containerd_argv(npaths), None),
+            "api-forward": spec("api-forward", realnode.api_forward_argv(p), None),
+            "kubelet": spec("kubelet", realnode.kubelet_argv(self.name, npaths, self.node_ip),
+                            http(p.kubelet_healthz, "/healthz")),
         }
+
+    @property
+    def node_ip(self) -> str:
+        """The real node's InternalIP: the host's own address (see :func:`gpufleet.local.node.host_ip`)."""
+        if self._node_ip is None:
+            self._node_ip = realnode.host_ip()
+        return self._node_ip
 
 
 def get(name: str = DEFAULT_NAME, *, allocate: bool = False) -> Cluster:
@@ -374,6 +398,74 @@ def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
         time.sleep(interval)
 
 
+
+def _write_node_configs(c: Cluster) -> realnode.NodePaths:
+    """The real node's config files: containerd, registries, CNI, resolv.conf, kubelet and its kubeconfig."""
+    from gpufleet.build import pause
+    from gpufleet.local.certs import ensure_node_client
+
+    npaths = realnode.NodePaths.of(c.layout).create()
+    cfg = npaths.config
+
+    def put(path: Path, text: str) -> None:
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+
+    put(cfg / "containerd.toml", realnode.containerd_config(npaths, pause.reference()))
+    put(npaths.certs_d / "_default" / "hosts.toml", realnode.hosts_toml())
+    put(npaths.cni_conf / "10-gpufleet.conflist", json.dumps(realnode.cni_config(c.name, c.ports, npaths), indent=1))
+    put(cfg / "resolv.conf", "# Pods resolve through loopback only: no query leaves the machine.\nnameserver 127.0.0.1\n")
+    put(cfg / "kubelet.yaml", yaml.safe_dump(realnode.kubelet_config(c.name, c.ports, npaths, c.pki.ca.cert, c.node_ip),
+                                             sort_keys=False))
+    client = ensure_node_client(c.pki, realnode.node_name(c.name))
+    kubeconfigs.write(cfg / "kubelet.kubeconfig", c.server, c.pki.ca.cert, client, cluster=f"gpufleet-{c.name}",
+                      user=f"system:node:{realnode.node_name(c.name)}")
+    return npaths
+
+
+def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: float, phase: Callable[[str], None],
+               log: Callable[[str], None]) -> None:
+    """Start the real node: containerd, images imported, the kubelet; wait until its Node is Ready.
+
+    Raises:
+        gpufleet.local.node.NodeError: containerd, an import or the host setup failed.
+        ComponentFailed: the kubelet exited or stayed unhealthy.
+        TimeoutError: the Node not Ready in time.
+    """
+    from gpufleet.build import image as images
+    from gpufleet.build import pause
+    from gpufleet.local import processes
+
+    npaths = _write_node_configs(c)
+    realnode.ensure_cgroups(c.name)
+    realnode.ensure_network(c.name, c.ports, controlplane.SERVICE_CIDR)
+    realnode.ensure_inotify(log)
+    cd = specs["containerd"]
+    pid = running(cd.pidfile)
+    if pid is not None and processes.recorded_argv(cd.pidfile) != list(cd.argv):
+        log("restarting containerd (command line changed)")
+        processes.stop(cd.pidfile)
+        pid = None
+    if pid is None:
+        pid = processes.start(cd)
+        realnode.join_runtime_cgroup(c.name, pid)
+    realnode.wait_containerd(npaths, lambda: running(cd.pidfile) is not None, timeout)
+    phase("containerd")
+    realnode.import_image(npaths, pause.build(), pause.reference())
+    built = images.build(say=log)
+    imported = realnode.import_image(npaths, built.archive, built.reference, built.digest)
+    phase(f"images ({'imported' if imported else 'present'}: {built.digest[:19]})")
+    _ensure([specs["api-forward"]], timeout, log)
+    kl = specs["kubelet"]
+    started_before = running(kl.pidfile)
+    _ensure([kl], timeout, log)
+    if (kpid := running(kl.pidfile)) is not None and kpid != started_before:
+        realnode.join_runtime_cgroup(c.name, kpid)
+    name = realnode.node_name(c.name)
+    wait_for(f"node {name} Ready", lambda: _node_ready(k.get_or_none("v1", "nodes", name) or {}), timeout=timeout)
+    phase(f"real node {name} Ready")
+
+
 def up(
     name: str = DEFAULT_NAME,
     *,
@@ -384,6 +476,7 @@ def up(
     descheduler_policy_file: Path | None = None,
     timeout: float = 120.0,
     fresh: bool = False,
+    real_node: bool = True,
     log: Callable[[str], None] = lambda msg: None,
 ) -> Cluster:
     """Start (or complete) local cluster ``name``; returns it once every node is Ready.
@@ -400,6 +493,8 @@ def up(
         fresh: start from empty etcd and Prometheus data (certs and ports are
             kept), so no object of an earlier run survives; refused while any
             component of the cluster is running.
+        real_node: also start the real node (containerd, kubelet) with
+            gpufleet's image imported (built first when missing).
         log: progress callback, one line per phase with its duration.
 
     Concurrent ``up``/``down`` calls for the same name (other processes
@@ -409,6 +504,8 @@ def up(
         gpufleet.build.gobuild.GoError: components missing and not buildable (InstallError included).
         ComponentFailed: a component exited or stayed unhealthy (log tail inside).
         TimeoutError: CRDs or nodes not ready in time.
+        gpufleet.local.node.NodeError: the real node's host setup, containerd or an image import failed.
+        gpufleet.build.image.ImageError: gpufleet's image could not be built.
         KubeError: the apiserver rejected a bootstrap object.
         ValueError: ``fresh`` while the cluster is running; a descheduler
             policy file that is not a DeschedulerPolicy (nothing is restarted).
@@ -418,7 +515,7 @@ def up(
     with _locked(name):
         if fresh:
             _wipe_data(name)
-        return _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log)
+        return _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, real_node, log)
 
 
 def _wipe_data(name: str) -> None:
@@ -430,7 +527,7 @@ def _wipe_data(name: str) -> None:
         shutil.rmtree(lay.data / sub, ignore_errors=True)
 
 
-def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, log) -> Cluster:
+def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, real_node, log) -> Cluster:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -472,14 +569,21 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
         wait_nodes_ready(k, {s.name for s in specs}, timeout)
         t = phase(f"{len(specs)} nodes Ready", t)
         _prometheus_token(c, k)
+        if real_node:
+            marks = [t]
+            _real_node(c, k, all_specs, timeout, sub, log)
+            t = marks[-1]
     # A component can answer its health check and exit a moment later (bad config).
     for spec in all_specs.values():
+        if not real_node and spec.name in NODE_COMPONENTS:
+            continue
         if running(spec.pidfile) is None:
             raise ComponentFailed(spec.name, "exited after becoming healthy", spec.log)
     record = {
         "name": name,
         "env": env,
         "nodes": len(specs),
+        "real_node": realnode.node_name(name) if real_node else None,
         "kubeconfig": str(c.kubeconfig),
         "server": c.server,
         "ports": c.ports.all(),
@@ -513,12 +617,47 @@ def down(name: str = DEFAULT_NAME, *, purge: bool = False, timeout: float = 10.0
         return _down(name, purge, timeout)
 
 
+def _down_node(name: str, lay: Layout, timeout: float) -> list[str]:
+    """Stop the real node and remove what it made on the host: containers, cgroups, mounts, its bridge.
+
+    The kubelet goes first (it would restart what is removed); containerd
+    then kills and deletes every container (shims exit, rootfs mounts go)
+    before it stops; whatever is left in the node's cgroups is killed.
+    """
+    from gpufleet.local import processes
+
+    stopped = []
+    npaths = realnode.NodePaths.of(lay)
+    if processes.stop(lay.pid("kubelet"), timeout):
+        stopped.append("kubelet")
+    if processes.stop(lay.pid("api-forward"), timeout):
+        stopped.append("api-forward")
+    if running(lay.pid("containerd")) is not None:
+        try:
+            realnode.remove_containers(npaths)
+        except (realnode.NodeError, OSError, subprocess.TimeoutExpired):
+            pass  # the cgroup sweep below still ends every process
+    if processes.stop(lay.pid("containerd"), timeout):
+        stopped.append("containerd")
+    realnode.remove_cgroups(name)
+    realnode.unmount_under(npaths.root)
+    others = [n for n in _cluster_names() if n != name and running(Layout(n).pid("containerd")) is not None]
+    realnode.remove_network(name, controlplane.SERVICE_CIDR, last=not others)
+    return stopped
+
+
+def _cluster_names() -> list[str]:
+    """Names of the clusters that have a state folder."""
+    root = paths.state_dir()
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
 def _down(name: str, purge: bool, timeout: float) -> list[str]:
     from gpufleet.local import processes
 
     lay = Layout(name)
-    stopped = []
-    for comp in reversed(COMPONENTS):
+    stopped = _down_node(name, lay, timeout)
+    for comp in reversed(_NOT_NODE):
         if processes.stop(lay.pid(comp), timeout):
             stopped.append(comp)
     ports = portblocks.lookup(name)
@@ -555,6 +694,7 @@ class Status:
         nodes: simulated nodes registered, and how many are Ready (None if
             the apiserver is not reachable).
         ports: the cluster's named ports.
+        real_node: the real node, when the last ``up`` started one (None otherwise).
     """
 
     name: str
@@ -562,11 +702,25 @@ class Status:
     components: list[ComponentStatus]
     nodes: tuple[int, int] | None
     ports: dict[str, int]
+    real_node: "RealNodeStatus | None" = None
 
     @property
     def up(self) -> bool:
-        """Every component running and healthy."""
-        return all(c.pid is not None and c.healthy for c in self.components)
+        """Every component running and healthy (the real node's only when it was started), its Node Ready."""
+        wanted = [c for c in self.components if self.real_node is not None or c.name not in NODE_COMPONENTS]
+        return all(c.pid is not None and c.healthy for c in wanted) and (
+            self.real_node is None or bool(self.real_node.ready))
+
+
+@dataclass(frozen=True)
+class RealNodeStatus:
+    """The real node: ``name``, ``ready`` (its Node's Ready condition; None when the apiserver is down),
+    ``pods`` running on it (None when unknown), ``images`` in its containerd (reference -> digest)."""
+
+    name: str
+    ready: bool | None
+    pods: int | None
+    images: dict[str, str]
 
 
 def status(name: str = DEFAULT_NAME) -> Status:
@@ -582,14 +736,33 @@ def status(name: str = DEFAULT_NAME) -> Status:
         healthy = pid is not None and (spec.health is None or probe(spec.health))
         comps.append(ComponentStatus(comp, pid, healthy, rss_bytes(pid) if pid else 0))
     nodes = None
+    try:
+        record = json.loads(c.layout.record.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        record = {}
+    node_name = record.get("real_node")
+    ready = pods = None
     if any(s.name == "kube-apiserver" and s.healthy for s in comps):
         try:
             with c.kube(timeout=10) as k:
                 items = k.list("v1", "nodes", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")["items"]
                 nodes = (len(items), sum(_node_ready(n) for n in items))
+                if node_name:
+                    ready = _node_ready(k.get_or_none("v1", "nodes", node_name) or {})
+                    pods = sum(p.get("status", {}).get("phase") == "Running" for p in k.list(
+                        "v1", "pods", fieldSelector=f"spec.nodeName={node_name}", resourceVersion="0")["items"])
         except (KubeError, OSError):
             nodes = None
-    return Status(name, c.kubeconfig, comps, nodes, c.ports.all())
+    real = None
+    if node_name:
+        imgs: dict[str, str] = {}
+        if any(s.name == "containerd" and s.pid for s in comps):
+            try:
+                imgs = realnode.images(realnode.NodePaths.of(c.layout))
+            except (realnode.NodeError, OSError, subprocess.TimeoutExpired):
+                imgs = {}
+        real = RealNodeStatus(node_name, ready, pods, imgs)
+    return Status(name, c.kubeconfig, comps, nodes, c.ports.all(), real)
 
 
 def main_pids(name: str = DEFAULT_NAME) -> dict[str, int]:

@@ -82,6 +82,10 @@ def apiserver_argv(pki: Pki, ports: Ports, *, max_inflight: int = 800) -> list[s
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--proxy-client-cert-file={pki.front_proxy_client.cert}",
         f"--proxy-client-key-file={pki.front_proxy_client.key}",
+        # The real node's kubelet (logs, exec): reached at its InternalIP, the host's own address.
+        f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+        f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         "--enable-priority-and-fairness=true",

@@ -42,6 +42,8 @@ OFFSETS: dict[str, int] = {
     "jobset_metrics": 12,
     "descheduler": 13,
     "prometheus": 14,
+    "kubelet": 15,
+    "kubelet_healthz": 16,
 }
 #: Offsets left for the environment (exporters, a virtual kubelet's API).
 EXTRA_OFFSETS = tuple(range(max(OFFSETS.values()) + 1, BLOCK))

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.versions import pin
+from gpufleet.kube.config import API_SERVER_ENV
+from gpufleet.names import SYSTEM_NODE_TAINT
+
 
 Obj = dict[str, Any]
 
@@ -57,9 +59,23 @@ def cluster_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
     return [role, binding]
 
 
-def rule(groups: list[str], resources: list[str], verbs: list[str]) -> Obj:
-    """One RBAC PolicyRule."""
-    return {"apiGroups": groups, "resources": resources, "verbs": verbs}
+def namespaced_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
+    """Role with ``rules`` in ``namespace`` bound to ServiceAccount ``namespace/name``: rights that stop at one namespace."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": meta(f"gpufleet:{name}", namespace, component=name), "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": meta(f"gpufleet:{name}", namespace, component=name),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"gpufleet:{name}"},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+    return [role, binding]
+
+
+def rule(groups: list[str], resources: list[str], verbs: list[str], names: list[str] | None = None) -> Obj:
+    """One RBAC PolicyRule; ``names`` restricts it to those objects (``resourceNames``)."""
+    out: Obj = {"apiGroups": groups, "resources": resources, "verbs": verbs}
+    if names:
+        out["resourceNames"] = names
+    return out
 
 
 #: Leader election through coordination.k8s.io Leases (one active instance).
@@ -67,22 +83,44 @@ LEASE_RULE = rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", 
 EVENT_RULE = rule(["", "events.k8s.io"], ["events"], ["create", "patch"])
 
 
-def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, port: int = 8080,
+def api_server_env(endpoint: str | None) -> list[Obj]:
+    """:data:`gpufleet.kube.config.API_SERVER_ENV` set to ``https://HOST:PORT`` (none when None): the API
+    server gpufleet's in-cluster client uses instead of the ``kubernetes`` Service's address (one decision,
+    in :func:`gpufleet.kube.config.load_config`)."""
+    return [{"name": API_SERVER_ENV, "value": endpoint}] if endpoint else []
+
+
+def system_toleration() -> Obj:
+    """The toleration of the system-node taint (:data:`gpufleet.names.SYSTEM_NODE_TAINT`)."""
+    key, value, effect = SYSTEM_NODE_TAINT
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+
+
+def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, fleet: Any, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
-               volumes: list[Obj] | None = None, mounts: list[Obj] | None = None) -> list[Obj]:
+               volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
+               namespaced_rules: list[Obj] | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
-    The container runs ``gpufleet <args>`` from the pinned gpufleet image, with
+    ``fleet`` (the inventory's :class:`~gpufleet.inventory.models.FleetVars`)
+    gives the image (``gpufleet_image``), the API endpoint where there is no
+    service network (``gpufleet_api_server``) and the nodes to run on
+    (``gpufleet_node_selector``; the system-node taint is tolerated).
+    The container runs ``gpufleet <args>`` from that image, with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
+    ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
+    ``namespace`` (a Role): whatever can stop at the controller's own
+    namespace does.
     """
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
-        "image": pin("gpufleet", "image"),
+        "image": fleet.gpufleet_image,
         "args": args,
         "ports": [{"name": "metrics", "containerPort": port}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+        + api_server_env(fleet.gpufleet_api_server)
         + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
@@ -90,7 +128,9 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container]}
+    spec: Obj = {"serviceAccountName": name, "containers": [container], "tolerations": [system_toleration()]}
+    if fleet.gpufleet_node_selector:
+        spec["nodeSelector"] = dict(fleet.gpufleet_node_selector)
     if volumes:
         spec["volumes"] = volumes
     deployment = {
@@ -98,4 +138,6 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
         "spec": {"replicas": 2, "selector": {"matchLabels": pod_labels},
                  "template": {"metadata": {"labels": pod_labels}, "spec": spec}},
     }
-    return [service_account(name, namespace), *cluster_rbac(name, namespace, rules), deployment]
+    rbac = cluster_rbac(name, namespace, rules) + (namespaced_rbac(name, namespace, namespaced_rules)
+                                                   if namespaced_rules else [])
+    return [service_account(name, namespace), *rbac, deployment]

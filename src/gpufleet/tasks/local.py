@@ -49,6 +49,8 @@ def install(c: Context, force: bool = False, only: str = "") -> None:
         "descheduler_policy": "DeschedulerPolicy YAML file to run the descheduler with "
         "(default: RemovePodsViolatingNodeTaints for gpufleet.io/cluster-has-free-gpus)",
         "fresh": "start from empty etcd and Prometheus data (refused while the cluster runs)",
+        "real_node": "start the real node (containerd, kubelet, gpufleet's image) beside the simulated ones "
+                     "(default; --no-real-node skips it)",
     }
 )
 def up(
@@ -59,6 +61,7 @@ def up(
     timeout: int = 120,
     descheduler_policy: str = "",
     fresh: bool = False,
+    real_node: bool = True,
 ) -> None:
     """Start the local cluster (idempotent) and print its kubeconfig path."""
     console = _console()
@@ -72,11 +75,11 @@ def up(
         install_components(console=console)  # shows build progress; a no-op when cached
         cl = local_cluster.up(
             name, env=env, nodes=nodes or None, timeout=timeout, descheduler_policy_file=policy,
-            fresh=fresh, log=console.print,
+            fresh=fresh, real_node=real_node, log=console.print,
         )
     except ValueError as exc:
         raise Exit(str(exc), code=2) from None
-    except (GoError, ComponentFailed, TimeoutError, RuntimeError) as exc:
+    except (GoError, ComponentFailed, TimeoutError, RuntimeError) as exc:  # NodeError, ImageError included
         raise Exit(str(exc), code=1) from None
     print(cl.kubeconfig)
 
@@ -106,17 +109,25 @@ def status(c: Context, name: str = local_cluster.DEFAULT_NAME) -> None:
     port_of = {
         "etcd": "etcd_client", "kube-apiserver": "apiserver", "kube-controller-manager": "controller_manager",
         "kube-scheduler": "scheduler", "kwok": "kwok", "kueue": "kueue_webhook", "jobset": "jobset_webhook",
-        "descheduler": "descheduler", "prometheus": "prometheus",
+        "descheduler": "descheduler", "prometheus": "prometheus", "kubelet": "kubelet",
     }
     for comp in st.components:
+        if st.real_node is None and comp.name in local_cluster.NODE_COMPONENTS:
+            continue
         table.add_row(
             comp.name, str(comp.pid or "-"), "yes" if comp.healthy else "NO",
-            f"{comp.rss / 2**20:.0f}" if comp.pid else "-", str(st.ports[port_of[comp.name]]),
+            f"{comp.rss / 2**20:.0f}" if comp.pid else "-",
+            str(st.ports[port_of[comp.name]]) if comp.name in port_of else "socket",
         )
     console = Console(highlight=False)
     console.print(table)
     nodes = f"{st.nodes[1]}/{st.nodes[0]} Ready" if st.nodes else "unknown (apiserver down)"
-    console.print(f"nodes: {nodes}\nkubeconfig: {st.kubeconfig}")
+    console.print(f"nodes: {nodes}")
+    if (rn := st.real_node) is not None:
+        state = {True: "Ready", False: "NOT Ready", None: "unknown"}[rn.ready]
+        console.print(f"real node: {rn.name} {state}, {rn.pods if rn.pods is not None else '?'} pods running; "
+                      f"images: {', '.join(f'{r} {d[:19]}' for r, d in sorted(rn.images.items())) or 'none'}")
+    console.print(f"kubeconfig: {st.kubeconfig}")
     if not st.up:
         raise Exit(code=1)
 
