@@ -128,6 +128,8 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     for n, obj in by_name.items():
         if n in virtual:
             continue
+        if not nodeutil.gpus(obj, "capacity") and nodeutil.flavor(obj) is None:
+            continue  # a system node (no GPUs, no ResourceFlavor): not part of the GPU fleet
         s = nodeutil.summarize(obj)
         st.nodes_total += 1
         st.gpus_total += s.gpus
