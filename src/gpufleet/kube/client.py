@@ -322,8 +322,8 @@ class Kube:
             KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
         """
         path = api_path("v1", "pods", namespace, name, "log")
-        resp = self._send("GET", path, {"container": container, "tailLines": tail_lines}, None, None,
-                          "text/plain", None)
+        # The log subresource refuses Accept: text/plain; it answers */* with text, as it does kubectl.
+        resp = self._send("GET", path, {"container": container, "tailLines": tail_lines}, None, None, "*/*", None)
         try:
             data = resp.read()
         except _NETWORK_ERRORS as exc:
