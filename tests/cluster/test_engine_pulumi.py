@@ -43,8 +43,8 @@ pytestmark = pytest.mark.cluster
 
 ENV = "local"
 VARIABLE, VALUE = "kueue_reserve_gpus", 8
-#: Objects nobody declares that come and go on their own.
-VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
+#: Objects nobody declares that come and go on their own (ComponentStatus: computed on each read, no uid).
+VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event"), ("v1", "ComponentStatus")}
 
 Ident = tuple[str, str, str, str, str]  # apiVersion, kind, namespace, name, uid
 
