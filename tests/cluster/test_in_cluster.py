@@ -15,6 +15,7 @@ import time
 import pytest
 from kubernetes import client
 
+from gpufleet import names
 from gpufleet.flip.constants import LEASE_NAME
 from gpufleet.inventory import load
 from gpufleet.local import node as realnode
@@ -40,7 +41,9 @@ def _wait(what: str, check, timeout: float = 180.0, interval: float = 1.0):
 @pytest.fixture(scope="module")
 def taint_controller(local_cluster):
     """The role's objects applied; the two pods Ready. Yields the pod names; removes the Deployment after."""
-    inv = load("local", overrides={"gpufleet_api_server": local_cluster.cluster.in_cluster_api})
+    key, value = names.SYSTEM_NODE_LABEL
+    inv = load("local", overrides={"gpufleet_api_server": local_cluster.cluster.in_cluster_api,
+                                   "gpufleet_node_selector": {key: value}})
     objs = [o for o in render(inv).objects
             if o["kind"] in KINDS and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") in
             ("taint-controller", NS)]

@@ -135,7 +135,7 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     ``fleet`` (the inventory's :class:`~gpufleet.inventory.models.FleetVars`)
     gives the image (``gpufleet_image``), the API endpoint where there is no
     service network (``gpufleet_api_server``) and the nodes to run on
-    (``gpufleet_node_selector``; the system-node taint is tolerated).
+    (``gpufleet_node_selector``; with one, the system-node taint is tolerated).
     The container runs ``gpufleet <args>`` from that image, with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
@@ -168,9 +168,11 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container], "tolerations": [system_toleration()]}
+    spec: Obj = {"serviceAccountName": name, "containers": [container]}
     if fleet.gpufleet_node_selector:
+        # Placed on system nodes on purpose: tolerate their taint there (and only then).
         spec["nodeSelector"] = dict(fleet.gpufleet_node_selector)
+        spec["tolerations"] = [system_toleration()]
     if volumes:
         spec["volumes"] = volumes
     deployment = {

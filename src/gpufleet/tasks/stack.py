@@ -60,7 +60,8 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
         except (LookupError, ValueError) as exc:
             raise Exit(f"local cluster: {exc} (start it with `invoke local.up`)", code=2) from None
         path = lc.kubeconfig
-        # No service network: gpufleet's pods on the real node reach the apiserver through its forward.
+        # No service network: gpufleet's pods on the real node (with gpufleet_node_selector
+        # gpufleet.io/node-role: system) reach the apiserver through its forward.
         config["gpufleet:gpufleet_api_server"] = lc.in_cluster_api
     elif os.environ.get("KUBECONFIG"):
         path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
