@@ -161,3 +161,10 @@ def test_push_dry_run_names_the_registry_and_runs_nothing(built):
     cmd, digest = image.push("registry.example.com/platform/gpufleet:0.1.0", archive=built.archive, dry_run=True)
     assert cmd.endswith(f"oci-archive:{built.archive} docker://registry.example.com/platform/gpufleet:0.1.0")
     assert digest == built.digest
+
+
+def test_out_folder_holds_only_the_image_files(built):
+    """A warm build over an earlier one leaves no temporary files beside the archive."""
+    image.build(out_dir=built.archive.parent)
+    names = sorted(p.name for p in built.archive.parent.iterdir())
+    assert names == ["gpufleet-0.1.0.digest", "gpufleet-0.1.0.oci.tar", "gpufleet-0.1.0.sbom.cdx.json", "image.json"]
