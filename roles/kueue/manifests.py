@@ -150,5 +150,5 @@ def quota_sync(inv: Inventory) -> list[Obj]:
     ]
     return [namespace(v.kueue_quota_sync_namespace),
             *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules,
-                        fleet=inv.fleet)]
+                        fleet=inv.fleet, inventory=inv)]
 

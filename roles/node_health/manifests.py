@@ -27,7 +27,7 @@ def objects(inv: Inventory) -> list[Obj]:
             "--ib-error-threshold", str(v.node_health_ib_error_threshold)]
     if v.node_health_dry_run:
         args.append("--dry-run")
-    return [namespace(ns), *controller("node-health", ns, args, rules, fleet=inv.fleet,
+    return [namespace(ns), *controller("node-health", ns, args, rules, fleet=inv.fleet, inventory=inv,
                                            # swap requests are ConfigMaps in its own namespace (gpufleet.ops.swap)
                                            namespaced_rules=[rule([""], ["configmaps"], ["get", "list", "watch",
                                                                                         "create", "update", "patch"])])]

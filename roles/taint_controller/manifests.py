@@ -25,4 +25,4 @@ def objects(inv: Inventory) -> list[Obj]:
     if v.taint_controller_signal == "prometheus":
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
     return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,
-                                                  fleet=inv.fleet)]
+                                                  fleet=inv.fleet, inventory=inv)]

@@ -34,7 +34,7 @@ def objects(inv: Inventory) -> list[Obj]:
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
-                          fleet=inv.fleet, memory="512Mi", volumes=volumes, mounts=mounts,
+                          fleet=inv.fleet, inventory=inv, memory="512Mi", volumes=volumes, mounts=mounts,
                           namespaced_rules=own)
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.

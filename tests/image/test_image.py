@@ -112,6 +112,22 @@ def test_controllers_import_from_the_image(bundle):
     assert proc.stdout.startswith("3.11.") and "/usr/bin/python3" in proc.stdout
 
 
+def test_inventory_loads_inside_the_image_from_a_mounted_folder(bundle):
+    """As a controller pod does: role defaults from the installed roles package, the inventory from GPUFLEET_INVENTORIES."""
+    import shutil
+
+    from gpufleet.paths import INVENTORIES
+
+    mounted = bundle / "rootfs/tmp/inventories"
+    shutil.copytree(INVENTORIES / "prod", mounted / "prod", dirs_exist_ok=True)
+    code = "from gpufleet.inventory import load; inv = load('prod'); print(len(inv.hosts), inv.role('taint_controller').taint_controller_signal)"
+    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/env",
+                           "GPUFLEET_INVENTORIES=/tmp/inventories", "/usr/bin/python3", "-c", code],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[0] == "128"
+
+
 def test_image_carries_no_tools_and_no_package_manager(bundle):
     site = bundle / "rootfs/usr/local/lib/python3.11/dist-packages"
     dists = {image.normalise(p.name.split("-")[0]) for p in site.glob("*.dist-info")}
@@ -145,3 +161,10 @@ def test_push_dry_run_names_the_registry_and_runs_nothing(built):
     cmd, digest = image.push("registry.example.com/platform/gpufleet:0.1.0", archive=built.archive, dry_run=True)
     assert cmd.endswith(f"oci-archive:{built.archive} docker://registry.example.com/platform/gpufleet:0.1.0")
     assert digest == built.digest
+
+
+def test_out_folder_holds_only_the_image_files(built):
+    """A warm build over an earlier one leaves no temporary files beside the archive."""
+    image.build(out_dir=built.archive.parent)
+    names = sorted(p.name for p in built.archive.parent.iterdir())
+    assert names == ["gpufleet-0.1.0.digest", "gpufleet-0.1.0.oci.tar", "gpufleet-0.1.0.sbom.cdx.json", "image.json"]

@@ -705,6 +705,9 @@ def _debian_version(suite: str) -> str:
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` becomes ``src`` (a hard link where the file system allows, else a copy), atomically."""
+    if dst.exists() and os.path.samefile(src, dst):
+        return  # rename() of two links to one file does nothing and would leave the temporary name behind
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:

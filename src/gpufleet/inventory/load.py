@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from gpufleet.paths import INVENTORIES, REPO_ROOT
+from gpufleet.paths import INVENTORIES, ROLES
 
 from .checks import cross_checks
 from .errors import MISSING, InventoryError, Problem
@@ -94,7 +94,7 @@ def load(
 
 def _role_defaults(role: str, problems: list[Problem]) -> Layer:
     path = defaults_path(role)
-    data, errs = read_yaml(path, REPO_ROOT / "roles" / "x")
+    data, errs = read_yaml(path, ROLES / "x")
     problems.extend(errs)
     return Layer(defaults_file(role), data or {})
 

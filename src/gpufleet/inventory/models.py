@@ -85,8 +85,9 @@ class FleetVars(BaseModel):
     :func:`gpufleet.kube.config.load_config` reads. Unset: the Service, as usual.
 
     ``gpufleet_node_selector``: labels of the nodes gpufleet's controllers
-    run on (system nodes); their pods always tolerate the system-node taint
-    (``gpufleet.names.SYSTEM_NODE_TAINT``).
+    run on (system nodes); with it, their pods tolerate the system-node
+    taint (``gpufleet.names.SYSTEM_NODE_TAINT``), e.g.
+    ``{gpufleet.io/node-role: system}`` for the local cluster's real node.
     """
 
     model_config = STRICT

@@ -170,6 +170,11 @@ class Cluster:
         }
 
     @property
+    def in_cluster_api(self) -> str:
+        """The API endpoint of pods on the real node (``https://<bridge address>:6443``, forwarded to the apiserver)."""
+        return realnode.in_cluster_api(self.ports)
+
+    @property
     def node_ip(self) -> str:
         """The real node's InternalIP: the host's own address (see :func:`gpufleet.local.node.host_ip`)."""
         if self._node_ip is None:

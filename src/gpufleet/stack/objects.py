@@ -6,6 +6,7 @@ roles compose them and tests check them without a Pulumi engine.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from gpufleet.kube.config import API_SERVER_ENV
@@ -96,23 +97,59 @@ def system_toleration() -> Obj:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
+#: Where gpufleet's pods find their inventory (``GPUFLEET_INVENTORIES``; one folder per environment).
+INVENTORY_MOUNT = "/etc/gpufleet/inventories"
+
+
+def inventory_files(root: Path) -> dict[str, str]:
+    """``{relative path: text}`` of an inventory folder's YAML files (``hosts.yml``, ``group_vars/...``)."""
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.suffix in (".yml", ".yaml")}
+
+
+def inventory_config(name: str, namespace: str, env: str, root: Path) -> tuple[Obj, Obj, Obj]:
+    """A ConfigMap with the inventory's files, and the volume and mount that lay them out as ``<mount>/<env>/``.
+
+    ConfigMap keys cannot hold ``/``: each file gets a flat key and an
+    ``items`` entry putting it back at its path. Returns
+    ``(config_map, volume, volume_mount)``.
+    """
+    files = inventory_files(root)
+    keys = {path: f"f{i:02d}-{Path(path).name}" for i, path in enumerate(files)}
+    cm = config_map(f"{name}-inventory", namespace, {keys[p]: text for p, text in files.items()}, component=name)
+    volume = {"name": "inventory", "configMap": {"name": f"{name}-inventory",
+                                                 "items": [{"key": keys[p], "path": p} for p in files]}}
+    mount = {"name": "inventory", "mountPath": f"{INVENTORY_MOUNT}/{env}", "readOnly": True}
+    return cm, volume, mount
+
+
 def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, fleet: Any, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
                volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
-               namespaced_rules: list[Obj] | None = None) -> list[Obj]:
+               namespaced_rules: list[Obj] | None = None, inventory: Any = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
     ``fleet`` (the inventory's :class:`~gpufleet.inventory.models.FleetVars`)
     gives the image (``gpufleet_image``), the API endpoint where there is no
     service network (``gpufleet_api_server``) and the nodes to run on
-    (``gpufleet_node_selector``; the system-node taint is tolerated).
+    (``gpufleet_node_selector``; with one, the system-node taint is tolerated).
     The container runs ``gpufleet <args>`` from that image, with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
     ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
     ``namespace`` (a Role): whatever can stop at the controller's own
-    namespace does.
+    namespace does. With ``inventory`` (an
+    :class:`~gpufleet.inventory.Inventory` the controller loads with
+    ``--env``), its files go along in a ConfigMap mounted where
+    ``GPUFLEET_INVENTORIES`` points (values set only in the Pulumi stack
+    config do not: flags carry the ones a controller needs).
     """
+    extra: list[Obj] = []
+    if inventory is not None:
+        cm, volume, mount = inventory_config(name, namespace, inventory.env, inventory.root)
+        extra.append(cm)
+        volumes, mounts = [*(volumes or []), volume], [*(mounts or []), mount]
+        env = {**(env or {}), "GPUFLEET_INVENTORIES": INVENTORY_MOUNT}
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
@@ -128,9 +165,11 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container], "tolerations": [system_toleration()]}
+    spec: Obj = {"serviceAccountName": name, "containers": [container]}
     if fleet.gpufleet_node_selector:
+        # Placed on system nodes on purpose: tolerate their taint there (and only then).
         spec["nodeSelector"] = dict(fleet.gpufleet_node_selector)
+        spec["tolerations"] = [system_toleration()]
     if volumes:
         spec["volumes"] = volumes
     deployment = {
@@ -140,4 +179,4 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     rbac = cluster_rbac(name, namespace, rules) + (namespaced_rbac(name, namespace, namespaced_rules)
                                                    if namespaced_rules else [])
-    return [service_account(name, namespace), *rbac, deployment]
+    return [service_account(name, namespace), *rbac, *extra, deployment]

@@ -76,7 +76,8 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
         console.print(f"kubeconfig: {cl.kubeconfig}")
         console.rule("2. pulumi up --stack local")
         target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
-                               config=DEMO_CONFIG, refresh=True)
+                               config={**DEMO_CONFIG, "gpufleet:gpufleet_api_server": cl.in_cluster_api},
+                               refresh=True)
         try:
             result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))
         except engine.EngineError as exc:

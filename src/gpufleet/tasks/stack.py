@@ -49,15 +49,20 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
 
     with fail_on_inventory_error():
         load(env)  # validate before building or starting anything
+    config: dict[str, str] = {}
     if kubeconfig:
         path = Path(kubeconfig)
     elif env == "local":
         from gpufleet.local import cluster as local_cluster
 
         try:
-            path = local_cluster.get(cluster or local_cluster.DEFAULT_NAME).kubeconfig
+            lc = local_cluster.get(cluster or local_cluster.DEFAULT_NAME)
         except (LookupError, ValueError) as exc:
             raise Exit(f"local cluster: {exc} (start it with `invoke local.up`)", code=2) from None
+        path = lc.kubeconfig
+        # No service network: gpufleet's pods on the real node (with gpufleet_node_selector
+        # gpufleet.io/node-role: system) reach the apiserver through its forward.
+        config["gpufleet:gpufleet_api_server"] = lc.in_cluster_api
     elif os.environ.get("KUBECONFIG"):
         path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
     else:
@@ -71,7 +76,7 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
                    f"kubeconfig (--kubeconfig or KUBECONFIG)", code=2)
     # Local clusters are recreated often (local.up --fresh, local.down --purge): read the live objects first.
     return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend(),
-                  refresh=env == "local")
+                  config=config, refresh=env == "local")
 
 
 def _print(line: str) -> None:
