@@ -13,11 +13,11 @@ import datetime as dt
 import time
 
 import pytest
-from kubernetes import client
-
 from gpufleet import names
 from gpufleet.flip.constants import LEASE_NAME
 from gpufleet.inventory import load
+from gpufleet.kube import Kube
+from gpufleet.local.apply import apply_changed
 from gpufleet.local import node as realnode
 from gpufleet.stack.render import render
 
@@ -49,59 +49,57 @@ def taint_controller(local_cluster):
             ("taint-controller", NS)]
     assert {o["kind"] for o in objs} >= {"Deployment", "ServiceAccount", "ClusterRole", "ConfigMap"}
     with local_cluster.cluster.kube() as k:
-        k.apply_changed(sorted(objs, key=lambda o: (o["kind"] != "Namespace", o["kind"] == "Deployment")))
-    core = client.CoreV1Api(local_cluster.api_client)
-    selector = "app.kubernetes.io/name=taint-controller"
+        apply_changed(k, sorted(objs, key=lambda o: (o["kind"] != "Namespace", o["kind"] == "Deployment")))
+    k = local_cluster.kube
 
     def ready() -> list[str]:
-        pods = core.list_namespaced_pod(NS, label_selector=selector).items
-        ok = [p.metadata.name for p in pods if p.metadata.deletion_timestamp is None and any(
-            c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        ok = [p["metadata"]["name"] for p in _pods(k) if not p["metadata"].get("deletionTimestamp") and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions") or [])]
         return ok if len(ok) == 2 else []
 
     pod_names = _wait("two taint-controller pods Ready", ready)
-    yield core, pod_names, ready
-    client.AppsV1Api(local_cluster.api_client).delete_namespaced_deployment("taint-controller", NS)
+    yield k, pod_names, ready
+    k.delete("apps/v1", "deployments", "taint-controller", NS)
 
 
-def _holder(coord: client.CoordinationV1Api) -> str | None:
-    try:
-        return coord.read_namespaced_lease(LEASE_NAME, NS).spec.holder_identity
-    except client.ApiException:
-        return None
+def _pods(k: Kube) -> list[dict]:
+    return k.list("v1", "pods", NS, labelSelector="app.kubernetes.io/name=taint-controller")["items"]
+
+
+def _holder(k: Kube) -> str | None:
+    lease = k.get_or_none("coordination.k8s.io/v1", "leases", LEASE_NAME, NS) or {}
+    return lease.get("spec", {}).get("holderIdentity")
 
 
 def test_two_replicas_on_the_real_node_one_leads(local_cluster, taint_controller):
-    core, names, _ = taint_controller
+    k, names, _ = taint_controller
     node = realnode.node_name(local_cluster.name)
-    pods = {p.metadata.name: p for p in core.list_namespaced_pod(NS, label_selector="app.kubernetes.io/name=taint-controller").items}
-    assert {pods[n].spec.node_name for n in names} == {node}
-    assert all(pods[n].spec.containers[0].image == load("local").fleet.gpufleet_image for n in names)
-    coord = client.CoordinationV1Api(local_cluster.api_client)
+    pods = {p["metadata"]["name"]: p for p in _pods(k)}
+    assert {pods[n]["spec"]["nodeName"] for n in names} == {node}
+    assert all(pods[n]["spec"]["containers"][0]["image"] == load("local").fleet.gpufleet_image for n in names)
     # A Lease left by an earlier run expires first (15 s); then one of these two holds it.
-    holder = _wait("one of the two pods leading", lambda: (h := _holder(coord)) and any(n in h for n in names) and h,
+    holder = _wait("one of the two pods leading", lambda: (h := _holder(k)) and any(n in h for n in names) and h,
                    timeout=90)
     assert sum(n in holder for n in names) == 1
 
 
 def test_controller_logs_come_through_the_kubelet_without_403(local_cluster, taint_controller):
-    core, names, _ = taint_controller
+    k, names, _ = taint_controller
     time.sleep(5)  # a few ticks of the controller loop
     for name in names:
-        logs = core.read_namespaced_pod_log(name, NS)
+        logs = k.pod_log(NS, name)
         assert "403" not in logs and "Forbidden" not in logs, logs[-2000:]
 
 
 def test_standby_takes_the_lease_when_the_leader_goes(local_cluster, taint_controller):
-    core, names, ready = taint_controller
-    coord = client.CoordinationV1Api(local_cluster.api_client)
-    leader = _wait("one of the two pods leading", lambda: (h := _holder(coord)) and any(n in h for n in names) and h,
+    k, names, ready = taint_controller
+    leader = _wait("one of the two pods leading", lambda: (h := _holder(k)) and any(n in h for n in names) and h,
                    timeout=90)
     leader_pod = next(n for n in names if n in leader)
     standby = next(n for n in names if n != leader_pod)
     started = time.monotonic()
-    core.delete_namespaced_pod(leader_pod, NS, grace_period_seconds=0)
-    new = _wait("the standby holding the Lease", lambda: (h := _holder(coord)) and standby in h and h, timeout=60,
+    k.delete("v1", "pods", leader_pod, NS, grace_seconds=0)
+    new = _wait("the standby holding the Lease", lambda: (h := _holder(k)) and standby in h and h, timeout=60,
                 interval=0.2)
     takeover = time.monotonic() - started
     print(f"Lease takeover: {takeover:.1f}s (lease {15}s)")

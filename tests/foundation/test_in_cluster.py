@@ -8,6 +8,7 @@ import pytest
 
 from gpufleet import names
 from gpufleet.inventory import InventoryError, load
+from gpufleet.kube.config import API_SERVER_ENV
 from gpufleet.stack.objects import INVENTORY_MOUNT
 from gpufleet.stack.render import render
 
@@ -26,9 +27,10 @@ def test_api_server_endpoint_reaches_every_controller_as_the_in_cluster_env():
     objs = _objects(gpufleet_api_server="https://10.244.3.1:6443")
     for name in CONTROLLERS:
         env = {e["name"]: e.get("value") for e in _deployment(objs, name)["spec"]["template"]["spec"]["containers"][0]["env"]}
-        assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.244.3.1", "6443"), name
+        assert env[API_SERVER_ENV] == "https://10.244.3.1:6443", name  # read by gpufleet.kube.config
+        assert "KUBERNETES_SERVICE_HOST" not in env, name  # the kubelet's stays: one override, not two
     plain = _deployment(_objects(), "taint-controller")["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert "KUBERNETES_SERVICE_HOST" not in {e["name"] for e in plain}  # default: the kubernetes Service
+    assert API_SERVER_ENV not in {e["name"] for e in plain}  # default: the kubernetes Service
 
 
 @pytest.mark.parametrize("bad", ["http://10.0.0.1:6443", "https://10.0.0.1", "https://10.0.0.1:6443/api", "10.0.0.1:6443"])
