@@ -111,13 +111,15 @@ def status(c: Context, name: str = local_cluster.DEFAULT_NAME) -> None:
         "kube-scheduler": "scheduler", "kwok": "kwok", "kueue": "kueue_webhook", "jobset": "jobset_webhook",
         "descheduler": "descheduler", "prometheus": "prometheus", "kubelet": "kubelet",
     }
+    # The apiserver forward listens on the real node's pod-network gateway, not on loopback.
+    shown = {"api-forward": local_cluster.get(name).in_cluster_api.removeprefix("https://")}
     for comp in st.components:
         if st.real_node is None and comp.name in local_cluster.NODE_COMPONENTS:
             continue
         table.add_row(
             comp.name, str(comp.pid or "-"), "yes" if comp.healthy else "NO",
             f"{comp.rss / 2**20:.0f}" if comp.pid else "-",
-            str(st.ports[port_of[comp.name]]) if comp.name in port_of else "socket",
+            str(st.ports[port_of[comp.name]]) if comp.name in port_of else shown.get(comp.name, "socket"),
         )
     console = Console(highlight=False)
     console.print(table)
