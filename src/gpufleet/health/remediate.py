@@ -49,7 +49,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet.health.faults import Fault, Queries, Rules, evaluate
+from gpufleet.health.faults import FAULT_KINDS, Fault, Queries, Rules, evaluate
 from gpufleet.health.promql import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
@@ -82,7 +82,7 @@ class Settings:
     rules: Rules = field(default_factory=Rules)
     max_nodes_out: int = 4
     dry_run: bool = False
-    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors"})
+    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors"})
     lemon_failures: int = 3
     lemon_window_seconds: float = 168 * 3600.0
     namespace: str = SYSTEM_NAMESPACE
@@ -298,7 +298,7 @@ class Remediator:
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
         report.decisions = decide(report.faults, nodes, self.settings, now, busy)
-        for kind in ("gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing"):
+        for kind in FAULT_KINDS:
             self.metrics.faulty.labels(kind).set(sum(1 for fs in report.faults.values() if any(f.kind == kind for f in fs)))
         for d in report.decisions:
             self._act(d, nodes.get(d.node))
