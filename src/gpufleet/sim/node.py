@@ -399,13 +399,25 @@ def pcie_node(name: str = "pcie", gpus: int = 4) -> Node:
 
 
 def nvml_errors_node() -> Node:
-    """NVML errors other than "GPU is lost", on an HGX board: GPU 0 fine; GPU 1's device handle
-    fails with "Unknown Error"; every value read of GPU 2 fails with "Unknown Error"; and the
-    fabric manager has stopped (``failed``) although its version matches the pin."""
-    gpus = [h100_gpu(0, nvlinks=4), h100_gpu(1, nvlinks=4, handle_error="unknown"),
-            h100_gpu(2, nvlinks=4, read_error="unknown")]
+    """NVML errors other than "GPU is lost", on an HGX board: GPU 0 fine at exactly 78 C (not
+    above the threshold); GPU 1's device handle fails with "Unknown Error" (nvidia-smi exits
+    255); every value read of GPU 2 fails with "Unknown Error"; GPU 3 at 79 C; the fabric
+    manager has stopped (``failed``) although its version matches the pin; and the kernel log
+    holds an XID 79 for a PCI address no GPU of the node has any more."""
+    gpus = [h100_gpu(0, nvlinks=4, temperature=78), h100_gpu(1, nvlinks=4, handle_error="unknown"),
+            h100_gpu(2, nvlinks=4, read_error="unknown"), h100_gpu(3, nvlinks=4, temperature=79)]
     desc = node("nvml-errors", gpus, [hca("mlx5_0")])
     desc["services"][FABRIC_MANAGER_UNIT] = "failed"
+    desc["kernel_log"].append("2025-01-01T00:00:00+0000 node kernel: NVRM: Xid (PCI:0000:c1:00): 79, pid='<unknown>', "
+                              "name=<unknown>, GPU has fallen off the bus.")
+    return desc
+
+
+def no_driver_node() -> Node:
+    """Two GPUs on the PCI bus, the NVIDIA driver not loaded: NVML cannot start and nvidia-smi
+    fails as a whole ("couldn't communicate with the NVIDIA driver", exit 9)."""
+    desc = healthy_node("no-driver", gpus=2, hcas=1, nvlinks=2, roce=False)
+    desc["nvml"] = "driver_not_loaded"
     return desc
 
 
@@ -461,6 +473,7 @@ FIXTURE_NODES: dict[str, Callable[[], Node]] = {
     "missing-gpu": missing_gpu_node,
     "no-nvml": no_nvml_node,
     "nvml-errors": nvml_errors_node,
+    "no-driver": no_driver_node,
     "pcie": pcie_node,
     "ib-shapes": ib_shapes_node,
 }
