@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 FaultKind = Literal["gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
-                    "gpu_missing"]
+                    "gpu_missing", "gpu_partial"]
 
 
 class Vars(BaseModel):

@@ -25,9 +25,11 @@ SWAP = {"key": SWAP_TAINT, "value": "hot", "effect": "NoSchedule"}
     ({"cordoned": True, "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}, ["cordoned"]),
     ({"taints": [SWAP]}, ["swap: hot"]),
     ({"taints": [{"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}]}, ["degraded: ib_errors"]),
-    ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}, ["taint node.kubernetes.io/unreachable"]),
+    ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+     ["taint node.kubernetes.io/unreachable:NoExecute"]),
     ({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "PreferNoSchedule"}]}, []),
-    ({"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}, []),
+    # Any key training pods do not tolerate keeps the node out (not a fixed list of keys).
+    ({"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}, ["taint example.com/other:NoSchedule"]),
 ])
 def test_out_reasons(kwargs, reasons):
     assert nodes.out_reasons(node("n1", **kwargs)) == reasons

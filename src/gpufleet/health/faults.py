@@ -33,6 +33,9 @@ roce_errors         packet-loss counters of a RoCE port (``out_of_sequence``,   
 gpu_missing         NVML reports a GPU lost, or erroring (any other error on its   ``gpufleet_gpu_lost``, ``gpufleet_gpu_erroring``,
                     handle, or every read failing), or fewer GPUs than the node's  ``gpufleet_gpu_devices``
                     ``nvidia.com/gpu.count`` label
+gpu_partial         the Node's ``nvidia.com/gpu`` allocatable is below its         the Node object (not Prometheus), through the
+                    capacity (the device plugin withdrew GPUs) and the inventory   node classifier (:mod:`gpufleet.fleet.classify`)
+                    does not let such nodes count for training
 =================== ============================================================== ==========================================
 
 InfiniBand and RoCE are kept apart by the ``link_layer`` label every port
@@ -85,7 +88,7 @@ ROCE_PORTS = 'link_layer="Ethernet"'
 ROCE_LOSS_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "implied_nak_seq_err")
 
 FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
-               "gpu_missing")
+               "gpu_missing", "gpu_partial")
 
 Series = dict[str, Any]  # {"metric": {labels}, "values": [[ts, "v"], ...]} (matrix) or "value": [ts, "v"] (vector)
 

@@ -134,7 +134,7 @@ def _request(api: client.ApiClient, method: str, path: str, query: list[tuple[st
 
 
 def watch_json(api: client.ApiClient, path: str, *, resource_version: str, timeout_seconds: int = 300,
-               label_selector: str | None = None) -> Iterator[tuple[str, Obj]]:
+               label_selector: str | None = None, field_selector: str | None = None) -> Iterator[tuple[str, Obj]]:
     """Stream ``(type, object)`` watch events of a list endpoint from ``resource_version``.
 
     Types are ADDED, MODIFIED, DELETED, BOOKMARK (bookmarks are requested so
@@ -149,6 +149,8 @@ def watch_json(api: client.ApiClient, path: str, *, resource_version: str, timeo
                                     ("allowWatchBookmarks", "true"), ("timeoutSeconds", timeout_seconds)]
     if label_selector:
         query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
     resp = _request(api, "GET", path, query, {"Accept": "application/json"}, None, (10, timeout_seconds + 30))
     raw = resp.response
     buf = b""

@@ -5,7 +5,10 @@
   depends on (:func:`slim`). A node event marks the state dirty only when
   the node's capacity signature changes (flavor, GPUs, schedulable,
   virtual), so heartbeats cost nothing.
-* A second watcher marks the state dirty when a ClusterQueue's resource
+* With ``kueue_quota_subtract_unmanaged_gpus`` a pod watcher (bound,
+  non-terminal pods) marks it dirty when the GPUs held by pods Kueue does
+  not manage change (:class:`PodWatch`): those GPUs are subtracted.
+* A further watcher marks the state dirty when a ClusterQueue's resource
   groups change (:class:`QueueWatch`): ``pulumi up`` force-applies the
   inventory's quotas (``pulumi.com/patchForce``, roles/kueue), and this
   puts the schedulable capacity back within the debounce.
@@ -44,6 +47,9 @@ from gpufleet.inventory import Inventory
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops.kube import list_items, watch_json
 from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
+from gpufleet.fleet.capacity import unmanaged_holders
+from gpufleet.fleet.classify import classify
+from gpufleet.quantities import GpuCountError
 from gpufleet.quota import resync
 
 log = logging.getLogger(__name__)
@@ -65,15 +71,31 @@ def slim(node: Obj) -> Obj:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    cap = (status.get("capacity") or {}).get(GPU_RESOURCE)
     return {"metadata": {"name": meta.get("name"), "labels": keep},
             "spec": {"unschedulable": spec.get("unschedulable", False), "taints": spec.get("taints") or []},
             "status": {"allocatable": {GPU_RESOURCE: gpus} if gpus is not None else {},
+                       "capacity": {GPU_RESOURCE: cap} if cap is not None else {},
                        "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
 
 
 def signature(node: Obj) -> tuple:
-    """What quota depends on: flavor, GPUs, out reasons, virtual."""
-    return (nodeutil.flavor(node), nodeutil.gpus(node), tuple(nodeutil.out_reasons(node)), nodeutil.is_virtual(node))
+    """What quota depends on: flavor, virtual, and the classifier's view (GPUs, reasons for every class)."""
+    nc = classify(node)
+    return (nodeutil.flavor(node), nodeutil.is_virtual(node), nc.facts.allocatable, nc.facts.capacity,
+            tuple(sorted(nc.reasons.items())))
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The fields of a Pod quota depends on (GPUs held, node, Kueue labels, priority), in the Pod's own shape."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("kueue.x-k8s.io/")}
+    keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers") if k in spec}
+    keep["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in keep.get("containers") or []]
+    keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                              for c in keep.get("initContainers") or []]
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": labels},
+            "spec": keep, "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
 
 class NodeCache:
@@ -137,6 +159,62 @@ class NodeCache:
         list_watch(self.api, "/api/v1/nodes", stop, self._relist, self.apply_event, "node")
 
 
+class PodWatch:
+    """Bound, non-terminal pods (slim), watched; marks ``cache`` dirty when the GPUs unmanaged pods hold change.
+
+    Only what quota depends on triggers a resync: a pod Kueue does not manage
+    starting or ending on a node with GPUs (:func:`gpufleet.fleet.capacity.unmanaged_holders`).
+    """
+
+    def __init__(self, api: client.ApiClient, cache: NodeCache, reclaim_below: int | None):
+        self.api, self.cache, self.reclaim_below = api, cache, reclaim_below
+        self.pods: dict[str, Obj] = {}
+        self.lock = threading.Lock()
+        self.synced = threading.Event()
+        self._holders: dict = {}
+
+    def items(self) -> list[Obj]:
+        """The cached pods."""
+        with self.lock:
+            return list(self.pods.values())
+
+    def _check(self) -> None:
+        with self.lock:
+            pods = list(self.pods.values())
+        try:
+            holders = unmanaged_holders(pods, self.reclaim_below)
+        except GpuCountError as exc:
+            log.error("%s", exc)
+            return
+        if holders != self._holders:
+            self._holders = holders
+            self.cache._mark()
+
+    def _relist(self) -> str:
+        items, rv = list_items(self.api, "/api/v1/pods", field_selector=resync.HOLDING_PODS)
+        with self.lock:
+            self.pods = {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}": slim_pod(p) for p in items}
+        self._check()
+        self.synced.set()
+        return rv
+
+    def apply_event(self, kind: str, obj: Obj) -> None:
+        """Apply one watch event (a pod leaving the selector arrives as DELETED)."""
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        with self.lock:
+            if kind == "DELETED":
+                self.pods.pop(key, None)
+            else:
+                self.pods[key] = slim_pod(obj)
+        self._check()
+
+    def run(self, stop: threading.Event) -> None:
+        """List, then watch bound non-terminal pods until ``stop``."""
+        list_watch(self.api, "/api/v1/pods", stop, self._relist, self.apply_event, "pod",
+                   field_selector=resync.HOLDING_PODS)
+
+
 class QueueWatch:
     """ClusterQueue resource groups as last seen; marks ``cache`` dirty when they change.
 
@@ -179,7 +257,7 @@ class QueueWatch:
 
 
 def list_watch(api: client.ApiClient, path: str, stop: threading.Event, relist: Callable[[], str],
-               on_event: Callable[[str, Obj], None], what: str) -> None:
+               on_event: Callable[[str, Obj], None], what: str, *, field_selector: str | None = None) -> None:
     """``relist()`` (returns the list's resourceVersion), then watch ``path`` until ``stop``.
 
     Relists on 410 Gone and after errors, backing off from 1 s to 30 s.
@@ -190,7 +268,8 @@ def list_watch(api: client.ApiClient, path: str, stop: threading.Event, relist: 
         try:
             if rv is None:
                 rv = relist()
-            for kind, obj in watch_json(api, path, resource_version=rv, timeout_seconds=WATCH_SECONDS):
+            for kind, obj in watch_json(api, path, resource_version=rv, timeout_seconds=WATCH_SECONDS,
+                                        field_selector=field_selector):
                 if stop.is_set():
                     return
                 if kind == "ERROR":
@@ -259,6 +338,10 @@ class QuotaSync:
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.cache = NodeCache(api)
+        kv = inv.role("kueue")
+        #: Pods holding GPUs, watched only when the inventory subtracts unmanaged ones.
+        self.pods = (PodWatch(api, self.cache, max(pc.value for pc in kv.kueue_priority_classes))
+                     if kv.kueue_quota_subtract_unmanaged_gpus else None)
         self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds
         self._reported: set[tuple] = set()
         self.history: list[SyncOutcome] = []
@@ -272,9 +355,10 @@ class QuotaSync:
             cqs = list_items(self.api, resync.CQ_PATH)[0]
             wls = list_items(self.api, resync.WL_PATH)[0]
             lqs = list_items(self.api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues")[0]
-            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs)
+            pods = self.pods.items() if self.pods is not None else None
+            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs, pods)
             applied = resync.apply(self.api, plan, allow_zero=True, events=False)
-        except (ApiException, resync.OpsError, OSError) as exc:
+        except (ApiException, resync.OpsError, OSError, GpuCountError) as exc:
             self.metrics.resyncs.labels("error").inc()
             log.error("resync failed: %s", exc)
             if first is not None:  # keep the burst pending
@@ -332,9 +416,14 @@ class QuotaSync:
 
     def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
         """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
-        for name, target in (("nodes", self.cache.run), ("queues", QueueWatch(self.api, self.cache).run)):
+        watches = [("nodes", self.cache.run), ("queues", QueueWatch(self.api, self.cache).run)]
+        if self.pods is not None:
+            watches.append(("pods", self.pods.run))
+        for name, target in watches:
             threading.Thread(target=target, args=(stop,), daemon=True, name=f"quota-sync-watch-{name}").start()
         self.cache.synced.wait(60)
+        if self.pods is not None:
+            self.pods.synced.wait(60)
         last = 0.0
         while not stop.is_set():
             woke = self.cache.dirty.wait(min(5.0, self.resync_seconds))

@@ -63,8 +63,9 @@ from kubernetes.utils import parse_quantity
 from gpufleet.inventory import Inventory
 from gpufleet.ops.kube import OpsError, list_items, list_nodes, record_event, update_with_retry
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.quantities import canonical
-from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map
+from gpufleet.quantities import canonical, whole_gpus
+from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map, pod_spec_gpus
+from gpufleet.fleet.classify import default_classes
 
 log = logging.getLogger(__name__)
 
@@ -217,29 +218,33 @@ def quota_of(cq: Obj, flavor: str, resource: str = GPU_RESOURCE) -> dict[str, De
 
 
 def reserved_gpus(cq: Obj) -> dict[str, int]:
-    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent)."""
+    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent).
+
+    Raises:
+        gpufleet.quantities.GpuCountError: a fractional total (naming the ClusterQueue and flavor).
+    """
     out: dict[str, int] = {}
+    name = (cq.get("metadata") or {}).get("name", "?")
     for fu in (cq.get("status") or {}).get("flavorsReservation") or []:
         for res in fu.get("resources") or []:
             if res.get("name") == GPU_RESOURCE:
-                out[fu["name"]] = int(parse_quantity(res.get("total", 0)))
+                out[fu["name"]] = whole_gpus(res.get("total", 0),
+                                             f"ClusterQueue {name} status.flavorsReservation[{fu['name']}]")
     return out
 
 
 def workload_gpus(wl: Obj) -> int:
-    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits)."""
+    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits).
+
+    Raises:
+        gpufleet.quantities.GpuCountError: a fractional GPU count (naming the Workload and podSet).
+    """
     total = 0
+    meta = wl.get("metadata") or {}
     for ps in (wl.get("spec") or {}).get("podSets") or []:
         spec = (ps.get("template") or {}).get("spec") or {}
-
-        def per(container: Obj) -> int:
-            r = container.get("resources") or {}
-            v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
-            return int(parse_quantity(v)) if v is not None else 0
-
-        pod = sum(per(c) for c in spec.get("containers") or [])
-        pod = max([pod] + [per(c) for c in spec.get("initContainers") or []])
-        total += int(ps.get("count", 1)) * pod
+        where = f"Workload {meta.get('namespace', '')}/{meta.get('name', '?')} podSet {ps.get('name', '?')}"
+        total += int(ps.get("count", 1)) * pod_spec_gpus(spec, where)
     return total
 
 
@@ -353,19 +358,40 @@ def gpu_nominal(desired: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict
     return {q: {f: r["gpu"] for f, r in fl.items()} for q, fl in desired.items()}
 
 
+def capacity_of(inv: Inventory, nodes: list[Obj], pods: list[Obj] | None = None) -> dict[str, FlavorNodes]:
+    """Training capacity per flavor as the inventory asks for it (pure).
+
+    The node classifier with ``kueue_partial_gpu_nodes_count``; the GPUs held by
+    pods Kueue does not manage subtracted when ``kueue_quota_subtract_unmanaged_gpus``
+    and ``pods`` are given (pods below the highest ``kueue_priority_classes`` value
+    are the flip-out's to take back, not subtracted). quota sync and ``invoke status``
+    both call this.
+    """
+    v = inv.role("kueue")
+    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
+    reclaim = max(pc.value for pc in v.kueue_priority_classes)
+    return flavor_capacity(nodes, inv.flavors(), pods=pods if v.kueue_quota_subtract_unmanaged_gpus else None,
+                           classes=classes, reclaim_below=reclaim)
+
+
 def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workloads: list[Obj],
-              local_queues: list[Obj]) -> ResyncPlan:
+              local_queues: list[Obj], pods: list[Obj] | None = None) -> ResyncPlan:
     """The resync plan from objects already read (pure: no API calls).
+
+    Args:
+        pods: the cluster's non-terminal pods (GPUs unmanaged pods hold are
+            subtracted, :func:`capacity_of`); None: nothing is subtracted.
 
     Raises:
         OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
+        gpufleet.quantities.GpuCountError: a pod or Workload with a fractional GPU count.
     """
     from roles.kueue.manifests import quotas
 
     t0 = time.perf_counter()
     v = inv.role("kueue")
     flavors = list(inv.flavors())
-    capacity = flavor_capacity(nodes, flavors)
+    capacity = capacity_of(inv, nodes, pods)
     desired = quotas(inv, capacity=gpu_map(capacity))
     all_queues = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     managed = {q: all_queues[q] for q in desired if q in all_queues}
@@ -409,8 +435,17 @@ def zero_message(plan: ResyncPlan) -> str:
 # --------------------------------------------------------------------------- API
 
 
-def read_state(api: client.ApiClient) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
-    """Nodes, ClusterQueues, Workloads and LocalQueues, as dicts.
+#: Pods that may hold GPUs: bound and not finished (the API's field selectors).
+HOLDING_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def list_holding_pods(api: client.ApiClient) -> list[Obj]:
+    """Bound, non-terminal pods of every namespace (:data:`HOLDING_PODS`)."""
+    return list_items(api, "/api/v1/pods", field_selector=HOLDING_PODS)[0]
+
+
+def read_state(api: client.ApiClient) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj], list[Obj]]:
+    """Nodes, ClusterQueues, Workloads, LocalQueues and the pods holding GPUs, as dicts.
 
     Raises:
         OpsError: Kueue's v1beta2 API is not served (Kueue missing or too old).
@@ -424,7 +459,7 @@ def read_state(api: client.ApiClient) -> tuple[list[Obj], list[Obj], list[Obj], 
         if exc.status == 404:
             raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
         raise
-    return nodes, cqs, wls, lqs
+    return nodes, cqs, wls, lqs, list_holding_pods(api)
 
 
 def compute(api: client.ApiClient, inv: Inventory) -> ResyncPlan:
