@@ -268,10 +268,15 @@ def test_a_remote_delete_never_hits_a_same_named_replacement(kube, other, ns):
 
         remote.create("v1", "pods", remote_pod("source-1"), ns)
         wait("the first remote pod cached", lambda: prov.get_pod(ns, "dup") is not None, timeout=20)
-        prov.pods.stop()  # the watch ends: the cache keeps showing the first pod
+        # Freeze the watch cache on the first pod: stop the watch, let one more event end its thread.
+        prov.pods.stop()
+        remote.patch("v1", "pods", "dup", {"metadata": {"labels": {"freeze": "1"}}}, ns)
+        prov.pods._thread.join(timeout=20)
+        assert not prov.pods._thread.is_alive()
         remote.delete("v1", "pods", "dup", ns, grace_seconds=0)
         wait("the first remote pod gone", lambda: remote.get_or_none("v1", "pods", "dup", ns) is None, timeout=20)
         replacement = remote.create("v1", "pods", remote_pod("source-2"), ns)
+        assert (prov.get_pod(ns, "dup")["metadata"]["annotations"] or {})[SOURCE_UID] == "source-1"  # stale
         prov.delete_pod({"metadata": {"namespace": ns, "name": "dup", "uid": "source-1"}})  # the orphan's clean-up
         live = remote.get("v1", "pods", "dup", ns)
         assert live["metadata"]["uid"] == replacement["metadata"]["uid"] and live["metadata"].get("deletionTimestamp") is None
