@@ -228,7 +228,7 @@ def test_a_taint_removed_by_someone_else_is_restored_once_with_an_event_and_a_me
     restored0, honoured0 = metric("gpufleet_taint_controller_taint_restored_total"), \
         metric("gpufleet_taint_controller_taint_removals_honoured_total")
     caches = ApiServerSignal(kube).start()
-    signal = Scripted([40, 40, 40, 40, 40, 40, 1, 40])
+    signal = Scripted([40] * 5 + [1, 40])  # one value per tick below
     ctl = TaintController(kube, signal, caches, Hysteresis(16, 8, 0, tainted=False), pools=POOLS, clock=FakeClock()).start()
     try:
         ctl.tick()  # 40 free: tainted
