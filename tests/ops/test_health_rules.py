@@ -142,3 +142,25 @@ def test_infiniband_and_roce_rules_select_their_link_layer():
     assert faults["r"][0].kind == "roce_errors" and "counter=packet_seq_err" in faults["r"][0].detail
     assert faults["d"][0].kind == "roce_errors" and "mlx5_3 port 1 (RoCE) state 1" in faults["d"][0].detail
     assert "r" not in evaluate(res, Rules(scrape_interval_seconds=15, roce_error_threshold=5), NOW)
+
+
+def test_above_the_gpu_threshold_means_strictly_greater_for_alert_node_health_and_node_checks(local_inv):
+    """One variable, one meaning: at 78 C nothing acts, above it everything does."""
+    import sys
+    from pathlib import Path
+
+    from roles.gpu_metrics.rules import build_rules
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "nodes"))
+    from nodecheck import role_defaults
+
+    m = local_inv.role("gpu_metrics")
+    threshold = m.gpu_metrics_gpu_temp_threshold_celsius
+    settings = Settings.from_inventory(local_inv)
+    assert settings.rules.gpu_temp_celsius == threshold == role_defaults()["gpu_metrics_gpu_temp_threshold_celsius"]
+    exprs = {r["expr"] for g in build_rules(threshold)["groups"] for r in g["rules"]}
+    assert f"gpufleet_gpu_temperature_celsius > {threshold:g}" in exprs
+    at = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold] * 4)]}
+    above = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold + 1] * 4)]}
+    assert evaluate(at, settings.rules, NOW) == {}
+    assert [f.kind for f in evaluate(above, settings.rules, NOW)["a"]] == ["gpu_temp"]
