@@ -207,7 +207,7 @@ def test_a_handle_error_other_than_lost_marks_the_gpu_erroring_named_by_its_bus_
     assert value(reg, "gpufleet_gpu_erroring", {"gpu": "2", "uuid": nvml_errors_node()["gpus"][2]["uuid"]}) == 1
     assert value(reg, "gpufleet_gpu_nvml_errors_total", {"gpu": "2", "call": "temperature", "error": "unknown"}) == 1
     assert value(reg, "gpufleet_gpu_erroring", {"gpu": "0"}) == 0
-    assert value(reg, "gpufleet_gpu_temperature_celsius", {"gpu": "0"}) == 41
+    assert value(reg, "gpufleet_gpu_temperature_celsius", {"gpu": "0"}) == 78
 
 
 class HandleFailsLater(FakeNvmlBackend):

@@ -70,7 +70,7 @@ def test_lost_gpu_is_missing(sim):
     nodes, prom = sim
     nodes["healthy"].lose_gpu(7)
     got = wait_faults(prom, {"healthy"})
-    assert got["healthy"][0].kind == "gpu_missing" and "GPU 7 lost" in got["healthy"][0].detail
+    assert got["healthy"][0].kind == "gpu_missing" and "GPU 7 (00000000:DB:00.0) lost" in got["healthy"][0].detail
 
 
 def test_a_gpu_answering_nvml_with_errors_is_missing_named_by_its_bus_id(sim):
