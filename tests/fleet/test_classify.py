@@ -14,7 +14,6 @@ from gpufleet.fleet.classify import INFERENCE, TRAINING, NodeFacts, classify, to
 from gpufleet.health.remediate import Settings, decide, partial_gpu_faults
 from gpufleet.inventory import load
 from gpufleet.names import DEGRADED_TAINT, RESERVED_TAINT, SWAP_TAINT
-from gpufleet.quantities import GpuCountError
 from gpufleet.quota.resync import capacity_of
 from gpufleet.tasks import fleet_status
 

@@ -35,7 +35,7 @@ from gpufleet.vk.kube import Kube, api_path, parse_time
 from gpufleet.vk.provider import pod_requests
 
 from gpufleet.fleet.classify import INFERENCE, NodeFacts, classify, default_classes
-from gpufleet.names import GPU_RESOURCE, VIRTUAL_NODE_LABEL
+from gpufleet.names import GPU_RESOURCE
 from gpufleet.quantities import GpuCountError, whole_gpus
 
 #: The classes the signal classifies nodes for: it counts room for inference.
