@@ -313,7 +313,9 @@ def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster
         lease = wait("the Lease held", lambda: _lease(api, "gpufleet-quota-sync"), timeout=60)
         assert lease["spec"]["holderIdentity"]
         wait("/healthz", lambda: _get(httpx, f"http://127.0.0.1:{port}/healthz") == 200, timeout=30)
-        wait("a first resync", lambda: "gpufleet_quota_sync_resyncs_total" in httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+        # The counter's family is listed before any resync: wait for a successful one instead.
+        wait("a first resync", lambda: "gpufleet_quota_sync_last_success_timestamp_seconds 0.0"
+             not in httpx.get(f"http://127.0.0.1:{port}/metrics").text, timeout=60)
         take_out(api, nodes[:2])
         wait("quota to follow 2 nodes out", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
