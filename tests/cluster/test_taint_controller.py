@@ -218,9 +218,11 @@ def test_a_taint_removed_by_someone_else_is_restored_once_with_an_event_and_a_me
         wait(f"the cache sees {name} {'with' if want else 'without'} the taint",
              lambda: (n := caches.nodes.get(name)) is not None and TaintController.has_taint(n) == want, timeout=15)
 
+    uid = kube.get("v1", "nodes", "vk-tct-a")["metadata"]["uid"]  # this test's node: Events of earlier ones differ
+
     def events(reason: str) -> list[dict]:
         return [e for e in kube.list("v1", "events", "default")["items"]
-                if e["involvedObject"].get("name") == "vk-tct-a" and e["reason"] == reason]
+                if e["involvedObject"].get("uid") == uid and e["reason"] == reason]
 
     def metric(name: str) -> float:
         return REGISTRY.get_sample_value(name, {"node": "vk-tct-a"}) or 0.0
