@@ -11,7 +11,8 @@ from kubernetes import dynamic
 from kubernetes.client.exceptions import ApiException
 
 #: Kinds of the kueue role that tests need present (not its quota-sync controller).
-KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
+KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
+               "LocalQueue")
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25):

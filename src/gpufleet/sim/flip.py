@@ -77,6 +77,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "Secret": ("v1", "secrets", True),
     "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
     "WorkloadPriorityClass": ("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", False),
+    "Topology": ("kueue.x-k8s.io/v1beta2", "topologies", False),
     "ResourceFlavor": ("kueue.x-k8s.io/v1beta2", "resourceflavors", False),
     "ClusterQueue": ("kueue.x-k8s.io/v1beta2", "clusterqueues", False),
     "LocalQueue": ("kueue.x-k8s.io/v1beta2", "localqueues", True),
@@ -88,7 +89,8 @@ KINDS: dict[str, tuple[str, str, bool]] = {
 
 
 #: What the simulation applies of the kueue role.
-QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
+               "LocalQueue"}
 
 
 class SimError(RuntimeError):
