@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import Problem
+from .errors import MISSING, Problem
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -73,9 +73,14 @@ def topology_checks(inv: "Inventory", file) -> list[Problem]:
     with_block = [h for h in gpu_hosts if h.vars.node_block]
     if with_block and len(with_block) < len(gpu_hosts):
         blocks = sorted({h.vars.node_block for h in with_block})
-        for h in (h for h in gpu_hosts if not h.vars.node_block):
-            problems.append(Problem(hosts_file, f"{h.name}: node_block", None,
-                                    f"a block like every other GPU node ({', '.join(blocks)}): put its rack group "
+        unplaced: dict[str, list[str]] = {}
+        for h in gpu_hosts:
+            if not h.vars.node_block:
+                unplaced.setdefault(h.vars.node_rack, []).append(h.name)
+        for rack, names in unplaced.items():
+            shown = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}, {len(names)} hosts"
+            problems.append(Problem(hosts_file, f"rack {rack} ({shown}): node_block", MISSING,
+                                    f"a block like every other GPU node ({', '.join(blocks)}): put the rack's group "
                                     "under a block group whose group_vars set node_block, or set none anywhere"))
     racks: dict[str, dict[str, str]] = {}  # rack -> block -> its first host
     for h in with_block:

@@ -223,3 +223,29 @@ def crd_pod_spec_has(crd: Mapping[str, Any], version: str, field: str) -> bool |
 
     walk(schema)
     return bool(found) and all(found)
+
+
+def cluster_check(api: Any, api_version: str, kind: str, field: str) -> str | None:
+    """Why the cluster would drop pod spec ``field`` from a ``kind`` object, or None when it keeps it.
+
+    Built-in kinds (``batch/v1`` Job) keep every field the API server knows;
+    a custom kind keeps it only if the cluster's CRD declares it
+    (:func:`crd_pod_spec_has`).
+
+    Raises:
+        kubernetes.client.exceptions.ApiException: the CRDs cannot be listed.
+    """
+    from kubernetes import client
+
+    group, _, version = api_version.rpartition("/")
+    if group in ("", "batch"):
+        return None
+    for item in client.ApiextensionsV1Api(api).list_custom_resource_definition().items:
+        crd = api.sanitize_for_serialization(item)
+        if crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind:
+            if crd_pod_spec_has(crd, version, field) is False:
+                return (f"the cluster's {kind} CRD ({crd['metadata']['name']}) has no pod spec.{field}, so the API "
+                        "server would drop it and the pods would not join the gang: use --template job, or a "
+                        f"{kind} release whose CRD has it")
+            return None
+    return f"the cluster serves no {api_version} {kind} (is its controller installed?)"

@@ -20,7 +20,9 @@ from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .render import LABEL_JOB
+from gpufleet.inventory.inventory import TOPOLOGY_LEVELS
+
+from .render import LABEL_JOB, TEMPLATES
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 #: Kueue v0.17 serves v1beta1 and v1beta2 (storage); we read v1beta2.
@@ -55,6 +57,8 @@ class SubmitResult:
     pods_running: int = 0
     nodes: list[str] = field(default_factory=list)
     reason: str = ""
+    #: Pods per topology domain, by level (``{"rack": {"rack-a": 3, "rack-b": 1}}``), from the nodes' labels.
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -100,10 +104,16 @@ def pods_reason(pods: Sequence[Any]) -> str:
 
 
 def _main_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The job object: the one Kueue admits (queue label), else (``--gang native``) the labelled job of a template."""
     for obj in objects:
         if QUEUE_LABEL in (obj.get("metadata", {}).get("labels") or {}):
             return obj
-    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL}: nothing for Kueue to admit")
+    kinds = {t.kind for t in TEMPLATES.values()}
+    for obj in objects:
+        if obj.get("kind") in kinds and LABEL_JOB in (obj.get("metadata", {}).get("labels") or {}):
+            return obj
+    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL} or is a {'/'.join(sorted(kinds))} "
+                      f"labelled {LABEL_JOB}: nothing to follow")
 
 
 def preflight(api: client.ApiClient, namespace: str, queue: str, priority_class: str | None) -> None:
@@ -137,8 +147,10 @@ def preflight(api: client.ApiClient, namespace: str, queue: str, priority_class:
 
 
 def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Create ``objects`` in order (any kind, CRDs included); returns the created queue-labelled object.
+    """Create ``objects`` in order (any kind, CRDs included); returns the created job object.
 
+    Objects after the job object (a native gang's Workload and PodGroup) are
+    owned by it (``ownerReferences``), so they go when the job is deleted.
     All or nothing: when one object fails, those created before it are deleted again.
 
     Raises:
@@ -158,6 +170,10 @@ def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> 
             except dynamic.exceptions.ResourceNotFoundError:
                 raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
                                   "(are its controller and CRD installed?)") from None
+            if created_main and not meta.get("ownerReferences"):
+                owner = created_main["metadata"]
+                obj = {**obj, "metadata": {**meta, "ownerReferences": [{
+                    "apiVersion": main["apiVersion"], "kind": main["kind"], "name": owner["name"], "uid": owner["uid"]}]}}
             try:
                 out = resource.create(body=obj, namespace=meta.get("namespace"))
             except ApiException as e:
@@ -167,6 +183,7 @@ def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> 
             done.append((resource, meta["name"], meta.get("namespace")))
             if obj is main:
                 created_main = out.to_dict()
+                created_main.setdefault("apiVersion", main["apiVersion"])
     except SubmitError:
         for resource, name, ns in reversed(done):
             try:
@@ -196,8 +213,11 @@ def follow(
     console: Console | None = None,
     poll_seconds: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
+    kueue: bool = True,
 ) -> SubmitResult:
     """Follow the Workload of ``main`` (a created object) until ``pods_expected`` pods run.
+
+    ``kueue=False`` (a native gang, no LocalQueue): only the pods are followed.
 
     Raises:
         SubmitError: not admitted, or pods not running, within ``timeout``
@@ -212,12 +232,14 @@ def follow(
     console = console or Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        admission = progress.add_task(f"{kind} {ns}/{name}: waiting for its Kueue Workload", total=2)
+        admission = progress.add_task(f"{kind} {ns}/{name}: waiting for its Kueue Workload", total=2,
+                                      visible=kueue)
         running = progress.add_task("pods running", total=pods_expected)
         workload = None
         pods: list[Any] = []
+        result.admitted = not kueue
         while True:
-            workload = find_workload(api, ns, uid)
+            workload = find_workload(api, ns, uid) if kueue else None
             if workload is not None:
                 result.workload = workload["metadata"]["name"]
                 conds = _conditions(workload)
@@ -236,6 +258,7 @@ def follow(
             result.nodes = sorted({p.spec.node_name for p in up})
             progress.update(running, completed=min(len(up), pods_expected))
             if result.admitted and len(up) >= pods_expected:
+                result.domains = _domains(core, up)
                 return result
             if clock() >= deadline:
                 break
@@ -245,7 +268,8 @@ def follow(
         what = "was not admitted by Kueue"
     else:
         result.reason = pods_reason([p for p in pods if p.status.phase != "Running"] or pods)
-        what = f"was admitted but only {result.pods_running}/{pods_expected} pods run"
+        what = (f"was admitted but only {result.pods_running}/{pods_expected} pods run" if kueue else
+                f"has {result.pods_running}/{pods_expected} pods running (native gang: the scheduler binds all or none)")
     raise SubmitError(f"{kind} {ns}/{name} {what} within {timeout:g} s: {result.reason}\n"
                       f"It is still queued; delete it with: kubectl -n {ns} delete {kind.lower()} {name}",
                       workload=result.workload, created=True)
@@ -280,7 +304,27 @@ def submit(
     """
     main = _main_object(objects)
     labels = main["metadata"].get("labels") or {}
-    preflight(api, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
+    kueue = QUEUE_LABEL in labels
+    if kueue:
+        preflight(api, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
     created = create_objects(api, objects)
     created.setdefault("kind", main["kind"])
-    return follow(api, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds)
+    return follow(api, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds,
+                  kueue=kueue)
+
+
+def _domains(core: client.CoreV1Api, pods: Sequence[Any]) -> dict[str, dict[str, int]]:
+    """Pods per topology domain (block, rack) of the nodes they run on; levels the nodes lack are left out."""
+    nodes = {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+    out: dict[str, dict[str, int]] = {}
+    for level in TOPOLOGY_LEVELS:
+        if level.name == "hostname":
+            continue
+        counts: dict[str, int] = {}
+        for p in pods:
+            value = nodes.get(p.spec.node_name, {}).get(level.label)
+            if value is not None:
+                counts[value] = counts.get(value, 0) + 1
+        if counts:
+            out[level.name] = counts
+    return out
