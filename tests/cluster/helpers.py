@@ -60,3 +60,82 @@ def ensure_kueue_objects(api_client, inventory) -> None:
         wait(f"ClusterQueue {name} Active", lambda: any(
             c["type"] == "Active" and c["status"] == "True"
             for c in (cqs.get(name=name).to_dict().get("status") or {}).get("conditions") or []))
+
+
+def gpu_nodes_by(api_client, label: str) -> dict[str, list[str]]:
+    """Simulated GPU node names by the value of node label ``label`` (e.g. ``gpufleet.io/rack``), names sorted."""
+    from kubernetes import client
+
+    out: dict[str, list[str]] = {}
+    for n in client.CoreV1Api(api_client).list_node(label_selector="gpufleet.io/simulated=true").items:
+        out.setdefault((n.metadata.labels or {}).get(label, ""), []).append(n.metadata.name)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def busy_nodes(api_client) -> set[str]:
+    """Nodes where a bound, unfinished pod holds GPUs."""
+    from kubernetes import client
+
+    busy = set()
+    for p in client.CoreV1Api(api_client).list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
+        if p.spec.node_name and any((c.resources.requests or {}).get("nvidia.com/gpu") for c in p.spec.containers):
+            busy.add(p.spec.node_name)
+    return busy
+
+
+def fill(api_client, namespace: str, nodes, name: str = "filler") -> list[str]:
+    """Bind one pod holding all 8 GPUs to each of ``nodes`` (not through Kueue; Kueue counts it as used). Returns pod names."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    names = []
+    for node in nodes:
+        pod = f"{name}-{node}"
+        core.create_namespaced_pod(namespace, {"metadata": {"name": pod, "labels": {"gpufleet.io/filler": name}}, "spec": {
+            "nodeName": node, "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.invalid/filler:1",
+                            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}})
+        names.append(pod)
+    wait(f"{len(names)} filler pods Running", lambda: all(
+        core.read_namespaced_pod(p, namespace).status.phase == "Running" for p in names), timeout=60)
+    return names
+
+
+def train_cli(kubeconfig, capsys):
+    """``run(task, *argv) -> (exit code, stdout, stderr)``: ``invoke train.<task> ... --kubeconfig`` in-process."""
+    from invoke import Collection, Program
+
+    from gpufleet.tasks.train import train as collection
+
+    ns = Collection()
+    ns.add_collection(collection)
+    program = Program(namespace=ns, version="test")
+
+    def run(task: str, *argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            program.run(["invoke", f"train.{task}", *argv, "--kubeconfig", str(kubeconfig)])
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def delete_job(api_client, namespace: str, name: str) -> None:
+    """Delete a batch Job (and its Service) rendered by the training templates, and wait until its pods are gone."""
+    from kubernetes import client
+
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    for call in (lambda: batch.delete_namespaced_job(name, namespace, propagation_policy="Background"),
+                 lambda: core.delete_namespaced_service(name, namespace)):
+        try:
+            call()
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    wait(f"pods of {name} gone", lambda: not core.list_namespaced_pod(
+        namespace, label_selector=f"gpufleet.io/job={name}").items, timeout=90)

@@ -63,6 +63,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.taints import tolerates
 from gpufleet.ops.kube import (
     InputError,
     OpsError,
@@ -591,9 +592,12 @@ def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, s
             extra_history: dict[str, Any] | None = None) -> NodePlan | None:
     """Move a node to the degraded tier: taint ``gpufleet.io/degraded=<fault>:NoSchedule``; no cordon, no drain.
 
-    Inference tolerates the taint; training does not, and the descheduler's
-    RemovePodsViolatingNodeTaints moves training pods off slowly. Returns the
-    plan applied, None when the node was already degraded or out.
+    Inference tolerates the taint and stays. Pods that do not (training) are
+    evicted through the Eviction API, once, without waiting
+    (:func:`move_off_untolerated`): a gang that loses a pod is rebuilt
+    elsewhere (Kueue replaces the node of a topology-aware gang once the pod
+    on it has terminated). Returns the plan applied, None when the node was
+    already degraded or out.
     """
 
     def replan(obj: Node) -> NodePlan | None:
@@ -604,10 +608,37 @@ def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, s
 
     node, plan = _apply_plan(api, node_name, replan)
     if plan is not None:
+        taint = {"key": DEGRADED_TAINT, "value": slug(fault, "fault"), "effect": "NoSchedule"}
+        moved, refused = move_off_untolerated(api, node_name, taint)
+        outcome = f"; evicted {len(moved)} pod(s) that do not tolerate it" if moved else ""
+        if refused:
+            outcome += "; refused: " + ", ".join(f"{p} ({why})" for p, why in sorted(refused.items()))
         record_event(api, node, "NodeDegraded", f"tainted {DEGRADED_TAINT}={slug(fault, 'fault')}: {detail} "
-                     "(inference only; training pods move off)", type_="Warning", component=f"gpufleet-{source}",
-                     action="Degrade")
+                     f"(inference only; training pods move off){outcome}", type_="Warning",
+                     component=f"gpufleet-{source}", action="Degrade")
     return plan
+
+
+def move_off_untolerated(api: client.ApiClient, node_name: str, taint: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Evict, once and without waiting, the pods of ``node_name`` that do not tolerate ``taint``.
+
+    DaemonSet, mirror, finished and unowned pods are left alone (as a drain
+    does, :func:`gpufleet.ops.drain.skip_reason`); a PodDisruptionBudget
+    refusal is reported, not retried. Returns ``(evicted "ns/name", refused
+    "ns/name" -> the API's answer)``.
+    """
+    moved: list[str] = []
+    refused: dict[str, str] = {}
+    for pod in _pods(api, node_name):
+        if drainer.skip_reason(pod) is not None or tolerates((pod.get("spec") or {}).get("tolerations") or [], taint):
+            continue
+        ref = drainer.ref(pod)
+        accepted, why = drainer.evict(api, ref)
+        if accepted:
+            moved.append(str(ref))
+        else:
+            refused[str(ref)] = why
+    return moved, refused
 
 
 def _pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
