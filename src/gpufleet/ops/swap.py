@@ -30,6 +30,11 @@ this module writes. Data keys (all strings; JSON where noted):
 evicted`` (JSON list of ``ns/name``), ``blocked`` (JSON object ``ns/name`` ->
 why), ``history`` (JSON list, the node's failure history), ``returned_at``.
 
+Degrade (the remediation controller, for faults that leave a node fit for
+inference): taint ``gpufleet.io/degraded=<fault>:NoSchedule``, no cordon,
+no drain; pods that do not tolerate the taint (training) are evicted once,
+so a gang that had a pod there is rebuilt on a healthy node.
+
 Return (``invoke node.return``) undoes all of it: the swap and degraded
 taints and the replacement label go, the node is uncordoned if the swap
 cordoned it, the request goes to state ``returned`` (kept as a record). A

@@ -15,8 +15,9 @@ Kubernetes    API version            objects                                    
 ============  =====================  ==============================================  ==========================
 
 Sources: 1.35 and 1.36 from the ``k8s.io/api`` module source
-(``scheduling/v1alpha1/types.go`` of v0.35, ``scheduling/v1alpha2/types.go``
-and ``core/v1/types.go`` of v0.36); 1.37 from kubernetes/kubernetes#140184
+(``scheduling/v1alpha1/types.go`` and ``core/v1/types.go`` of v0.35.4, the
+pinned staging version; ``scheduling/v1alpha2/types.go`` and
+``core/v1/types.go`` of v0.36.1); 1.37 from kubernetes/kubernetes#140184
 ("Promote WAS APIs to beta": the v1alpha2 types as ``v1beta1``), whose
 release note also says the upgrade rule: objects of an alpha version are not
 converted, so every ``v1alpha1`` (1.35 -> 1.36) or ``v1alpha2`` (1.36 ->
