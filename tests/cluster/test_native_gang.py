@@ -12,10 +12,12 @@ first: Kueue's quota (and topology) admits the gang, the scheduler binds it whol
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import pytest
 from kubernetes import client
 
+from gpufleet.ops import kube
 from gpufleet.training import gang as native
 
 from .helpers import busy_nodes, delete_job, fill, gpu_nodes_by, train_cli, wait
@@ -44,8 +46,14 @@ def scratch(local_cluster, local_queues):
     wait("filler pods gone", lambda: not core.list_namespaced_pod(ns).items, timeout=90)
 
 
-def pods_of(api, name: str) -> list:
-    return client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"gpufleet.io/job={name}").items
+def pods_of(api, name: str) -> list[dict]:
+    """The job's pods as the API's JSON (the client library's models predate pod ``spec.workloadRef``)."""
+    return kube.list_items(api, f"/api/v1/namespaces/{NS}/pods", label_selector=f"gpufleet.io/job={name}")[0]
+
+
+def bound_at(pod: dict) -> datetime:
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+    return datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00"))
 
 
 def test_the_cluster_serves_the_1_35_shape(local_cluster):
@@ -68,8 +76,8 @@ def test_a_gang_that_does_not_fit_stays_unbound_then_binds_at_once(local_cluster
     assert code == 1
     assert f"Job {NS}/{name} has 0/4 pods running (native gang: the scheduler binds all or none)" in err
     pods = pods_of(api, name)
-    assert len(pods) == 4 and not [p for p in pods if p.spec.node_name], "a pod of the gang was bound alone"
-    assert all(p.spec.workload_ref.name == name and p.spec.workload_ref.pod_group == "workers" for p in pods)
+    assert len(pods) == 4 and not [p for p in pods if p["spec"].get("nodeName")], "a pod of the gang was bound alone"
+    assert all(p["spec"]["workloadRef"] == {"name": name, "podGroup": "workers"} for p in pods)
     wl = client.CustomObjectsApi(api).get_namespaced_custom_object("scheduling.k8s.io", "v1alpha1", NS, "workloads",
                                                                    name)
     assert wl["spec"]["podGroups"] == [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]
@@ -77,11 +85,11 @@ def test_a_gang_that_does_not_fit_stays_unbound_then_binds_at_once(local_cluster
 
     # Room for the whole gang: one filler goes, and all four pods bind together.
     client.CoreV1Api(api).delete_namespaced_pod(fillers[0], fillers_ns, grace_period_seconds=0)
-    pods = wait("the gang bound", lambda: (ps := pods_of(api, name)) and all(p.spec.node_name for p in ps) and ps,
-                timeout=120)
-    bound = sorted(next(c.last_transition_time for c in p.status.conditions if c.type == "PodScheduled") for p in pods)
+    pods = wait("the gang bound", lambda: (ps := pods_of(api, name)) and all(
+        p["spec"].get("nodeName") for p in ps) and ps, timeout=120)
+    bound = sorted(bound_at(p) for p in pods)
     assert (bound[-1] - bound[0]).total_seconds() <= 2, bound  # one decision, not four
-    assert len({p.spec.node_name for p in pods}) == 4
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
 
 
 def test_both_kueue_quota_and_the_schedulers_gang_agree(local_cluster, train, scratch):
@@ -95,7 +103,7 @@ def test_both_kueue_quota_and_the_schedulers_gang_agree(local_cluster, train, sc
     assert code == 0, err
     assert "Workload" in out and "admitted; 4 pods running" in out
     pods = pods_of(api, name)
-    assert all(p.spec.workload_ref and p.spec.workload_ref.name == name for p in pods)
+    assert len(pods) == 4 and all(p["spec"]["workloadRef"]["name"] == name for p in pods)
 
     # Beyond the queue's quota (96 GPUs of the training queue plus the research queue's 32 lent through
     # the cohort, 32 in use): Kueue holds the whole gang and the scheduler never sees a pod of it.

@@ -133,10 +133,11 @@ def discover(api: Any) -> dict[str, set[str]]:
     """
     from kubernetes.client.exceptions import ApiException
 
+    from gpufleet.ops.kube import call_json
+
     def get(path: str) -> dict[str, Any] | None:
         try:
-            return api.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"],
-                                _return_http_data_only=True)
+            return call_json(api, "GET", path)
         except ApiException as exc:
             if exc.status == 404:
                 return None
