@@ -73,13 +73,15 @@ def gpu_nodes_by(api_client, label: str) -> dict[str, list[str]]:
 
 
 def busy_nodes(api_client) -> set[str]:
-    """Nodes where a bound, unfinished pod holds GPUs."""
+    """Simulated GPU nodes where a bound, unfinished pod holds GPUs (virtual nodes are not counted)."""
     from kubernetes import client
 
+    core = client.CoreV1Api(api_client)
+    gpu_nodes = {n.metadata.name for n in core.list_node(label_selector="gpufleet.io/simulated=true").items}
     busy = set()
-    for p in client.CoreV1Api(api_client).list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
-        if p.spec.node_name and any((c.resources.requests or {}).get("nvidia.com/gpu") for c in p.spec.containers):
+    for p in core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
+        if p.spec.node_name in gpu_nodes and any((c.resources.requests or {}).get("nvidia.com/gpu")
+                                                 for c in p.spec.containers):
             busy.add(p.spec.node_name)
     return busy
 

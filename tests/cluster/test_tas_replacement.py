@@ -27,7 +27,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.health.faults import Rules
 from gpufleet.health.promql import PromClient
 from gpufleet.health.remediate import Remediator, Settings
-from gpufleet.names import DEGRADED_TAINT
+from gpufleet.names import DEGRADED_TAINT, LEMON_LABEL, REPLACEMENT_LABEL
 from gpufleet.ops import kube
 from gpufleet.ops import swap as swapper
 from gpufleet.prom.server import running_prometheus
@@ -71,8 +71,22 @@ def gang(local_cluster, local_queues, train, tmp_path):
     for name in state["jobs"]:
         delete_job(api, NS, name)
     for node in state["sims"]:
-        if nodeutil.is_out(kube.get_node(api, node)):
-            swapper.return_node(api, node)
+        restore(api, node)
+
+
+def restore(api, node: str) -> None:
+    """The node back in service with no record of the test's faults (history, lemon, swap request)."""
+    def change(obj):
+        meta = obj["metadata"]
+        return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
+                                    if not t["key"].startswith("gpufleet.io/")] or None, "unschedulable": None},
+                "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, REPLACEMENT_LABEL)},
+                             "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
+    kube.update_with_retry(api, f"/api/v1/nodes/{node}", change)
+    try:
+        kube.call_json(api, "DELETE", f"/api/v1/namespaces/{SETTINGS.namespace}/configmaps/{swapper.request_name(node)}")
+    except kube.ApiException:
+        pass
 
 
 def running(api, name: str) -> list:
