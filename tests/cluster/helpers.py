@@ -65,12 +65,13 @@ def gpu_nodes_by(kube: Kube, label: str) -> dict[str, list[str]]:
 
 
 def busy_nodes(kube: Kube) -> set[str]:
-    """Nodes where a bound, unfinished pod holds GPUs."""
+    """Simulated GPU nodes where a bound, unfinished pod holds GPUs (virtual nodes are not counted)."""
+    gpu_nodes = {n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]}
     busy = set()
     for p in kube.list("v1", "pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed")["items"]:
         spec = p.get("spec") or {}
-        if spec.get("nodeName") and any(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu")
-                                        for c in spec.get("containers") or []):
+        if spec.get("nodeName") in gpu_nodes and any(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu")
+                                                     for c in spec.get("containers") or []):
             busy.add(spec["nodeName"])
     return busy
 

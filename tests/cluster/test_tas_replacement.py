@@ -25,8 +25,10 @@ import pytest
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.health.faults import Rules
 from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
-from gpufleet.names import DEGRADED_TAINT
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.names import DEGRADED_TAINT, LEMON_LABEL, REPLACEMENT_LABEL
 from gpufleet.ops.kube import get_node
 from gpufleet.ops import swap as swapper
 from gpufleet.prom.client import PromClient
@@ -71,8 +73,22 @@ def gang(local_cluster, local_queues, train, tmp_path):
     for name in state["jobs"]:
         delete_job(api, NS, name)
     for node in state["sims"]:
-        if nodeutil.is_out(get_node(api, node)):
-            swapper.return_node(api, node)
+        restore(api, node)
+
+
+def restore(api, node: str) -> None:
+    """The node back in service with no record of the test's faults (history, lemon, swap request)."""
+    def change(obj):
+        meta = obj["metadata"]
+        return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
+                                    if not t["key"].startswith("gpufleet.io/")] or None, "unschedulable": None},
+                "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, REPLACEMENT_LABEL)},
+                             "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
+    update_with_retry(api, f"/api/v1/nodes/{node}", change)
+    try:
+        api.delete("v1", "configmaps", swapper.request_name(node), SETTINGS.namespace)
+    except NotFound:
+        pass
 
 
 def running(api, name: str) -> list[dict]:
