@@ -5,6 +5,17 @@ nodes (soft node affinity against ``type=virtual-kubelet``), tolerate the
 degraded-node taint (GPUs fit for inference) and the GPU taint, and do NOT
 tolerate ``gpufleet.io/cluster-has-free-gpus``: the taint controller
 decides when they may run outside.
+
+With Kueue's topology-aware scheduling (kueue role), Kueue counts the GPUs
+of every pod it did not admit as used, and would admit no training gang onto
+nodes inference holds; the flip-out, which makes room for training, acts
+only on training pods that exist, so neither would move. Training always
+wins those GPUs, so inference pods carry Kueue's
+``podset-unconstrained-topology`` annotation, which makes Kueue leave them
+out of that count (sigs.k8s.io/kueue v0.17
+``pkg/controller/tas/non_tas_usage_controller.go``: ``filterPod`` skips
+TAS pods): Kueue places the gang, pins its pods to nodes, and the flip-out
+evicts inference from exactly those nodes.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from __future__ import annotations
 from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE
+from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY
 from gpufleet.stack.objects import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
@@ -42,6 +54,14 @@ def pod_spec(inv: Inventory, d) -> Obj:
     }
 
 
+def pod_metadata(inv: Inventory, selector: dict[str, str]) -> Obj:
+    """Labels of an inference pod, and the annotation that keeps its GPUs out of Kueue's topology usage (module doc)."""
+    out: Obj = {"labels": {**selector, "gpufleet.io/workload": "inference"}}
+    if inv.role("kueue").kueue_topology_enabled:
+        out["annotations"] = {KUEUE_UNCONSTRAINED_TOPOLOGY: "true"}
+    return out
+
+
 def objects(inv: Inventory) -> list[Obj]:
     """Namespace, and per deployment: Deployment, HorizontalPodAutoscaler, PodDisruptionBudget."""
     from gpufleet.stack.objects import namespace
@@ -56,8 +76,7 @@ def objects(inv: Inventory) -> list[Obj]:
         out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
-                             "template": {"metadata": {"labels": {**sel, "gpufleet.io/workload": "inference"}},
-                                          "spec": pod_spec(inv, d)}}})
+                             "template": {"metadata": pod_metadata(inv, sel), "spec": pod_spec(inv, d)}}})
         out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
                              "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,

@@ -60,3 +60,5 @@ class Vars(BaseModel):
     kueue_local_queues: list[LocalQueueVars]
     kueue_priority_classes: list[PriorityVars] = Field(min_length=2)
     kueue_workload_priority_classes: list[PriorityVars]
+    kueue_topology_enabled: bool
+    kueue_topology_name: DnsLabel

@@ -70,3 +70,23 @@ FIELD_MANAGER = "gpufleet"
 FIELD_MANAGER_LOCAL = "gpufleet-local"
 #: Field manager of the flip simulation's objects, so it never takes fields from the stack.
 FIELD_MANAGER_SIM = "gpufleet-sim"
+
+#: Labels every GPU node carries from the inventory (gpufleet.inventory.Inventory.node_spec).
+#: The fabric's place of the node, coarse to fine: block (leaf group of racks) and rack;
+#: Kueue's Topology levels are these, then the hostname.
+BLOCK_LABEL = "gpufleet.io/block"
+RACK_LABEL = "gpufleet.io/rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Label on every pod of a training job (value: the job's name).
+JOB_LABEL = "gpufleet.io/job"
+
+#: Kueue Topology-Aware Scheduling: the PodSet annotations on a pod template (kueue.x-k8s.io/v1beta2).
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+#: Two PodSets (a leader of one pod and its workers) placed as one in the topology.
+KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+#: Scheduling gate Kueue puts on TAS pods until it assigns them nodes.
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+#: Pod annotation naming the pod's Kueue Workload.
+KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"

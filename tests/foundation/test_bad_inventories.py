@@ -60,7 +60,7 @@ CASES = {
     "unknown gpu model": (lambda r: edit(r / "group_vars/rack_b.yml", gpu_model="H1000"),
                           ["group_vars/rack_b.yml", "gpu_model", "'H1000'", "one of A100-SXM-80GB"]),
     "duplicate host": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
-                           "stg-a100-[1:2]:", "stg-a100-[1:2]:\n            stg-h100-1:")),
+                           "stg-a100-[1:2]:", "stg-a100-[1:2]:\n                stg-h100-1:")),
                        ["inventories/staging/hosts.yml", "stg-h100-1", "duplicate host"]),
     "host in no rack": (lambda r: (r / "hosts.yml").write_text(
                             (r / "hosts.yml").read_text() + "    spares:\n      hosts:\n        stg-spare-1:\n"),
@@ -97,8 +97,8 @@ CASES = {
     "not UTF-8": (lambda r: (r / "group_vars/rack_b.yml").write_bytes(b"node_rack: rack-b\n# \xff\xfe\n"),
                   ["group_vars/rack_b.yml", "expected a UTF-8 text file"]),
     "group cycle": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
-                        "        rack_b:\n", "        rack_b:\n          children:\n            gpu_nodes:\n")),
-                    ["inventories/staging/hosts.yml", "'rack_b'", "(a cycle of groups)"]),
+                        "            rack_b:\n", "            rack_b:\n              children:\n                gpu_nodes:\n")),
+                    ["inventories/staging/hosts.yml", "'block_1'", "(a cycle of groups)"]),
 }
 
 

@@ -61,11 +61,6 @@ class Reservation:
     victims: tuple[dict[str, Any], ...]
 
 
-def tolerates(tolerations: Iterable[dict], taint: dict) -> bool:
-    """Whether any toleration tolerates ``taint``: the scheduler's matching (:func:`gpufleet.fleet.classify.tolerated`)."""
-    return tolerated(tolerations, taint)
-
-
 def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
     """Existing reservations from node taints: ``{pod UID: node name}``."""
     out = {}
@@ -92,7 +87,7 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
             continue
         if t.get("key") == RESERVED_TAINT:
             return False
-        if not tolerates(pod["tolerations"], t):
+        if not tolerated(pod["tolerations"], t):
             return False
     return True
 

@@ -34,7 +34,7 @@ from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError, whole_gpus
 from gpufleet.kube.times import parse_time
 from gpufleet.names import GPU_RESOURCE
-from gpufleet.prom.client import PromClient, PromError, number
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.vk.provider import pod_requests
 
 #: The classes the signal classifies nodes for: it counts room for inference.

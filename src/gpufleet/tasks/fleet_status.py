@@ -18,6 +18,11 @@ read once):
   taint training pods do not tolerate, cordon, NotReady, GPU allocatable
   below capacity, lemon), and whether inference may still use them.
 * Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
+* Per topology domain (each level of the inventory's fabric but the
+  hostname: block, rack): nodes, schedulable GPUs, GPUs held by training,
+  free (:mod:`gpufleet.fleet.topology`); and every training gang whose pods
+  run in more than one domain of a level. A gang is the pods of one job
+  (label ``gpufleet.io/job``, else the Kueue Workload annotation).
 
 Pod classification: training = the highest Kubernetes PriorityClass of the
 kueue role, or a Kueue podset/queue label; inference = the lowest
@@ -34,14 +39,15 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet import topology
 from gpufleet.fleet.capacity import pod_gpus as capacity_pod_gpus
 from gpufleet.fleet.classify import INFERENCE, TRAINING, default_classes
 from gpufleet.fleet.classify import classify as classify_node
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.ops.kube import list_nodes
-from gpufleet.names import KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
+from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
+                            KUEUE_WORKLOAD_ANNOTATION)
 
 Obj = dict[str, Any]
 
@@ -92,6 +98,14 @@ class FleetStatus:
     #: names of nodes out of training capacity whose GPUs still count for inference (degraded tier).
     inference_ok: set[str] = field(default_factory=set)
     virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
+    domains: list[topology.DomainRow] = field(default_factory=list)
+    gangs: list[topology.GangSpan] = field(default_factory=list)
+
+    @property
+    def spanning(self) -> list[topology.GangSpan]:
+        """Training gangs whose pods are in more than one domain of some level."""
+        levels = {r.level for r in self.domains}
+        return [g for g in self.gangs if any(g.spans(lv) for lv in levels)]
 
     @property
     def free(self) -> int:
@@ -130,6 +144,8 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
     used_on: dict[str, int] = {}
+    held: dict[str, tuple[int, int]] = {}
+    placements: list[tuple[str, str]] = []
     for n, obj in by_name.items():
         if n in virtual:
             continue
@@ -157,8 +173,12 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             if kind == "inference":
                 st.inference_outside += g
             continue
+        t, o = held.get(node, (0, 0))
+        held[node] = (t + g, o) if kind == "training" else (t, o + g)
         if kind == "training":
             st.training += g
+            if (gang := gang_of(pod)) is not None:
+                placements.append((gang, node))
         elif kind == "inference":
             st.inference_in_cluster += g
         else:
@@ -178,7 +198,17 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             nominal = quota_of(cq, f)["nominal"] if cq else None
             st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
     st.nodes_out.sort(key=lambda s: s.name)
+    levels = [(lv.name, lv.label) for lv in inv.topology_levels() if lv.name != "hostname"]
+    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels)
+    st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     return st
+
+
+def gang_of(pod: Obj) -> str | None:
+    """``namespace/job`` of a training pod: label ``gpufleet.io/job``, else its Kueue Workload; None if neither."""
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(JOB_LABEL) or (meta.get("annotations") or {}).get(KUEUE_WORKLOAD_ANNOTATION)
+    return f"{meta.get('namespace', '')}/{name}" if name else None
 
 
 def gather(kube: Kube, inv: Inventory) -> FleetStatus:
@@ -225,4 +255,28 @@ def render(st: FleetStatus) -> Group:
                      Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
     if not st.virtual_nodes:
         virt.add_row("(none)", "", "", "", "")
-    return Group(gpus, queues, out, virt)
+    return Group(gpus, queues, out, virt, *_topology_tables(st))
+
+
+def _topology_tables(st: FleetStatus) -> list[Table]:
+    """GPUs per topology domain, and gangs across domains (none when the inventory has no levels)."""
+    if not st.domains:
+        return []
+    doms = Table(title="GPUs per topology domain")
+    for col, j in (("level", "left"), ("domain", "left"), ("nodes", "right"), ("schedulable", "right"),
+                   ("training", "right"), ("free", "right")):
+        doms.add_column(col, justify=j)
+    for r in st.domains:
+        name = Text(r.domain, style="red") if r.domain == topology.UNLABELLED else r.domain
+        doms.add_row(r.level, name, str(r.nodes), str(r.schedulable), str(r.training), str(r.free))
+    levels = list(dict.fromkeys(r.level for r in st.domains))
+    spans = Table(title=f"Training gangs across domains ({len(st.spanning)} of {len(st.gangs)})")
+    for col in ("gang", "pods", *levels):
+        spans.add_column(col)
+    for g in st.spanning:
+        cells = [", ".join(f"{d} ({n})" for d, n in sorted(g.domains.get(lv, {}).items())) for lv in levels]
+        spans.add_row(g.gang, str(g.pods), *(Text(c, style="yellow") if g.spans(lv) else c
+                                             for c, lv in zip(cells, levels)))
+    if not st.spanning:
+        spans.add_row("(none)", "", *([""] * len(levels)))
+    return [doms, spans]
