@@ -57,6 +57,8 @@ POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Label on every pod of a training job rendered from templates/training: the job's name.
+JOB_LABEL = "gpufleet.io/job"
 
 #: Node annotations written by the swap steps (times are RFC 3339 UTC).
 ANN_SWAP_REASON = "gpufleet.io/swap-reason"

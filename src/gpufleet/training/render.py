@@ -25,13 +25,14 @@ from gpufleet import paths
 from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
+from gpufleet.names import JOB_LABEL
 
 from .checkpoint import default_interval_seconds
 
 #: Where the training templates live (``<checkout>/templates/training``).
 TEMPLATE_DIR: Path = paths.TEMPLATES / "training"
 #: Label on every pod of a job (and the pod-affinity selector that keeps them in one rack).
-LABEL_JOB = "gpufleet.io/job"
+LABEL_JOB = JOB_LABEL
 #: Pod annotation the local (kwok) cluster reads to finish a pod after that many seconds.
 ANNOTATION_SIMULATED_DURATION = "gpufleet.io/simulated-duration-seconds"
 #: Kubernetes PriorityClass of training pods (declared by the kueue role); preempts inference.
