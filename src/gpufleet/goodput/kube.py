@@ -1,0 +1,117 @@
+"""Every API call the goodput accountant makes, in one place (reads only).
+
+Built on :mod:`gpufleet.ops.kube` (plain JSON dicts, paged lists, watch
+streams). :class:`Watched` keeps a collection current the way an informer
+does: one list, then a watch from its resourceVersion, a new list only when
+the watch's resourceVersion has expired (410 Gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.names import KUEUE_GROUP, KUEUE_VERSION
+from gpufleet.ops.kube import call_json, list_items, watch_json
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def workloads_path(namespace: str | None = None) -> str:
+    """Kueue Workloads of ``namespace`` (None: all namespaces)."""
+    base = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
+    return f"{base}/namespaces/{namespace}/workloads" if namespace else f"{base}/workloads"
+
+
+def pods_path(namespace: str | None = None) -> str:
+    """Pods of ``namespace`` (None: all namespaces)."""
+    return f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+
+
+def list_workloads(api, namespace: str | None = None) -> list[Obj]:
+    """Every Workload of ``namespace`` (None: all)."""
+    return list_items(api, workloads_path(namespace))[0]
+
+
+def list_pods(api, namespace: str | None = None, label_selector: str | None = None) -> list[Obj]:
+    """Pods of ``namespace`` (None: all) matching ``label_selector``."""
+    return list_items(api, pods_path(namespace), label_selector=label_selector)[0]
+
+
+def workload_events(api, namespace: str, name: str | None = None) -> list[Obj]:
+    """Events about Workloads of ``namespace`` (only Workload ``name`` when given)."""
+    selector = "involvedObject.kind=Workload" + (f",involvedObject.name={name}" if name else "")
+    return list_items(api, f"/api/v1/namespaces/{namespace}/events", field_selector=selector)[0]
+
+
+def get(api, path: str) -> Obj | None:
+    """The object at ``path``, None when it does not exist."""
+    try:
+        return call_json(api, "GET", path)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+class Watched:
+    """One collection kept current: ``on_list(items)`` after each list, ``on_event(type, obj)`` per change.
+
+    Args:
+        api: the client.
+        path: the collection (e.g. :func:`pods_path`).
+        on_list: called with every item after a (re)list.
+        on_event: called with ``ADDED``/``MODIFIED``/``DELETED`` and the object.
+        label_selector: optional.
+        watch_seconds: how long each watch request lasts before it is renewed.
+    """
+
+    def __init__(self, api, path: str, on_list: Callable[[list[Obj]], None], on_event: Callable[[str, Obj], None], *,
+                 label_selector: str | None = None, watch_seconds: int = 300):
+        self.api, self.path, self.on_list, self.on_event = api, path, on_list, on_event
+        self.label_selector, self.watch_seconds = label_selector, watch_seconds
+        self.synced = threading.Event()
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until ``stop`` is set (errors are logged and retried with a back-off)."""
+        rv, backoff = None, 1.0
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    items, rv = list_items(self.api, self.path, label_selector=self.label_selector)
+                    self.on_list(items)
+                    self.synced.set()
+                for kind, obj in watch_json(self.api, self.path, resource_version=rv, timeout_seconds=self.watch_seconds,
+                                            label_selector=self.label_selector):
+                    if stop.is_set():
+                        return
+                    if kind == "ERROR":
+                        rv = None  # 410 Gone (or another error status): list again
+                        break
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if kind != "BOOKMARK":
+                        self.on_event(kind, obj)
+                backoff = 1.0
+            except Exception as exc:  # noqa: BLE001 - a watch loop logs, backs off and retries
+                log.warning("watching %s: %s; retrying in %.0fs", self.path, exc, backoff)
+                rv = None
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """Run in a daemon thread."""
+        t = threading.Thread(target=self.run, args=(stop,), daemon=True, name=f"watch{self.path}")
+        t.start()
+        return t
+
+
+def now() -> float:
+    """Unix seconds (one place to read the clock)."""
+    return time.time()

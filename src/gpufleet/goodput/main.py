@@ -1,0 +1,120 @@
+"""``gpufleet goodput``: the goodput accountant (Deployment of the goodput role).
+
+Watches the Kueue Workloads and pods of ``--namespace`` (all namespaces
+when not given), reads the Workloads' Events once at start (the history of
+admissions and evictions the API still holds), and every ``--interval``
+seconds computes every training job's account
+(:mod:`gpufleet.goodput.account`), reading checkpoints from the
+``CHECKPOINT_DIR`` its pods were given (the checkpoint filesystem is
+mounted read-only where training pods mount it). Serves ``/metrics``
+(:mod:`gpufleet.goodput.metrics`) and ``/healthz`` on ``--port``. Reads
+only; one instance (its memory of a job is the history: a restart keeps
+what the API and the checkpoint filesystem still show). ``--once`` lists
+once, prints every account as JSON and exits.
+Exit codes: 0 ok, 1 ``--port`` in use, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+
+from gpufleet import cliargs
+from gpufleet.controllers.serve import Liveness
+
+log = logging.getLogger("gpufleet.goodput")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``goodput`` subcommand's flags."""
+    parser.add_argument("--namespace", help="namespace of the training jobs (default: every namespace)")
+    parser.add_argument("--interval", type=cliargs.positive_seconds, default=15.0,
+                        help="seconds (> 0) between passes over every job's account (default 15)")
+    parser.add_argument("--port", type=cliargs.port_or_off, default=8080,
+                        help="port of /metrics and /healthz, 0 to 65535, 0 for none (default 8080)")
+    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    parser.add_argument("--context", help="kubeconfig context")
+    parser.add_argument("--once", action="store_true", help="list once, print every job's account as JSON, exit")
+    cliargs.add_log_level(parser)
+
+
+def account_json(a) -> dict:
+    """One account as JSON: ETTR, seconds by bucket, interruptions (what ``--once`` prints)."""
+    return {"namespace": a.namespace, "job": a.job, "kind": a.kind, "ettr": round(a.ettr, 6),
+            "wall_clock_seconds": round(a.wall_seconds, 1), "productive_seconds": round(a.productive_seconds, 1),
+            "badput_seconds": {k: round(v, 1) for k, v in a.badput.items()},
+            "interruptions": [{"time": i.time, "lost_seconds": round(i.lost_seconds, 1), "resumed": i.resumed}
+                              for i in a.interruptions],
+            "checkpoints": a.checkpoints, "checkpoints_known": a.checkpoints_known, "finished": a.finished}
+
+
+def snapshot(api, tracker, namespace: str | None, *, events: bool = True) -> None:
+    """Feed ``tracker`` one list of Workloads and pods (and the Workloads' Events) of ``namespace``."""
+    from gpufleet.goodput import kube
+
+    history: dict[str, list] = {}
+    if events:
+        for ns in ([namespace] if namespace else sorted({(w.get("metadata") or {}).get("namespace", "")
+                                                          for w in kube.list_workloads(api)})):
+            for e in kube.workload_events(api, ns):
+                history.setdefault(f"{ns}/{(e.get('involvedObject') or {}).get('name')}", []).append(e)
+    for w in kube.list_workloads(api, namespace):
+        meta = w.get("metadata") or {}
+        tracker.observe_workload(w, history.get(f"{meta.get('namespace')}/{meta.get('name')}", ()))
+    tracker.pods_listed(kube.list_pods(api, namespace), kube.now())
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the accountant (module docstring)."""
+    from gpufleet.goodput import kube
+    from gpufleet.goodput.metrics import GoodputCollector, registry
+    from gpufleet.goodput.tracker import Tracker
+    from gpufleet.ops.kube import OpsError, api_client
+    from gpufleet.ops.runtime import run_controller
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        api = api_client(args.kubeconfig, args.context)
+    except OpsError as exc:
+        print(f"gpufleet goodput: {exc}", file=sys.stderr)
+        return 2
+    tracker = Tracker()
+    if args.once:
+        snapshot(api, tracker, args.namespace)
+        print(json.dumps([account_json(a) for a in tracker.accounts(kube.now())], indent=1))
+        return 0
+    busy = cliargs.listen_error(args.port)
+    if busy:
+        print(f"gpufleet goodput: --port: {busy}", file=sys.stderr)
+        return 1
+    collector = GoodputCollector()
+    liveness = Liveness(max_age=max(120.0, 10 * args.interval))
+
+    def loop(stop: threading.Event) -> None:
+        try:
+            snapshot(api, tracker, args.namespace)  # the Events' history first, then watches keep it current
+        except Exception as exc:  # noqa: BLE001 - the watches list again by themselves
+            log.warning("reading the Workloads' history: %s", exc)
+        watches = [
+            kube.Watched(api, kube.workloads_path(args.namespace), tracker.workloads_listed, tracker.workload_event),
+            kube.Watched(api, kube.pods_path(args.namespace), lambda items: tracker.pods_listed(items, kube.now()),
+                         lambda kind, obj: tracker.pod_event(kind, obj, kube.now())),
+        ]
+        for w in watches:
+            w.start(stop)
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                accounts = tracker.accounts(kube.now())
+                collector.update(accounts, duration=time.monotonic() - t, at=kube.now())
+                liveness.beat()
+            except Exception:  # noqa: BLE001 - report, keep serving the last accounts
+                log.exception("computing the accounts")
+            stop.wait(args.interval)
+
+    return run_controller("gpufleet-goodput", args.namespace or "", loop, port=args.port, liveness=liveness,
+                          registry=registry(collector), leader_election=False)
