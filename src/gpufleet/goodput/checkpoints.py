@@ -29,10 +29,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufleet.names import CHECKPOINT_MARKER
+
 log = logging.getLogger(__name__)
 
 #: Marker files, in the order they are looked for.
-MARKERS = ("COMPLETE", ".metadata")
+MARKERS = (CHECKPOINT_MARKER, ".metadata")
 #: ``step-<N>`` directory names.
 STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -62,7 +64,7 @@ class Checkpoint:
 def _started(marker: Path, step_dir: Path, completed: float) -> float | None:
     """When the save began: the marker's JSON ``started``, else the oldest other file's mtime."""
     try:
-        if marker.name == "COMPLETE" and marker.stat().st_size:
+        if marker.name == CHECKPOINT_MARKER and marker.stat().st_size:
             data = json.loads(marker.read_text())
             started = data.get("started") if isinstance(data, dict) else None
             if isinstance(started, (int, float)) and not isinstance(started, bool) and started <= completed:

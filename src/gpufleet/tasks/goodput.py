@@ -1,4 +1,4 @@
-"""invoke tasks for goodput: ``sim.goodput`` (the long-horizon model).
+"""invoke tasks for goodput: ``sim.goodput`` (the long-horizon model), ``train.goodput`` (one job's account).
 
 Each task parses its flags and calls :mod:`gpufleet.sim.goodput`. Bad flags
 exit with code 2, one line per problem (``--flag value: expected ...``),
@@ -88,3 +88,85 @@ def simulate(c: Context, gpus: int = 0, days: float = 0.0, seed: int = 1, out: s
         raise Exit(f"--out {out}: {exc.strerror or exc}", code=2) from None
     Console().print(model_.table(result))
     console.print("wrote " + ", ".join(str(p) for p in paths))
+
+
+#: Help of ``train.goodput``'s flags (invoke consumes a Task's help while parsing: each Task gets a copy).
+ACCOUNT_HELP = {
+    "name": "the training job: a JobSet, PyTorchJob or Job submitted through Kueue",
+    "namespace": "its namespace (default: the namespace holding a Workload of that job, if only one does)",
+    "out": "folder for account.json and timeline.png (default out/train-goodput/NAME)",
+    "env": "environment, for the local cluster's kubeconfig (default local)",
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
+    "context": "kubeconfig context (default: the current one)",
+    "checkpoint_dir": "where to read the job's checkpoints here (default: the CHECKPOINT_DIR its pods were given)",
+}
+
+
+def account_task():
+    """A fresh ``train.goodput`` Task (:func:`account` with :data:`ACCOUNT_HELP`)."""
+    return task(help=dict(ACCOUNT_HELP))(account)
+
+
+def account(c: Context, name: str, namespace: str = "", out: str = "", env: str = "local", kubeconfig: str = "",
+            context: str = "", checkpoint_dir: str = "") -> None:
+    """Show one training job's goodput: ETTR, lost time by cause, interruptions, and a timeline PNG.
+
+    Reads the job's Kueue Workload (conditions and Events), its pods and
+    the checkpoints it wrote ($CHECKPOINT_DIR/step-<N>/ with a completion
+    marker, templates/training/README.md), as the gpufleet goodput
+    accountant does, but once: pods deleted before now and Events older
+    than the API server keeps (1 h by default) are not seen. Example:
+    invoke train.goodput llm-8b-run1 --namespace team-pretrain
+    """
+    from rich.console import Console
+
+    from gpufleet.goodput import kube as gkube
+    from gpufleet.goodput.main import account_json, snapshot
+    from gpufleet.goodput.report import plot_timeline, table
+    from gpufleet.goodput.tracker import Tracker
+    from gpufleet.ops.kube import InputError, OpsError, api_client
+    from gpufleet.training.render import _DNS1035
+
+    problems = []
+    if not name or not _DNS1035.match(name):
+        problems.append(f"NAME {name!r}: expected the job's name, a DNS label such as llm-8b-run1")
+    if namespace and not _DNS1035.match(namespace):
+        problems.append(f"--namespace {namespace!r}: expected a namespace name (a DNS label)")
+    out_dir = Path(out or f"out/train-goodput/{name}")
+    if out_dir.exists() and not out_dir.is_dir():
+        problems.append(f"--out {out!r}: expected a folder path (it is created if missing)")
+    if checkpoint_dir and not Path(checkpoint_dir).is_dir():
+        problems.append(f"--checkpoint-dir {checkpoint_dir!r}: expected an existing folder")
+    if problems:
+        raise Exit("\n".join(problems), code=2)
+    try:
+        api = api_client(kubeconfig or None, context or None, env=env)
+    except InputError as exc:
+        raise Exit(str(exc), code=2) from None
+    try:
+        tracker = Tracker()
+        found = [w for w in gkube.list_workloads(api, namespace or None)
+                 if any(r.get("kind") in ("JobSet", "PyTorchJob", "Job") and r.get("name") == name
+                        for r in (w.get("metadata") or {}).get("ownerReferences") or [])]
+        spaces = sorted({w["metadata"]["namespace"] for w in found})
+        if not found:
+            where = f"namespace {namespace}" if namespace else "any namespace"
+            raise Exit(f"train.goodput: no Kueue Workload of a job {name!r} in {where} (Kueue creates one when a "
+                       "JobSet, PyTorchJob or Job is submitted to a LocalQueue)", code=2)
+        if len(spaces) > 1:
+            raise Exit(f"train.goodput: jobs named {name!r} in namespaces {', '.join(spaces)}: give --namespace", code=2)
+        snapshot(api, tracker, spaces[0])
+        jobs = sorted((w for w in tracker.jobs() if w.job_name == name), key=lambda w: w.created)
+        now = gkube.now()
+        result = tracker.account_of(jobs[-1], now, checkpoint_dir or None)
+    except OpsError as exc:
+        raise Exit(f"train.goodput: {exc}", code=1) from None
+    finally:
+        api.close()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    import json
+
+    (out_dir / "account.json").write_text(json.dumps(account_json(result), indent=2) + "\n")
+    png = plot_timeline(result, out_dir / "timeline.png")
+    Console().print(table(result))
+    Console(stderr=True).print(f"wrote {out_dir / 'account.json'}, {png}")

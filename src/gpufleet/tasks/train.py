@@ -1,4 +1,5 @@
-"""invoke tasks for training jobs: ``train.render``, ``train.submit``, ``train.checkpoint-interval``.
+"""invoke tasks for training jobs: ``train.render``, ``train.submit``, ``train.checkpoint-interval``,
+``train.goodput`` (gpufleet.tasks.goodput).
 
 Each task parses its flags and calls one function of :mod:`gpufleet.training`.
 Bad inputs exit with code 2 and one line per problem (``--flag value:
@@ -18,6 +19,7 @@ from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
 from gpufleet.inventory import InventoryError, environments, load
+from gpufleet.tasks import goodput
 from gpufleet.training import checkpoint
 from gpufleet.training.render import SETTINGS, TEMPLATES, TrainingInputError, build_context, render_context
 from gpufleet.ops.kube import InputError, api_client
@@ -170,3 +172,4 @@ def checkpoint_interval(c: Context, gpus: int = 0, checkpoint_seconds: float = 0
 
 #: The ``train`` collection; tasks.py adds it with ``ns.add_collection(train)``.
 train = Collection("train", render, submit, checkpoint_interval)
+train.add_task(goodput.account_task(), name="goodput")

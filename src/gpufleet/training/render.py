@@ -25,7 +25,7 @@ from gpufleet import paths
 from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
-from gpufleet.names import JOB_LABEL
+from gpufleet.names import CHECKPOINT_MARKER, JOB_LABEL
 
 from .checkpoint import default_interval_seconds
 
@@ -374,6 +374,7 @@ def build_context(
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
+        "checkpoint_marker": CHECKPOINT_MARKER,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
