@@ -51,6 +51,16 @@ def workload_events(api, namespace: str, name: str | None = None) -> list[Obj]:
     return list_items(api, f"/api/v1/namespaces/{namespace}/events", field_selector=selector)[0]
 
 
+def node_events(api) -> list[Obj]:
+    """Events about Nodes (recorded in namespace ``default``, as the kubelet and node health do)."""
+    return list_items(api, "/api/v1/namespaces/default/events", field_selector="involvedObject.kind=Node")[0]
+
+
+def list_nodes(api) -> list[Obj]:
+    """Every Node."""
+    return list_items(api, "/api/v1/nodes")[0]
+
+
 def get(api, path: str) -> Obj | None:
     """The object at ``path``, None when it does not exist."""
     try:
