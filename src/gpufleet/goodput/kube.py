@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -71,19 +71,43 @@ def get(api, path: str) -> Obj | None:
         raise
 
 
+def list_pages(api, path: str, *, label_selector: str | None = None, limit: int = 500,
+               version: list[str] | None = None) -> Iterator[Obj]:
+    """Every item of a list endpoint, one page (``limit``) in memory at a time.
+
+    ``version``, when given, receives the list's resourceVersion once the last page is read.
+    """
+    cont: str | None = None
+    while True:
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if cont:
+            query.append(("continue", cont))
+        page = call_json(api, "GET", path, query=query, timeout=120)
+        yield from page.get("items") or []
+        meta = page.get("metadata") or {}
+        cont = meta.get("continue")
+        if not cont:
+            if version is not None:
+                version.append(meta.get("resourceVersion", ""))
+            return
+
+
 class Watched:
     """One collection kept current: ``on_list(items)`` after each list, ``on_event(type, obj)`` per change.
 
     Args:
         api: the client.
         path: the collection (e.g. :func:`pods_path`).
-        on_list: called with every item after a (re)list.
+        on_list: called with an iterable of every item at each (re)list, read page by page
+            (consume it once).
         on_event: called with ``ADDED``/``MODIFIED``/``DELETED`` and the object.
         label_selector: optional.
         watch_seconds: how long each watch request lasts before it is renewed.
     """
 
-    def __init__(self, api, path: str, on_list: Callable[[list[Obj]], None], on_event: Callable[[str, Obj], None], *,
+    def __init__(self, api, path: str, on_list: Callable[[Iterable[Obj]], None], on_event: Callable[[str, Obj], None], *,
                  label_selector: str | None = None, watch_seconds: int = 300):
         self.api, self.path, self.on_list, self.on_event = api, path, on_list, on_event
         self.label_selector, self.watch_seconds = label_selector, watch_seconds
@@ -95,8 +119,11 @@ class Watched:
         while not stop.is_set():
             try:
                 if rv is None:
-                    items, rv = list_items(self.api, self.path, label_selector=self.label_selector)
-                    self.on_list(items)
+                    version: list[str] = []
+                    self.on_list(list_pages(self.api, self.path, label_selector=self.label_selector, version=version))
+                    rv = version[-1] if version else None
+                    if rv is None:
+                        raise RuntimeError("the list ended without a resourceVersion")
                     self.synced.set()
                 for kind, obj in watch_json(self.api, self.path, resource_version=rv, timeout_seconds=self.watch_seconds,
                                             label_selector=self.label_selector):

@@ -52,20 +52,20 @@ def account_json(a) -> dict:
             "checkpoints": a.checkpoints, "checkpoints_known": a.checkpoints_known, "finished": a.finished}
 
 
-def snapshot(api, tracker, namespace: str | None, *, events: bool = True) -> None:
-    """Feed ``tracker`` one list of Workloads and pods (and the Workloads' Events) of ``namespace``."""
+def snapshot(api, tracker, namespace: str | None, *, pods: bool = True) -> None:
+    """Feed ``tracker`` one list of the Workloads of ``namespace`` with their Events, and of its pods."""
     from gpufleet.goodput import kube
 
+    workloads = kube.list_workloads(api, namespace)
     history: dict[str, list] = {}
-    if events:
-        for ns in ([namespace] if namespace else sorted({(w.get("metadata") or {}).get("namespace", "")
-                                                          for w in kube.list_workloads(api)})):
-            for e in kube.workload_events(api, ns):
-                history.setdefault(f"{ns}/{(e.get('involvedObject') or {}).get('name')}", []).append(e)
-    for w in kube.list_workloads(api, namespace):
+    for ns in sorted({(w.get("metadata") or {}).get("namespace", "") for w in workloads}):
+        for e in kube.workload_events(api, ns):
+            history.setdefault(f"{ns}/{(e.get('involvedObject') or {}).get('name')}", []).append(e)
+    for w in workloads:
         meta = w.get("metadata") or {}
         tracker.observe_workload(w, history.get(f"{meta.get('namespace')}/{meta.get('name')}", ()))
-    tracker.pods_listed(kube.list_pods(api, namespace), kube.now())
+    if pods:
+        tracker.pods_listed(kube.list_pages(api, kube.pods_path(namespace)), kube.now())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     def loop(stop: threading.Event) -> None:
         try:
-            snapshot(api, tracker, args.namespace)  # the Events' history first, then watches keep it current
+            snapshot(api, tracker, args.namespace, pods=False)  # the Events' history; the watches list the rest
         except Exception as exc:  # noqa: BLE001 - the watches list again by themselves
             log.warning("reading the Workloads' history: %s", exc)
         watches = [

@@ -83,10 +83,11 @@ class Tracker:
             if d:
                 self._scanner.forget(d)
 
-    def workloads_listed(self, items: list[Obj]) -> None:
-        """A full list of Workloads: fold each in; forget those no longer there."""
-        present = {_key(o) for o in items}
+    def workloads_listed(self, items: Iterable[Obj]) -> None:
+        """A full list of Workloads (read once, page by page): fold each in; forget those no longer there."""
+        present = set()
         for o in items:
+            present.add(_key(o))
             self.observe_workload(o)
         with self._lock:
             missing = [{"metadata": {"uid": uid}} for uid in self._workloads if uid not in present]
@@ -131,10 +132,11 @@ class Tracker:
             if key and uid in self._pods.get(key, {}):
                 self._pods[key][uid] = gone(self._pods[key][uid], at)
 
-    def pods_listed(self, items: list[Obj], at: float) -> None:
-        """A full list of pods at ``at``: fold each in; pods known and absent ended by then."""
-        present = {_key(o) for o in items}
+    def pods_listed(self, items: Iterable[Obj], at: float) -> None:
+        """A full list of pods at ``at`` (read once, page by page): fold each in; pods known and absent ended by then."""
+        present = set()
         for o in items:
+            present.add(_key(o))
             self.observe_pod(o)
         with self._lock:
             for key, pods in self._pods.items():
