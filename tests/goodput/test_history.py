@@ -71,3 +71,12 @@ def test_job_and_checkpoint_dir_of_a_pod():
     p = pod_json("x", labels={"jobset.sigs.k8s.io/jobset-name": "sim"}, env={"CHECKPOINT_DIR": "/mnt/c/ns/sim/ckpt"})
     assert h.job_of_pod(p) == "sim" and h.checkpoint_dir_of_pod(p) == "/mnt/c/ns/sim/ckpt"
     assert h.job_of_pod(pod_json("y")) == "llm" and h.checkpoint_dir_of_pod(pod_json("y")) is None
+
+
+def test_kwok_completion_without_a_start_time_keeps_the_run():
+    running = h.pod_record(pod_json("k", state={"running": {"startedAt": ts(20)}}))
+    done_json = pod_json("k", phase="Succeeded", state={"terminated": {"startedAt": ts(800), "finishedAt": ts(800)}})
+    done_json["status"]["conditions"].append({"type": "ContainersReady", "status": "True", "lastTransitionTime": ts(20)})
+    # merged with an earlier view, and alone (the one-shot view)
+    assert h.pod_record(done_json, running).runs == ((T0 + 20, T0 + 800),)
+    assert h.pod_record(done_json).runs == ((T0 + 20, T0 + 800),)

@@ -232,6 +232,12 @@ def pod_record(pod: Obj, previous: PodRecord | None = None) -> PodRecord | None:
             if "terminated" in state:
                 term = state["terminated"]
                 s, e = parse_time(term.get("startedAt")), parse_time(term.get("finishedAt"))
+                if e is not None and (s is None or s >= e) and state is (main.get("state") or {}):
+                    # No start recorded with the end (kwok's pod-complete writes startedAt = finishedAt):
+                    # the containers became ready when it started.
+                    ready = conds.get("ContainersReady") or {}
+                    r = parse_time(ready.get("lastTransitionTime")) if ready.get("status") == "True" else None
+                    s = r if r is not None and r < e else s
                 if s is not None:
                     runs.append((s, e if e is not None else s))
             elif "running" in state:
@@ -262,13 +268,24 @@ def merge_pod(previous: PodRecord | None, current: PodRecord) -> PodRecord:
     for s, e in (*previous.runs, *current.runs):
         if s not in runs or runs[s] is None:
             runs[s] = e
+    ended = current.ended if current.ended is not None else previous.ended
+    merged = sorted(runs.items())
+    if ended is not None:  # a run an earlier view saw open ended with the pod
+        merged = [(s, e if e is not None else max(s, ended)) for s, e in merged]
+    # a later view's run that starts where an earlier open one did not end is the same run seen twice
+    out: list[tuple[float, float | None]] = []
+    for s, e in merged:
+        if out and (out[-1][1] is None or s <= out[-1][1]):
+            out[-1] = (out[-1][0], None if out[-1][1] is None or e is None else max(out[-1][1], e))
+        else:
+            out.append((s, e))
     return replace(
         current,
         unschedulable_since=previous.unschedulable_since if previous.unschedulable_since is not None
         else current.unschedulable_since,
         scheduled=current.scheduled if current.scheduled is not None else previous.scheduled,
-        runs=tuple(sorted(runs.items())),
-        ended=current.ended if current.ended is not None else previous.ended,
+        runs=tuple(out),
+        ended=ended,
         succeeded=current.succeeded or previous.succeeded,
     )
 
