@@ -1,4 +1,4 @@
-"""Every API call the goodput accountant makes, in one place (reads only).
+"""Every API call of the goodput accountant (reads only) and of the fault replay, in one place.
 
 Built on :mod:`gpufleet.ops.kube` (plain JSON dicts, paged lists, watch
 streams). :class:`Watched` keeps a collection current the way an informer
@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.names import KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.ops.kube import call_json, list_items, watch_json
+from gpufleet.ops.kube import call_json, list_items, patch, watch_json
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,78 @@ class Watched:
         t = threading.Thread(target=self.run, args=(stop,), daemon=True, name=f"watch{self.path}")
         t.start()
         return t
+
+
+# ------------------------------------------------------------------ the fault replay's writes
+
+#: Kueue role kinds the replay needs present, with their collection (plural, namespaced).
+QUEUE_KINDS = {"Namespace": ("namespaces", False), "PriorityClass": ("priorityclasses", False),
+               "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+               "ResourceFlavor": ("resourceflavors", False), "ClusterQueue": ("clusterqueues", False),
+               "LocalQueue": ("localqueues", True)}
+
+
+def _collection(obj: Obj, plural: str, namespaced: bool) -> str:
+    api_version = obj["apiVersion"]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{obj['metadata']['namespace']}/{plural}" if namespaced else f"{base}/{plural}"
+
+
+def create(api, path: str, body: Obj) -> Obj | None:
+    """POST ``body`` to collection ``path``; None when it exists already (409)."""
+    try:
+        return call_json(api, "POST", path, body=body)
+    except ApiException as exc:
+        if exc.status == 409:
+            return None
+        raise
+
+
+def delete(api, path: str) -> None:
+    """DELETE ``path`` (foreground: dependents first); absent is fine."""
+    try:
+        call_json(api, "DELETE", path, body={"propagationPolicy": "Foreground"})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def ensure_queues(api, objects: list[Obj], timeout: float = 90.0) -> None:
+    """Of ``objects`` (the kueue role's), the :data:`QUEUE_KINDS` ones created when absent; waits until
+    their ClusterQueues are Active.
+
+    Raises:
+        TimeoutError: a ClusterQueue is not Active in ``timeout`` seconds.
+    """
+    wanted = [o for o in objects if o["kind"] in QUEUE_KINDS]
+    for obj in wanted:
+        create(api, _collection(obj, *QUEUE_KINDS[obj["kind"]]), obj)
+    deadline = time.monotonic() + timeout
+    for obj in (o for o in wanted if o["kind"] == "ClusterQueue"):
+        path = f"{_collection(obj, 'clusterqueues', False)}/{obj['metadata']['name']}"
+        while not any(c.get("type") == "Active" and c.get("status") == "True"
+                      for c in ((get(api, path) or {}).get("status") or {}).get("conditions") or []):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ClusterQueue {obj['metadata']['name']} not Active after {timeout:.0f}s")
+            time.sleep(0.5)
+
+
+def label_node(api, node: str, key: str, value: str | None) -> None:
+    """Set (or remove, ``value`` None) one label of Node ``node``; absent nodes are fine."""
+    try:
+        patch(api, f"/api/v1/nodes/{node}", {"metadata": {"labels": {key: value}}})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def annotate_pod(api, namespace: str, pod: str, key: str, value: str) -> None:
+    """Set one annotation of a pod (a simulated pod's run time ends it); absent pods are fine."""
+    try:
+        patch(api, f"/api/v1/namespaces/{namespace}/pods/{pod}", {"metadata": {"annotations": {key: value}}})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def now() -> float:

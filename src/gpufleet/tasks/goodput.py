@@ -170,3 +170,44 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     png = plot_timeline(result, out_dir / "timeline.png")
     Console().print(table(result))
     Console(stderr=True).print(f"wrote {out_dir / 'account.json'}, {png}")
+
+
+@task(help={
+    "cluster": "local cluster name (default gpufleet; started if not running)",
+    "out": "folder for latencies.json, replay.json and timeline.png (default out/goodput-replay, "
+           "where sim.goodput looks for measured latencies)",
+    "faults": "comma-separated faults, in order: xid, gpu_temp, ib_down (default all three)",
+    "pods": "pods of the gang, one 8-GPU node each (default 4)",
+    "total_steps": "steps of the simulated trainer, 10 per second (default 2400)",
+})
+def replay(c: Context, cluster: str = "gpufleet", out: str = "out/goodput-replay", faults: str = "xid,gpu_temp,ib_down",
+           pods: int = 4, total_steps: int = 2400) -> None:
+    """Replay faults on the local cluster and measure goodput: accountant against ground truth, recovery latencies.
+
+    A JobSet gang of simulated GPU pods trains (a simulated trainer writing
+    checkpoints); faults arrive through the exporter stand-ins and Prometheus;
+    node health takes the node out; JobSet and Kueue bring the gang back;
+    the trainer resumes from its last checkpoint (gpufleet.sim.goodput_replay).
+    Prints the accountant's ETTR beside the trainer's and each fault's
+    latencies; writes latencies.json for sim.goodput. Example:
+    invoke sim.goodput-replay --out out/goodput-replay
+    """
+    import json
+    import logging
+
+    from gpufleet.sim import goodput_replay as r
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    opts = r.Options(cluster=cluster, out=out, faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
+                     pods=pods, total_steps=total_steps, nodes=pods + len([f for f in faults.split(",") if f.strip()]) + 1)
+    problems = opts.problems()
+    if out and Path(out).exists() and not Path(out).is_dir():
+        problems.append(f"--out {out!r}: expected a folder path")
+    if problems:
+        raise Exit("\n".join(problems), code=2)
+    try:
+        result = r.run(opts, say=print)
+    except r.ReplayError as exc:
+        raise Exit(f"sim.goodput-replay: {exc}", code=1) from None
+    print(json.dumps({k: result[k] for k in ("ettr_accountant", "ettr_ground_truth", "difference_points",
+                                             "latencies_median")}, indent=1))

@@ -86,4 +86,5 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
 
 sim = Collection("sim", flip)
 sim.add_task(goodput.simulate, name="goodput")
+sim.add_task(goodput.replay, name="goodput-replay")
 ns = sim
