@@ -49,7 +49,7 @@ def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, 
     from gpufleet.sim import goodput_replay as r
 
     opts = r.Options(cluster=local_cluster.name, out=str(tmp_path), total_steps=1800, first_fault_seconds=25,
-                     fault_gap_seconds=20, timeout=600)
+                     fault_gap_seconds=20, timeout=600, scrape_seconds=1, step_seconds=1)
     try:
         result = r.run(opts, say=print)
     except PrometheusNotFound as exc:
@@ -62,6 +62,7 @@ def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, 
         assert f["fault_to_running_seconds"] >= f["fault_to_evicted_seconds"]
     latencies = json.loads((tmp_path / "latencies.json").read_text())
     assert {"fault_to_tainted_seconds", "fault_to_evicted_seconds", "readmitted_to_running_seconds"} <= set(latencies)
+    assert latencies["scrape_interval_seconds"] == 1
     # the long-horizon model takes the measured latencies
     from gpufleet.sim.goodput import Latencies
 

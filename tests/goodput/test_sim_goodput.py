@@ -115,10 +115,12 @@ def test_gpufleet_interval_is_the_advisors_for_the_measured_mttf():
 
 def test_latencies_from_a_replay_file(tmp_path):
     f = tmp_path / "latencies.json"
-    f.write_text(json.dumps({"fault_to_tainted_seconds": 7.5, "readmitted_to_running_seconds": 12}))
+    f.write_text(json.dumps({"fault_to_tainted_seconds": 7.5, "fault_to_evicted_seconds": 8,
+                             "readmitted_to_running_seconds": 0.2, "scrape_interval_seconds": 15}))
     lat = sim.Latencies.from_file(f)
-    assert (lat.fault_to_tainted, lat.gang_restart, lat.startup) == (7.5, 12.0, 300.0)
-    assert "measured" in lat.source
+    # kwok starts pods at once: the gang restart keeps its documented default
+    assert (lat.fault_to_tainted, lat.fault_to_evicted, lat.gang_restart, lat.startup) == (7.5, 8.0, 60.0, 300.0)
+    assert "measured" in lat.source and "scrape every 15 s" in lat.source
     f.write_text(json.dumps({"fault_to_tainted_seconds": -1}))
     with pytest.raises(ValueError, match="fault_to_tainted_seconds: -1: expected seconds >= 0"):
         sim.Latencies.from_file(f)

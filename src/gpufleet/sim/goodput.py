@@ -160,7 +160,7 @@ class Latencies:
             holds the sample-to-taint part under 15 s.
         fault_to_evicted: fault to the gang's pods evicted (drain through the Eviction API). Default 30 s.
         gang_restart: pods gone to all pods of the new gang running (scheduling, container
-            start); the replay's re-admitted-to-running. Default 60 s (an assumption).
+            start on a real node). Default 60 s (an assumption; the replay's kwok pods start at once).
         startup: trainer start, NCCL bootstrap and checkpoint load until it trains again.
             Default 300 s (an assumption: minutes at scale; Llama 3 section 3.3.4 names
             job start-up among what they cut).
@@ -177,8 +177,10 @@ class Latencies:
     def from_file(cls, path: Path) -> Latencies:
         """Latencies measured by a fault replay (``latencies.json``: ``*_seconds`` keys); missing keys keep defaults.
 
-        Keys read: ``fault_to_tainted_seconds``, ``fault_to_evicted_seconds``,
-        ``readmitted_to_running_seconds`` (the gang restart).
+        Keys read: ``fault_to_tainted_seconds`` and ``fault_to_evicted_seconds``
+        (node health, measured at the ``scrape_interval_seconds`` the file
+        records). The gang restart keeps its default: the replay's pods run on
+        kwok, which starts containers at once.
 
         Raises:
             ValueError: the file is not JSON with finite numbers >= 0 (names the file and key).
@@ -189,8 +191,7 @@ class Latencies:
             raise ValueError(f"--latencies {path}: {exc}: expected the JSON a fault replay writes") from None
         if not isinstance(data, dict):
             raise ValueError(f"--latencies {path}: expected a JSON object of *_seconds keys")
-        mapping = {"fault_to_tainted_seconds": "fault_to_tainted", "fault_to_evicted_seconds": "fault_to_evicted",
-                   "readmitted_to_running_seconds": "gang_restart"}
+        mapping = {"fault_to_tainted_seconds": "fault_to_tainted", "fault_to_evicted_seconds": "fault_to_evicted"}
         values: dict[str, Any] = {}
         for key, attr in mapping.items():
             if key not in data:
@@ -199,7 +200,10 @@ class Latencies:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"--latencies {path}: {key}: {v!r}: expected seconds >= 0")
             values[attr] = float(v)
-        return cls(**values, source=f"measured by the fault replay ({path})")
+        scrape = data.get("scrape_interval_seconds")
+        at = f", scrape every {scrape:g} s" if isinstance(scrape, (int, float)) and not isinstance(scrape, bool) else ""
+        return cls(**values, source=f"node health's measured by the fault replay ({path}{at}); gang restart and "
+                                    "start-up documented defaults")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,9 @@ Each fault gives measured latencies (seconds): fault to node tainted, to
 the gang's pod evicted, to the gang recreated (or re-admitted by Kueue
 after an eviction), to every pod running again. ``latencies.json`` holds
 their medians under the keys :meth:`gpufleet.sim.goodput.Latencies.from_file`
-reads. Not replayed: a node going NotReady (Kubernetes evicts its pods
+reads, with the scrape and node-health intervals they were measured at
+(by default the inventory's, as production runs). kwok starts containers
+at once, so recreated-to-running is control-plane time only. Not replayed: a node going NotReady (Kubernetes evicts its pods
 after the 300 s DefaultTolerationSeconds, with no gpufleet step to time).
 """
 
@@ -48,7 +50,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,9 @@ class Options:
         total_steps: steps to the end of the job.
         first_fault_seconds: training seconds before the first fault.
         fault_gap_seconds: seconds of training between a recovery and the next fault.
-        scrape_seconds: Prometheus scrape and node health step interval.
+        scrape_seconds: Prometheus scrape interval (None: the inventory's
+            ``gpu_metrics_scrape_interval_seconds``, as production scrapes).
+        step_seconds: node health's step interval (None: ``node_health_interval_seconds``).
         timeout: seconds the whole replay may take.
         out: folder of ``latencies.json``, ``replay.json``, ``timeline.png``.
         namespace: team namespace of the job (its LocalQueue's).
@@ -108,8 +112,9 @@ class Options:
     total_steps: int = 2400
     first_fault_seconds: float = 40.0
     fault_gap_seconds: float = 30.0
-    scrape_seconds: float = 1.0
-    timeout: float = 900.0
+    scrape_seconds: float | None = None
+    step_seconds: float | None = None
+    timeout: float = 1200.0
     out: str = "out/goodput-replay"
     namespace: str = "team-pretrain"
 
@@ -124,8 +129,8 @@ class Options:
         if self.nodes < self.pods + len(self.faults):
             out.append(f"--nodes {self.nodes}: expected at least pods + faults = {self.pods + len(self.faults)} "
                        "(each fault takes a node out)")
-        for name in ("steps_per_second", "save_seconds", "scrape_seconds", "timeout"):
-            if not getattr(self, name) > 0:
+        for name in ("steps_per_second", "save_seconds", "scrape_seconds", "step_seconds", "timeout"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 out.append(f"--{name.replace('_', '-')} {getattr(self, name)}: expected a number > 0")
         if self.checkpoint_steps < 1 or self.total_steps <= self.checkpoint_steps:
             out.append(f"--total-steps {self.total_steps}: expected more than --checkpoint-steps {self.checkpoint_steps}")
@@ -331,13 +336,17 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         for n in nodes:
             gkube.label_node(api, n, REPLAY_LABEL, run_id)
             sims[n] = start_node(n, workdir=work / n)
-        interval = f"{opts.scrape_seconds:g}s"
+        inv = load("local")
+        scrape = opts.scrape_seconds or float(inv.role("gpu_metrics").gpu_metrics_scrape_interval_seconds)
+        step = opts.step_seconds or float(inv.role("node_health").node_health_interval_seconds)
+        opts = replace(opts, scrape_seconds=scrape, step_seconds=step)
+        interval = f"{scrape:g}s"
         with running_prometheus([scrape_config(list(sims.values()), interval=interval)],
                                 global_config={"scrape_interval": interval, "evaluation_interval": interval}) as prom:
-            prom.wait_for_targets_up(len(sims), timeout=60)
-            settings = Settings.from_inventory(load("local"), degraded_faults=frozenset(), max_nodes_out=len(opts.faults) + 1,
-                                               drain_timeout_seconds=60.0, interval_seconds=opts.scrape_seconds,
-                                               scrape_interval_seconds=opts.scrape_seconds)
+            prom.wait_for_targets_up(len(sims), timeout=60 + 3 * scrape)
+            settings = Settings.from_inventory(inv, degraded_faults=frozenset(), max_nodes_out=len(opts.faults) + 1,
+                                               drain_timeout_seconds=60.0, interval_seconds=step,
+                                               scrape_interval_seconds=scrape)
             rem = Remediator(api, PromClient(prom.url), settings)
             return _replay(opts, api, rem, sims, nodes, name, ckpt, work, out, stop, say)
     finally:
@@ -390,7 +399,7 @@ def _replay(opts: Options, api, rem, sims, nodes, name, ckpt, work, out, stop, s
     def remediate() -> None:
         while not stop.is_set():
             rem.step()
-            stop.wait(opts.scrape_seconds)
+            stop.wait(opts.step_seconds)
 
     tracker = Tracker(checkpoint_dir=lambda _ns, _job, _d: str(ckpt))
     threads = [threading.Thread(target=observe, daemon=True), threading.Thread(target=remediate, daemon=True)]
@@ -469,8 +478,11 @@ def _write(out: Path, opts: Options, account: Account, truth: float, trainer: Tr
     from gpufleet.goodput.report import plot_timeline
 
     per_fault = [f.latencies() for f in faults]
-    medians = {k: round(statistics.median(v), 2) for k in (per_fault[0] if per_fault else {})
-               if (v := [x[k] for x in per_fault if x[k] is not None])}
+    medians: dict[str, Any] = {k: round(statistics.median(v), 2) for k in (per_fault[0] if per_fault else {})
+                               if (v := [x[k] for x in per_fault if x[k] is not None])}
+    # what the figures depend on: detection waits for scrapes and node health's steps
+    medians.update(scrape_interval_seconds=opts.scrape_seconds, node_health_interval_seconds=opts.step_seconds,
+                   faults=list(opts.faults))
     (out / "latencies.json").write_text(json.dumps(medians, indent=2) + "\n")
     result = {
         "ettr_accountant": round(account.ettr, 6), "ettr_ground_truth": round(truth, 6),
