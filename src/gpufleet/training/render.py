@@ -24,13 +24,14 @@ from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
+from gpufleet.names import CHECKPOINT_MARKER, JOB_LABEL
 
 from .checkpoint import default_interval_seconds
 
 #: Where the training templates live (``<checkout>/templates/training``).
 TEMPLATE_DIR: Path = paths.TEMPLATES / "training"
 #: Label on every pod of a job (and the pod-affinity selector that keeps them in one rack).
-LABEL_JOB = "gpufleet.io/job"
+LABEL_JOB = JOB_LABEL
 #: Pod annotation the local (kwok) cluster reads to finish a pod after that many seconds.
 ANNOTATION_SIMULATED_DURATION = "gpufleet.io/simulated-duration-seconds"
 #: Kubernetes PriorityClass of training pods (declared by the kueue role); preempts inference.
@@ -372,6 +373,7 @@ def build_context(
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
+        "checkpoint_marker": CHECKPOINT_MARKER,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
