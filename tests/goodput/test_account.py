@@ -125,3 +125,31 @@ def test_buckets_always_sum_to_wall_minus_productive(seed):
     assert a.productive_seconds >= -1e-9
     assert a.productive_seconds + sum(a.badput.values()) == pytest.approx(a.wall_seconds)
     assert sum(p.end - p.start for p in a.phases) == pytest.approx(a.wall_seconds)
+
+
+def test_a_run_whose_pods_are_gone_is_rebuilt_from_its_checkpoints():
+    """The one-shot view: the first gang's pods were deleted by its restart; its checkpoints remain."""
+    w, pods = two_runs()
+    a = account(w, pods[2:], CHECKPOINTS, now=T0 + 10_000)
+    assert a.reconstructed_runs == 1
+    assert a.productive_seconds == pytest.approx(545)  # the same kept work as the full record
+    (i, *_) = a.interruptions
+    assert i.time == T0 + 452 and i.lost_seconds == pytest.approx(72)  # placed at the new pods' creation
+    assert a.badput["waiting_for_hardware"] == pytest.approx(48)
+    full = account(w, pods, CHECKPOINTS, now=T0 + 10_000)
+    assert full.reconstructed_runs == 0 and abs(a.ettr - full.ettr) < 1e-9
+
+
+def test_restarts_hidden_in_one_stretch_of_checkpoints_are_found_by_their_gaps():
+    """Three gangs, only the last one's pods known: the 210 s between steps 300 and 400 (100 s of compute)
+    is a hidden restart; the kept work is still exact."""
+    w = wl(finished=1001)
+    last = [pod(f"c{k}", 752, [(760, 1000)], ended=1000, succeeded=True) for k in range(2)]
+    cps = [cp(100, 150, 160), cp(200, 260, 270), cp(300, 370, 380),   # run 1 (training from 50), lost 380-450
+           cp(400, 590, 600), cp(500, 700, 710),                      # run 2 (pods 460, training 490), lost 710-750
+           cp(600, 890, 900)]                                         # run 3 (pods 760, training 790), done 1000
+    a = account(w, last, cps, now=T0 + 5000)
+    assert a.reconstructed_runs == 2 and len(a.interruptions) == 2
+    assert a.productive_seconds == pytest.approx(300 + 200 + 200)
+    assert [round(i.time - T0) for i in a.interruptions] == [460, 752]
+    assert a.badput["progress_lost"] == pytest.approx(80 + 42, abs=0.01)  # each absorbs its restart time

@@ -87,6 +87,7 @@ class Account:
         step_rate: training steps per productive second, when two checkpoints of one run give it.
         finished: the Workload has finished.
         checkpoints_known: the job's checkpoints were readable (else nothing counts as lost).
+        reconstructed_runs: runs inferred from checkpoints because their pods are gone from the record.
     """
 
     namespace: str
@@ -102,6 +103,7 @@ class Account:
     step_rate: float | None = None
     finished: bool = False
     checkpoints_known: bool = True
+    reconstructed_runs: int = 0
 
     @property
     def wall_seconds(self) -> float:
@@ -215,6 +217,10 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
     cps = sorted(checkpoints or (), key=lambda c: (c.completed, c.step))
     badput = dict.fromkeys(BUCKETS, 0.0)
     segments = _segments(wl, pods, t0, t1)
+    ghosts = _reconstruct(wl, pods, cps, segments, t0, t1)
+    if ghosts:
+        pods += ghosts
+        segments = _segments(wl, pods, t0, t1)
 
     runs: list[_Run] = []
     for s, e, state in segments:
@@ -260,7 +266,88 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
     return Account(namespace=wl.namespace, job=wl.job_name, kind=wl.job_kind, start=t0, end=t1,
                    productive_seconds=productive, badput=badput, phases=tuple(_merge(phases)),
                    interruptions=tuple(interruptions), checkpoints=len(cps), step_rate=rate,
-                   finished=wl.finished is not None and wl.finished <= now, checkpoints_known=known)
+                   finished=wl.finished is not None and wl.finished <= now, checkpoints_known=known,
+                   reconstructed_runs=len({g.uid.rsplit("-", 1)[0] for g in ghosts}))
+
+
+def _start(c: Checkpoint) -> float:
+    return c.started if c.started is not None else c.completed
+
+
+def _pair_rates(cps: Sequence[Checkpoint]) -> list[float]:
+    return [(b.step - a.step) / compute for a, b in zip(cps, cps[1:])
+            if b.step > a.step and (compute := _start(b) - a.completed) > 0]
+
+
+#: A gap between two checkpoints longer than their steps' compute by this much (seconds, and share of the
+#: compute) is an interruption hidden from a record without the pods of that time.
+HIDDEN_GAP_SECONDS = 5.0
+HIDDEN_GAP_SHARE = 0.25
+
+
+def _reconstruct(wl: WorkloadRecord, pods: Sequence[PodRecord], cps: Sequence[Checkpoint],
+                 segments: Sequence[tuple[float, float, str]], t0: float, t1: float) -> list[PodRecord]:
+    """Stand-in pods for runs whose pods are gone from the record but whose checkpoints are on disk.
+
+    A checkpoint completed while no known gang ran proves the gang ran then
+    (the one-shot view, or an accountant that restarted, lacks deleted pods).
+    Such checkpoints are cut into runs at the creation of later pods (a gang
+    restart creates new pods once the old ones are gone) and where the time
+    between two of them exceeds the compute their steps take at the job's
+    step rate (median over consecutive checkpoints) by more than
+    :data:`HIDDEN_GAP_SECONDS` and :data:`HIDDEN_GAP_SHARE`: there the job
+    stopped and restarted. A rebuilt run starts the compute of its first
+    checkpoint's steps (and the job's typical start-up, after a hidden
+    restart) before that checkpoint's save, and ends at the next pods'
+    creation or the next rebuilt run: the kept work is exact; the lost work
+    of a hidden interruption absorbs its restart time.
+    """
+    runs = [(s, e) for s, e, state in segments if state == "run"]
+    orphans = [c for c in cps if t0 < c.completed <= t1 and not any(s < c.completed <= e for s, e in runs)]
+    if not orphans:
+        return []
+    boundaries = sorted({p.created for p in pods} | {s for s, _ in runs})
+    groups: list[list[Checkpoint]] = []
+    for c in orphans:
+        if groups and not any(groups[-1][-1].completed < b < c.completed for b in boundaries):
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    in_runs = [[c for c in cps if s < c.completed <= e] for s, e in runs]
+    rates = [x for g in [*groups, *in_runs] for x in _pair_rates(g)]
+    rate = statistics.median(rates) if rates else None
+
+    def prior(c: Checkpoint) -> int:
+        return max((x.step for x in cps if x.completed < c.completed), default=0)
+
+    startups = [max(0.0, _start(r[0]) - s - (r[0].step - prior(r[0])) / rate)
+                for (s, _), r in zip(runs, in_runs) if r and rate]
+    typical = statistics.median(startups) if startups else 0.0
+    ghosts: list[PodRecord] = []
+    n = 0
+    for g in groups:
+        pieces: list[list[Checkpoint]] = [[g[0]]]
+        for a, b in zip(g, g[1:]):
+            compute = (b.step - a.step) / rate if rate else 0.0
+            gap = _start(b) - a.completed - compute
+            if rate and gap > HIDDEN_GAP_SECONDS and gap > HIDDEN_GAP_SHARE * compute:
+                pieces.append([b])
+            else:
+                pieces[-1].append(b)
+        floor = max([t0] + [b for b in boundaries if b <= _start(g[0])] + [e for _, e in runs if e <= _start(g[0])])
+        starts = []
+        for i, piece in enumerate(pieces):
+            compute = (piece[0].step - prior(piece[0])) / rate if rate else 0.0
+            begin = _start(piece[0]) - compute - (typical if i else 0.0)
+            starts.append(max(floor, begin) if i == 0 else max(pieces[i - 1][-1].completed, begin))
+        end_of_group = min((b for b in boundaries if b >= g[-1].completed), default=t1)
+        for i, piece in enumerate(pieces):
+            # a millisecond apart: two rebuilt runs are two runs, not one
+            end = starts[i + 1] - 1e-3 if i + 1 < len(pieces) else end_of_group
+            ghosts += [PodRecord(uid=f"ghost-{n}-{k}", name=f"(run {n + 1}, pods gone)", created=starts[i],
+                                 runs=((starts[i], end),), ended=end) for k in range(wl.pods_expected)]
+            n += 1
+    return ghosts
 
 
 def _run_phases(s: float, e: float, startup: float, cps: Sequence[Checkpoint], lost: float) -> list[Phase]:

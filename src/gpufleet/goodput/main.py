@@ -49,7 +49,8 @@ def account_json(a) -> dict:
             "badput_seconds": {k: round(v, 1) for k, v in a.badput.items()},
             "interruptions": [{"time": i.time, "lost_seconds": round(i.lost_seconds, 1), "resumed": i.resumed}
                               for i in a.interruptions],
-            "checkpoints": a.checkpoints, "checkpoints_known": a.checkpoints_known, "finished": a.finished}
+            "checkpoints": a.checkpoints, "checkpoints_known": a.checkpoints_known,
+            "reconstructed_runs": a.reconstructed_runs, "finished": a.finished}
 
 
 def snapshot(client, tracker, namespace: str | None, *, pods: bool = True) -> None:

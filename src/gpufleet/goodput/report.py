@@ -43,6 +43,8 @@ def table(a: Account):
     rate = f", {a.step_rate:.3g} steps/s" if a.step_rate else ""
     known = f"{a.checkpoints} checkpoints{rate}" if a.checkpoints_known else "checkpoints not readable (nothing counted lost)"
     t.add_row("checkpoints", known, "")
+    if a.reconstructed_runs:
+        t.add_row("rebuilt runs", f"{a.reconstructed_runs}", "from checkpoints: their pods are gone")
     for i, x in enumerate(a.interruptions, 1):
         resumed = f"running again after {_duration(x.resumed - x.time)}" if x.resumed else "not running again yet"
         t.add_row(f"interruption {i}", f"{_when(x.time)}", f"lost {_duration(x.lost_seconds)}; {resumed}")

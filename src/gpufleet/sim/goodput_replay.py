@@ -100,6 +100,7 @@ class Options:
         timeout: seconds the whole replay may take.
         out: folder of ``latencies.json``, ``replay.json``, ``timeline.png``.
         namespace: team namespace of the job (its LocalQueue's).
+        keep: leave the finished JobSet (and its Workload) for ``invoke train.goodput``.
     """
 
     cluster: str = "gpufleet"
@@ -118,6 +119,7 @@ class Options:
     timeout: float = 1200.0
     out: str = "out/goodput-replay"
     namespace: str = "team-pretrain"
+    keep: bool = False
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, one ``--flag value: expected ...`` line each."""
@@ -355,7 +357,8 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         stop.set()
         for s in sims.values():
             s.stop()
-        gkube.delete(api, JOBSET_API, "jobsets", name, opts.namespace)
+        if not opts.keep:
+            gkube.delete(api, JOBSET_API, "jobsets", name, opts.namespace)
         for n in nodes:
             try:
                 swapper.return_node(api, n, clear_lemon=True)
@@ -497,6 +500,7 @@ def _write(out: Path, opts: Options, account: Account, truth: float, trainer: Tr
         "interruptions_trainer": len(trainer.interruptions),
         "faults": [{**asdict(f), **f.latencies()} for f in faults],
         "latencies_median": medians, "account": account_json(account), "options": asdict(opts),
+        "job": {"namespace": account.namespace, "name": account.job, "checkpoint_dir": str(trainer.checkpoint_dir)},
     }
     (out / "replay.json").write_text(json.dumps(result, indent=2) + "\n")
     plot_timeline(account, out / "timeline.png")

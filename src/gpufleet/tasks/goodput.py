@@ -182,9 +182,10 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     "pods": "pods of the gang, one 8-GPU node each (default 4)",
     "total_steps": "steps of the simulated trainer, 10 per second (default 2400)",
     "scrape_seconds": "Prometheus scrape interval (default: gpu_metrics_scrape_interval_seconds, as production)",
+    "keep": "leave the finished JobSet for invoke train.goodput (replay.json names it and its checkpoint folder)",
 })
 def replay(c: Context, cluster: str = "gpufleet", out: str = "out/goodput-replay", faults: str = "xid,gpu_temp,ib_down",
-           pods: int = 4, total_steps: int = 2400, scrape_seconds: float = 0.0) -> None:
+           pods: int = 4, total_steps: int = 2400, scrape_seconds: float = 0.0, keep: bool = False) -> None:
     """Replay faults on the local cluster and measure goodput: accountant against ground truth, recovery latencies.
 
     A JobSet gang of simulated GPU pods trains (a simulated trainer writing
@@ -203,7 +204,7 @@ def replay(c: Context, cluster: str = "gpufleet", out: str = "out/goodput-replay
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = r.Options(cluster=cluster, out=out, faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
                      pods=pods, total_steps=total_steps, nodes=pods + len([f for f in faults.split(",") if f.strip()]) + 1,
-                     scrape_seconds=scrape_seconds or None)
+                     scrape_seconds=scrape_seconds or None, keep=keep)
     problems = opts.problems()
     if out and Path(out).exists() and not Path(out).is_dir():
         problems.append(f"--out {out!r}: expected a folder path")
@@ -214,4 +215,4 @@ def replay(c: Context, cluster: str = "gpufleet", out: str = "out/goodput-replay
     except r.ReplayError as exc:
         raise Exit(f"sim.goodput-replay: {exc}", code=1) from None
     print(json.dumps({k: result[k] for k in ("ettr_accountant", "ettr_ground_truth", "difference_points",
-                                             "latencies_median")}, indent=1))
+                                             "latencies_median", "job")}, indent=1))
