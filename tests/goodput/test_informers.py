@@ -27,3 +27,12 @@ def test_informers_fold_versions_in_and_deletions_end_pods_and_forget_workloads(
     assert ended == T0 + 50
     workloads.apply("DELETED", workload_json())
     assert tracker.jobs() == [] and ("team-a", "llm") not in tracker._pods
+
+
+def test_jobs_read_before_the_informers_and_gone_from_their_list_are_forgotten():
+    tracker = Tracker()
+    tracker.observe_workload(workload_json())  # folded in by the start-up read of the Events' history
+    workloads, _ = gkube.informers(None, tracker, "team-a")
+    workloads.synced.set()  # listed: no Workload
+    gkube.forget_unlisted(tracker, workloads, timeout=0)
+    assert tracker.jobs() == []

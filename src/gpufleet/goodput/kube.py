@@ -121,6 +121,21 @@ def informers(kube: Kube, tracker, namespace: str | None = None, *, watch_timeou
                      name="goodput-pods", watch_timeout=watch_timeout)]
 
 
+def forget_unlisted(tracker, workloads: Informer, timeout: float = 60.0) -> None:
+    """Once the Workloads informer has listed, forget the jobs ``tracker`` knows from before it that are gone.
+
+    The informer reports as DELETED only what it listed itself; Workloads an
+    earlier read (:func:`gpufleet.goodput.main.snapshot`) folded in and
+    deleted before the informer's first list would otherwise stay.
+    """
+    if not workloads.wait_synced(timeout):
+        return
+    listed = set(workloads.items())
+    for rec in tracker.jobs():
+        if rec.uid not in listed:
+            tracker.forget_workload({"metadata": {"uid": rec.uid}})
+
+
 # ------------------------------------------------------------------ the fault replay's writes
 
 #: Kueue role kinds the replay needs present.

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - the informers list again by themselves
             log.warning("reading the Workloads' history: %s", exc)
         watches = [w.start() for w in kube.informers(client, tracker, args.namespace)]
+        kube.forget_unlisted(tracker, watches[0])
         try:
             while not stop.is_set():
                 t = time.monotonic()
