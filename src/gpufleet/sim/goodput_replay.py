@@ -301,7 +301,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
     problems = opts.problems()
     if problems:
         raise ValueError("\n".join(problems))
-    from gpufleet.health.promql import PromClient
+    from gpufleet.prom.client import PromClient
     from gpufleet.health.remediate import Remediator, Settings
     from gpufleet.inventory import load, node_specs
     from gpufleet.local import cluster as local
