@@ -134,7 +134,7 @@ def test_a_run_whose_pods_are_gone_is_rebuilt_from_its_checkpoints():
     assert a.reconstructed_runs == 1
     assert a.productive_seconds == pytest.approx(545)  # the same kept work as the full record
     (i, *_) = a.interruptions
-    assert i.time == T0 + 452 and i.lost_seconds == pytest.approx(72)  # placed at the new pods' creation
+    assert i.time == pytest.approx(T0 + 452) and i.lost_seconds == pytest.approx(72)  # at the new pods' creation
     assert a.badput["waiting_for_hardware"] == pytest.approx(48)
     full = account(w, pods, CHECKPOINTS, now=T0 + 10_000)
     assert full.reconstructed_runs == 0 and abs(a.ettr - full.ettr) < 1e-9
@@ -153,3 +153,12 @@ def test_restarts_hidden_in_one_stretch_of_checkpoints_are_found_by_their_gaps()
     assert a.productive_seconds == pytest.approx(300 + 200 + 200)
     assert [round(i.time - T0) for i in a.interruptions] == [460, 752]
     assert a.badput["progress_lost"] == pytest.approx(80 + 42, abs=0.01)  # each absorbs its restart time
+
+
+def test_a_rebuilt_run_stays_apart_from_pods_that_run_the_second_they_are_created():
+    w = wl(finished=1001)
+    last = [pod(f"c{k}", 760, [(760, 1000)], ended=1000, succeeded=True) for k in range(2)]  # kwok: created = running
+    cps = [cp(100, 150, 160), cp(200, 260, 270), cp(300, 370, 380), cp(400, 890, 900)]
+    a = account(w, last, cps, now=T0 + 5000)
+    assert a.reconstructed_runs == 1 and len(a.interruptions) == 1
+    assert a.productive_seconds == pytest.approx(300 + 200, abs=0.01)

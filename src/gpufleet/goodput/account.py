@@ -340,7 +340,7 @@ def _reconstruct(wl: WorkloadRecord, pods: Sequence[PodRecord], cps: Sequence[Ch
             compute = (piece[0].step - prior(piece[0])) / rate if rate else 0.0
             begin = _start(piece[0]) - compute - (typical if i else 0.0)
             starts.append(max(floor, begin) if i == 0 else max(pieces[i - 1][-1].completed, begin))
-        end_of_group = min((b for b in boundaries if b >= g[-1].completed), default=t1)
+        end_of_group = min((b for b in boundaries if b >= g[-1].completed), default=t1 + 1e-3) - 1e-3
         for i, piece in enumerate(pieces):
             # a millisecond apart: two rebuilt runs are two runs, not one
             end = starts[i + 1] - 1e-3 if i + 1 < len(pieces) else end_of_group
