@@ -38,6 +38,11 @@ POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Label on every pod of a training job rendered from templates/training: the job's name.
+JOB_LABEL = "gpufleet.io/job"
+#: File a trainer writes last into ``$CHECKPOINT_DIR/step-<N>/`` when the checkpoint is complete
+#: (the training templates' ``CHECKPOINT_MARKER``; read by gpufleet.goodput.checkpoints).
+CHECKPOINT_MARKER = "COMPLETE"
 
 #: Node annotations written by the swap steps (times are RFC 3339 UTC).
 ANN_SWAP_REASON = "gpufleet.io/swap-reason"

@@ -25,8 +25,8 @@ from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.names import (JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY,
-                            RESERVED_TAINT)
+from gpufleet.names import (CHECKPOINT_MARKER, JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY,
+                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT)
 
 from . import gang as native
 from .checkpoint import default_interval_seconds
@@ -436,6 +436,7 @@ def build_context(
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
+        "checkpoint_marker": CHECKPOINT_MARKER,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
