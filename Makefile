@@ -25,7 +25,7 @@ test: install
 # The tests that need no cluster (a few minutes): no Go build, no local cluster;
 # only Debian's prometheus package (promtool and the rule tests' Prometheus).
 test-fast: $(BIN)/.installed
-	$(BIN)/invoke local.install --only prometheus-debian
+	$(BIN)/invoke local.install --only prometheus
 	$(BIN)/pytest -m "not cluster"
 
 bench: install
