@@ -146,10 +146,13 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     used_on: dict[str, int] = {}
     held: dict[str, tuple[int, int]] = {}
     placements: list[tuple[str, str]] = []
+    training_gpus: dict[str, int] = {}
     for n, obj in by_name.items():
         if n in virtual:
             continue
         nc = classify_node(obj, classes)
+        if nc.facts.allocatable and not nc.facts.problem:
+            training_gpus[n] = nc.gpus_for(TRAINING)
         s = nodeutil.NodeSummary(n, nodeutil.flavor(obj), nc.facts.allocatable or 0, False, nc.reasons[TRAINING],
                                  nodeutil.is_lemon(obj))
         st.nodes_total += 1
@@ -199,7 +202,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
     st.nodes_out.sort(key=lambda s: s.name)
     levels = [(lv.name, lv.label) for lv in inv.topology_levels() if lv.name != "hostname"]
-    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels)
+    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels, training_gpus)
     st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     return st
 
