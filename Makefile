@@ -5,7 +5,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: install
 
 test: install
 	$(BIN)/pytest
+
+# The tests that need no cluster (seconds to a few minutes): no Go build, no local cluster.
+test-fast: $(BIN)/.installed
+	$(BIN)/pytest -m "not cluster"
 
 bench: install
 	$(BIN)/invoke bench

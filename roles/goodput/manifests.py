@@ -39,7 +39,8 @@ def accountant(inv: Inventory, ns: str) -> list[Obj]:
                "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}]}
     container = {
         "name": "goodput", "image": pin("gpufleet", "image"),
-        "args": ["goodput", "--namespace", ns, "--interval", str(v.goodput_interval_seconds), "--port", str(v.goodput_port)],
+        "args": ["goodput", "--namespace", ns, "--interval", str(v.goodput_interval_seconds),
+                 "--metrics-port", str(v.goodput_port)],
         "ports": [{"name": "metrics", "containerPort": v.goodput_port}],
         "resources": {"requests": {"cpu": v.goodput_cpu, "memory": v.goodput_memory},
                       "limits": {"memory": v.goodput_memory}},

@@ -2,7 +2,7 @@
 
 Each command lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``. Only the chosen command's module is imported, so a
-command's heavy dependencies (kopf, kubernetes clients, NVML) never slow the
+command's heavy dependencies (the Kubernetes client, NVML) never slow the
 others down. To add a command, add one line to :data:`COMMANDS`.
 """
 

@@ -20,7 +20,8 @@ import pytest
 from invoke import Collection, Program
 
 from gpufleet.goodput import kube as gkube
-from gpufleet.ops import kube
+from gpufleet.kube.events import record_event
+from gpufleet.ops.kube import get_node, list_nodes
 from gpufleet.prom.server import PrometheusNotFound
 
 from .helpers import wait
@@ -65,8 +66,7 @@ def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, 
         assert one_shot["reconstructed_runs"] >= 1 and len(one_shot["interruptions"]) == 3
         assert abs(one_shot["ettr"] - result["ettr_ground_truth"]) <= 0.02, (one_shot, result["ettr_ground_truth"])
     finally:
-        gkube.delete(local_cluster.api_client,
-                     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{job['namespace']}/jobsets/{job['name']}")
+        gkube.delete(local_cluster.kube, "jobset.x-k8s.io/v1alpha2", "jobsets", job["name"], job["namespace"])
     assert result["interruptions_trainer"] == 3
     assert result["account"]["interruptions"] and len(result["account"]["interruptions"]) == 3
     assert result["difference_points"] <= 2.0, result
@@ -99,12 +99,11 @@ def jobset(name: str, ns: str, queue: str, pods: int, duration: int, checkpoint_
 
 
 def test_train_goodput_and_the_controller_account_a_finished_job(local_cluster, local_queues, tmp_path, capsys):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     name, ns = f"acct-{uuid.uuid4().hex[:5]}", "team-research"
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    gkube.create(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets",
-                 jobset(name, ns, "research", 2, 12, str(ckpt)))
+    gkube.create(api, jobset(name, ns, "research", 2, 12, str(ckpt)))
     try:
         wait("pods running", lambda: len([p for p in gkube.list_pods(api, ns, f"jobset.sigs.k8s.io/jobset-name={name}")
                                           if p["status"].get("phase") == "Running"]) == 2, timeout=120)
@@ -137,14 +136,14 @@ def test_train_goodput_and_the_controller_account_a_finished_job(local_cluster, 
         assert mine["ettr"] == pytest.approx(account["ettr"], abs=0.02) and mine["checkpoints"] == 2
         assert time.time() - start < 120
     finally:
-        gkube.delete(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}")
+        gkube.delete(api, "jobset.x-k8s.io/v1alpha2", "jobsets", name, ns)
 
 
 def test_checkpoint_interval_from_the_clusters_own_remediations(local_cluster, capsys):
-    api = local_cluster.api_client
-    node = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))[0]
-    obj = kube.get_node(api, node)
-    kube.record_event(api, obj, "NodeSwapRequested", "cordoned and tainted gpufleet.io/swap (node-health): xid: "
+    api = local_cluster.kube
+    node = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[0]
+    obj = get_node(api, node)
+    record_event(api, obj, "NodeSwapRequested", "cordoned and tainted gpufleet.io/swap (node-health): xid: "
                       "GPU 3: fatal XID 79", component="gpufleet-node-health")
     code, out, err = invoke(capsys, "train.checkpoint-interval", "--gpus", "64", "--checkpoint-seconds", "30",
                             "--measured-window-hours", "1", "--kubeconfig", str(local_cluster.kubeconfig))

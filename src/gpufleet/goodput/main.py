@@ -7,11 +7,12 @@ seconds computes every training job's account
 (:mod:`gpufleet.goodput.account`), reading checkpoints from the
 ``CHECKPOINT_DIR`` its pods were given (the checkpoint filesystem is
 mounted read-only where training pods mount it). Serves ``/metrics``
-(:mod:`gpufleet.goodput.metrics`) and ``/healthz`` on ``--port``. Reads
+(:mod:`gpufleet.goodput.metrics`) and ``/healthz`` on ``--metrics-port``
+(``--port``: its deprecated alias). Reads
 only; one instance (its memory of a job is the history: a restart keeps
 what the API and the checkpoint filesystem still show). ``--once`` lists
 once, prints every account as JSON and exits.
-Exit codes: 0 ok, 1 ``--port`` in use, 2 bad input.
+Exit codes: 0 ok, 1 ``--metrics-port`` in use, 2 bad input.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 
 from gpufleet import cliargs
+from gpufleet.controllers import flags
 from gpufleet.controllers.serve import Liveness
 
 log = logging.getLogger("gpufleet.goodput")
@@ -34,12 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", help="namespace of the training jobs (default: every namespace)")
     parser.add_argument("--interval", type=cliargs.positive_seconds, default=15.0,
                         help="seconds (> 0) between passes over every job's account (default 15)")
-    parser.add_argument("--port", type=cliargs.port_or_off, default=8080,
-                        help="port of /metrics and /healthz, 0 to 65535, 0 for none (default 8080)")
-    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
-    parser.add_argument("--context", help="kubeconfig context")
+    flags.add_metrics_port(parser, port_alias=True)
+    flags.add_kube(parser)
     parser.add_argument("--once", action="store_true", help="list once, print every job's account as JSON, exit")
-    cliargs.add_log_level(parser)
+    flags.add_log_level(parser)
 
 
 def account_json(a) -> dict:
@@ -53,69 +53,75 @@ def account_json(a) -> dict:
             "reconstructed_runs": a.reconstructed_runs, "finished": a.finished}
 
 
-def snapshot(api, tracker, namespace: str | None, *, pods: bool = True) -> None:
-    """Feed ``tracker`` one list of the Workloads of ``namespace`` with their Events, and of its pods."""
+def snapshot(client, tracker, namespace: str | None, *, pods: bool = True) -> None:
+    """Feed ``tracker`` one list of the Workloads of ``namespace`` with their Events, and of its pods.
+
+    ``client`` is a :class:`gpufleet.kube.Kube` (raises :class:`gpufleet.kube.KubeError`).
+    """
     from gpufleet.goodput import kube
 
-    workloads = kube.list_workloads(api, namespace)
+    workloads = kube.list_workloads(client, namespace)
     history: dict[str, list] = {}
     for ns in sorted({(w.get("metadata") or {}).get("namespace", "") for w in workloads}):
-        for e in kube.workload_events(api, ns):
+        for e in kube.workload_events(client, ns):
             history.setdefault(f"{ns}/{(e.get('involvedObject') or {}).get('name')}", []).append(e)
     for w in workloads:
         meta = w.get("metadata") or {}
         tracker.observe_workload(w, history.get(f"{meta.get('namespace')}/{meta.get('name')}", ()))
     if pods:
-        tracker.pods_listed(kube.list_pages(api, kube.pods_path(namespace)), kube.now())
+        tracker.pods_listed(kube.list_pages(client, kube.pods_path(namespace)), kube.now())
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the accountant (module docstring)."""
+    from gpufleet.controllers import runtime
     from gpufleet.goodput import kube
     from gpufleet.goodput.metrics import GoodputCollector, registry
     from gpufleet.goodput.tracker import Tracker
-    from gpufleet.ops.kube import OpsError, api_client
-    from gpufleet.ops.runtime import run_controller
+    from gpufleet.kube import ConfigError, KubeError
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime.setup_logging(args.log_level)
     try:
-        api = api_client(args.kubeconfig, args.context)
-    except OpsError as exc:
+        client = runtime.kube_from_args(args, user_agent="gpufleet-goodput")
+    except ConfigError as exc:
         print(f"gpufleet goodput: {exc}", file=sys.stderr)
         return 2
     tracker = Tracker()
     if args.once:
-        snapshot(api, tracker, args.namespace)
+        try:
+            snapshot(client, tracker, args.namespace)
+        except KubeError as exc:
+            print(f"gpufleet goodput: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            client.close()
         print(json.dumps([account_json(a) for a in tracker.accounts(kube.now())], indent=1))
         return 0
-    busy = cliargs.listen_error(args.port)
-    if busy:
-        print(f"gpufleet goodput: --port: {busy}", file=sys.stderr)
+    if runtime.port_in_use("goodput", args.metrics_port):
         return 1
     collector = GoodputCollector()
     liveness = Liveness(max_age=max(120.0, 10 * args.interval))
 
     def loop(stop: threading.Event) -> None:
         try:
-            snapshot(api, tracker, args.namespace, pods=False)  # the Events' history; the watches list the rest
-        except Exception as exc:  # noqa: BLE001 - the watches list again by themselves
+            snapshot(client, tracker, args.namespace, pods=False)  # the Events' history; the informers list the rest
+        except Exception as exc:  # noqa: BLE001 - the informers list again by themselves
             log.warning("reading the Workloads' history: %s", exc)
-        watches = [
-            kube.Watched(api, kube.workloads_path(args.namespace), tracker.workloads_listed, tracker.workload_event),
-            kube.Watched(api, kube.pods_path(args.namespace), lambda items: tracker.pods_listed(items, kube.now()),
-                         lambda kind, obj: tracker.pod_event(kind, obj, kube.now())),
-        ]
-        for w in watches:
-            w.start(stop)
-        while not stop.is_set():
-            t = time.monotonic()
-            try:
-                accounts = tracker.accounts(kube.now())
-                collector.update(accounts, duration=time.monotonic() - t, at=kube.now())
-                liveness.beat()
-            except Exception:  # noqa: BLE001 - report, keep serving the last accounts
-                log.exception("computing the accounts")
-            stop.wait(args.interval)
+        watches = [w.start() for w in kube.informers(client, tracker, args.namespace)]
+        kube.forget_unlisted(tracker, watches[0])
+        try:
+            while not stop.is_set():
+                t = time.monotonic()
+                try:
+                    accounts = tracker.accounts(kube.now())
+                    collector.update(accounts, duration=time.monotonic() - t, at=kube.now())
+                    liveness.beat()
+                except Exception:  # noqa: BLE001 - report, keep serving the last accounts
+                    log.exception("computing the accounts")
+                stop.wait(args.interval)
+        finally:
+            for w in watches:
+                w.stop()
 
-    return run_controller("gpufleet-goodput", args.namespace or "", loop, port=args.port, liveness=liveness,
-                          registry=registry(collector), leader_election=False)
+    return runtime.run("goodput", loop, metrics_port=args.metrics_port, liveness=liveness,
+                       registry=registry(collector))

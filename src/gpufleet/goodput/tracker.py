@@ -126,7 +126,10 @@ class Tracker:
     def pod_gone(self, obj: Obj, at: float) -> None:
         """A pod was deleted (seen last as ``obj``, noticed at ``at``)."""
         self.observe_pod(obj)
-        uid = _key(obj)
+        self.pod_ended(_key(obj), at)
+
+    def pod_ended(self, uid: str, at: float) -> None:
+        """Pod ``uid`` (its last version already observed) is gone, noticed at ``at``; unknown uids are ignored."""
         with self._lock:
             key = self._pod_job.get(uid)
             if key and uid in self._pods.get(key, {}):

@@ -61,7 +61,7 @@ from gpufleet.goodput import kube as gkube
 from gpufleet.local.kwok import DURATION_ANNOTATION, SIMULATED_LABEL
 from gpufleet.goodput.account import Account
 from gpufleet.goodput.tracker import Tracker
-from gpufleet.names import CHECKPOINT_MARKER, SWAP_TAINT
+from gpufleet.names import CHECKPOINT_MARKER, FIELD_MANAGER, SWAP_TAINT
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,7 @@ REPLAY_LABEL = "gpufleet.io/goodput-replay"
 FAULTS = ("xid", "gpu_temp", "ib_down")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
 class ReplayError(RuntimeError):
@@ -238,6 +239,7 @@ def _jobset(opts: Options, name: str, run_id: str, checkpoint_dir: Path) -> dict
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     pod["spec"]["nodeSelector"][REPLAY_LABEL] = run_id
     pod["spec"]["terminationGracePeriodSeconds"] = 0
+    js["metadata"]["namespace"] = opts.namespace
     for c in pod["spec"]["containers"]:
         for env in c.get("env") or []:
             if env["name"] == "CHECKPOINT_DIR":
@@ -299,7 +301,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
     problems = opts.problems()
     if problems:
         raise ValueError("\n".join(problems))
-    from gpufleet.health.promql import PromClient
+    from gpufleet.prom.client import PromClient
     from gpufleet.health.remediate import Remediator, Settings
     from gpufleet.inventory import load, node_specs
     from gpufleet.local import cluster as local
@@ -321,7 +323,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
             raise LookupError
     except LookupError:
         c = local.up(opts.cluster, specs=node_specs("local", 16), timeout=300)
-    api = c.api_client()
+    api = c.kube(field_manager=FIELD_MANAGER, user_agent="gpufleet-goodput-replay")
     stop = threading.Event()
     nodes: list[str] = []
     sims: dict[str, Any] = {}
@@ -356,13 +358,13 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         for s in sims.values():
             s.stop()
         if not opts.keep:
-            gkube.delete(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{opts.namespace}/jobsets/{name}")
+            gkube.delete(api, JOBSET_API, "jobsets", name, opts.namespace)
         for n in nodes:
             try:
                 swapper.return_node(api, n, clear_lemon=True)
             except Exception:  # noqa: BLE001 - not out
                 pass
-            gkube.delete(api, f"/api/v1/namespaces/{settings_namespace()}/configmaps/{swapper.request_name(n)}")
+            gkube.delete(api, "v1", "configmaps", swapper.request_name(n), settings_namespace())
             gkube.label_node(api, n, REPLAY_LABEL, None)
         api.close()
 
@@ -408,18 +410,21 @@ def _replay(opts: Options, api, rem, sims, nodes, name, ckpt, work, out, stop, s
     threads = [threading.Thread(target=observe, daemon=True), threading.Thread(target=remediate, daemon=True)]
     for t in threads:
         t.start()
-    watches = [gkube.Watched(api, gkube.workloads_path(ns), tracker.workloads_listed, tracker.workload_event),
-               gkube.Watched(api, gkube.pods_path(ns), lambda items: tracker.pods_listed(items, gkube.now()),
-                             lambda kind, obj: tracker.pod_event(kind, obj, gkube.now()))]
+    watches = [w.start() for w in gkube.informers(api, tracker, ns)]
+
+    def stop_watches() -> None:  # the informers end with the replay
+        stop.wait()
+        for w in watches:
+            w.stop()
+
+    threading.Thread(target=stop_watches, daemon=True).start()
     for w in watches:
-        w.start(stop)
-    for w in watches:
-        if not w.synced.wait(30):
+        if not w.wait_synced(30):
             raise ReplayError("the accountant's watches did not list in 30 s")
     trainer = Trainer(ckpt, gang, opts.steps_per_second, opts.checkpoint_steps, opts.save_seconds,
                       opts.startup_seconds, opts.total_steps)
     say(f"submitting JobSet {ns}/{name}: {opts.pods} pods on nodes labelled {REPLAY_LABEL}")
-    gkube.create(api, f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", _jobset(opts, name, name.split("-")[-1], ckpt))
+    gkube.create(api, _jobset(opts, name, name.split("-")[-1], ckpt))
     trainer_thread = threading.Thread(target=trainer.run, args=(stop,), daemon=True)
     trainer_thread.start()
     deadline = time.monotonic() + opts.timeout
@@ -445,7 +450,7 @@ def _replay(opts: Options, api, rem, sims, nodes, name, ckpt, work, out, stop, s
         else:
             _ib_down(work / node)
         f.tainted = _wait(f"{node} tainted {SWAP_TAINT}", lambda: any(
-            t.get("key") == SWAP_TAINT for t in (gkube.get(api, f"/api/v1/nodes/{node}") or {}).get("spec", {}).get("taints") or [])
+            t.get("key") == SWAP_TAINT for t in (api.get_or_none("v1", "nodes", node) or {}).get("spec", {}).get("taints") or [])
             and time.time(), left())
         f.evicted = _wait(f"the gang's pod on {node} evicted", lambda: not any(
             p.get("spec", {}).get("nodeName") == node for p in gang_pods()) and time.time(), left())

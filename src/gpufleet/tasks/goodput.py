@@ -124,8 +124,10 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     from gpufleet.goodput.main import account_json, snapshot
     from gpufleet.goodput.report import plot_timeline, table
     from gpufleet.goodput.tracker import Tracker
-    from gpufleet.ops.kube import InputError, OpsError, api_client
     from gpufleet.inventory.types import dns_label
+    from gpufleet.ops.exits import fail_on_ops_error
+    from gpufleet.ops.kube import InputError
+    from gpufleet.tasks.common import kube_for
 
     def label(value: str) -> bool:
         try:
@@ -146,29 +148,29 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     if problems:
         raise Exit("\n".join(problems), code=2)
     try:
-        api = api_client(kubeconfig or None, context or None, env=env)
+        kube = kube_for(env, kubeconfig or None, context or None)
     except InputError as exc:
         raise Exit(str(exc), code=2) from None
     try:
-        tracker = Tracker()
-        found = [w for w in gkube.list_workloads(api, namespace or None)
-                 if any(r.get("kind") in ("JobSet", "PyTorchJob", "Job") and r.get("name") == name
-                        for r in (w.get("metadata") or {}).get("ownerReferences") or [])]
-        spaces = sorted({w["metadata"]["namespace"] for w in found})
-        if not found:
-            where = f"namespace {namespace}" if namespace else "any namespace"
-            raise Exit(f"train.goodput: no Kueue Workload of a job {name!r} in {where} (Kueue creates one when a "
-                       "JobSet, PyTorchJob or Job is submitted to a LocalQueue)", code=2)
-        if len(spaces) > 1:
-            raise Exit(f"train.goodput: jobs named {name!r} in namespaces {', '.join(spaces)}: give --namespace", code=2)
-        snapshot(api, tracker, spaces[0])
-        jobs = sorted((w for w in tracker.jobs() if w.job_name == name), key=lambda w: w.created)
-        now = gkube.now()
-        result = tracker.account_of(jobs[-1], now, checkpoint_dir or None)
-    except OpsError as exc:
-        raise Exit(f"train.goodput: {exc}", code=1) from None
+        with fail_on_ops_error("train.goodput"):
+            tracker = Tracker()
+            found = [w for w in gkube.list_workloads(kube, namespace or None)
+                     if any(r.get("kind") in ("JobSet", "PyTorchJob", "Job") and r.get("name") == name
+                            for r in (w.get("metadata") or {}).get("ownerReferences") or [])]
+            spaces = sorted({w["metadata"]["namespace"] for w in found})
+            if not found:
+                where = f"namespace {namespace}" if namespace else "any namespace"
+                raise Exit(f"train.goodput: no Kueue Workload of a job {name!r} in {where} (Kueue creates one when a "
+                           "JobSet, PyTorchJob or Job is submitted to a LocalQueue)", code=2)
+            if len(spaces) > 1:
+                raise Exit(f"train.goodput: jobs named {name!r} in namespaces {', '.join(spaces)}: give --namespace",
+                           code=2)
+            snapshot(kube, tracker, spaces[0])
+            jobs = sorted((w for w in tracker.jobs() if w.job_name == name), key=lambda w: w.created)
+            now = gkube.now()
+            result = tracker.account_of(jobs[-1], now, checkpoint_dir or None)
     finally:
-        api.close()
+        kube.close()
     out_dir.mkdir(parents=True, exist_ok=True)
     import json
 
