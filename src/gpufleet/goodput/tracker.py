@@ -17,8 +17,8 @@ from typing import Any
 
 from gpufleet.goodput.account import Account, account
 from gpufleet.goodput.checkpoints import Scanner
-from gpufleet.goodput.history import (PodRecord, WorkloadRecord, checkpoint_dir_of_pod, gone, job_of_pod, merge_pod,
-                                      merge_workload, pod_record, workload_record)
+from gpufleet.goodput.history import (PodRecord, WorkloadRecord, checkpoint_dir_of_pod, gone, job_of_pod, merge_workload,
+                                      pod_record, workload_record)
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str]  # (namespace, job)

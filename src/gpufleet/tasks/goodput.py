@@ -124,15 +124,21 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     from gpufleet.goodput.main import account_json, snapshot
     from gpufleet.goodput.report import plot_timeline, table
     from gpufleet.goodput.tracker import Tracker
+    from gpufleet.inventory.types import dns_label
     from gpufleet.ops.exits import fail_on_ops_error
     from gpufleet.ops.kube import InputError
     from gpufleet.tasks.common import kube_for
-    from gpufleet.training.render import _DNS1035
+
+    def label(value: str) -> bool:
+        try:
+            return bool(dns_label(value))
+        except ValueError:
+            return False
 
     problems = []
-    if not name or not _DNS1035.match(name):
+    if not label(name):
         problems.append(f"NAME {name!r}: expected the job's name, a DNS label such as llm-8b-run1")
-    if namespace and not _DNS1035.match(namespace):
+    if namespace and not label(namespace):
         problems.append(f"--namespace {namespace!r}: expected a namespace name (a DNS label)")
     out_dir = Path(out or f"out/train-goodput/{name}")
     if out_dir.exists() and not out_dir.is_dir():
