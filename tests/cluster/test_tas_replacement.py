@@ -141,8 +141,12 @@ def test_hot_node_of_a_gang_is_replaced_in_the_same_rack(local_cluster, gang, tm
     stay = {p.metadata.uid for p in pods if p.spec.node_name != hot}
 
     tainted = heat(local_cluster, state, hot, tmp_path)
-    back = wait("the gang running again, rebuilt on the spare node", lambda: (ps := running(api, name)) and len(ps) == 3
-                and spare in {p.spec.node_name for p in ps} and ps, timeout=120)
+    try:
+        back = wait("the gang running again, rebuilt on the spare node", lambda: (ps := running(api, name)) and len(
+            ps) == 3 and spare in {p.spec.node_name for p in ps} and ps, timeout=120)
+    except BaseException:
+        print(describe(api, name, [hot, spare]))
+        raise
     took = time.time() - tainted
     print(f"health taint to gang running again: {took:.1f} s")
 
@@ -176,6 +180,14 @@ def test_without_a_spare_in_the_rack_the_gang_is_requeued_whole(local_cluster, g
     assert hot not in {p.spec.node_name for p in back}
     (new_rack,) = {kube.get_node(api, p.spec.node_name)["metadata"]["labels"][RACK] for p in back}
     assert new_rack != rack  # its rack has only 3 healthy nodes left
+
+
+def describe(api, name: str, nodes: list[str]) -> str:
+    """The gang's pods, its Workload's status and the nodes' taints, for a failure message."""
+    pods = [(p.metadata.name, p.status.phase, p.spec.node_name, bool(p.metadata.deletion_timestamp))
+            for p in client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"gpufleet.io/job={name}").items]
+    taints = {n: nodeutil.taints(kube.get_node(api, n)) for n in nodes}
+    return f"pods {pods}\nworkload status {workload(api, name).get('status')}\ntaints {taints}"
 
 
 def evictions(wl: dict) -> dict[str, int]:
