@@ -5,7 +5,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: install
 
 test: install
 	$(BIN)/pytest
+
+# The tests that need no cluster (a few minutes): no Go build, no local cluster;
+# only Debian's prometheus package (promtool and the rule tests' Prometheus).
+test-fast: $(BIN)/.installed
+	$(BIN)/invoke local.install --only prometheus
+	$(BIN)/pytest -m "not cluster"
 
 bench: install
 	$(BIN)/invoke bench

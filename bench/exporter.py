@@ -64,7 +64,7 @@ def run(scrapes: int, interval: float, idle_seconds: float) -> dict[str, float |
         paths = write_node(desc, Path(tmp) / "node")
         port = free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gpufleet.cli", "exporter", "--listen-address", "127.0.0.1", "--port", str(port),
+            [sys.executable, "-m", "gpufleet.cli", "exporter", "--listen-address", "127.0.0.1", "--metrics-port", str(port),
              "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description), "--log-level", "WARNING"],
             stdout=subprocess.DEVNULL,
         )

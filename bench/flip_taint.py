@@ -30,8 +30,8 @@ from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.flip.signal import ApiServerSignal, gpus_used, schedulable
 from gpufleet.inventory import load
 from gpufleet.local import cluster as local
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube.informer import Informer
 
 NODE = "vk-bench-taint"
 

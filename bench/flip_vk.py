@@ -41,8 +41,8 @@ from pathlib import Path
 
 from gpufleet.inventory import load
 from gpufleet.local import cluster as local
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube.informer import Informer
 
 POOL = "rental"
 NODE = f"vk-{POOL}"

@@ -25,30 +25,27 @@ import threading
 import time
 import uuid
 
-from kubernetes import client
-
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.ops import drain as drainer
-from gpufleet.ops import kube
 from gpufleet.ops import swap as swapper
+from gpufleet.ops.kube import list_nodes
 
 SCENARIOS = (("5x10 maxUnavailable=1", 5, 10, 1), ("1x50 maxUnavailable=1", 1, 50, 1), ("1x50 maxUnavailable=10%", 1, 50, "10%"))
 
 
-def ready(core, ns: str) -> int:
+def ready(api, ns: str) -> int:
     """Ready pods of ``ns`` not being deleted."""
-    return sum(1 for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None
-               and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])))
+    return sum(1 for p in api.list("v1", "pods", ns)["items"] if not p["metadata"].get("deletionTimestamp")
+               and any(c["type"] == "Ready" and c["status"] == "True" for c in (p["status"].get("conditions") or [])))
 
 
 def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavailable) -> None:
     """Deployments and PDBs in ``ns`` with every pod Running on ``node``."""
-    apps, policy, core = client.AppsV1Api(api), client.PolicyV1Api(api), client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": ns}})
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
     for i in range(deployments):
         labels = {"app": f"app{i}"}
-        apps.create_namespaced_deployment(ns, {"metadata": {"name": f"app{i}"}, "spec": {
+        api.create("apps/v1", "deployments", {"metadata": {"name": f"app{i}"}, "spec": {
             "replicas": replicas, "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {
                 "terminationGracePeriodSeconds": 0,
@@ -56,15 +53,16 @@ def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavaila
                 "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {
                     "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}]}},
                 "containers": [{"name": "c", "image": "registry.invalid/serve:1",
-                                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}})
-        policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": f"app{i}"}, "spec": {
-            "maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}})
+                                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}, ns)
+        api.create("policy/v1", "poddisruptionbudgets", {"metadata": {"name": f"app{i}"}, "spec": {
+            "maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}}, ns)
     total = deployments * replicas
     deadline = time.monotonic() + 180
     while True:
-        on = [p for p in core.list_namespaced_pod(ns).items if p.spec.node_name == node and p.status.phase == "Running"]
-        healthy = all((policy.read_namespaced_pod_disruption_budget(f"app{i}", ns).status.current_healthy or 0) == replicas
-                      for i in range(deployments))
+        on = [p for p in api.list("v1", "pods", ns)["items"]
+              if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"]
+        healthy = all((api.get("policy/v1", "poddisruptionbudgets", f"app{i}", ns).get("status") or {})
+                      .get("currentHealthy", 0) == replicas for i in range(deployments))
         if len(on) == total and healthy:
             return
         if time.monotonic() > deadline:
@@ -80,9 +78,8 @@ def main() -> None:
     args = ap.parse_args()
     name = args.cluster or "ops-bench-drain"
     c = local.get(name) if args.cluster else local.up(name, specs=node_specs("local", 16), timeout=300)
-    api = c.api_client()
-    core = client.CoreV1Api(api)
-    nodes = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    api = c.kube(timeout=120, field_manager="gpufleet", user_agent="gpufleet-bench")
+    nodes = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))
     print(f"{'scenario':26} {'pods':>5} {'drain s':>8} {'429s':>6} {'min ready':>10} {'budget min':>10}")
     try:
         for (label, deps, reps, mu), node in zip(SCENARIOS, nodes[-len(SCENARIOS):]):
@@ -94,7 +91,7 @@ def main() -> None:
 
             def watch() -> None:
                 while not stop.is_set():
-                    lowest[0] = min(lowest[0], ready(core, ns))
+                    lowest[0] = min(lowest[0], ready(api, ns))
                     stop.wait(0.1)
 
             refusals = [0]
@@ -118,10 +115,10 @@ def main() -> None:
             print(f"{label:26} {len(d.evicted):5d} {d.seconds:8.1f} {refusals[0]:6d} {lowest[0]:10d} {budget_min:10d}"
                   + ("" if d.complete else f"  INCOMPLETE: {len(d.blocked)} left"))
             swapper.return_node(api, node)
-            kube.call_json(api, "DELETE", f"/api/v1/namespaces/gpufleet-system/configmaps/{swapper.request_name(node)}")
-            core.delete_namespace(ns, grace_period_seconds=0)
+            api.delete("v1", "configmaps", swapper.request_name(node), "gpufleet-system")
+            api.delete("v1", "namespaces", ns, grace_seconds=0)
             deadline = time.monotonic() + 120  # its pods must not show up in the next scenario's drain
-            while ns in {n.metadata.name for n in core.list_namespace().items} and time.monotonic() < deadline:
+            while api.get_or_none("v1", "namespaces", ns) is not None and time.monotonic() < deadline:
                 time.sleep(1)
     finally:
         api.close()

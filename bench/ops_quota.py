@@ -33,9 +33,11 @@ import threading
 import time
 
 from gpufleet.inventory import load, node_specs
+from gpufleet.kube import Conflict
+from gpufleet.kube.retry import update_with_retry
 from gpufleet.local import cluster as local
-from gpufleet.ops import kube
 from gpufleet.names import SWAP_TAINT
+from gpufleet.ops.kube import list_nodes
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
 
@@ -49,23 +51,20 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, max(0, int(round(p / 100 * len(xs) + 0.5)) - 1))]
 
 
+KUEUE_KINDS = {"Namespace", "ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass", "WorkloadPriorityClass"}
+
+
 def ensure_kueue(api, inv) -> None:
     """Create the inventory's Kueue objects (namespaces, flavor, queues, priority classes) when absent."""
     from roles.kueue.manifests import objects
 
-    plural = {"Namespace": "namespaces", "ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-              "LocalQueue": "localqueues", "PriorityClass": "priorityclasses", "WorkloadPriorityClass": "workloadpriorityclasses"}
     for obj in objects(inv):
-        if obj["kind"] not in plural:
+        if obj["kind"] not in KUEUE_KINDS:
             continue
-        av, ns = obj["apiVersion"], obj["metadata"].get("namespace")
-        base = f"/api/{av}" if "/" not in av else f"/apis/{av}"
-        coll = f"{base}/namespaces/{ns}/{plural[obj['kind']]}" if ns else f"{base}/{plural[obj['kind']]}"
         try:
-            kube.call_json(api, "POST", coll, body=obj)
-        except kube.ApiException as exc:
-            if exc.status != 409:
-                raise
+            api.create_object(obj)
+        except Conflict:
+            pass
 
 
 def toggle(api, node: str, out: bool) -> None:
@@ -76,7 +75,7 @@ def toggle(api, node: str, out: bool) -> None:
             taints.append({"key": SWAP_TAINT, "value": "bench", "effect": "NoSchedule"})
         return {"spec": {"taints": taints or None}}
 
-    kube.update_with_retry(api, f"/api/v1/nodes/{node}", change)
+    update_with_retry(api, f"/api/v1/nodes/{node}", change)
 
 
 def freeze_ready(c, api) -> None:
@@ -91,20 +90,18 @@ def freeze_ready(c, api) -> None:
 
     def fix(n: dict) -> None:
         name = n["metadata"]["name"]
-        kube.call_json(api, "PATCH", f"/api/v1/nodes/{name}/status", content_type="application/merge-patch+json",
-                       body={"status": {"conditions": cond}})
+        api.patch("v1", "nodes", name, {"status": {"conditions": cond}}, subresource="status")
         taints = [t for t in n["spec"].get("taints") or [] if not t["key"].startswith("node.kubernetes.io/")]
         if taints != (n["spec"].get("taints") or []):
-            kube.call_json(api, "PATCH", f"/api/v1/nodes/{name}", content_type="application/merge-patch+json",
-                           body={"spec": {"taints": taints or None}})
+            api.patch("v1", "nodes", name, {"spec": {"taints": taints or None}})
 
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(fix, kube.list_nodes(api, "gpufleet.io/simulated=true")))
+        list(pool.map(fix, list_nodes(api, "gpufleet.io/simulated=true")))
 
 
 def training_quota(api) -> int:
     """GPU nominalQuota of ClusterQueue training."""
-    return int(rs.quota_of(kube.call_json(api, "GET", f"{rs.CQ_PATH}/training"), FLAVOR)["nominal"])
+    return int(rs.quota_of(api.request("GET", f"{rs.CQ_PATH}/training"), FLAVOR)["nominal"])
 
 
 def main() -> None:
@@ -127,14 +124,14 @@ def main() -> None:
             raise
         c = local.get(NAME)
         print(f"cluster {NAME}: {exc} (kwok on this machine); --static: freezing them Ready")
-    api = c.api_client()
+    api = c.kube(timeout=120, field_manager="gpufleet", user_agent="gpufleet-bench")
     if args.static:
         t = time.monotonic()
         freeze_ready(c, api)
         print(f"{args.nodes} Nodes frozen Ready in {time.monotonic() - t:.0f}s (kwok and kube-controller-manager stopped)")
     inv = load("local", nodes=args.nodes)
     ensure_kueue(api, inv)
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))
     rng = random.Random(7)
     try:
         rs.apply(api, rs.compute(api, inv), events=False)

@@ -25,12 +25,13 @@ import threading
 import time
 
 from gpufleet.health.faults import Rules
-from gpufleet.health.promql import PromClient
+from gpufleet.prom.client import PromClient
 from gpufleet.health.remediate import Remediator, Settings
 from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
-from gpufleet.ops import kube
+from gpufleet.kube import KubeError
+from gpufleet.ops.kube import list_nodes
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
 from gpufleet.names import SWAP_TAINT
@@ -49,8 +50,8 @@ def main() -> None:
     args = ap.parse_args()
     name = args.cluster or "ops-bench-health"
     c = local.get(name) if args.cluster else local.up(name, specs=node_specs("local", 16), timeout=300)
-    api = c.api_client()
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))[-args.hot:]
+    api = c.kube(timeout=120, field_manager="gpufleet", user_agent="gpufleet-bench")
+    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[-args.hot:]
     work = tempfile.mkdtemp(prefix="ops-bench-health-")
     sims = {n: start_node(n, workdir=f"{work}/{n}") for n in names}
     interval = f"{args.scrape:g}s"
@@ -73,7 +74,7 @@ def main() -> None:
 
             def watch() -> None:
                 while not stop.is_set():
-                    for n in kube.list_nodes(api, "gpufleet.io/simulated=true"):
+                    for n in list_nodes(api, "gpufleet.io/simulated=true"):
                         nm = nodeutil.name(n)
                         if nm in sims and nm not in seen_taint and nodeutil.taint(n, SWAP_TAINT) is not None:
                             seen_taint[nm] = time.time()
@@ -119,8 +120,8 @@ def main() -> None:
             except Exception:  # noqa: BLE001 - not out
                 pass
             try:  # the bench's swap requests are not records anyone needs
-                kube.call_json(api, "DELETE", f"/api/v1/namespaces/gpufleet-system/configmaps/{swapper.request_name(n)}")
-            except kube.ApiException:
+                api.delete("v1", "configmaps", swapper.request_name(n), "gpufleet-system")
+            except KubeError:
                 pass
         api.close()
         if not args.cluster and not args.keep:

@@ -30,10 +30,9 @@ import time
 import uuid
 
 import yaml
-from kubernetes import client, dynamic
-from kubernetes.client.exceptions import ApiException
 
 from gpufleet.inventory import load, node_specs
+from gpufleet.kube import Conflict, Kube, NotFound
 from gpufleet.local import cluster as local
 from gpufleet.ops import swap as swapper
 from gpufleet.sim.flip import QUEUE_KINDS
@@ -45,8 +44,8 @@ from roles.kueue.manifests import objects as kueue_objects
 NS = "team-pretrain"
 
 
-def pods(api, name: str) -> list:
-    return client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"gpufleet.io/job={name}").items
+def pods(api: Kube, name: str) -> list[dict]:
+    return api.list("v1", "pods", NS, labelSelector=f"gpufleet.io/job={name}")["items"]
 
 
 def until(what: str, check, timeout: float, poll: float = 0.05):
@@ -60,15 +59,12 @@ def until(what: str, check, timeout: float, poll: float = 0.05):
         time.sleep(poll)
 
 
-def delete(api, name: str) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
-    for call in (lambda: batch.delete_namespaced_job(name, NS, propagation_policy="Background"),
-                 lambda: core.delete_namespaced_service(name, NS)):
+def delete(api: Kube, name: str) -> None:
+    for api_version, plural, propagation in (("batch/v1", "jobs", "Background"), ("v1", "services", None)):
         try:
-            call()
-        except ApiException as e:
-            if e.status != 404:
-                raise
+            api.delete(api_version, plural, name, NS, propagation=propagation)
+        except NotFound:
+            pass
     until(f"pods of {name} gone", lambda: not pods(api, name), 120, poll=0.5)
 
 
@@ -85,7 +81,7 @@ def gang_start(api, inv, gang_mode: str, gang_api, nodes: int) -> float:
     start = time.monotonic()
     create_objects(api, objs)
     until(f"{name}: {nodes} pods bound",
-          lambda: (ps := pods(api, name)) and len(ps) == nodes and all(p.spec.node_name for p in ps), 300)
+          lambda: (ps := pods(api, name)) and len(ps) == nodes and all(p["spec"].get("nodeName") for p in ps), 300)
     took = time.monotonic() - start
     delete(api, name)
     return took
@@ -95,15 +91,15 @@ def replacement(api, inv) -> float:
     """Seconds from the degraded taint on a node of a running 3-node rack gang to the gang running again."""
     name = f"bench-replace-{uuid.uuid4().hex[:4]}"
     create_objects(api, objects(inv, name, 3, "kueue", None, topology="rack", topology_mode="required"))
-    running = lambda: [p for p in pods(api, name) if p.status.phase == "Running"  # noqa: E731
-                       and not p.metadata.deletion_timestamp]
+    running = lambda: [p for p in pods(api, name) if p["status"].get("phase") == "Running"  # noqa: E731
+                       and not p["metadata"].get("deletionTimestamp")]
     first = until(f"{name} running", lambda: len(ps := running()) == 3 and ps, 120, poll=0.2)
-    hot = sorted(p.spec.node_name for p in first)[0]
+    hot = sorted(p["spec"]["nodeName"] for p in first)[0]
     try:
         start = time.monotonic()
         swapper.degrade(api, hot, "gpu_temp", "bench/train_gang.py: GPU 3 at 91 C")
         until(f"{name} running again off {hot}", lambda: len(ps := running()) == 3 and hot not in {
-            p.spec.node_name for p in ps}, 180)
+            p["spec"]["nodeName"] for p in ps}, 180)
         return time.monotonic() - start
     finally:
         delete(api, name)
@@ -121,22 +117,18 @@ def main() -> None:
     inv = load("local")
     c = local.get(name) if args.cluster else local.up(name, specs=node_specs("local", 16), timeout=300,
                                                        fresh=not local.main_pids(name))
-    api = c.api_client()
+    api = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-bench")
     try:
-        dyn = dynamic.DynamicClient(api)
         for obj in kueue_objects(inv):  # created when absent, as the tests do; left as they are otherwise
             if obj["kind"] in QUEUE_KINDS:
                 try:
-                    dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).create(
-                        body=obj, namespace=obj["metadata"].get("namespace"))
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-        cqs = client.CustomObjectsApi(api)
+                    api.create_object(obj)
+                except Conflict:
+                    pass
         until("ClusterQueues active", lambda: all(any(
             cond["type"] == "Active" and cond["status"] == "True"
-            for cond in (cqs.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", q.name)
-                         .get("status") or {}).get("conditions") or [])
+            for cond in (api.get("kueue.x-k8s.io/v1beta2", "clusterqueues", q.name).get("status") or {})
+            .get("conditions") or [])
             for q in inv.role("kueue").kueue_cluster_queues), 60, poll=0.5)
         shape = native.choose(native.discover(api))
         nodes = len(inv.hosts)

@@ -76,7 +76,7 @@ def fabric_exporter(inv: Inventory) -> list[Obj]:
     pod_labels = {"app.kubernetes.io/name": EXPORTER}
     container = {
         "name": "exporter", "image": pin("gpufleet", "image"),
-        "args": ["exporter", "--sysfs-root", "/host/sys", "--port", str(port)],
+        "args": ["exporter", "--sysfs-root", "/host/sys", "--metrics-port", str(port)],
         # NVML through the NVIDIA container runtime: utility capability only, all GPUs visible.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}],

@@ -20,15 +20,13 @@ evicts inference from exactly those nodes.
 
 from __future__ import annotations
 
+from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet.inventory import Inventory
-from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT
+from gpufleet.inventory.inventory import GPU_RESOURCE
 from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY
 from gpufleet.stack.objects import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
-DEGRADED_TAINT = "gpufleet.io/degraded"
-#: Tolerated so pods may run on virtual nodes once the controller removes the free-GPU taint.
-VIRTUAL_NODE_TAINT = "virtual-kubelet.io/provider"
 
 
 def pod_spec(inv: Inventory, d) -> Obj:
@@ -44,11 +42,9 @@ def pod_spec(inv: Inventory, d) -> Obj:
             "weight": 100,
             "preference": {"matchExpressions": [{"key": VIRTUAL_NODE_LABEL[0], "operator": "NotIn",
                                                  "values": [VIRTUAL_NODE_LABEL[1]]}]}}]}},
-        "tolerations": [
-            {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
-            {"key": DEGRADED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-            {"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-        ],
+        # The classifier counts inference capacity with these very tolerations (gpufleet.fleet.classify):
+        # the GPU taint, the degraded tier, and virtual nodes once the free-GPU taint is gone.
+        "tolerations": [dict(t) for t in INFERENCE_TOLERATIONS],
         "containers": [{
             "name": "server", "image": d.image,
             "ports": [{"name": "http", "containerPort": 8000}],

@@ -12,7 +12,7 @@ import yaml
 
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
-from gpufleet.quantities import canonical
+from gpufleet.kube.quantity import canonical
 from gpufleet.fleet.shares import gpu_quotas, split
 from gpufleet.stack.objects import Obj, meta, namespace
 from gpufleet.stack.role import HelmRelease

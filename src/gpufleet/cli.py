@@ -2,7 +2,7 @@
 
 Each command lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``. Only the chosen command's module is imported, so a
-command's heavy dependencies (kopf, kubernetes clients, NVML) never slow the
+command's heavy dependencies (the Kubernetes client, NVML) never slow the
 others down. To add a command, add one line to :data:`COMMANDS`.
 """
 
@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "node-health": ("gpufleet.health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
     "taint-controller": ("gpufleet.flip.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
     "virtual-kubelet": ("gpufleet.vk.main", "run one virtual node for an external capacity pool (--pool NAME)"),
+    "goodput": ("gpufleet.goodput.main", "account every training job's ETTR and lost time by cause, as Prometheus metrics"),
 }
 
 

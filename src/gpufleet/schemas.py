@@ -108,11 +108,6 @@ def crd(group: str, kind: str) -> dict[str, Any]:
     raise UnknownKind(f"{group} {kind}: no CRD pinned for this kind")
 
 
-def known_kinds() -> set[tuple[str, str]]:
-    """Every (apiVersion, kind) a schema is pinned for."""
-    return set(_kubernetes()[1]) | set(_crds())
-
-
 def validate(obj: dict[str, Any]) -> list[str]:
     """Errors of ``obj`` against its pinned schema, as ``path: message`` strings ([] if valid).
 

@@ -4,7 +4,7 @@ Usage::
 
     @pytest.mark.cluster
     def test_something(local_cluster):
-        v1 = kubernetes.client.CoreV1Api(local_cluster.api_client)
+        local_cluster.kube.get("v1", "nodes", "gpu-000")
         ...
 
 The cluster is named ``$GPUFLEET_TEST_CLUSTER`` (default ``gpufleet-test``),
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes.client import ApiClient
 
+from gpufleet.kube import Kube
 from gpufleet.local import cluster as local
 
 
@@ -38,15 +38,14 @@ class LocalCluster:
     Attributes:
         name: cluster name.
         kubeconfig: admin kubeconfig path.
-        api_client: ``kubernetes.client.ApiClient`` authenticated as admin
-            (works with every ``kubernetes.client.*Api`` and with
-            ``kubernetes.dynamic.DynamicClient``, server-side apply included).
+        kube: :class:`gpufleet.kube.Kube` authenticated as admin (the client
+            every gpufleet part uses; field manager ``gpufleet``).
         cluster: the :class:`gpufleet.local.cluster.Cluster` (ports, PKI, state paths).
     """
 
     name: str
     kubeconfig: Path
-    api_client: ApiClient
+    kube: Kube
     cluster: local.Cluster
 
 
@@ -61,11 +60,11 @@ def local_cluster() -> Iterator[LocalCluster]:
     # A cluster this session starts begins empty: objects left by an earlier
     # run (queues, workloads, stack resources) would change what tests see.
     c = local.up(name, env="local", fresh=not was_up)
-    client = c.api_client()
+    kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-tests")
     try:
-        yield LocalCluster(name=name, kubeconfig=c.kubeconfig, api_client=client, cluster=c)
+        yield LocalCluster(name=name, kubeconfig=c.kubeconfig, kube=kube, cluster=c)
     finally:
-        client.close()
+        kube.close()
         # Leave a cluster this session did not start (another session may be using it).
         if not was_up and os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
             local.down(name)
@@ -84,5 +83,5 @@ def local_queues(local_cluster):
     from .helpers import ensure_kueue_objects
 
     inventory = load("local")
-    ensure_kueue_objects(local_cluster.api_client, inventory)
+    ensure_kueue_objects(local_cluster.kube, inventory)
     return inventory

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import dynamic
-from kubernetes.client.exceptions import ApiException
+
+from gpufleet.kube import Kube, NotFound
 
 #: Kinds of the kueue role that tests need present (not its quota-sync controller).
 KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
@@ -27,7 +27,7 @@ def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: f
         time.sleep(interval)
 
 
-def ensure_kueue_objects(api_client, inventory) -> None:
+def ensure_kueue_objects(kube: Kube, inventory) -> None:
     """Create the kueue role's objects of ``inventory`` that are absent, and wait until its ClusterQueues are Active.
 
     Existing objects are left as they are (another test or ``pulumi up``
@@ -36,71 +36,59 @@ def ensure_kueue_objects(api_client, inventory) -> None:
     """
     from roles.kueue.manifests import objects
 
-    dyn = dynamic.DynamicClient(api_client)
-
-    def state(res, name: str, ns: str | None) -> str:
+    def state(obj: dict) -> str:
         try:
-            got = res.get(name=name, namespace=ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return "absent"
-            raise
-        return "terminating" if res.kind == "Namespace" and got.status.phase == "Terminating" else "present"
+            got = kube.request("GET", kube.path_of(obj))
+        except NotFound:
+            return "absent"
+        return "terminating" if obj["kind"] == "Namespace" and got["status"].get("phase") == "Terminating" else "present"
 
     wanted = [o for o in objects(inventory) if o["kind"] in KUEUE_KINDS]
     for obj in wanted:
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        name, ns = obj["metadata"]["name"], obj["metadata"].get("namespace")
+        name = obj["metadata"]["name"]
         now = wait(f"{obj['kind']} {name} not terminating",
-                   lambda: (st := state(res, name, ns)) != "terminating" and st, timeout=90)
+                   lambda: (st := state(obj)) != "terminating" and st, timeout=90)
         if now == "absent":
-            res.create(body=obj, namespace=ns)
-    cqs = dyn.resources.get(api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue")
+            kube.create_object(obj)
     for name in (o["metadata"]["name"] for o in wanted if o["kind"] == "ClusterQueue"):
         wait(f"ClusterQueue {name} Active", lambda: any(
             c["type"] == "Active" and c["status"] == "True"
-            for c in (cqs.get(name=name).to_dict().get("status") or {}).get("conditions") or []))
+            for c in (kube.get("kueue.x-k8s.io/v1beta2", "clusterqueues", name).get("status") or {}).get("conditions") or []))
 
 
-def gpu_nodes_by(api_client, label: str) -> dict[str, list[str]]:
+def gpu_nodes_by(kube: Kube, label: str) -> dict[str, list[str]]:
     """Simulated GPU node names by the value of node label ``label`` (e.g. ``gpufleet.io/rack``), names sorted."""
-    from kubernetes import client
-
     out: dict[str, list[str]] = {}
-    for n in client.CoreV1Api(api_client).list_node(label_selector="gpufleet.io/simulated=true").items:
-        out.setdefault((n.metadata.labels or {}).get(label, ""), []).append(n.metadata.name)
+    for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]:
+        out.setdefault((n["metadata"].get("labels") or {}).get(label, ""), []).append(n["metadata"]["name"])
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
-def busy_nodes(api_client) -> set[str]:
+def busy_nodes(kube: Kube) -> set[str]:
     """Simulated GPU nodes where a bound, unfinished pod holds GPUs (virtual nodes are not counted)."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    gpu_nodes = {n.metadata.name for n in core.list_node(label_selector="gpufleet.io/simulated=true").items}
+    gpu_nodes = {n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]}
     busy = set()
-    for p in core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items:
-        if p.spec.node_name in gpu_nodes and any((c.resources.requests or {}).get("nvidia.com/gpu")
-                                                 for c in p.spec.containers):
-            busy.add(p.spec.node_name)
+    for p in kube.list("v1", "pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed")["items"]:
+        spec = p.get("spec") or {}
+        if spec.get("nodeName") in gpu_nodes and any(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu")
+                                                     for c in spec.get("containers") or []):
+            busy.add(spec["nodeName"])
     return busy
 
 
-def fill(api_client, namespace: str, nodes, name: str = "filler") -> list[str]:
+def fill(kube: Kube, namespace: str, nodes, name: str = "filler") -> list[str]:
     """Bind one pod holding all 8 GPUs to each of ``nodes`` (not through Kueue; Kueue counts it as used). Returns pod names."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
     names = []
     for node in nodes:
         pod = f"{name}-{node}"
-        core.create_namespaced_pod(namespace, {"metadata": {"name": pod, "labels": {"gpufleet.io/filler": name}}, "spec": {
+        kube.create("v1", "pods", {"metadata": {"name": pod, "labels": {"gpufleet.io/filler": name}}, "spec": {
             "nodeName": node, "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "c", "image": "registry.invalid/filler:1",
-                            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}})
+                            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}},
+            namespace)
         names.append(pod)
     wait(f"{len(names)} filler pods Running", lambda: all(
-        core.read_namespaced_pod(p, namespace).status.phase == "Running" for p in names), timeout=60)
+        (kube.get("v1", "pods", p, namespace).get("status") or {}).get("phase") == "Running" for p in names), timeout=60)
     return names
 
 
@@ -127,17 +115,12 @@ def train_cli(kubeconfig, capsys):
     return run
 
 
-def delete_job(api_client, namespace: str, name: str) -> None:
+def delete_job(kube: Kube, namespace: str, name: str) -> None:
     """Delete a batch Job (and its Service) rendered by the training templates, and wait until its pods are gone."""
-    from kubernetes import client
-
-    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
-    for call in (lambda: batch.delete_namespaced_job(name, namespace, propagation_policy="Background"),
-                 lambda: core.delete_namespaced_service(name, namespace)):
+    for api_version, plural, propagation in (("batch/v1", "jobs", "Background"), ("v1", "services", None)):
         try:
-            call()
-        except ApiException as e:
-            if e.status != 404:
-                raise
-    wait(f"pods of {name} gone", lambda: not core.list_namespaced_pod(
-        namespace, label_selector=f"gpufleet.io/job={name}").items, timeout=90)
+            kube.delete(api_version, plural, name, namespace, propagation=propagation)
+        except NotFound:
+            pass
+    wait(f"pods of {name} gone", lambda: not kube.list(
+        "v1", "pods", namespace, labelSelector=f"gpufleet.io/job={name}")["items"], timeout=90)

@@ -30,10 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import dynamic
-from kubernetes.client import ApiClient
 
 from gpufleet.inventory import NodeSpec, load
+from gpufleet.kube import Kube, NotFound
 from gpufleet.local import kwok
 from gpufleet.build import pulumi as tools
 from gpufleet.stack import engine
@@ -50,18 +49,18 @@ VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event")}
 Ident = tuple[str, str, str, str, str]  # apiVersion, kind, namespace, name, uid
 
 
-def snapshot(api: ApiClient) -> set[Ident]:
-    """Every object of every listable resource type (built-in and custom), as identities with uid."""
-    dyn = dynamic.DynamicClient(api)
+def snapshot(kube: Kube) -> set[Ident]:
+    """Every object of every listable resource type (built-in and custom, preferred versions), as identities with uid."""
     out: set[Ident] = set()
-    for res in dyn.resources.search():
-        if "list" not in (res.verbs or []) or "/" in res.name or (res.group_version, res.kind) in VOLATILE:
-            continue
-        if res.kind.endswith("List") or not res.preferred:
-            continue
-        for item in res.get().items:
-            md = item.metadata
-            out.add((res.group_version, res.kind, md.namespace or "", md.name, md.uid))
+    versions = ["v1"] + [g["preferredVersion"]["groupVersion"] for g in kube.request("GET", "/apis")["groups"]]
+    for gv in versions:
+        base = "/api/v1" if gv == "v1" else f"/apis/{gv}"
+        for res in kube.request("GET", base)["resources"]:
+            if "list" not in (res.get("verbs") or []) or "/" in res["name"] or (gv, res["kind"]) in VOLATILE:
+                continue
+            for item in kube.list_all(f"{base}/{res['name']}")[0]:
+                md = item["metadata"]
+                out.add((gv, res["kind"], md.get("namespace") or "", md["name"], md["uid"]))
     return out
 
 
@@ -88,14 +87,12 @@ def urn_type(urn: str) -> str:
 SYSTEM_NODE = "pulumi-test-system"
 
 
-def _schedulable_untainted(api: ApiClient) -> bool:
+def _schedulable_untainted(kube: Kube) -> bool:
     """True when some Ready node takes pods that tolerate nothing."""
-    from kubernetes.client import CoreV1Api
-
-    for node in CoreV1Api(api).list_node().items:
-        ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-        hard = [t for t in node.spec.taints or [] if t.effect in ("NoSchedule", "NoExecute")]
-        if ready and not hard and not node.spec.unschedulable:
+    for node in kube.list("v1", "nodes")["items"]:
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+        hard = [t for t in node["spec"].get("taints") or [] if t["effect"] in ("NoSchedule", "NoExecute")]
+        if ready and not hard and not node["spec"].get("unschedulable"):
             return True
     return False
 
@@ -103,52 +100,47 @@ def _schedulable_untainted(api: ApiClient) -> bool:
 @pytest.fixture(scope="module")
 def system_node(local_cluster) -> Iterator[str | None]:
     """An untainted kwok node for the controllers when the inventory gives none; its name or None."""
-    from kubernetes.client import CoreV1Api
-
-    if _schedulable_untainted(local_cluster.api_client):
+    kube = local_cluster.kube
+    if _schedulable_untainted(kube):
         yield None
         return
     spec = NodeSpec(name=SYSTEM_NODE, labels={"node-role.kubernetes.io/system": ""}, taints=[],
                     capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
     node = kwok.node_manifest(spec, local_cluster.name)
     del node["metadata"]["labels"][kwok.SIMULATED_LABEL]  # local.up keeps only inventory nodes with that label
-    core = CoreV1Api(local_cluster.api_client)
-    core.create_node(node)
+    kube.create("v1", "nodes", node)
     try:
         deadline = time.monotonic() + 60
-        while not _schedulable_untainted(local_cluster.api_client):
+        while not _schedulable_untainted(kube):
             assert time.monotonic() < deadline, f"kwok did not make {SYSTEM_NODE} Ready"
             time.sleep(0.5)
         yield SYSTEM_NODE
     finally:
-        core.delete_node(SYSTEM_NODE)
+        kube.delete("v1", "nodes", SYSTEM_NODE)
 
 
-def remove_leftovers(api: ApiClient, timeout: float = 120.0) -> None:
+def remove_leftovers(kube: Kube, timeout: float = 120.0) -> None:
     """Delete objects the stack declares that already exist (another module's ``local_queues``, say), and wait.
 
     Otherwise ``up`` adopts them and ``destroy`` deletes what was there before, which the
     last test rightly reports. Namespaces go last: their deletion waits for their content.
     """
-    dyn = dynamic.DynamicClient(api)
     objs = sorted(declared_ids().values(), key=lambda o: o["kind"] == "Namespace")
     present = []
     for obj in objs:
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        md = obj["metadata"]
         try:
-            res.delete(name=md["name"], namespace=md.get("namespace"))
-            present.append((res, md))
-        except dynamic.exceptions.NotFoundError:
+            kube.delete_object(obj)
+            present.append(obj)
+        except NotFound:
             pass
     deadline = time.monotonic() + timeout
-    for res, md in present:
+    for obj in present:
         while True:
             try:
-                res.get(name=md["name"], namespace=md.get("namespace"))
-            except dynamic.exceptions.NotFoundError:
+                kube.request("GET", kube.path_of(obj))
+            except NotFound:
                 break
-            assert time.monotonic() < deadline, f"leftover {res.kind} {md['name']} not gone after {timeout:.0f}s"
+            assert time.monotonic() < deadline, f"leftover {obj['kind']} {obj['metadata']['name']} not gone after {timeout:.0f}s"
             time.sleep(0.5)
 
 
@@ -174,8 +166,8 @@ def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]
     target = engine.Target(env=ENV, kubeconfig=local_cluster.kubeconfig, work_dir=root / "project",
                            backend=root / "backend")
     target.work_dir.mkdir()
-    remove_leftovers(local_cluster.api_client)
-    before = snapshot(local_cluster.api_client)
+    remove_leftovers(local_cluster.kube)
+    before = snapshot(local_cluster.kube)
     seconds: dict[str, float] = {}
     try:
         started = time.monotonic()
@@ -198,31 +190,10 @@ def test_up_creates_exactly_what_the_stack_declares(deployed, local_cluster):
     assert set(created.values()) == {"create"}
     assert deployed.up.outputs["environment"] == ENV
     # Every declared object is on the cluster now.
-    dyn = dynamic.DynamicClient(local_cluster.api_client)
     for oid, obj in declared.items():
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        md = obj["metadata"]
-        assert res.get(name=md["name"], namespace=md.get("namespace")).metadata.uid, oid
+        assert local_cluster.kube.request("GET", local_cluster.kube.path_of(obj))["metadata"]["uid"], oid
 
 
-def _quantities_are_numbers() -> bool:
-    """True while roles/kueue declares ClusterQueue quotas as numbers.
-
-    Kueue's webhook stores every quota as a string (``"896"``), so a
-    declared number differs from the state on every preview; quantities
-    must be declared as strings, the way the API server returns them.
-    """
-    for obj in declared_ids().values():
-        if obj["kind"] == "ClusterQueue":
-            for group in obj["spec"]["resourceGroups"]:
-                for flavor in group["flavors"]:
-                    if any(not isinstance(r["nominalQuota"], str) for r in flavor["resources"]):
-                        return True
-    return False
-
-
-@pytest.mark.xfail(condition=_quantities_are_numbers(), strict=True,
-                   reason="roles/kueue declares nominalQuota as numbers; Kueue stores strings: a diff on every preview")
 def test_second_preview_shows_no_changes(deployed):
     started = time.monotonic()
     result = engine.preview(deployed.target, printer=print)
@@ -245,32 +216,29 @@ def test_one_variable_updates_only_its_dependents(deployed, local_cluster):
     up = engine.up(changed, printer=print)
     deployed.seconds["update"] = time.monotonic() - started
     assert {urn_name(u): op for u, op in up.changes.items()} == {oid: "update" for oid in expected}
-    dyn = dynamic.DynamicClient(local_cluster.api_client)
     for oid in expected:
         obj = after[oid]
-        live = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).get(name=obj["metadata"]["name"])
-        assert live.to_dict()["spec"]["resourceGroups"] == obj["spec"]["resourceGroups"], oid
+        live = local_cluster.kube.request("GET", local_cluster.kube.path_of(obj))
+        assert live["spec"]["resourceGroups"] == obj["spec"]["resourceGroups"], oid
 
 
 def test_quota_sync_rewrites_do_not_block_a_later_up(deployed, local_cluster):
     """quota-sync co-owns nominalQuota after its merge patch; ClusterQueues carry pulumi.com/patchForce,
     so the next up that changes them applies instead of failing on a server-side apply conflict."""
-    from gpufleet.ops import kube
     from gpufleet.quota import resync as rs
 
-    api = local_cluster.api_client
-    live = kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")
+    api = local_cluster.kube
+    live = api.request("GET", f"{rs.CQ_PATH}/training")
     groups = live["spec"]["resourceGroups"]
     for res in (r for f in groups[0]["flavors"] for r in f["resources"] if r["name"] == "nvidia.com/gpu"):
         res["nominalQuota"] = "40"  # what quota-sync writes with nodes out
-    kube.call_json(api, "PATCH", f"{rs.CQ_PATH}/training", body={"spec": {"resourceGroups": groups}},
-                   content_type="application/merge-patch+json")
+    api.request("PATCH", f"{rs.CQ_PATH}/training", body={"spec": {"resourceGroups": groups}})
     value = VALUE // 2
     again = dataclasses.replace(deployed.target, config={f"gpufleet:{VARIABLE}": str(value)})
     engine.up(again, printer=print)
     want = next(o for o in declared_ids({VARIABLE: value}).values()
                 if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")
-    assert kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")["spec"]["resourceGroups"] == want["spec"]["resourceGroups"]
+    assert api.request("GET", f"{rs.CQ_PATH}/training")["spec"]["resourceGroups"] == want["spec"]["resourceGroups"]
 
 
 def test_destroy_leaves_the_cluster_as_it_was(deployed, local_cluster):
@@ -278,6 +246,6 @@ def test_destroy_leaves_the_cluster_as_it_was(deployed, local_cluster):
     result = engine.destroy(deployed.target, printer=print)
     deployed.seconds["destroy"] = time.monotonic() - started
     assert set(result.summary) == {"delete"}
-    after = snapshot(local_cluster.api_client)
+    after = snapshot(local_cluster.kube)
     assert after - deployed.before == set(), "left behind"
     assert deployed.before - after == set(), "removed objects the stack did not create"

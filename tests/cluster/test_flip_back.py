@@ -20,8 +20,8 @@ from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.inventory import load
 from gpufleet.sim.flip import gated_policy, use_descheduler_policy
-from gpufleet.vk.informer import Informer
-from gpufleet.vk.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube.informer import Informer
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.simulated import SimulatedProvider
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
-from kubernetes import client, dynamic
 
 from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
+from gpufleet.local.apply import apply_changed
 from gpufleet.local import ports as portblocks
 from gpufleet.local import prometheus
+from gpufleet.prom.client import PromClient
 
 pytestmark = pytest.mark.cluster
 
@@ -25,7 +25,7 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
         assert first.ports.base != local_cluster.cluster.ports.base
         assert local.status(OTHER).up
         with first.kube() as k:
-            k.apply_changed([{"apiVersion": "v1", "kind": "ConfigMap",
+            apply_changed(k, [{"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "survives-restart", "namespace": "default"}}])
 
         stopped = local.down(OTHER)
@@ -56,42 +56,29 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster):
 
 def _configmaps(c: local.Cluster) -> set[str]:
     with c.kube() as k:
-        return {o["metadata"]["name"] for o in k.list("v1", "ConfigMap", namespace="default")}
-
-
-def test_server_side_apply_with_fixture_client(local_cluster):
-    dyn = dynamic.DynamicClient(local_cluster.api_client)
-    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
-    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa-check", "namespace": "default"},
-            "data": {"a": "1"}}
-    cms.server_side_apply(body=body, field_manager="gpufleet-test", force_conflicts=True)
-    body["data"]["a"] = "2"
-    live = cms.server_side_apply(body=body, field_manager="gpufleet-test", force_conflicts=True)
-    assert live.data.a == "2"
-    cms.delete(name="ssa-check", namespace="default")
+        return {o["metadata"]["name"] for o in k.list("v1", "configmaps", "default")["items"]}
 
 
 def test_nodes_come_from_the_inventory(local_cluster):
-    core = client.CoreV1Api(local_cluster.api_client)
-    nodes = {n.metadata.name: n for n in core.list_node(label_selector="gpufleet.io/simulated=true").items}
+    items = local_cluster.kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]
+    nodes = {n["metadata"]["name"]: n for n in items}
     for spec in node_specs("local"):
         node = nodes[spec.name]
-        assert {k: node.metadata.labels.get(k) for k in spec.labels} == spec.labels
-        assert {(t.key, t.value, t.effect) for t in node.spec.taints or []} == {
+        assert {k: node["metadata"]["labels"].get(k) for k in spec.labels} == spec.labels
+        assert {(t["key"], t.get("value"), t["effect"]) for t in node["spec"].get("taints") or []} == {
             (t["key"], t.get("value"), t["effect"]) for t in spec.taints
         }
-        assert {k: node.status.allocatable[k] for k in spec.capacity} == spec.capacity
-        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        assert {k: node["status"]["allocatable"][k] for k in spec.capacity} == spec.capacity
+        assert any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
 
 
 def test_prometheus_scrapes_file_sd_targets_and_control_plane(local_cluster):
     c = local_cluster.cluster
-    base = f"http://127.0.0.1:{c.ports.prometheus}"
+    prom = PromClient(f"http://127.0.0.1:{c.ports.prometheus}")
     prometheus.write_targets(c.layout.scrape_targets, "self-check", [f"127.0.0.1:{c.ports.prometheus}"], {"team": "test"})
 
     def targets() -> dict[str, str]:
-        active = httpx.get(f"{base}/api/v1/targets").json()["data"]["activeTargets"]
-        return {t["labels"]["job"]: t["health"] for t in active}
+        return {t["labels"]["job"]: t["health"] for t in prom.targets()}
 
     import time
     deadline = time.monotonic() + 60

@@ -15,9 +15,7 @@ import uuid
 from datetime import datetime
 
 import pytest
-from kubernetes import client
 
-from gpufleet.ops import kube
 from gpufleet.training import gang as native
 
 from .helpers import busy_nodes, delete_job, fill, gpu_nodes_by, train_cli, wait
@@ -34,21 +32,20 @@ def train(local_cluster, capsys):
 
 @pytest.fixture
 def scratch(local_cluster, local_queues):
-    api = local_cluster.api_client
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     ns = f"fill-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
     jobs: list[str] = []
     yield ns, jobs
     for name in jobs:
         delete_job(api, NS, name)
-    core.delete_namespace(ns)
-    wait("filler pods gone", lambda: not core.list_namespaced_pod(ns).items, timeout=90)
+    api.delete("v1", "namespaces", ns)
+    wait("filler pods gone", lambda: not api.list("v1", "pods", ns)["items"], timeout=90)
 
 
 def pods_of(api, name: str) -> list[dict]:
-    """The job's pods as the API's JSON (the client library's models predate pod ``spec.workloadRef``)."""
-    return kube.list_items(api, f"/api/v1/namespaces/{NS}/pods", label_selector=f"gpufleet.io/job={name}")[0]
+    """The job's pods (JSON, as the API server answers)."""
+    return api.list("v1", "pods", NS, labelSelector=f"gpufleet.io/job={name}")["items"]
 
 
 def bound_at(pod: dict) -> datetime:
@@ -57,13 +54,13 @@ def bound_at(pod: dict) -> datetime:
 
 
 def test_the_cluster_serves_the_1_35_shape(local_cluster):
-    served = native.discover(local_cluster.api_client)
+    served = native.discover(local_cluster.kube)
     assert "workloads" in served["v1alpha1"]
     assert native.choose(served).version == "v1alpha1"
 
 
 def test_a_gang_that_does_not_fit_stays_unbound_then_binds_at_once(local_cluster, train, scratch):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     fillers_ns, jobs = scratch
     nodes = [n for ns in gpu_nodes_by(api, "gpufleet.io/rack").values() for n in ns]
     assert len(nodes) == 16 and not busy_nodes(api), f"GPU pods left on {busy_nodes(api)}"
@@ -78,13 +75,12 @@ def test_a_gang_that_does_not_fit_stays_unbound_then_binds_at_once(local_cluster
     pods = pods_of(api, name)
     assert len(pods) == 4 and not [p for p in pods if p["spec"].get("nodeName")], "a pod of the gang was bound alone"
     assert all(p["spec"]["workloadRef"] == {"name": name, "podGroup": "workers"} for p in pods)
-    wl = client.CustomObjectsApi(api).get_namespaced_custom_object("scheduling.k8s.io", "v1alpha1", NS, "workloads",
-                                                                   name)
+    wl = api.get("scheduling.k8s.io/v1alpha1", "workloads", name, NS)
     assert wl["spec"]["podGroups"] == [{"name": "workers", "policy": {"gang": {"minCount": 4}}}]
     assert wl["metadata"]["ownerReferences"][0]["kind"] == "Job"  # goes with the Job
 
     # Room for the whole gang: one filler goes, and all four pods bind together.
-    client.CoreV1Api(api).delete_namespaced_pod(fillers[0], fillers_ns, grace_period_seconds=0)
+    api.delete("v1", "pods", fillers[0], fillers_ns, grace_seconds=0)
     pods = wait("the gang bound", lambda: (ps := pods_of(api, name)) and all(
         p["spec"].get("nodeName") for p in ps) and ps, timeout=120)
     bound = sorted(bound_at(p) for p in pods)
@@ -93,7 +89,7 @@ def test_a_gang_that_does_not_fit_stays_unbound_then_binds_at_once(local_cluster
 
 
 def test_both_kueue_quota_and_the_schedulers_gang_agree(local_cluster, train, scratch):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     _, jobs = scratch
     assert not busy_nodes(api), f"GPU pods left on {busy_nodes(api)}"
     name = f"both-{uuid.uuid4().hex[:5]}"
@@ -113,5 +109,5 @@ def test_both_kueue_quota_and_the_schedulers_gang_agree(local_cluster, train, sc
                          "--queue", f"{NS}/pretrain", "--gang", "both", "--timeout", "10")
     assert code == 1 and "was not admitted by Kueue" in err and "QuotaReserved=False" in err
     assert pods_of(api, big) == []
-    wl = client.CustomObjectsApi(api).get_namespaced_custom_object("scheduling.k8s.io", "v1alpha1", NS, "workloads", big)
+    wl = api.get("scheduling.k8s.io/v1alpha1", "workloads", big, NS)
     assert wl["spec"]["podGroups"][0]["policy"]["gang"]["minCount"] == 13

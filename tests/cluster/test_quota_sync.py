@@ -16,11 +16,12 @@ import time
 import uuid
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from gpufleet.ops import kube
+from gpufleet.kube import KubeError
+from gpufleet.kube.events import events_for
+from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import SWAP_TAINT
+from gpufleet.ops.kube import OpsError, ensure_namespace, list_nodes
 from gpufleet.paths import REPO_ROOT
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
@@ -29,8 +30,8 @@ from .helpers import wait
 
 pytestmark = pytest.mark.cluster
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+KUEUE = "kueue.x-k8s.io/v1beta2"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
 FLAVOR = "h100-sxm-80gb"
 GPU = "nvidia.com/gpu"
 
@@ -42,7 +43,7 @@ def kueue_stack(local_cluster, local_queues):
     At module end the quotas are resynced to the nodes as the tests left them.
     """
     yield local_queues
-    api = local_cluster.api_client
+    api = local_cluster.kube
     rs.apply(api, rs.compute(api, local_queues), allow_zero=True, events=False)
 
 
@@ -51,8 +52,8 @@ def nodes(local_cluster):
     """Names of the 16 simulated nodes, all schedulable; restores every node's taints and cordon after the test."""
     from gpufleet.fleet import nodes as nodeutil
 
-    api = local_cluster.api_client
-    before = {n["metadata"]["name"]: n for n in kube.list_nodes(api, "gpufleet.io/simulated=true")}
+    api = local_cluster.kube
+    before = {n["metadata"]["name"]: n for n in list_nodes(api, "gpufleet.io/simulated=true")}
     left_out = {k: nodeutil.out_reasons(n) for k, n in before.items() if nodeutil.out_reasons(n)}
     assert len(before) == 16 and not left_out, f"the local cluster should have 16 schedulable nodes; out: {left_out}"
     yield sorted(before)
@@ -61,27 +62,27 @@ def nodes(local_cluster):
             want = {"spec": {"taints": n["spec"].get("taints"), "unschedulable": n["spec"].get("unschedulable")}}
             have = {"spec": {"taints": obj["spec"].get("taints"), "unschedulable": obj["spec"].get("unschedulable")}}
             return want if want != have else None
-        kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+        update_with_retry(api, f"/api/v1/nodes/{name}", change)
 
 
 def take_out(api, names, value="test"):
     """Taint ``names`` gpufleet.io/swap (what a swap does to capacity, without draining)."""
     for name in names:
-        kube.update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": (obj["spec"].get("taints") or [])
+        update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": (obj["spec"].get("taints") or [])
                                                                                    + [{"key": SWAP_TAINT, "value": value, "effect": "NoSchedule"}]}})
 
 
 def put_back(api, names):
     """Remove the taint :func:`take_out` added."""
     for name in names:
-        kube.update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": [
+        update_with_retry(api, f"/api/v1/nodes/{name}", lambda obj: {"spec": {"taints": [
             t for t in obj["spec"].get("taints") or [] if t["key"] != SWAP_TAINT] or None}})
 
 
 def gpu_quota(api) -> dict[str, int]:
     out = {}
     for q in ("training", "research"):
-        cq = kube.call_json(api, "GET", f"{rs.CQ_PATH}/{q}")
+        cq = api.request("GET", f"{rs.CQ_PATH}/{q}")
         out[q] = int(rs.quota_of(cq, FLAVOR)["nominal"])
     return out
 
@@ -89,7 +90,7 @@ def gpu_quota(api) -> dict[str, int]:
 def schedulable_gpus(api) -> int:
     from gpufleet.fleet.capacity import flavor_capacity
 
-    return flavor_capacity(kube.list_nodes(api))[FLAVOR].schedulable_gpus
+    return flavor_capacity(list_nodes(api))[FLAVOR].schedulable_gpus
 
 
 def jobset(name: str, queue: str, pods: int, duration_s: int = 600) -> dict:
@@ -105,8 +106,8 @@ def jobset(name: str, queue: str, pods: int, duration_s: int = 600) -> dict:
                 "parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
 
 
-def workload_of(co, ns: str, jobset_name: str):
-    items = co.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+def workload_of(api, ns: str, jobset_name: str):
+    items = api.list(KUEUE, "workloads", ns)["items"]
     return next((w for w in items if any(o.get("name") == jobset_name for o in w["metadata"].get("ownerReferences", []))), None)
 
 
@@ -119,19 +120,19 @@ def jobsets(local_cluster):
     """Delete the JobSets a test created in team-pretrain (list of names to fill)."""
     names: list[str] = []
     yield names
-    co = client.CustomObjectsApi(local_cluster.api_client)
+    api = local_cluster.kube
     for n in names:
         try:
-            co.delete_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", n, propagation_policy="Foreground")
-        except ApiException:
+            api.delete(JOBSET, "jobsets", n, "team-pretrain", propagation="Foreground")
+        except KubeError:
             pass
-    wait("test pods gone", lambda: not [p for p in client.CoreV1Api(local_cluster.api_client)
-                                       .list_namespaced_pod("team-pretrain").items
-                                       if p.metadata.labels.get("jobset.sigs.k8s.io/jobset-name") in names], timeout=90)
+    wait("test pods gone", lambda: not [p for p in api.list("v1", "pods", "team-pretrain")["items"]
+                                       if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name")
+                                       in names], timeout=90)
 
 
 def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, nodes):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     rs.apply(api, rs.compute(api, kueue_stack))
     assert gpu_quota(api) == {"training": 96, "research": 32}
 
@@ -144,8 +145,8 @@ def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, n
         out = nodes[:7]
         t0 = time.monotonic()
         take_out(api, out[:5])
-        kube.update_with_retry(api, f"/api/v1/nodes/{out[5]}", lambda o: {"spec": {"unschedulable": True}})
-        kube.update_with_retry(api, f"/api/v1/nodes/{out[6]}", lambda o: {"spec": {"taints": (o["spec"].get("taints") or [])
+        update_with_retry(api, f"/api/v1/nodes/{out[5]}", lambda o: {"spec": {"unschedulable": True}})
+        update_with_retry(api, f"/api/v1/nodes/{out[6]}", lambda o: {"spec": {"taints": (o["spec"].get("taints") or [])
                                + [{"key": "gpufleet.io/degraded", "value": "ib_errors", "effect": "NoSchedule"}]}})
         # 9 nodes left: 72 GPUs, training 54 and research 18 (shares 3:1)
         wait("quota to follow 7 nodes out", lambda: gpu_quota(api) == {"training": 54, "research": 18}, timeout=30)
@@ -162,9 +163,7 @@ def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, n
 
         declared = next(o for o in objects(kueue_stack) if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")
         assert declared["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
-        applied = kube.call_json(api, "PATCH", f"{rs.CQ_PATH}/training", body=declared,
-                                 content_type="application/apply-patch+yaml",
-                                 query=[("fieldManager", "pulumi-kubernetes-test"), ("force", "true")])
+        applied = api.apply(declared, field_manager="pulumi-kubernetes-test")
         gpu = [r for f in applied["spec"]["resourceGroups"][0]["flavors"] for r in f["resources"] if r["name"] == GPU]
         assert [int(r["nominalQuota"]) for r in gpu] == [96]
         # ... and quota-sync, watching the queues, puts the schedulable capacity back within seconds.
@@ -179,8 +178,7 @@ def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, n
 
 
 def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cluster, kueue_stack, nodes, jobsets):
-    api = local_cluster.api_client
-    co = client.CustomObjectsApi(api)
+    api = local_cluster.kube
     rs.apply(api, rs.compute(api, kueue_stack))  # in sync with 16 nodes: 96 + 32 GPUs
     out = nodes[:8]
     take_out(api, out)
@@ -189,13 +187,13 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
     # Topology (kueue role) makes Kueue count the tainted nodes out itself, so it holds the gang even so.
     stale = f"stale-{uuid.uuid4().hex[:5]}"
     jobsets.append(stale)
-    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(stale, "pretrain", 10))
+    api.create(JOBSET, "jobsets", jobset(stale, "pretrain", 10), "team-pretrain")
     held = wait("Kueue's verdict on the stale-quota gang", lambda: (
-        c := (workload_of(co, "team-pretrain", stale) or {}).get("status", {}).get("conditions")) and c)
+        c := (workload_of(api, "team-pretrain", stale) or {}).get("status", {}).get("conditions")) and c)
     assert {x["type"]: x["status"] for x in held}.get("QuotaReserved") == "False"
     assert 'topology "gpu-fabric"' in next(x["message"] for x in held if x["type"] == "QuotaReserved")
-    co.delete_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", stale, propagation_policy="Foreground")
-    wait("the stale gang's workload gone", lambda: workload_of(co, "team-pretrain", stale) is None, timeout=60)
+    api.delete(JOBSET, "jobsets", stale, "team-pretrain", propagation="Foreground")
+    wait("the stale gang's workload gone", lambda: workload_of(api, "team-pretrain", stale) is None, timeout=60)
 
     # After the resync (64 GPUs: 48 + 16) the same gang stays pending and is reported.
     plan = rs.compute(api, kueue_stack)
@@ -203,83 +201,82 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
     assert gpu_quota(api) == {"training": 48, "research": 16}
     gang = f"gang-{uuid.uuid4().hex[:5]}"
     jobsets.append(gang)
-    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(gang, "pretrain", 10))
-    wl = wait("the gang's Workload", lambda: workload_of(co, "team-pretrain", gang))
+    api.create(JOBSET, "jobsets", jobset(gang, "pretrain", 10), "team-pretrain")
+    wl = wait("the gang's Workload", lambda: workload_of(api, "team-pretrain", gang))
     time.sleep(8)
-    wl = workload_of(co, "team-pretrain", gang)
+    wl = workload_of(api, "team-pretrain", gang)
     assert conds(wl).get("QuotaReserved") != "True", conds(wl)
     plan = rs.compute(api, kueue_stack)
     report = {g.workload: g for g in plan.cannot_fit}
     name = f"team-pretrain/{wl['metadata']['name']}"
     assert report[name].gpus == 80 and report[name].max_gpus == 64
     rs.record_findings(api, plan, [], [report[name]])
-    events = kube.events_for(api, "Workload", wl["metadata"]["name"], "team-pretrain")
+    events = events_for(api, "Workload", wl["metadata"]["name"], "team-pretrain")
     assert any(e["reason"] == "GangCannotFit" and "needs 80 GPUs" in e["message"] for e in events)
 
     # Capacity returns: the resync raises quota and Kueue admits the gang.
     put_back(api, out)
     rs.apply(api, rs.compute(api, kueue_stack))
-    wait("the gang admitted once nodes returned", lambda: conds(workload_of(co, "team-pretrain", gang)).get("QuotaReserved") == "True",
+    wait("the gang admitted once nodes returned", lambda: conds(workload_of(api, "team-pretrain", gang)).get("QuotaReserved") == "True",
          timeout=60)
 
 
 def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jobsets):
-    api = local_cluster.api_client
-    co = client.CustomObjectsApi(api)
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     rs.apply(api, rs.compute(api, kueue_stack))
     name = f"run-{uuid.uuid4().hex[:5]}"
     jobsets.append(name)
-    co.create_namespaced_custom_object(*JOBSET, "team-pretrain", "jobsets", jobset(name, "pretrain", 6))
-    running = lambda: [p for p in core.list_namespaced_pod("team-pretrain", label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
-                       if p.status.phase == "Running"]
+    api.create(JOBSET, "jobsets", jobset(name, "pretrain", 6), "team-pretrain")
+    running = lambda: [p for p in api.list("v1", "pods", "team-pretrain",
+                                           labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+                       if p["status"].get("phase") == "Running"]
     wait("6 gang pods running", lambda: len(running()) == 6, timeout=90)
-    pods_before = {p.metadata.name for p in running()}
+    pods_before = {p["metadata"]["name"] for p in running()}
     # Kueue reports the reservation in the queue's status a moment after admitting.
     wait("training's reservation in its status", lambda: rs.reserved_gpus(
-        kube.call_json(api, "GET", f"{rs.CQ_PATH}/training")).get(FLAVOR) == 48)
+        api.request("GET", f"{rs.CQ_PATH}/training")).get(FLAVOR) == 48)
 
     take_out(api, nodes[:12])  # 4 nodes left: 32 GPUs -> training 24, research 8
     sync = QuotaSync(api, kueue_stack)
-    sync.cache._relist()
+    sync.cache.informer.relist()
     outcome = sync.resync_once()
     assert outcome.error is None
     assert gpu_quota(api) == {"training": 24, "research": 8}
     drift = {(d.cluster_queue, d.flavor): d for d in outcome.plan.drift}
     assert drift[("training", FLAVOR)].reserved == 48 and drift[("training", FLAVOR)].gpus == 24
     assert sync.registry.get_sample_value("gpufleet_quota_drift_gpus", {"cluster_queue": "training", "flavor": FLAVOR}) == 24
-    events = kube.events_for(api, "ClusterQueue", "training")
+    events = events_for(api, "ClusterQueue", "training")
     assert any(e["reason"] == "QuotaBelowUsage" and "48 GPUs admitted, nominal quota now 24" in e["message"] for e in events)
     time.sleep(5)
-    wl = workload_of(co, "team-pretrain", name)
+    wl = workload_of(api, "team-pretrain", name)
     assert conds(wl).get("Admitted") == "True" and conds(wl).get("Evicted") != "True", conds(wl)
-    assert {p.metadata.name for p in running()} == pods_before
+    assert {p["metadata"]["name"] for p in running()} == pods_before
 
 
 def test_resourceversion_conflict_is_retried(local_cluster, kueue_stack):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     path = f"{rs.CQ_PATH}/research"
     calls = {"n": 0}
 
     def change(obj):
         calls["n"] += 1
         if calls["n"] == 1:  # another writer gets in between our read and our write
-            kube.patch(api, path, {"metadata": {"annotations": {"test/other-writer": str(time.time())}}})
+            api.request("PATCH", path, body={"metadata": {"annotations": {"test/other-writer": str(time.time())}}})
         return {"metadata": {"annotations": {"test/ours": "1"}}}
 
     conflicts = []
-    after, patch = kube.update_with_retry(api, path, change, on_conflict=conflicts.append)
+    after, patch = update_with_retry(api, path, change, on_conflict=conflicts.append)
     assert conflicts == [1] and calls["n"] == 2
     assert after["metadata"]["annotations"]["test/ours"] == "1" and "test/other-writer" in after["metadata"]["annotations"]
-    kube.patch(api, path, {"metadata": {"annotations": {"test/ours": None, "test/other-writer": None}}})
+    api.request("PATCH", path, body={"metadata": {"annotations": {"test/ours": None, "test/other-writer": None}}})
 
 
 def test_zero_capacity_flavor_is_refused_with_a_clear_message(local_cluster, kueue_stack, nodes):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     take_out(api, nodes)
     plan = rs.compute(api, kueue_stack)
     assert plan.zero_flavors == [FLAVOR]
-    with pytest.raises(kube.OpsError) as err:
+    with pytest.raises(OpsError) as err:
         rs.apply(api, plan)
     msg = str(err.value)
     assert f"flavor {FLAVOR}: 0 schedulable GPUs of 128 on 16 nodes" in msg and "--allow-zero" in msg
@@ -306,18 +303,20 @@ def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster
 
     from gpufleet.prom.server import free_port
 
-    api = local_cluster.api_client
-    kube.ensure_namespace(api, "gpufleet-system")
+    api = local_cluster.kube
+    ensure_namespace(api, "gpufleet-system")
     rs.apply(api, rs.compute(api, kueue_stack))
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "quota-sync", "--env", "local", "--kubeconfig",
-                             str(local_cluster.kubeconfig), "--port", str(port), "--debounce", "0.5"],
+                             str(local_cluster.kubeconfig), "--metrics-port", str(port), "--debounce", "0.5"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lease = wait("the Lease held", lambda: _lease(api, "gpufleet-quota-sync"), timeout=60)
         assert lease["spec"]["holderIdentity"]
         wait("/healthz", lambda: _get(httpx, f"http://127.0.0.1:{port}/healthz") == 200, timeout=30)
-        wait("a first resync", lambda: "gpufleet_quota_sync_resyncs_total" in httpx.get(f"http://127.0.0.1:{port}/metrics").text)
+        # The counter's family is listed before any resync: wait for a successful one instead.
+        wait("a first resync", lambda: "gpufleet_quota_sync_last_success_timestamp_seconds 0.0"
+             not in httpx.get(f"http://127.0.0.1:{port}/metrics").text, timeout=60)
         take_out(api, nodes[:2])
         wait("quota to follow 2 nodes out", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
@@ -330,11 +329,8 @@ def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster
 
 
 def _lease(api, name: str):
-    try:
-        lease = kube.call_json(api, "GET", f"/apis/coordination.k8s.io/v1/namespaces/gpufleet-system/leases/{name}")
-    except ApiException:
-        return None
-    return lease if lease.get("spec", {}).get("holderIdentity") else None
+    lease = api.get_or_none("coordination.k8s.io/v1", "leases", name, "gpufleet-system")
+    return lease if lease and lease.get("spec", {}).get("holderIdentity") else None
 
 
 def _get(httpx, url: str) -> int:
@@ -342,3 +338,42 @@ def _get(httpx, url: str) -> int:
         return httpx.get(url, timeout=2).status_code
     except httpx.HTTPError:
         return 0
+
+
+def test_quota_follows_any_taint_partial_nodes_and_gpus_held_outside_kueue(local_cluster, kueue_stack, nodes):
+    """The classifier's view through the real API: a node tainted for another purpose, a node whose GPU
+    allocatable fell below capacity, and a pod Kueue does not manage holding GPUs all leave training quota;
+    the controller follows each within its debounce (the unmanaged pod through its pod watch)."""
+    api = local_cluster.kube
+    rs.apply(api, rs.compute(api, kueue_stack))
+    assert gpu_quota(api) == {"training": 96, "research": 32}
+    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    stop = threading.Event()
+    runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
+    runner.start()
+    ns = f"quota-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(api, ns)
+    partial = nodes[1]
+    try:
+        wait("caches synced", lambda: sync.cache.synced.is_set() and sync.pods.synced.is_set())
+        update_with_retry(api, f"/api/v1/nodes/{nodes[0]}", lambda o: {"spec": {"taints": (o["spec"].get("taints") or [])
+                          + [{"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]}})
+        wait("quota to drop the dedicated node", lambda: gpu_quota(api) == {"training": 90, "research": 30}, timeout=30)
+        api.patch("v1", "nodes", partial, {"status": {"allocatable": {GPU: "7"}}},
+                  subresource="status")  # the device plugin withdrew a GPU
+        wait("quota to drop the partial node", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
+        # A debugging pod with the training priority and no Kueue label holds 4 GPUs on a counted node.
+        api.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug"}, "spec": {
+            "nodeName": nodes[5], "priorityClassName": "gpufleet-training",
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "registry.invalid/x:1", "resources": {"limits": {GPU: "4"}}}]}}, ns)
+        wait("quota to drop the GPUs held outside Kueue", lambda: gpu_quota(api) == {"training": 81, "research": 27},
+             timeout=30)
+        assert sync.registry.get_sample_value("gpufleet_quota_schedulable_gpus", {"flavor": FLAVOR}) == 108
+        api.delete("v1", "pods", "debug", ns, grace_seconds=0)
+        wait("quota to get them back", lambda: gpu_quota(api) == {"training": 84, "research": 28}, timeout=30)
+    finally:
+        stop.set()
+        runner.join(10)
+        api.patch("v1", "nodes", partial, {"status": {"allocatable": {GPU: "8"}}}, subresource="status")
+        api.delete("v1", "namespaces", ns, grace_seconds=0)

@@ -16,11 +16,14 @@ import time
 import pytest
 
 from gpufleet.health.faults import Rules
-from gpufleet.health.promql import PromClient
+from gpufleet.prom.client import PromClient
 from gpufleet.health.remediate import Remediator, Settings
 from gpufleet.sim.fleet import scrape_config, start_node
-from gpufleet.ops import kube
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.kube import KubeError
+from gpufleet.kube.events import events_for
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
@@ -39,8 +42,8 @@ BASE = Settings(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory
 @pytest.fixture(scope="module")
 def fleet(local_cluster, tmp_path_factory):
     """``(names, simulated nodes by name, Prometheus)`` for six cluster nodes."""
-    api = local_cluster.api_client
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))[8:14]
+    api = local_cluster.kube
+    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[8:14]
     sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
     try:
         with running_prometheus([scrape_config(list(sims.values()))]) as prom:
@@ -56,9 +59,9 @@ def fleet(local_cluster, tmp_path_factory):
 @pytest.fixture
 def clean(local_cluster, fleet):
     """Cool every simulated GPU and return every node of the fleet to service after the test."""
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, _ = fleet
-    assert not [n for n in kube.list_nodes(api) if nodeutil.is_out(n)], "a node is out before the test"
+    assert not [n for n in list_nodes(api) if nodeutil.is_out(n)], "a node is out before the test"
     SINCE["t"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 1))
     yield
     for s in sims.values():
@@ -72,17 +75,17 @@ def clean(local_cluster, fleet):
                                         if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None, "unschedulable": None},
                     "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, swapper.REPLACEMENT_LABEL)},
                                  "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
-        kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+        update_with_retry(api, f"/api/v1/nodes/{name}", change)
         try:
-            kube.call_json(api, "DELETE", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(name)}")
-        except kube.ApiException:
+            api.delete("v1", "configmaps", swapper.request_name(name), NS)
+        except KubeError:
             pass
     time.sleep(4)  # three cool samples: the next test starts from healthy series
 
 
 def events(api, node: str, reason: str | None = None) -> list[dict]:
     """Events about ``node`` recorded since the test started (the fixture ``clean`` sets :data:`SINCE`)."""
-    return [e for e in kube.events_for(api, "Node", node)
+    return [e for e in events_for(api, "Node", node)
             if (e.get("firstTimestamp") or "") >= SINCE["t"] and (reason is None or e["reason"] == reason)]
 
 
@@ -112,14 +115,14 @@ def actions(report) -> dict[str, str]:
 
 
 def test_dry_run_decides_and_records_but_changes_nothing(local_cluster, fleet, clean):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, prom = fleet
     rem = remediator(api, prom, dry_run=True)
     request_before = swapper.get_request(api, names[0], NS)
     sims[names[0]].set_temperature(2, 90)
     step_until(rem, "a dry-run swap decision", lambda r: actions(r).get(names[0]) == "swap")
     rem.wait()
-    node = kube.get_node(api, names[0])
+    node = get_node(api, names[0])
     assert nodeutil.schedulable(node) and not nodeutil.is_out(node)
     assert swapper.get_request(api, names[0], NS) == request_before
     ev = events(api, names[0], "RemediationDryRun")
@@ -132,7 +135,7 @@ def test_dry_run_decides_and_records_but_changes_nothing(local_cluster, fleet, c
 
 
 def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, prom = fleet
     rem = remediator(api, prom)
     hot = names[1:4]
@@ -149,7 +152,7 @@ def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
     swapped = [n for n in hot if seen[n] == "swap"]
     deferred = next(n for n in hot if seen[n] == "defer")
     for n in swapped:
-        node = kube.get_node(api, n)
+        node = get_node(api, n)
         assert nodeutil.taint(node, SWAP_TAINT)["value"] == "gpu_temp" and nodeutil.is_cordoned(node)
         assert nodeutil.health_history(node)[-1]["fault"] == "gpu_temp"
         req = swapper.get_request(api, n, NS)
@@ -158,17 +161,17 @@ def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
         assert {"NodeSwapRequested", "NodeDrained"} <= reasons
         # latency: from the third hot sample to the taint
         assert rem.latencies[n] <= 15, rem.latencies
-    assert not nodeutil.is_out(kube.get_node(api, deferred))
+    assert not nodeutil.is_out(get_node(api, deferred))
     ev = events(api, deferred, "RemediationDeferred")
     assert ev and "node_health_max_nodes_out is 2" in ev[0]["message"]
-    assert sum(1 for n in kube.list_nodes(api) if nodeutil.is_out(n)) == 2
+    assert sum(1 for n in list_nodes(api) if nodeutil.is_out(n)) == 2
     assert rem.registry.get_sample_value("gpufleet_node_health_deferred_total", {"fault": "gpu_temp"}) >= 1
 
     # a slot frees up: the deferred node goes next
     swapper.return_node(api, swapped[0])
     step_until(rem, "the deferred node swapped", lambda r: actions(r).get(deferred) == "swap", timeout=20)
     rem.wait()
-    assert nodeutil.taint(kube.get_node(api, deferred), SWAP_TAINT) is not None
+    assert nodeutil.taint(get_node(api, deferred), SWAP_TAINT) is not None
     # the returned node is still hot, but samples from before its return are ignored and the limit is reached
     report = rem.step()
     assert actions(report).get(swapped[0]) in (None, "defer")
@@ -176,42 +179,42 @@ def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
 
 
 def test_degraded_tier_then_recovery(local_cluster, fleet, clean):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, prom = fleet
     rem = remediator(api, prom, degraded_clear_seconds=2)
     n = names[4]
     sims[n].set_temperature(1, 92, memory=True)
     step_until(rem, "a degrade decision", lambda r: actions(r).get(n) == "degrade")
-    node = kube.get_node(api, n)
+    node = get_node(api, n)
     assert nodeutil.taint(node, DEGRADED_TAINT) == {"key": DEGRADED_TAINT, "value": "memory_temp", "effect": "NoSchedule"}
     assert not nodeutil.is_cordoned(node) and nodeutil.taint(node, SWAP_TAINT) is None
     assert events(api, n, "NodeDegraded")
     # the fault clears: after degraded_clear_seconds without it the node returns by itself
     sims[n].set_temperature(1, 47, memory=True)
     step_until(rem, "the degraded node recovered", lambda r: n in r.recovered, timeout=30)
-    assert nodeutil.schedulable(kube.get_node(api, n))
+    assert nodeutil.schedulable(get_node(api, n))
     rem.close()
 
 
 def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster, fleet, clean):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, prom = fleet
     n = names[5]
     now = nodeutil.now_rfc3339()
     history = [{"time": now, "fault": "xid", "action": "swap"}, {"time": now, "fault": "gpu_temp", "action": "swap"}]
-    kube.patch(api, f"/api/v1/nodes/{n}", {"metadata": {"annotations": {ANN_HEALTH_HISTORY: json.dumps(history)}}})
+    api.patch("v1", "nodes", n, {"metadata": {"annotations": {ANN_HEALTH_HISTORY: json.dumps(history)}}})
     rem = remediator(api, prom)
     sims[n].raise_xid(3, 79)
     report = step_until(rem, "a lemon swap", lambda r: any(d.node == n and d.action == "swap" and d.lemon for d in r.decisions))
     rem.wait()
-    node = kube.get_node(api, n)
+    node = get_node(api, n)
     assert nodeutil.is_lemon(node) and nodeutil.taint(node, SWAP_TAINT)["value"] == "xid"
     assert events(api, n, "NodeLemon")
     assert len(nodeutil.health_history(node)) == 3
     with pytest.raises(swapper.LemonNode, match="--clear-lemon"):
         swapper.return_node(api, n)
     swapper.return_node(api, n, clear_lemon=True)
-    node = kube.get_node(api, n)
+    node = get_node(api, n)
     assert not nodeutil.is_lemon(node) and nodeutil.schedulable(node) and nodeutil.health_history(node) == []
     req = swapper.get_request(api, n, NS)
     assert req["data"]["lemon"] == "cleared" and len(json.loads(req["data"]["history"])) == 3
@@ -225,11 +228,11 @@ def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
 
     from gpufleet.paths import REPO_ROOT
 
-    api = local_cluster.api_client
+    api = local_cluster.kube
     names, sims, prom = fleet
     sims[names[2]].raise_xid(0, 48)
     cmd = [sys.executable, "-m", "gpufleet.cli", "node-health", "--env", "local", "--kubeconfig", str(local_cluster.kubeconfig),
-           "--prometheus-url", prom.url, "--scrape-interval", "1", "--once", "--dry-run", "--port", "0"]
+           "--prometheus-url", prom.url, "--scrape-interval", "1", "--once", "--dry-run", "--metrics-port", "0"]
 
     def once():
         r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -240,6 +243,40 @@ def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
     assert out["dry_run"] is True
     assert {"node": names[2], "action": "swap", "why": "swap", "lemon": False} in out["decisions"]
     assert "fatal XID 48" in out["faults"][names[2]][0]
-    assert not nodeutil.is_out(kube.get_node(api, names[2]))
+    assert not nodeutil.is_out(get_node(api, names[2]))
     r = subprocess.run(cmd[:5] + ["nope"] + cmd[6:], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "known: local" in r.stderr
+
+
+def test_a_node_whose_gpu_allocatable_fell_is_degraded_and_one_whose_handle_fails_is_swapped(local_cluster, fleet, clean):
+    """The classifier's degraded node (allocatable below capacity: out for gangs, in for inference) goes to the
+    degraded tier; a GPU answering NVML with errors (not lost) is a missing GPU: the node is swapped."""
+    api = local_cluster.kube
+    names, sims, prom = fleet
+    partial, erroring = names[0], names[1]
+    from dataclasses import replace
+
+    # XIDs earlier tests raised stay in the default 600 s window: look at the last 5 s only.
+    rem = remediator(api, prom, degraded_faults=frozenset({"gpu_partial"}), max_nodes_out=4,
+                     rules=replace(RULES, event_window_seconds=5))
+    api.patch("v1", "nodes", partial, {"status": {"allocatable": {"nvidia.com/gpu": "7"}}}, subresource="status")
+    sims[erroring].fail_gpu_handle(4, "unknown")
+    try:
+        taken: dict[str, str] = {}
+
+        def acted(r) -> bool:
+            taken.update({d.node: d.action for d in r.decisions if d.action != "skip"})
+            return taken.get(partial) == "degrade" and taken.get(erroring) == "swap"
+
+        report = step_until(rem, "both nodes acted on", acted)
+        assert [f.kind for f in report.faults[partial]] == ["gpu_partial"]
+        assert "nvidia.com/gpu allocatable 7 < capacity 8" in report.faults[partial][0].detail
+        assert [f.kind for f in report.faults[erroring]] == ["gpu_missing"]
+        assert "GPU 4 (00000000:9A:00.0) answers NVML with errors" in report.faults[erroring][0].detail
+        rem.wait(60)
+        assert nodeutil.taint(get_node(api, partial), DEGRADED_TAINT)["value"] == "gpu_partial"
+        assert nodeutil.taint(get_node(api, erroring), SWAP_TAINT) is not None
+    finally:
+        rem.close()
+        sims[erroring].desc["gpus"][4].pop("handle_error", None)
+        api.patch("v1", "nodes", partial, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}, subresource="status")

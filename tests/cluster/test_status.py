@@ -7,9 +7,9 @@ import sys
 import uuid
 
 import pytest
-from kubernetes import client
 
-from gpufleet.ops import kube
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import list_nodes
 from gpufleet.tasks import fleet_status as st
 from gpufleet.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
@@ -22,11 +22,10 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def scene(local_cluster, local_queues):
     """Two nodes out (swap, degraded), a virtual node with the free-GPUs taint, training and inference pods."""
-    api = local_cluster.api_client
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     from gpufleet.fleet import nodes as nodeutil
 
-    sim = kube.list_nodes(api, "gpufleet.io/simulated=true")
+    sim = list_nodes(api, "gpufleet.io/simulated=true")
     left_out = {nodeutil.name(n): nodeutil.out_reasons(n) for n in sim if nodeutil.out_reasons(n)}
     assert len(sim) == 16 and not left_out, f"the local cluster should have 16 schedulable nodes; out: {left_out}"
     names = sorted(nodeutil.name(n) for n in sim)
@@ -34,18 +33,18 @@ def scene(local_cluster, local_queues):
     taints = {swapped: {"key": SWAP_TAINT, "value": "fan", "effect": "NoSchedule"},
               degraded: {"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}}
     for n, t in taints.items():
-        kube.update_with_retry(api, f"/api/v1/nodes/{n}", lambda o, t=t: {"spec": {"taints": (o["spec"].get("taints") or []) + [t]}})
+        update_with_retry(api, f"/api/v1/nodes/{n}", lambda o, t=t: {"spec": {"taints": (o["spec"].get("taints") or []) + [t]}})
     vnode = f"vk-rental-{uuid.uuid4().hex[:4]}"
-    kube.call_json(api, "POST", "/api/v1/nodes", body={
+    api.create("v1", "nodes", {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": vnode, "labels": {"type": "virtual-kubelet", "gpufleet.io/pool": "rental"}},
         "spec": {"taints": [{"key": FREE_GPUS_TAINT, "effect": "NoSchedule"},
                             {"key": "virtual-kubelet.io/provider", "value": "gpufleet", "effect": "NoSchedule"}]}})
-    kube.call_json(api, "PATCH", f"/api/v1/nodes/{vnode}/status", content_type="application/merge-patch+json",
-                   body={"status": {"capacity": {"nvidia.com/gpu": "64", "pods": "110"},
-                                    "allocatable": {"nvidia.com/gpu": "64", "pods": "110"}}})
+    api.patch("v1", "nodes", vnode, {"status": {"capacity": {"nvidia.com/gpu": "64", "pods": "110"},
+                                                "allocatable": {"nvidia.com/gpu": "64", "pods": "110"}}},
+              subresource="status")
     ns = f"status-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
     tol = [{"operator": "Exists"}]
 
     def pod(name, gpus, pc, labels=None, node=None):
@@ -57,24 +56,24 @@ def scene(local_cluster, local_queues):
         else:  # keep off the nodes that are out
             spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
                 {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": names[4:]}]}]}}}
-        core.create_namespaced_pod(ns, {"metadata": {"name": name, "labels": labels or {}}, "spec": spec})
+        api.create("v1", "pods", {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}, ns)
 
-    pod("trainer", 8, "gpufleet-training")
+    pod("trainer", 8, "gpufleet-training", {"kueue.x-k8s.io/queue-name": "research"})  # admitted by Kueue: not subtracted
     pod("chat-0", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
     pod("chat-1", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
     pod("chat-out", 2, "gpufleet-inference", {"gpufleet.io/workload": "inference"}, node=vnode)
-    wait("in-cluster pods running", lambda: {p.metadata.name for p in core.list_namespaced_pod(ns).items
-                                             if p.status.phase == "Running"} >= {"trainer", "chat-0", "chat-1"})
+    wait("in-cluster pods running", lambda: {p["metadata"]["name"] for p in api.list("v1", "pods", ns)["items"]
+                                             if p["status"].get("phase") == "Running"} >= {"trainer", "chat-0", "chat-1"})
     yield {"swapped": swapped, "degraded": degraded, "vnode": vnode, "ns": ns}
-    core.delete_namespace(ns, grace_period_seconds=0)
-    kube.call_json(api, "DELETE", f"/api/v1/nodes/{vnode}")
+    api.delete("v1", "namespaces", ns, grace_seconds=0)
+    api.delete("v1", "nodes", vnode)
     for n in taints:
-        kube.update_with_retry(api, f"/api/v1/nodes/{n}", lambda o: {"spec": {"taints": [
+        update_with_retry(api, f"/api/v1/nodes/{n}", lambda o: {"spec": {"taints": [
             t for t in o["spec"].get("taints") or [] if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None}})
 
 
 def test_status_figures(local_cluster, local_queues, scene):
-    fleet = st.gather(local_cluster.api_client, local_queues)
+    fleet = st.gather(local_cluster.kube, local_queues)
     assert fleet.gpus_total == 128 and fleet.nodes_total == 16
     assert fleet.gpus_schedulable == 112
     assert (fleet.training, fleet.inference_in_cluster, fleet.inference_outside) == (8, 2, 2)

@@ -16,11 +16,12 @@ import threading
 import uuid
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from gpufleet.ops import kube
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.kube import KubeError, NotFound, api_path
+from gpufleet.kube.events import events_for
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import NodeNotFound, get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LABEL, SWAP_REQUEST_LABEL, SWAP_STATE_LABEL,
                                 SWAP_TAINT)
@@ -36,10 +37,10 @@ NS = "gpufleet-system"
 @pytest.fixture
 def target(local_cluster):
     """A simulated node to swap; restored (taints, cordon, gpufleet labels/annotations) and its swap request removed after."""
-    api = local_cluster.api_client
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    api = local_cluster.kube
+    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))
     name = names[3]
-    before = kube.get_node(api, name)
+    before = get_node(api, name)
     yield name
     keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/block", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
 
@@ -49,21 +50,21 @@ def target(local_cluster):
         return {"spec": {"taints": before["spec"].get("taints"), "unschedulable": before["spec"].get("unschedulable")},
                 "metadata": {"labels": labels, "annotations": anns}}
 
-    kube.update_with_retry(api, f"/api/v1/nodes/{name}", change)
+    update_with_retry(api, f"/api/v1/nodes/{name}", change)
     try:
-        kube.call_json(api, "DELETE", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(name)}")
-    except ApiException:
+        api.delete("v1", "configmaps", swapper.request_name(name), NS)
+    except KubeError:
         pass
 
 
 @pytest.fixture
 def namespace(local_cluster):
     """A fresh namespace, deleted after."""
-    core = client.CoreV1Api(local_cluster.api_client)
+    api = local_cluster.kube
     ns = f"swap-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
     yield ns
-    core.delete_namespace(ns, grace_period_seconds=0)
+    api.delete("v1", "namespaces", ns, grace_seconds=0)
 
 
 def deployment(name: str, replicas: int, node: str) -> dict:
@@ -82,51 +83,54 @@ def deployment(name: str, replicas: int, node: str) -> dict:
                                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
 
 
-def ready_pods(core, ns: str, app: str) -> list:
+def ready_pods(api, ns: str, app: str) -> list:
     def ready(p) -> bool:
-        return p.metadata.deletion_timestamp is None and any(
-            c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
-    return [p for p in core.list_namespaced_pod(ns, label_selector=f"app={app}").items if ready(p)]
+        return not p["metadata"].get("deletionTimestamp") and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in (p["status"].get("conditions") or []))
+    return [p for p in api.list("v1", "pods", ns, labelSelector=f"app={app}")["items"] if ready(p)]
+
+
+def on_node(pods: list, node: str) -> list:
+    return [p for p in pods if p["spec"].get("nodeName") == node]
 
 
 def start_app(api, ns: str, node: str, replicas: int, min_available: int, name: str = "app") -> None:
-    apps, policy, core = client.AppsV1Api(api), client.PolicyV1Api(api), client.CoreV1Api(api)
-    apps.create_namespaced_deployment(ns, deployment(name, replicas, node))
-    policy.create_namespaced_pod_disruption_budget(ns, {"metadata": {"name": name}, "spec": {
-        "minAvailable": min_available, "selector": {"matchLabels": {"app": name}}}})
-    wait(f"{replicas} pods ready on {node}", lambda: len([p for p in ready_pods(core, ns, name) if p.spec.node_name == node]) == replicas,
+    api.create("apps/v1", "deployments", deployment(name, replicas, node), ns)
+    api.create("policy/v1", "poddisruptionbudgets", {"metadata": {"name": name}, "spec": {
+        "minAvailable": min_available, "selector": {"matchLabels": {"app": name}}}}, ns)
+    wait(f"{replicas} pods ready on {node}", lambda: len(on_node(ready_pods(api, ns, name), node)) == replicas,
          timeout=90)
-    wait("the PDB observed", lambda: (policy.read_namespaced_pod_disruption_budget(name, ns).status.current_healthy or 0) == replicas)
+    wait("the PDB observed", lambda: (api.get("policy/v1", "poddisruptionbudgets", name, ns).get("status") or {})
+         .get("currentHealthy", 0) == replicas)
 
 
 class ReadyWatcher(threading.Thread):
     """Samples ready pods every 100 ms; ``minimum`` is the lowest count seen."""
 
-    def __init__(self, core, ns: str, app: str):
+    def __init__(self, api, ns: str, app: str):
         super().__init__(daemon=True)
-        self.core, self.ns, self.app = core, ns, app
+        self.api, self.ns, self.app = api, ns, app
         self.minimum = 10**9
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
-            self.minimum = min(self.minimum, len(ready_pods(self.core, self.ns, self.app)))
+            self.minimum = min(self.minimum, len(ready_pods(self.api, self.ns, self.app)))
             self.stop.wait(0.1)
 
 
 def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, namespace):
-    api = local_cluster.api_client
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     start_app(api, namespace, target, replicas=6, min_available=5)
 
     # dry run: the diff and an eviction check, nothing changes
     check = swapper.swap(api, target, "GPU 5 at 84 C", dry_run=True)
     assert check.dry_run and {c.what for c in check.plan.changes} >= {"spec.unschedulable (cordon)", f"taint {SWAP_TAINT}"}
     assert len(check.drain.evicted) + len(check.drain.blocked) == 6
-    assert not nodeutil.is_cordoned(kube.get_node(api, target))
+    assert not nodeutil.is_cordoned(get_node(api, target))
     assert swapper.get_request(api, target, NS) is None
 
-    watcher = ReadyWatcher(core, namespace, "app")
+    watcher = ReadyWatcher(api, namespace, "app")
     watcher.start()
     seen = []
     result = swapper.swap(api, target, "GPU 5 at 84 C", timeout=120, progress=seen.append)
@@ -135,22 +139,22 @@ def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, name
     assert result.drain.complete and len(result.drain.evicted) == 6, result.drain.blocked
     assert watcher.minimum >= 5, f"ready pods fell to {watcher.minimum} (PDB minAvailable 5)"
     assert seen and seen[-1].done == 6 and seen[-1].total == 6
-    assert not [p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name == target]
-    assert len(ready_pods(core, namespace, "app")) == 6
+    assert not on_node(api.list("v1", "pods", namespace)["items"], target)
+    assert len(ready_pods(api, namespace, "app")) == 6
 
-    node = kube.get_node(api, target)
+    node = get_node(api, target)
     assert nodeutil.is_cordoned(node)
     assert nodeutil.taint(node, SWAP_TAINT) == {"key": SWAP_TAINT, "value": "GPU-5-at-84-C", "effect": "NoSchedule"}
     assert nodeutil.labels(node)[REPLACEMENT_LABEL] == "true"
     assert nodeutil.annotations(node)[ANN_SWAP_REASON] == "GPU 5 at 84 C"
-    cms = kube.list_items(api, f"/api/v1/namespaces/{NS}/configmaps", label_selector=f"{SWAP_REQUEST_LABEL}=true,"
-                          f"{SWAP_NODE_LABEL}={target}")[0]
+    cms = api.list_all(api_path("v1", "configmaps", NS), label_selector=f"{SWAP_REQUEST_LABEL}=true,"
+                       f"{SWAP_NODE_LABEL}={target}")[0]
     assert len(cms) == 1
     req = cms[0]
     assert req["metadata"]["labels"][SWAP_STATE_LABEL] == "requested"
     assert req["data"]["node"] == target and req["data"]["reason"] == "GPU 5 at 84 C" and req["data"]["source"] == "manual"
     assert len(json.loads(req["data"]["evicted"])) == 6 and json.loads(req["data"]["blocked"]) == {}
-    reasons = [e["reason"] for e in kube.events_for(api, "Node", target)]
+    reasons = [e["reason"] for e in events_for(api, "Node", target)]
     assert "NodeSwapRequested" in reasons and "NodeDrained" in reasons
 
     # idempotent: nothing left to do is a clear error
@@ -159,7 +163,7 @@ def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, name
 
     # return: taint, label and cordon go; the request is kept as a record
     back = swapper.return_node(api, target)
-    node = kube.get_node(api, target)
+    node = get_node(api, target)
     assert nodeutil.schedulable(node) and REPLACEMENT_LABEL not in nodeutil.labels(node)
     assert any("marked returned" in n for n in back.notes)
     assert swapper.get_request(api, target, NS)["metadata"]["labels"][SWAP_STATE_LABEL] == "returned"
@@ -168,25 +172,25 @@ def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, name
 
 
 def test_pods_that_cannot_leave_are_reported_never_deleted(local_cluster, target, namespace):
-    api = local_cluster.api_client
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     start_app(api, namespace, target, replicas=2, min_available=2, name="strict")  # the PDB allows no disruption
-    core.create_namespaced_pod(namespace, {"metadata": {"name": "bare"}, "spec": {
+    api.create("v1", "pods", {"metadata": {"name": "bare"}, "spec": {
         "nodeName": target, "tolerations": [{"operator": "Exists"}],
-        "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}})
-    wait("the bare pod running", lambda: core.read_namespaced_pod("bare", namespace).status.phase == "Running")
+        "containers": [{"name": "c", "image": "registry.invalid/x:1"}]}}, namespace)
+    wait("the bare pod running", lambda: api.get("v1", "pods", "bare", namespace)["status"].get("phase") == "Running")
 
     result = swapper.swap(api, target, "fan failure", timeout=6)
     assert result.state == "drain-incomplete" and result.drain.timed_out
     blocked = {p.name: why for p, why in result.drain.blocked.items()}
     assert "unmanaged" in blocked["bare"]
     strict = [why for n, why in blocked.items() if n.startswith("strict-")]
-    assert len(strict) == 2 and all("PodDisruptionBudget" in w for w in strict)
+    assert len(strict) == 2 and all("PodDisruptionBudget strict has minAvailable 2 for 2 pods" in w for w in strict)
+    assert {p.name for p in result.drain.permanent} == {"bare"} | {n for n in blocked if n.startswith("strict-")}
     # nothing was deleted
-    assert len([p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name == target]) == 3
+    assert len(on_node(api.list("v1", "pods", namespace)["items"], target)) == 3
     req = swapper.get_request(api, target, NS)
     assert req["data"]["state"] == "drain-incomplete" and f"{namespace}/bare" in json.loads(req["data"]["blocked"])
-    assert "NodeDrainIncomplete" in [e["reason"] for e in kube.events_for(api, "Node", target)]
+    assert "NodeDrainIncomplete" in [e["reason"] for e in events_for(api, "Node", target)]
 
     # re-running resumes the drain (the node is out but not drained); the PDB still blocks
     again = swapper.swap(api, target, "fan failure", timeout=2)
@@ -194,10 +198,10 @@ def test_pods_that_cannot_leave_are_reported_never_deleted(local_cluster, target
 
 
 def test_unknown_node_lists_near_matches(local_cluster):
-    api = local_cluster.api_client
-    names = sorted(n["metadata"]["name"] for n in kube.list_nodes(api, "gpufleet.io/simulated=true"))
+    api = local_cluster.kube
+    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))
     typo = names[0][:-1]  # e.g. gpu-rack-a-000
-    with pytest.raises(kube.NodeNotFound) as err:
+    with pytest.raises(NodeNotFound) as err:
         swapper.swap(api, typo, "x", dry_run=True)
     assert f"node {typo!r} not found; near matches: " in str(err.value) and names[0] in str(err.value)
 
@@ -224,9 +228,9 @@ def test_tasks_exit_codes(local_cluster, target):
     # A second swap of a returned node starts a new record: nothing says it has returned.
     r = run("node.swap", target, "--reason", "fan", "--yes", "--timeout", "30")
     assert r.returncode == 0, r.stdout + r.stderr
-    api = local_cluster.api_client
-    assert "gpufleet.io/returned-at" not in kube.get_node(api, target)["metadata"].get("annotations", {})
-    request = kube.call_json(api, "GET", f"/api/v1/namespaces/{NS}/configmaps/{swapper.request_name(target)}")
+    api = local_cluster.kube
+    assert "gpufleet.io/returned-at" not in get_node(api, target)["metadata"].get("annotations", {})
+    request = api.get("v1", "configmaps", swapper.request_name(target), NS)
     assert request["data"]["state"] == "requested" and "returned_at" not in request["data"]
     assert request["data"]["reason"] == "fan"
 
@@ -245,25 +249,24 @@ def test_empty_or_malformed_node_name_is_bad_input(local_cluster):
 
 
 def test_bad_or_missing_namespace_is_refused_before_the_node_changes(local_cluster, target):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     missing = f"swap-missing-{uuid.uuid4().hex[:6]}"
     for ns, why in (("Bad_NS", "expected a namespace name"), (missing, "no such namespace")):
         for extra in ((), ("--dry-run",)):
             r = invoke(local_cluster, "node.swap", target, "--reason", "x", "--yes", "--timeout", "10", "--namespace", ns, *extra)
             assert r.returncode == 2, r.stdout + r.stderr
             assert f"--namespace {ns!r}" in r.stderr and why in r.stderr
-        node = kube.get_node(api, target)
+        node = get_node(api, target)
         assert not nodeutil.is_cordoned(node) and nodeutil.taint(node, SWAP_TAINT) is None
         assert REPLACEMENT_LABEL not in nodeutil.labels(node)
-    with pytest.raises(ApiException) as err:  # not created on demand
-        client.CoreV1Api(api).read_namespace(missing)
-    assert err.value.status == 404
+    with pytest.raises(NotFound):  # not created on demand
+        api.get("v1", "namespaces", missing)
     r = invoke(local_cluster, "node.return", target, "--namespace", "Bad_NS")
     assert r.returncode == 2 and "--namespace 'Bad_NS'" in r.stderr
 
 
 def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_cluster, target, namespace):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     r = invoke(local_cluster, "node.swap", target, "--reason", "psu", "--yes", "--timeout", "30", "--namespace", namespace)
     assert r.returncode == 0, r.stdout + r.stderr
     assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
@@ -271,14 +274,14 @@ def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_clu
     # a namespace that does not exist: refused, the node stays out
     r = invoke(local_cluster, "node.return", target, "--namespace", f"{namespace}-typo")
     assert r.returncode == 2 and "no such namespace" in r.stderr
-    assert nodeutil.taint(kube.get_node(api, target), SWAP_TAINT) is not None
+    assert nodeutil.taint(get_node(api, target), SWAP_TAINT) is not None
 
     # an existing namespace without the request: the node returns, and the output says where the request is
     r = invoke(local_cluster, "node.return", target, "--namespace", "default")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"no swap request default/{swapper.request_name(target)}" in r.stdout
     assert f"{namespace}/{swapper.request_name(target)}" in r.stdout and "back in service" in r.stdout
-    assert nodeutil.schedulable(kube.get_node(api, target))
+    assert nodeutil.schedulable(get_node(api, target))
     assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
 
     # the right namespace: the request is marked returned (dry run first: nothing changes)
@@ -292,3 +295,22 @@ def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_clu
     assert req["data"]["returned_at"]
     r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
     assert r.returncode == 0 and "is not out" in r.stdout
+
+
+def test_the_dry_run_names_budgets_that_never_allow_an_eviction_and_the_drain_backs_off(local_cluster, target, namespace):
+    """minAvailable == replicas: said before anything is cordoned; the drain asks ever more rarely, not every second."""
+    from gpufleet.ops import drain as drainer
+
+    api = local_cluster.kube
+    start_app(api, namespace, target, replicas=2, min_available=2, name="strict")
+    check = swapper.swap(api, target, "fan failure", dry_run=True)
+    strict = {p for p in check.drain.blocked if p.namespace == namespace}
+    assert len(strict) == 2 and strict <= check.drain.permanent
+    for p in strict:
+        assert check.drain.blocked[p].startswith("PodDisruptionBudget strict has minAvailable 2 for 2 pods: it can never "
+                                                 "allow an eviction"), check.drain.blocked[p]
+    assert not nodeutil.is_cordoned(get_node(api, target))
+    result = drainer.drain(api, target, timeout=8)
+    assert result.timed_out and strict <= set(result.blocked) and strict <= result.permanent
+    # 1 s polling asked each pod ~9 times in 8 s; backing off (1, 2, 4 s ...) asks it 4 times.
+    assert result.evictions_requested <= 2 * 5 + len(result.evicted), result.evictions_requested

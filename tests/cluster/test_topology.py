@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from kubernetes import client
 
 from gpufleet.inventory import load
 from gpufleet.tasks import fleet_status as st
@@ -33,27 +32,26 @@ def train(local_cluster, capsys):
 @pytest.fixture
 def scratch(local_cluster, local_queues):
     """A namespace for filler pods, and the jobs a test submits (deleted afterwards, with the fillers)."""
-    api = local_cluster.api_client
-    core = client.CoreV1Api(api)
+    api = local_cluster.kube
     ns = f"fill-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns}})
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
     jobs: list[str] = []
     yield ns, jobs
     for name in jobs:
         delete_job(api, NS, name)
-    core.delete_namespace(ns)
-    wait("filler pods gone", lambda: not core.list_namespaced_pod(ns).items, timeout=90)
+    api.delete("v1", "namespaces", ns)
+    wait("filler pods gone", lambda: not api.list("v1", "pods", ns)["items"], timeout=90)
 
 
-def pods_of(api, name: str) -> list:
-    return client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"gpufleet.io/job={name}").items
+def pods_of(api, name: str) -> list[dict]:
+    return api.list("v1", "pods", NS, labelSelector=f"gpufleet.io/job={name}")["items"]
 
 
 def domains(api, pods, label: str) -> dict[str, int]:
-    labels = {n.metadata.name: n.metadata.labels for n in client.CoreV1Api(api).list_node().items}
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in api.list("v1", "nodes")["items"]}
     out: dict[str, int] = {}
     for p in pods:
-        d = labels[p.spec.node_name][label]
+        d = labels[p["spec"]["nodeName"]][label]
         out[d] = out.get(d, 0) + 1
     return out
 
@@ -64,7 +62,7 @@ def submit(train, name: str, nodes: int, *extra: str, timeout: int = 90):
 
 
 def test_a_gang_stays_in_one_rack_or_waits_or_spreads_as_asked(local_cluster, train, scratch):
-    api = local_cluster.api_client
+    api = local_cluster.kube
     fillers_ns, jobs = scratch
     racks = gpu_nodes_by(api, RACK)
     assert [len(v) for v in racks.values()] == [4, 4, 4, 4] and not busy_nodes(api), \
@@ -77,9 +75,8 @@ def test_a_gang_stays_in_one_rack_or_waits_or_spreads_as_asked(local_cluster, tr
     assert code == 0, err
     (home,) = domains(api, pods_of(api, first), RACK)
     assert f"rack {home} (4)" in out
-    wl = next(w for w in client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta2", NS, "workloads")["items"]
-        if w["metadata"]["ownerReferences"][0]["name"] == first)
+    wl = next(w for w in api.list("kueue.x-k8s.io/v1beta2", "workloads", NS)["items"]
+              if w["metadata"]["ownerReferences"][0]["name"] == first)
     (psa,) = wl["status"]["admission"]["podSetAssignments"]
     assert psa["topologyAssignment"]["levels"][-1] == "kubernetes.io/hostname"
 
@@ -111,6 +108,6 @@ def test_a_gang_stays_in_one_rack_or_waits_or_spreads_as_asked(local_cluster, tr
     delete_job(api, NS, first)
     jobs.remove(first)
     pods = wait("the held gang running", lambda: (ps := pods_of(api, held)) and len(ps) == 4 and all(
-        p.status.phase == "Running" for p in ps) and ps, timeout=90)
+        p["status"].get("phase") == "Running" for p in ps) and ps, timeout=90)
     assert domains(api, pods, RACK) == {home: 4}
 

@@ -13,21 +13,20 @@ import uuid
 
 import pytest
 from invoke import Collection, Program
-from kubernetes import client, dynamic
-from kubernetes.client.exceptions import ApiException
+
+from gpufleet.kube import NotFound
 
 from .helpers import wait
 
 pytestmark = pytest.mark.cluster
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
+KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
 @pytest.fixture(scope="module")
 def queues(local_cluster, local_queues):
-    """The local inventory's Kueue objects present (see ``local_queues``); a DynamicClient."""
-    return dynamic.DynamicClient(local_cluster.api_client)
+    """The local inventory's Kueue objects present (see ``local_queues``)."""
+    return local_queues
 
 
 @pytest.fixture
@@ -57,26 +56,22 @@ def cleanup(local_cluster):
     """Delete the jobs a test submitted: ``cleanup.append((plural, namespace, name))``."""
     jobs: list[tuple[str, str, str]] = []
     yield jobs
-    co = client.CustomObjectsApi(local_cluster.api_client)
-    batch = client.BatchV1Api(local_cluster.api_client)
-    core = client.CoreV1Api(local_cluster.api_client)
+    api = local_cluster.kube
     for plural, ns, name in jobs:
         try:
             if plural == "jobsets":
-                co.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", name,
-                                                   propagation_policy="Background")
+                api.delete("jobset.x-k8s.io/v1alpha2", "jobsets", name, ns, propagation="Background")
             else:
-                batch.delete_namespaced_job(name, ns, propagation_policy="Background")
-                core.delete_namespaced_service(name, ns)
-        except ApiException as e:
-            if e.status != 404:
-                raise
-        wait(f"pods of {name} gone", lambda: not core.list_namespaced_pod(
-            ns, label_selector=f"gpufleet.io/job={name}").items, timeout=60)
+                api.delete("batch/v1", "jobs", name, ns, propagation="Background")
+                api.delete("v1", "services", name, ns)
+        except NotFound:
+            pass
+        wait(f"pods of {name} gone", lambda: not api.list("v1", "pods", ns, labelSelector=f"gpufleet.io/job={name}")["items"],
+             timeout=60)
 
 
 def _workload(api, ns: str, kind: str, name: str) -> dict:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+    items = api.list(KUEUE, "workloads", ns)["items"]
     return next(w for w in items
                 if any(r["kind"] == kind and r["name"] == name for r in w["metadata"].get("ownerReferences", [])))
 
@@ -92,7 +87,7 @@ def test_rendered_job_is_admitted_as_a_gang_and_runs_on_gpu_nodes(local_cluster,
     assert code == 0, err
     assert f"{kind} team-pretrain/{name}: Workload" in out and "admitted; 2 pods running" in out
 
-    api = local_cluster.api_client
+    api = local_cluster.kube
     wl = _workload(api, "team-pretrain", kind, name)
     conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
     assert conds["QuotaReserved"] == conds["Admitted"] == "True"
@@ -105,17 +100,16 @@ def test_rendered_job_is_admitted_as_a_gang_and_runs_on_gpu_nodes(local_cluster,
     assert wl["spec"]["priorityClassRef"]["name"] == "training-research"
     assert wl["spec"]["priority"] == 100
 
-    core = client.CoreV1Api(api)
-    pods = core.list_namespaced_pod("team-pretrain", label_selector=f"gpufleet.io/job={name}").items
-    assert len(pods) == 2 and {p.status.phase for p in pods} == {"Running"}
-    gpu_nodes = {n.metadata.name: n for n in core.list_node(label_selector="type=kwok").items}
+    pods = api.list("v1", "pods", "team-pretrain", labelSelector=f"gpufleet.io/job={name}")["items"]
+    assert len(pods) == 2 and {p["status"]["phase"] for p in pods} == {"Running"}
+    gpu_nodes = {n["metadata"]["name"]: n for n in api.list("v1", "nodes", labelSelector="type=kwok")["items"]}
     for pod in pods:
-        node = gpu_nodes[pod.spec.node_name]  # a kwok node
-        assert node.metadata.labels["gpufleet.io/flavor"] == "h100-sxm-80gb"
-        assert node.status.allocatable["nvidia.com/gpu"] == "8"
-        assert pod.spec.priority_class_name == "gpufleet-training"
-        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
-    assert len({p.spec.node_name for p in pods}) == 2  # one pod per node
+        node = gpu_nodes[pod["spec"]["nodeName"]]  # a kwok node
+        assert node["metadata"]["labels"]["gpufleet.io/flavor"] == "h100-sxm-80gb"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert pod["spec"]["priorityClassName"] == "gpufleet-training"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert len({p["spec"]["nodeName"] for p in pods}) == 2  # one pod per node
 
 
 def test_job_too_big_for_the_quota_stays_pending_with_the_reason(local_cluster, queues, train, cleanup):
@@ -131,9 +125,7 @@ def test_job_too_big_for_the_quota_stays_pending_with_the_reason(local_cluster, 
     assert "still queued" in err
 
     # Still pending afterwards: suspended, no pod created (all or nothing).
-    co = client.CustomObjectsApi(local_cluster.api_client)
-    js = co.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "team-pretrain", "jobsets", name)
+    api = local_cluster.kube
+    js = api.get("jobset.x-k8s.io/v1alpha2", "jobsets", name, "team-pretrain")
     assert js["spec"]["suspend"] is True
-    pods = client.CoreV1Api(local_cluster.api_client).list_namespaced_pod(
-        "team-pretrain", label_selector=f"gpufleet.io/job={name}").items
-    assert pods == []
+    assert api.list("v1", "pods", "team-pretrain", labelSelector=f"gpufleet.io/job={name}")["items"] == []

@@ -6,7 +6,7 @@ import os
 import uuid
 from typing import Any
 
-from gpufleet.vk.kube import Kube, KubeError, NotFound
+from gpufleet.kube import Kube, KubeError, NotFound
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

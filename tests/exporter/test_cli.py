@@ -11,7 +11,8 @@ import pytest
 from gpufleet import cli
 from gpufleet.exporter.nvml_fake import FakeNvmlBackend
 from gpufleet.sim.node import healthy_node, write_node
-from gpufleet.exporter.main import build_registry, serve
+from gpufleet.controllers.serve import serve
+from gpufleet.exporter.main import build_registry
 from gpufleet.prom.server import free_port
 
 
@@ -23,7 +24,7 @@ def test_help_lists_exporter_and_only_imports_the_chosen_command(capsys):
     with pytest.raises(SystemExit):
         cli.main(["exporter", "--help"])
     out = capsys.readouterr().out
-    for flag in ("--listen-address", "--port", "--sysfs-root", "--nvml-fake", "--once"):
+    for flag in ("--listen-address", "--metrics-port", "--sysfs-root", "--nvml-fake", "--once"):
         assert flag in out
 
 
@@ -39,7 +40,7 @@ def test_console_script_runs_once(tmp_path):
     result = subprocess.run([*exe, "exporter", "--once", "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert 'gpufleet_infiniband_port_state_id{hca="mlx5_0",port="1"} 4.0' in result.stdout
+    assert 'gpufleet_infiniband_port_state_id{hca="mlx5_0",link_layer="InfiniBand",port="1"} 4.0' in result.stdout
     assert "gpufleet_gpu_nvml_available 1.0" in result.stdout
 
 
@@ -47,7 +48,7 @@ def test_serve_answers_plain_and_gzip(tmp_path):
     paths = write_node(healthy_node(gpus=1, hcas=1, nvlinks=2, roce=False), tmp_path / "n")
     registry = build_registry(str(paths.sysfs_root), FakeNvmlBackend(paths.description), self_metrics=True)
     port = free_port()
-    httpd, _ = serve(registry, "127.0.0.1", port)
+    httpd = serve(registry, port=port, host="127.0.0.1")
     try:
         plain = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "identity"})
         assert plain.status_code == 200 and "gpufleet_gpu_temperature_celsius" in plain.text
@@ -64,6 +65,7 @@ def test_serve_answers_plain_and_gzip(tmp_path):
 @pytest.mark.parametrize("argv, code, message", [
     (["--sysfs-root", "/nonexistent", "--no-nvml", "--once"], 2, "--sysfs-root /nonexistent: expected a folder"),
     (["--nvml-fake", "/nonexistent.json", "--once"], 2, "--nvml-fake /nonexistent.json: [Errno 2]"),
+    (["--metrics-port", "99999", "--no-nvml"], 2, "argument --metrics-port: '99999': expected a TCP port, 1 to 65535"),
     (["--port", "99999", "--no-nvml"], 2, "argument --port: '99999': expected a TCP port, 1 to 65535"),
 ])
 def test_bad_flags_exit_with_the_flag_and_value(argv, code, message, capsys):
@@ -81,5 +83,5 @@ def test_a_port_in_use_is_reported_not_raised(capsys):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert cli.main(["exporter", "--no-nvml", "--listen-address", "127.0.0.1", "--port", str(port)]) == 1
+        assert cli.main(["exporter", "--no-nvml", "--listen-address", "127.0.0.1", "--metrics-port", str(port)]) == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

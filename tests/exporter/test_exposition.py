@@ -94,7 +94,7 @@ def test_cli_once_prints_the_same_exposition(fixture_node):
 @pytest.mark.parametrize("name", sorted(FIXTURE_NODES))
 def test_lean_writer_matches_prometheus_client(name, fixture_node):
     """The served bytes equal prometheus_client's generate_latest, process metrics included."""
-    from gpufleet.exporter.exposition import render_text
+    from gpufleet.controllers.exposition import render_text
 
     from prometheus_client import CollectorRegistry
 
@@ -114,7 +114,7 @@ def test_lean_writer_matches_prometheus_client(name, fixture_node):
 def test_lean_writer_escapes_and_falls_back():
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-    from gpufleet.exporter.exposition import render_text
+    from gpufleet.controllers.exposition import render_text
 
     registry = CollectorRegistry()
     Gauge("odd_values", 'help with \\ and\nnewline', ["file"], registry=registry).labels(file='a"b\\c\nd').set(1.5)

@@ -49,7 +49,7 @@ def exporter(tmp_path):
     grower.start()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufleet.cli", "exporter", "--listen-address", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "gpufleet.cli", "exporter", "--listen-address", "127.0.0.1", "--metrics-port", str(port),
          "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from gpufleet.flip.flipback import candidates
-from gpufleet.flip.flipout import plan, reservations_of, tolerates
+from gpufleet.fleet.classify import tolerated as tolerates
+from gpufleet.flip.flipout import plan, reservations_of
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.flip.signal import free_gpus, node_view, parse_prometheus, pod_view
+from gpufleet.flip.signal import free_gpus, node_view, pod_view
+from gpufleet.prom.client import number
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
@@ -44,11 +46,10 @@ def test_free_gpus_counts_only_schedulable_in_cluster_nodes():
 
 
 def test_prometheus_answers():
-    assert parse_prometheus({"status": "success", "data": {"resultType": "vector",
-                                                           "result": [{"value": [0, "3"]}, {"value": [0, "4.5"]}]}}) == 7.5
-    assert parse_prometheus({"status": "success", "data": {"resultType": "scalar", "result": [0, "12"]}}) == 12
-    assert parse_prometheus({"status": "success", "data": {"resultType": "vector", "result": []}}) is None
-    assert parse_prometheus({"status": "error"}) is None
+    assert number({"resultType": "vector", "result": [{"value": [0, "3"]}, {"value": [0, "4.5"]}]}) == 7.5
+    assert number({"resultType": "scalar", "result": [0, "12"]}) == 12
+    assert number({"resultType": "vector", "result": []}) is None
+    assert number({"resultType": "matrix", "result": []}) is None
 
 
 def test_tolerations_match_like_kubernetes():

@@ -6,11 +6,8 @@ import threading
 
 import pytest
 
-from gpufleet.vk.informer import WorkQueue
-from gpufleet.vk.kube import api_path, config_from_dict, error_from, NotFound, TooManyRequests, ConfigError
-from gpufleet.vk.provider import (
-    SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests, quantity,
-)
+from gpufleet.kube.workqueue import WorkQueue
+from gpufleet.vk.provider import SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests
 from gpufleet.vk.providers.simulated import SimulatedProvider
 from gpufleet.vk.translate import Refused, mirror_status, translate
 
@@ -100,10 +97,9 @@ def test_mirror_status_keeps_remote_state_but_not_pod_scheduled():
 # ------------------------------------------------------------------ requests and choice
 
 
-def test_quantities_and_effective_requests():
-    assert quantity("500m") == 0.5 and quantity("2Gi") == 2 * 2**30 and quantity("1k") == 1000 and quantity(3) == 3
-    with pytest.raises(ValueError):
-        quantity("8Gib")
+def test_effective_requests():
+    with pytest.raises(ValueError, match="8Gib"):
+        pod_requests(pod(gpus="8Gib"))
     p = pod(gpus=2, initContainers=[{"name": "i", "resources": {"requests": {"cpu": "8"}}}])
     req = pod_requests(p)
     assert req["nvidia.com/gpu"] == 2 and req["cpu"] == 8 and req["memory"] == 32 * 2**30
@@ -196,6 +192,17 @@ def test_simulated_duration_annotation_succeeds():
     assert sim.used()["nvidia.com/gpu"] == 0
 
 
+def test_simulated_deletes_by_source_uid_only():
+    """A rental is deleted by its source pod's UID, never by name: a same-named pod's clean-up leaves it alone."""
+    sim = SimulatedProvider("rental", gpus=8, gpu_product=H100, price_per_gpu_hour=1)
+    sim.create_pod(pod("a", "new-uid"))
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a", "uid": "old-uid"}})  # an orphan's clean-up
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a"}})  # no UID: nothing to match
+    assert [(r.source_uid, r.name) for r in sim.get_pods()] == [("new-uid", "a")] and sim.deletes == 0
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a", "uid": "new-uid"}})
+    assert sim.get_pods() == [] and sim.deletes == 1
+
+
 # ------------------------------------------------------------------ work queue and client helpers
 
 
@@ -221,22 +228,6 @@ def test_work_queue_dedups_and_never_hands_one_key_to_two_workers():
     assert got == [None]
 
 
-def test_api_paths_errors_and_kubeconfig_parsing(tmp_path):
-    assert api_path("v1", "pods", "ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
-    assert api_path("coordination.k8s.io/v1", "leases", "kube-node-lease", "n") == \
-        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n"
-    assert isinstance(error_from(404, b'{"reason":"NotFound","message":"x"}'), NotFound)
-    assert isinstance(error_from(429, b"{}"), TooManyRequests)
-    doc = {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-           "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443/"}}],
-           "users": [{"name": "u", "user": {"token": "t"}}]}
-    cfg = config_from_dict(doc)
-    assert cfg.server == "https://127.0.0.1:6443" and cfg.bearer() == "t"
-    doc["users"][0]["user"] = {"exec": {"command": "aws"}}
-    with pytest.raises(ConfigError, match="exec"):
-        config_from_dict(doc)
-
-
 # ------------------------------------------------------------------ provider configuration errors
 
 
@@ -257,7 +248,7 @@ def test_provider_configuration_errors_are_clear(tmp_path):
         build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p", remote_kubeconfig=str(tmp_path / "nope"))
     bad = tmp_path / "kc"
     bad.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\ncontexts: []\n")
-    with pytest.raises(ProviderConfigError, match="no context named 'x'"):
+    with pytest.raises(ProviderConfigError, match=f"pool p: kubeconfig {bad}: .*name x.*contexts"):
         build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p", remote_kubeconfig=str(bad))
     sim = build(SimpleNamespace(**base, provider="simulated"), node_name="vk-p", start=False)
     assert sim.capacity().gpus == 8 and sim.capacity().gpu_product == H100

@@ -45,6 +45,13 @@ CASES = {
                            ["group_vars/gpu_nodes.yml", "gpu_count", "-8", "greater than or equal to 0"]),
     "non-integer gpu count": (lambda r: edit(r / "group_vars/gpu_nodes.yml", gpu_count=7.5),
                               ["group_vars/gpu_nodes.yml", "gpu_count", "7.5", "valid integer"]),
+    "fractional pool capacity": (lambda r: edit(r / "group_vars/all/virtual_kubelet.yml", virtual_kubelet_pools=[
+                                     {"name": "burst", "provider": "simulated", "gpu_model": "H100-SXM-80GB",
+                                      "capacity_gpus": 7.5, "price_per_gpu_hour": 2.0}]),
+                                 ["group_vars/all/virtual_kubelet.yml", "virtual_kubelet_pools[0].capacity_gpus", "7.5",
+                                  "valid integer"]),
+    "fractional reserve": (lambda r: edit(r / "group_vars/all/kueue.yml", kueue_reserve_gpus=0.5),
+                           ["group_vars/all/kueue.yml", "kueue_reserve_gpus", "0.5", "valid integer"]),
     "bad quantity": (lambda r: edit(r / "group_vars/rack_a.yml", node_memory="8Gib"),
                      ["group_vars/rack_a.yml", "node_memory", "'8Gib'", "Kubernetes quantity"]),
     "temperature out of range": (lambda r: edit(r / "group_vars/all/metrics.yml", gpu_metrics_gpu_temp_threshold_celsius=780),

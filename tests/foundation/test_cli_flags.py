@@ -125,16 +125,53 @@ def busy_port():
         yield busy.getsockname()[1]
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["virtual-kubelet", "--pool", "rental"], "--metrics-port"),
-    (["taint-controller"], "--metrics-port"),
-    (["quota-sync", "--env", "local"], "--port"),
-    (["node-health", "--env", "local"], "--port"),
-])
-def test_port_in_use_is_one_line(argv, flag, busy_port, tmp_path, capsys):
+CONTROLLERS = [["virtual-kubelet", "--pool", "rental"], ["taint-controller"], ["quota-sync", "--env", "local"],
+               ["node-health", "--env", "local"]]
+
+
+@pytest.mark.parametrize("argv", CONTROLLERS)
+def test_port_in_use_is_one_line(argv, busy_port, tmp_path, capsys):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    assert cli.main([*argv, "--kubeconfig", str(kubeconfig), flag, str(busy_port)]) == 1
+    assert cli.main([*argv, "--kubeconfig", str(kubeconfig), "--metrics-port", str(busy_port)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{flag}: cannot listen on 0.0.0.0:{busy_port}:" in err
+    assert err.count("\n") == 1 and f"--metrics-port: cannot listen on 0.0.0.0:{busy_port}:" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["quota-sync", "--env", "local"], ["node-health", "--env", "local"],
+                                  ["exporter", "--no-nvml"]])
+def test_old_port_flag_still_works_with_a_deprecation_note(argv, busy_port, tmp_path, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    kube = ["--kubeconfig", str(kubeconfig)] if argv[0] != "exporter" else []
+    assert cli.main([*argv, *kube, "--port", str(busy_port)]) == 1  # the old flag reached the port check
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"gpufleet {argv[0]}: --port is deprecated; use --metrics-port (same meaning)"
+    assert f"cannot listen on 0.0.0.0:{busy_port}" in err[1]
+
+
+@pytest.mark.parametrize("argv", CONTROLLERS[1:])
+def test_every_controller_shares_the_runtime_flags(argv):
+    from gpufleet.controllers import flags
+
+    args = cli.build_parser(argv[0]).parse_args([*argv, "--kubeconfig", "k", "--context", "c", "--log-level", "DEBUG",
+                                                 "--metrics-port", "9", "--no-leader-elect",
+                                                 "--leader-elect-lease-duration", "30"])
+    assert (args.kubeconfig, args.context, args.log_level, args.metrics_port, args.leader_elect) == \
+        ("k", "c", "DEBUG", 9, False)
+    assert flags.timings(args).lease_duration == 30
+
+
+def test_old_no_leader_election_flag_still_works(capsys):
+    args = cli.build_parser("quota-sync").parse_args(["quota-sync", "--env", "local", "--no-leader-election"])
+    assert args.leader_elect is False
+    assert "--no-leader-election is deprecated; use --no-leader-elect" in capsys.readouterr().err
+
+
+def test_inconsistent_lease_timings_are_bad_input(tmp_path, capsys):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    assert cli.main(["quota-sync", "--env", "local", "--kubeconfig", str(kubeconfig), "--leader-elect-lease-duration",
+                     "5", "--leader-elect-renew-deadline", "10"]) == 2
+    assert "expected lease duration (5 s) > renew deadline (10 s)" in capsys.readouterr().err

@@ -81,4 +81,4 @@ def test_status_screen_shows_domains_and_spanning_gangs():
 def test_domain_rows_skip_virtual_and_gpu_less_nodes():
     vk = node("vk-rental", labels={"type": "virtual-kubelet"})
     cpu = placed("cpu-1", "rack-a", "block-1", gpus=0)
-    assert topology.domain_rows([vk, cpu], {}, LEVELS) == []
+    assert topology.domain_rows([vk, cpu], {}, LEVELS, {}) == []

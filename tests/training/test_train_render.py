@@ -96,6 +96,7 @@ def test_renders(env, flavor, nodes, template, inventory, objects):
         assert env_vars["JOB_DIR"] == job_dir
         assert env_vars["CHECKPOINT_DIR"] == f"{job_dir}/checkpoints"
         assert env_vars["RESUME_FROM"] == "latest"
+        assert env_vars["CHECKPOINT_MARKER"] == "COMPLETE"
         # Daly's interval for nodes * 8 GPUs and training_checkpoint_seconds = 60, by hand:
         m = 54 * 24 * 3600 * 16384 / 419 / (nodes * gpn)
         daly = math.sqrt(2 * 60 * m) * (1 + math.sqrt(60 / (2 * m)) / 3 + 60 / (2 * m) / 9) - 60

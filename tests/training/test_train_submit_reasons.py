@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace as NS
-
 from gpufleet.training.submit import pods_reason, workload_reason
 
 
@@ -36,11 +34,11 @@ def test_no_conditions_yet():
 
 
 def test_pods_reason_quotes_the_scheduler():
-    pending = NS(metadata=NS(name="run1-workers-0-1-abcde"), status=NS(phase="Pending", conditions=[
-        NS(type="PodScheduled", status="False", reason="Unschedulable",
-           message="0/16 nodes are available: 16 Insufficient nvidia.com/gpu."),
-    ]))
-    running = NS(metadata=NS(name="run1-workers-0-0-xyz"), status=NS(phase="Running", conditions=[]))
+    pending = {"metadata": {"name": "run1-workers-0-1-abcde"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/16 nodes are available: 16 Insufficient nvidia.com/gpu."},
+    ]}}
+    running = {"metadata": {"name": "run1-workers-0-0-xyz"}, "status": {"phase": "Running", "conditions": []}}
     assert pods_reason([running, pending]) == (
         "pod run1-workers-0-1-abcde: Unschedulable: 0/16 nodes are available: 16 Insufficient nvidia.com/gpu.")
     assert pods_reason([running]) == "pods: 1 Running"

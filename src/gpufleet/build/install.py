@@ -286,12 +286,6 @@ def _install_apt(comp: Component, status) -> str:
 # --------------------------------------------------------------------------- entry points
 
 
-def is_installed(names: Iterable[str] | None = None) -> bool:
-    """True when every named component (default: all) has a valid stamp."""
-    comps = components()
-    return all(stamped(comps[n]) for n in (names or comps))
-
-
 def install(names: Iterable[str] | None = None, *, force: bool = False, console: Console | None = None) -> list[StepResult]:
     """Make every named component (default: all) present and verified, one at a time.
 

@@ -1,30 +1,28 @@
 """``gpufleet exporter``: serve ``/metrics`` (or print one exposition with ``--once``).
 
 Flags mirror node_exporter where they overlap (``--sysfs-root`` is
-``--path.sysfs``). ``--nvml-fake FILE`` replaces the NVML library by a node
-description (:mod:`gpufleet.sim.node`) for fixture nodes.
+``--path.sysfs``); ``--metrics-port`` (``--port``: deprecated alias),
+``--log-level``, logging, signals and the HTTP endpoint are the runtime every
+gpufleet process shares (:mod:`gpufleet.controllers`). ``--nvml-fake FILE``
+replaces the NVML library by a node description (:mod:`gpufleet.sim.node`)
+for fixture nodes.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import socket
 import sys
-import threading
-from pathlib import Path
 from collections.abc import Iterator
-from wsgiref.simple_server import WSGIServer, make_server
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 from prometheus_client.registry import Collector
 
-from gpufleet import cliargs
+from gpufleet.controllers import flags, runtime
+from gpufleet.controllers.exposition import render_text
 from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
-from gpufleet.exporter.exposition import make_app, render_text
 from gpufleet.exporter.nvml import NvmlBackend, NvmlSampler, PynvmlBackend
 
 log = logging.getLogger("gpufleet.exporter")
@@ -36,12 +34,12 @@ DEFAULT_PORT = 9838
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the exporter's flags to ``parser`` (the ``exporter`` subcommand of ``gpufleet``)."""
     parser.add_argument("--listen-address", default="0.0.0.0", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=cliargs.port, default=DEFAULT_PORT, help="TCP port for /metrics (default: %(default)s)")
+    flags.add_metrics_port(parser, default=DEFAULT_PORT, allow_off=False, port_alias=True)
     parser.add_argument("--sysfs-root", default="/sys", help="sysfs mount point, like node_exporter --path.sysfs (default: %(default)s)")
     parser.add_argument("--nvml-fake", metavar="FILE", help="read GPUs from a node description JSON instead of NVML (fixtures)")
     parser.add_argument("--no-nvml", action="store_true", help="do not collect GPU metrics at all")
     parser.add_argument("--once", action="store_true", help="print one exposition to stdout and exit")
-    cliargs.add_log_level(parser)
+    flags.add_log_level(parser)
 
 
 class ExporterSelfCollector(Collector):
@@ -78,7 +76,10 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     collectors: dict[str, InfiniBandCollector | GpuCollector] = {"infiniband": InfiniBandCollector(sysfs_root)}
     if nvml_backend is not None:
-        collectors["nvml"] = GpuCollector(NvmlSampler(nvml_backend))
+        from gpufleet.exporter.sysfs import nvidia_gpu_bus_ids
+
+        sampler = NvmlSampler(nvml_backend, pci_bus_ids=lambda: nvidia_gpu_bus_ids(sysfs_root))
+        collectors["nvml"] = GpuCollector(sampler)
     for collector in collectors.values():
         registry.register(collector)
     if self_metrics:
@@ -87,38 +88,6 @@ def build_registry(
         ProcessCollector(registry=registry)
         registry.register(ExporterSelfCollector(collectors))
     return registry
-
-
-class NoDelayWSGIServer(ThreadingWSGIServer):
-    """prometheus_client's threaded WSGI server with TCP_NODELAY on every connection.
-
-    wsgiref writes the headers and the body in separate sends; with Nagle's
-    algorithm the body then waits for the peer's delayed ACK (~40 ms on
-    Linux), which alone would exceed the 50 ms scrape budget.
-    """
-
-    def get_request(self) -> tuple[socket.socket, object]:
-        """Accept a connection and switch Nagle off on it."""
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, addr
-
-
-def serve(registry: CollectorRegistry, address: str, port: int) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``registry`` on ``http://ADDRESS:PORT/metrics`` (any path) from a daemon thread.
-
-    Like ``prometheus_client.start_http_server`` but with the lean writer of
-    :mod:`gpufleet.exporter.exposition` (text format 0.0.4, gzip level 1) and
-    without the Nagle delay; IPv6 when ``address`` contains a colon.
-
-    Raises:
-        OSError: when the address cannot be bound (port in use, no such address).
-    """
-    server_class = type("Server", (NoDelayWSGIServer,), {"address_family": socket.AF_INET6 if ":" in address else socket.AF_INET})
-    httpd = make_server(address, port, make_app(registry), server_class, handler_class=_SilentHandler)
-    thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
-    thread.start()
-    return httpd, thread
 
 
 def backend_from_args(args: argparse.Namespace) -> NvmlBackend | None:
@@ -136,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the exporter with parsed ``args``; returns the process exit code.
 
     With ``--once`` prints one exposition (text format 0.0.4) and returns 0.
-    Otherwise serves ``http://LISTEN:PORT/metrics`` until SIGTERM/SIGINT.
+    Otherwise serves ``http://LISTEN:PORT/metrics`` (and ``/healthz``) until SIGTERM/SIGINT.
     """
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime.setup_logging(args.log_level)
     if not Path(args.sysfs_root).is_dir():
         print(f"gpufleet exporter: --sysfs-root {args.sysfs_root}: expected a folder (the sysfs mount)", file=sys.stderr)
         return 2
@@ -152,16 +121,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(registry).decode())
         sys.stdout.flush()
         return 0
-    registry = build_registry(args.sysfs_root, backend, self_metrics=True)
-    try:
-        server, _ = serve(registry, args.listen_address, args.port)
-    except OSError as exc:
-        print(f"gpufleet exporter: cannot listen on {args.listen_address}:{args.port}: {exc}", file=sys.stderr)
+    if runtime.port_in_use("exporter", args.metrics_port, args.listen_address):
         return 1
-    log.info("serving /metrics on %s:%d (sysfs %s)", args.listen_address, args.port, args.sysfs_root)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    server.shutdown()
-    return 0
+    registry = build_registry(args.sysfs_root, backend, self_metrics=True)
+    log.info("serving /metrics on %s:%d (sysfs %s)", args.listen_address, args.metrics_port, args.sysfs_root)
+    return runtime.run("exporter", lambda stop: stop.wait(), metrics_port=args.metrics_port, host=args.listen_address,
+                       registry=registry)

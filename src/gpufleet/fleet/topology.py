@@ -52,17 +52,20 @@ class GangSpan:
 
 
 def domain_rows(nodes: Iterable[Node], held: Mapping[str, tuple[int, int]],
-                levels: Sequence[tuple[str, str]]) -> list[DomainRow]:
+                levels: Sequence[tuple[str, str]], training_gpus: Mapping[str, int]) -> list[DomainRow]:
     """GPUs per domain of every level, levels in the order given, domains sorted by name.
 
     Args:
         nodes: in-cluster Node objects (virtual nodes are skipped).
         held: node name -> (GPUs held by training pods, GPUs held by other pods).
         levels: ``(level name, node label)`` pairs, coarse to fine.
+        training_gpus: node name -> GPUs that count for training (the node classifier's answer,
+            :mod:`gpufleet.fleet.classify`); nodes absent from it (no GPUs, or a GPU count the
+            classifier refused) are left out.
     """
     rows: dict[tuple[str, str], DomainRow] = {}
     for node in nodes:
-        if nodeutil.is_virtual(node) or not nodeutil.gpus(node):
+        if nodeutil.is_virtual(node) or nodeutil.name(node) not in training_gpus:
             continue
         name, labels = nodeutil.name(node), nodeutil.labels(node)
         training, other = held.get(name, (0, 0))
@@ -70,8 +73,7 @@ def domain_rows(nodes: Iterable[Node], held: Mapping[str, tuple[int, int]],
             domain = labels.get(label, UNLABELLED)
             row = rows.setdefault((level, domain), DomainRow(level, domain))
             row.nodes += 1
-            if nodeutil.schedulable(node):
-                row.schedulable += nodeutil.gpus(node)
+            row.schedulable += training_gpus[name]
             row.training += training
             row.other += other
     order = {level: i for i, (level, _) in enumerate(levels)}

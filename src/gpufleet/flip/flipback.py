@@ -25,13 +25,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpx
 from prometheus_client import Counter, Gauge
 
-from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
-from .flipout import tolerates
+from gpufleet.fleet.classify import tolerated
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
 
 log = logging.getLogger(__name__)
@@ -53,7 +52,7 @@ def candidates(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], 
         meta = p["metadata"]
         if p["node"] not in tainted or meta.get("deletionTimestamp") or p["phase"] in ("Succeeded", "Failed"):
             continue
-        if tolerates(p["tolerations"], taint):
+        if tolerated(p["tolerations"], taint):
             continue
         released = (meta.get("labels") or {}).get(RELEASE_LABEL[0]) == RELEASE_LABEL[1] or meta["uid"] in attempted
         out.append(Candidate(meta["namespace"], meta["name"], meta["uid"], p["priority"],
@@ -113,7 +112,7 @@ class FlipBack:
                 RELEASES.labels(self.mode, "blocked").inc()
             except (NotFound, Conflict):
                 RELEASES.labels(self.mode, "gone").inc()
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 self.budget.refund(c)
                 RELEASES.labels(self.mode, "error").inc()
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)

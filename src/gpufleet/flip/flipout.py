@@ -31,19 +31,17 @@ Pure planning (:func:`plan`) is separate from the I/O (:class:`FlipOut`).
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from prometheus_client import Counter, Gauge
 
-from gpufleet.vk.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
-
-from gpufleet.fleet.taints import tolerates
+from gpufleet.fleet.classify import tolerated
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
+from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
 log = logging.getLogger(__name__)
@@ -89,7 +87,7 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
             continue
         if t.get("key") == RESERVED_TAINT:
             return False
-        if not tolerates(pod["tolerations"], t):
+        if not tolerated(pod["tolerations"], t):
             return False
     return True
 
@@ -186,7 +184,7 @@ class FlipOut:
     def _guard(self, fn, *args):
         try:
             return fn(*args) or True
-        except (KubeError, httpx.HTTPError) as exc:
+        except KubeError as exc:
             log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
             return None
 
@@ -211,7 +209,7 @@ class FlipOut:
                 return  # the PDB allows nothing more now; the next tick tries again
             except (NotFound, Conflict):
                 EVICTIONS.labels("gone").inc()
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 log.warning("flip-out: evicting %s/%s: %s", ns, name, exc)
                 return
 
@@ -234,34 +232,30 @@ class FlipOut:
         set_taint(self.kube, node, taint, add=add)
 
 
-def set_taint(kube: Kube, node: str, taint: dict, *, add: bool, tries: int = 5) -> bool:
-    """Add or remove exactly ``taint`` (key, value, effect) on ``node`` by read-modify-write; other taints stay.
+def set_taint(kube: Kube, node: str, taint: dict, *, add: bool) -> bool:
+    """Add or remove exactly ``taint`` (key, value, effect) on ``node``; other taints stay.
+
+    Read-modify-write guarded by the Node's resourceVersion, re-read on a
+    conflict (:func:`gpufleet.kube.retry.update_with_retry`).
 
     Returns:
         Whether the Node was changed.
 
     Raises:
-        KubeError: still conflicting after ``tries``; NotFound: no such node.
+        Conflict: the Node kept changing; NotFound: no such node; KubeError: other refusals.
     """
-    for _ in range(tries):
-        live = kube.get("v1", "nodes", node)
+    value = taint.get("value") or ""
+
+    def change(live: dict) -> dict | None:
         taints = (live.get("spec") or {}).get("taints") or []
         same = [t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]]
+        present = any((t.get("value") or "") == value for t in same)
+        if add == present:
+            return None
         if add:
-            if any((t.get("value") or "") == (taint.get("value") or "") for t in same):
-                return False
             new = [t for t in taints if t not in same] + [{k: v for k, v in taint.items() if v is not None}]
         else:
-            if not any((t.get("value") or "") == (taint.get("value") or "") for t in same):
-                return False
-            new = [t for t in taints if not (t in same and (t.get("value") or "") == (taint.get("value") or ""))]
-        body = copy.deepcopy(live)
-        body.setdefault("spec", {})["taints"] = new
-        if not new:
-            body["spec"].pop("taints")
-        try:
-            kube.replace("v1", "nodes", node, body)
-            return True
-        except Conflict:
-            continue
-    raise KubeError(409, "Conflict", f"node {node}: taint {taint['key']} not updated after {tries} conflicts")
+            new = [t for t in taints if not (t in same and (t.get("value") or "") == value)]
+        return {"spec": {"taints": new or None}}
+
+    return update_with_retry(kube, api_path("v1", "nodes", name=node), change)[1] is not None

@@ -7,24 +7,24 @@ PriorityClass (flip-out preemptors). Flags override them.
 
 Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (flag values outside their
 range, unknown environment, inconsistent marks, unknown mode); 1 when the
-metrics port is in use or the cluster cannot be reached.
+metrics port is in use, the cluster cannot be reached or the Lease was lost.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal as signals
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from gpufleet import cliargs
-from gpufleet.vk.kube import ConfigError, Kube, KubeError
+from gpufleet.controllers import flags, runtime
+from gpufleet.controllers.serve import Liveness
+from gpufleet.kube import ConfigError, Kube, KubeError
+from gpufleet.names import SYSTEM_NAMESPACE
 
 from .budget import MigrationBudget
 from .controller import TaintController
@@ -42,11 +42,14 @@ class Settings:
     """Everything the controller needs, resolved from the inventory and flags.
 
     Units: GPUs for the marks, seconds for times, pods per minute for the budget.
+    ``add_hold_seconds``/``remove_hold_seconds`` default to ``hold_seconds``.
     """
 
     high_water: float
     low_water: float
     hold_seconds: float
+    add_hold_seconds: float | None = None
+    remove_hold_seconds: float | None = None
     signal: str = "apiserver"
     prometheus_url: str = ""
     promql: str = ""
@@ -58,6 +61,16 @@ class Settings:
     pods_per_minute: float = 10.0
     max_in_flight: int = 1
     tick_seconds: float = TICK_SECONDS
+
+    @property
+    def add_hold(self) -> float:
+        """Seconds above the high-water mark before tainting."""
+        return self.hold_seconds if self.add_hold_seconds is None else self.add_hold_seconds
+
+    @property
+    def remove_hold(self) -> float:
+        """Seconds below the low-water mark before untainting."""
+        return self.hold_seconds if self.remove_hold_seconds is None else self.remove_hold_seconds
 
 
 def settings_from_inventory(env: str, **overrides: Any) -> Settings:
@@ -74,17 +87,26 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
     top = max(kq.kueue_priority_classes, key=lambda p: p.value).name
     base = dict(
         high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
-        hold_seconds=tc.taint_controller_hold_seconds, signal=tc.taint_controller_signal,
+        hold_seconds=tc.taint_controller_hold_seconds, add_hold_seconds=tc.taint_controller_add_hold_seconds,
+        remove_hold_seconds=tc.taint_controller_remove_hold_seconds, signal=tc.taint_controller_signal,
         prometheus_url=tc.taint_controller_prometheus_url, promql=tc.taint_controller_promql,
         pools=tuple(p.name for p in vk.virtual_kubelet_pools), flip_out_classes=(top,),
         pods_per_minute=ds.descheduler_migration_pods_per_minute,
     )
     base.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("hold_seconds") is not None:  # --hold-seconds sets both, unless one is given apart
+        for key in ("add_hold_seconds", "remove_hold_seconds"):
+            if overrides.get(key) is None:
+                base[key] = None
     s = Settings(**base)
     # Inventory values and programmatic overrides get the checks argparse gives the flags.
     checks = {"--high-water": (s.high_water, cliargs.nonnegative_number),
               "--low-water": (s.low_water, cliargs.nonnegative_number),
               "--hold-seconds": (s.hold_seconds, cliargs.nonnegative_seconds),
+              "--add-hold-seconds": (s.add_hold if s.add_hold_seconds is None else s.add_hold_seconds,
+                                     cliargs.nonnegative_seconds),
+              "--remove-hold-seconds": (s.remove_hold if s.remove_hold_seconds is None else s.remove_hold_seconds,
+                                        cliargs.nonnegative_seconds),
               "--flip-out-max-wait": (s.flip_out_max_wait, cliargs.nonnegative_seconds),
               "--pods-per-minute": (s.pods_per_minute, cliargs.positive_number)}
     for flag, (value, kind) in checks.items():
@@ -111,7 +133,7 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     """
     caches = ApiServerSignal(kube)
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
-    machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds)
+    machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds, add_hold=s.add_hold, remove_hold=s.remove_hold)
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
                   clock=clock) if s.flip_out else None
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
@@ -123,13 +145,17 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``gpufleet taint-controller``."""
     parser.add_argument("--env", default="local", help="inventory environment giving the defaults (default local)")
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    flags.add_kube(parser)
     parser.add_argument("--high-water", type=cliargs.nonnegative_number, default=None,
                         help="free GPUs (>= 0) above which virtual nodes are tainted")
     parser.add_argument("--low-water", type=cliargs.nonnegative_number, default=None,
                         help="free GPUs (>= 0, below --high-water) below which the taint is removed")
     parser.add_argument("--hold-seconds", type=cliargs.nonnegative_seconds, default=None,
-                        help="seconds (>= 0) a mark must be crossed before acting")
+                        help="seconds (>= 0) a mark must be crossed before acting, both ways (the two below override it)")
+    parser.add_argument("--add-hold-seconds", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) free GPUs must stay above --high-water before the taint is added")
+    parser.add_argument("--remove-hold-seconds", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) free GPUs must stay below --low-water before the taint is removed")
     parser.add_argument("--signal", choices=("apiserver", "prometheus"), default=None, help="where free GPUs come from")
     parser.add_argument("--prometheus-url", type=cliargs.http_url, default=None,
                         help="Prometheus base URL, http(s)://host[:port] (signal prometheus)")
@@ -146,19 +172,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="release: label pods for the descheduler (default); evict: Eviction API here; off")
     parser.add_argument("--pods-per-minute", type=cliargs.positive_number, default=None,
                         help="flip-back budget per workload, > 0 (default descheduler_migration_pods_per_minute)")
-    parser.add_argument("--namespace", default="gpufleet-system", help="namespace of the leader-election Lease")
-    parser.add_argument("--no-leader-election", action="store_true", help="act without holding the Lease (tests)")
-    parser.add_argument("--metrics-port", type=cliargs.port_or_off, default=8080,
-                        help="/metrics and /healthz port, 0 to 65535 (0: off; default 8080)")
-    cliargs.add_log_level(parser)
+    parser.add_argument("--namespace", default=SYSTEM_NAMESPACE, help="namespace of the leader-election Lease")
+    flags.add_leader_election(parser)
+    flags.add_metrics_port(parser)
+    flags.add_log_level(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (see the module docstring for exit codes)."""
-    from gpufleet.controllers.serve import Liveness, serve
     from gpufleet.inventory import InventoryError, environments
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime.setup_logging(args.log_level)
     if args.env not in environments():
         print(f"gpufleet taint-controller: --env {args.env!r}: expected one of {', '.join(environments())}",
               file=sys.stderr)
@@ -166,56 +190,31 @@ def run(args: argparse.Namespace) -> int:
     try:
         s = settings_from_inventory(
             args.env, high_water=args.high_water, low_water=args.low_water, hold_seconds=args.hold_seconds,
+            add_hold_seconds=args.add_hold_seconds, remove_hold_seconds=args.remove_hold_seconds,
             signal=args.signal, prometheus_url=args.prometheus_url, promql=args.promql,
             pools=tuple(args.pools) if args.pools else None, flip_out=args.flip_out,
             flip_out_classes=tuple(args.flip_out_classes) if args.flip_out_classes else None,
             flip_out_max_wait=args.flip_out_max_wait, flip_back=args.flip_back, pods_per_minute=args.pods_per_minute)
-        kube = Kube.from_kubeconfig(args.kubeconfig, user_agent="gpufleet-taint-controller")
+        timings = flags.timings(args)
+        kube = runtime.kube_from_args(args, user_agent="gpufleet-taint-controller")
     except (InventoryError, ValueError, ConfigError) as exc:
         print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
         return 2
-    busy = cliargs.listen_error(args.metrics_port)
-    if busy:
-        print(f"gpufleet taint-controller: --metrics-port: {busy}", file=sys.stderr)
+    if runtime.port_in_use("taint-controller", args.metrics_port):
         return 1
     ctl, caches = build(kube, s)
     try:
         caches.start()
-    except (TimeoutError, KubeError, httpx.HTTPError) as exc:
-        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.config.server}: {exc}", file=sys.stderr)
+    except (TimeoutError, KubeError) as exc:
+        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.server}: {exc}", file=sys.stderr)
         return 1
     liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
-    if args.metrics_port:
-        serve(args.metrics_port, liveness)
-    stop = threading.Event()
-    signals.signal(signals.SIGTERM, lambda *_: (stop.set(), ctl.stop()))
-    signals.signal(signals.SIGINT, lambda *_: (stop.set(), ctl.stop()))
-    log.info("taint controller: high %g, low %g, hold %gs, signal %s, pools %s", s.high_water, s.low_water,
-             s.hold_seconds, s.signal, ", ".join(s.pools) or "all")
-    if args.no_leader_election:
+    log.info("taint controller: high %g, low %g, hold %gs to taint / %gs to untaint, signal %s, pools %s", s.high_water,
+             s.low_water, s.add_hold, s.remove_hold, s.signal, ", ".join(s.pools) or "all")
+
+    def loop(stop: threading.Event) -> None:
+        threading.Thread(target=lambda: (stop.wait(), ctl.stop()), daemon=True, name="taint-controller-stop").start()
         ctl.run(s.tick_seconds, liveness.beat)
-        return 0
-    from kubernetes import config as kconfig
 
-    from gpufleet.controllers.leader import run_as_leader
-
-    try:
-        kconfig.load_incluster_config() if args.kubeconfig is None and _in_cluster() else kconfig.load_kube_config(
-            config_file=args.kubeconfig)
-    except kconfig.ConfigException as exc:
-        print(f"gpufleet taint-controller: {exc}", file=sys.stderr)
-        return 2
-    while not stop.is_set():
-        liveness.beat()  # waiting for the Lease is healthy
-        run_as_leader(LEASE_NAME, args.namespace, lambda: ctl.run(s.tick_seconds, liveness.beat),
-                      on_lost=ctl.stop, stop=stop)
-        if not stop.is_set():
-            log.warning("taint controller: lost the Lease; stopping to let the new leader act")
-            return 1
-    return 0
-
-
-def _in_cluster() -> bool:
-    import os
-
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    return runtime.run("taint-controller", loop, metrics_port=args.metrics_port, liveness=liveness, kube=kube,
+                       lease=(LEASE_NAME, args.namespace) if args.leader_elect else None, timings=timings)

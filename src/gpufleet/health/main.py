@@ -3,11 +3,12 @@
 Every ``--interval`` seconds, while holding Lease
 ``<node_health_namespace>/gpufleet-node-health``: evaluate the exporter's
 series in Prometheus and act (:mod:`gpufleet.health.remediate`). Serves
-``/metrics`` (``gpufleet_node_health_*``) and ``/healthz`` on ``--port``.
+``/metrics`` (``gpufleet_node_health_*``) and ``/healthz`` on
+``--metrics-port`` (``--port``: deprecated alias).
 Settings come from the inventory (``--env``); flags override them.
 ``--once`` evaluates and acts once, waits for the drains, prints what it did
 and exits (no Lease): the way to try it by hand, with ``--dry-run``.
-Exit codes: 0 ok, 1 leadership lost, ``--port`` in use or a failed
+Exit codes: 0 ok, 1 leadership lost, the metrics port in use or a failed
 ``--once``, 2 bad input (argparse refuses out-of-range flag values first).
 """
 
@@ -20,9 +21,12 @@ import sys
 import threading
 
 from gpufleet import cliargs
+from gpufleet.controllers import flags, runtime
 from gpufleet.controllers.serve import Liveness
 
 log = logging.getLogger("gpufleet.node-health")
+
+LEASE_NAME = "gpufleet-node-health"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,12 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prometheus-url", type=cliargs.http_url,
                         help="Prometheus base URL, http(s)://host[:port] (default: node_health_prometheus_url)")
     parser.add_argument("--dry-run", action="store_true", default=None, help="decide and record Events, change no node")
-    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
-    parser.add_argument("--context", help="kubeconfig context")
+    flags.add_kube(parser)
     parser.add_argument("--interval", type=cliargs.positive_seconds,
                         help="seconds (> 0) between evaluations (default 5)")
-    parser.add_argument("--port", type=cliargs.port_or_off, default=8080,
-                        help="port of /metrics and /healthz, 0 to 65535, 0 for none (default 8080)")
+    flags.add_metrics_port(parser, port_alias=True)
     parser.add_argument("--namespace", help="swap requests and Lease namespace (default: node_health_namespace)")
     # Counts are checked like the inventory checks node_health_* (roles/node_health/vars.py).
     parser.add_argument("--max-nodes-out", type=cliargs.integer_type(0), help="override node_health_max_nodes_out (>= 0)")
@@ -51,14 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="NVLink errors tolerated per node and window, >= 0 (default 0)")
     parser.add_argument("--ib-error-threshold", type=cliargs.integer_type(0),
                         help="InfiniBand errors tolerated per node and window, >= 0 (default 0)")
+    parser.add_argument("--roce-error-threshold", type=cliargs.integer_type(0),
+                        help="RoCE lost/retransmitted packets tolerated per node and window, >= 0 (default 0)")
     parser.add_argument("--node-label", help="series label naming the node (default node)")
     parser.add_argument("--drain-timeout", type=cliargs.positive_seconds, dest="drain_timeout_seconds",
                         help="seconds (> 0) a swap's drain may take (600)")
     parser.add_argument("--degraded-clear", type=cliargs.positive_seconds, dest="degraded_clear_seconds",
                         help="fault-free seconds (> 0) before a degraded node returns by itself (600)")
     parser.add_argument("--once", action="store_true", help="one evaluation, wait for drains, print a JSON summary, exit")
-    parser.add_argument("--no-leader-election", action="store_true", help="run without the Lease (a single instance)")
-    cliargs.add_log_level(parser)
+    flags.add_leader_election(parser)
+    flags.add_log_level(parser)
+
 
 def settings_from_args(args: argparse.Namespace):
     """:class:`~gpufleet.health.remediate.Settings` from the inventory and the flags.
@@ -75,31 +80,30 @@ def settings_from_args(args: argparse.Namespace):
         namespace=args.namespace, max_nodes_out=args.max_nodes_out, hot_samples=args.hot_samples,
         scrape_interval_seconds=args.scrape_interval_seconds, error_window_seconds=args.error_window_seconds,
         event_window_seconds=args.event_window_seconds, nvlink_error_threshold=args.nvlink_error_threshold,
-        ib_error_threshold=args.ib_error_threshold, node_label=args.node_label,
+        ib_error_threshold=args.ib_error_threshold, roce_error_threshold=args.roce_error_threshold,
+        node_label=args.node_label,
         drain_timeout_seconds=args.drain_timeout_seconds, degraded_clear_seconds=args.degraded_clear_seconds)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the controller (module docstring)."""
-    from gpufleet.health.promql import PromClient
     from gpufleet.health.remediate import Remediator
     from gpufleet.inventory import InventoryError
-    from gpufleet.ops.kube import OpsError, api_client
-    from gpufleet.ops.runtime import run_controller
+    from gpufleet.kube import ConfigError
+    from gpufleet.prom.client import PromClient
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    runtime.setup_logging(args.log_level)
     try:
         settings = settings_from_args(args)
         cliargs.check("node_health_prometheus_url", cliargs.http_url, settings.prometheus_url)
-        api = api_client(args.kubeconfig, args.context)
-    except (InventoryError, OpsError, ValueError) as exc:
+        timings = flags.timings(args)
+        kube = runtime.kube_from_args(args, user_agent="gpufleet-node-health")
+    except (InventoryError, ConfigError, ValueError) as exc:
         print(f"gpufleet node-health: {exc}", file=sys.stderr)
         return 2
-    busy = None if args.once else cliargs.listen_error(args.port)
-    if busy:
-        print(f"gpufleet node-health: --port: {busy}", file=sys.stderr)
+    if not args.once and runtime.port_in_use("node-health", args.metrics_port):
         return 1
-    rem = Remediator(api, PromClient(settings.prometheus_url), settings)
+    rem = Remediator(kube, PromClient(settings.prometheus_url), settings)
     if args.once:
         report = rem.step()
         rem.wait()
@@ -124,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
             stop.wait(settings.interval_seconds)
 
     try:
-        return run_controller("gpufleet-node-health", settings.namespace, loop, port=args.port, liveness=liveness,
-                              registry=rem.registry, leader_election=not args.no_leader_election,
-                              kubeconfig=args.kubeconfig, context=args.context)
+        return runtime.run("node-health", loop, metrics_port=args.metrics_port, liveness=liveness,
+                           registry=rem.registry, kube=kube,
+                           lease=(LEASE_NAME, settings.namespace) if args.leader_elect else None, timings=timings)
     finally:
         rem.close()

@@ -46,15 +46,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet.health.faults import Fault, Queries, Rules, evaluate
-from gpufleet.health.promql import PromClient, PromError
+from gpufleet.health.faults import FAULT_KINDS, Fault, Queries, Rules, evaluate
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.classify import TRAINING, classify, default_classes
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.kube import OpsError, list_nodes, record_event, update_with_retry
-from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, LEMON_LABEL, SYSTEM_NAMESPACE
+from gpufleet.kube import Kube
+from gpufleet.kube.events import record_event
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import OpsError, list_nodes
+from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"
@@ -77,12 +80,14 @@ class Settings:
         drain_timeout_seconds: how long a swap's drain may take.
         degraded_clear_seconds: fault-free time before a degraded node returns by itself.
         interval_seconds: seconds between steps.
+        partial_nodes_train: ``kueue_partial_gpu_nodes_count``: the remaining GPUs of a node
+            whose allocatable fell below capacity count for training (no ``gpu_partial`` fault).
     """
 
     rules: Rules = field(default_factory=Rules)
     max_nodes_out: int = 4
     dry_run: bool = False
-    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors"})
+    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors", "gpu_partial"})
     lemon_failures: int = 3
     lemon_window_seconds: float = 168 * 3600.0
     namespace: str = SYSTEM_NAMESPACE
@@ -90,6 +95,7 @@ class Settings:
     drain_timeout_seconds: float = 600.0
     degraded_clear_seconds: float = 600.0
     interval_seconds: float = 5.0
+    partial_nodes_train: bool = False
 
     @classmethod
     def from_inventory(cls, inv: Any, **overrides: Any) -> Settings:
@@ -104,7 +110,8 @@ class Settings:
         base = cls(rules=rules, max_nodes_out=v.node_health_max_nodes_out, dry_run=v.node_health_dry_run,
                    degraded_faults=frozenset(v.node_health_degraded_faults), lemon_failures=v.node_health_lemon_failures,
                    lemon_window_seconds=v.node_health_lemon_window_hours * 3600.0, namespace=v.node_health_namespace,
-                   prometheus_url=v.node_health_prometheus_url)
+                   prometheus_url=v.node_health_prometheus_url,
+                   partial_nodes_train=inv.role("kueue").kueue_partial_gpu_nodes_count)
         return base.replace(**{k: val for k, val in overrides.items() if val is not None})
 
     def replace(self, **kw: Any) -> Settings:
@@ -145,6 +152,20 @@ class Decision:
     def detail(self) -> str:
         """Every fault's detail."""
         return "; ".join(f"{f.kind}: {f.detail}" for f in self.faults)
+
+
+def partial_gpu_faults(nodes: dict[str, Node], settings: Settings, now: float) -> dict[str, Fault]:
+    """``gpu_partial`` faults from the Node objects (pure): the classifier's degraded nodes that no longer count
+    for training (allocatable GPUs below capacity, ``partial_nodes_train`` false)."""
+    classes = default_classes(partial_nodes_train=settings.partial_nodes_train)
+    out = {}
+    for name, obj in nodes.items():
+        nc = classify(obj, classes)
+        if nc.degraded and not nc.facts.virtual and any(r.startswith(f"{GPU_RESOURCE} allocatable")
+                                                          for r in nc.reasons[TRAINING]):
+            out[name] = Fault(name, "gpu_partial", f"{GPU_RESOURCE} allocatable {nc.facts.allocatable} < capacity "
+                                                   f"{nc.facts.capacity}: the device plugin withdrew GPUs", now)
+    return out
 
 
 def recent_failures(node: Node, now: float, window: float) -> list[dict[str, Any]]:
@@ -241,15 +262,15 @@ class Remediator:
     """Runs :meth:`step` against one cluster and one Prometheus.
 
     Args:
-        api: Kubernetes API client (built once at startup).
+        kube: Kubernetes API client (built once at startup).
         prom: Prometheus client.
         settings: :class:`Settings`.
         registry: where the metrics go (a fresh one per instance by default).
     """
 
-    def __init__(self, api: client.ApiClient, prom: PromClient, settings: Settings,
+    def __init__(self, kube: Kube, prom: PromClient, settings: Settings,
                  registry: CollectorRegistry | None = None):
-        self.api, self.prom, self.settings = api, prom, settings
+        self.kube, self.prom, self.settings = kube, prom, settings
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.queries = Queries(settings.rules).all()
@@ -279,7 +300,10 @@ class Remediator:
             c = nodeutil.labels(obj).get("nvidia.com/gpu.count")
             if c and c.isdigit():
                 expected[n] = int(c)
-        return evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected), errors
+        found = evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected)
+        for n, fault in partial_gpu_faults(nodes, self.settings, now).items():
+            found.setdefault(n, []).append(fault)
+        return dict(sorted(found.items())), errors
 
     def step(self, now: float | None = None) -> StepReport:
         """Evaluate and act once (module docstring). Never raises for Prometheus or API errors: they are reported."""
@@ -287,7 +311,7 @@ class Remediator:
         now = time.time() if now is None else now
         report = StepReport()
         try:
-            nodes = {nodeutil.name(n): n for n in list_nodes(self.api)}
+            nodes = {nodeutil.name(n): n for n in list_nodes(self.kube)}
         except Exception as exc:  # noqa: BLE001 - a controller step reports and retries
             self.metrics.errors.labels("list_nodes").inc()
             report.errors.append(f"listing nodes: {exc}")
@@ -298,7 +322,7 @@ class Remediator:
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
         report.decisions = decide(report.faults, nodes, self.settings, now, busy)
-        for kind in ("gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing"):
+        for kind in FAULT_KINDS:
             self.metrics.faulty.labels(kind).set(sum(1 for fs in report.faults.values() if any(f.kind == kind for f in fs)))
         for d in report.decisions:
             self._act(d, nodes.get(d.node))
@@ -318,7 +342,7 @@ class Remediator:
         if key in self._announced or node is None:
             return
         self._announced.add(key)
-        record_event(self.api, node, reason, message, type_=type_, component=COMPONENT, action=d.action.capitalize())
+        record_event(self.kube, node, reason, message, type_=type_, component=COMPONENT, action=d.action.capitalize())
 
     def _act(self, d: Decision, node: Node | None) -> None:
         """Carry out one decision: defer (Event), dry run (Event), degrade (now) or swap (worker thread)."""
@@ -339,7 +363,7 @@ class Remediator:
         if d.action == "degrade":
             first = d.faults[0]
             try:
-                plan = swapper.degrade(self.api, d.node, first.kind, d.detail, extra_history=entry)
+                plan = swapper.degrade(self.kube, d.node, first.kind, d.detail, extra_history=entry)
                 if plan is not None:
                     self._observe(d)
             except (OpsError, Exception) as exc:  # noqa: BLE001
@@ -360,7 +384,7 @@ class Remediator:
         """The swap steps for a decision (worker thread); failures are logged and counted, never raised."""
         reason = f"node-health: {d.detail}"
         try:
-            swapper.swap(self.api, d.node, reason, source="node-health", timeout=self.settings.drain_timeout_seconds,
+            swapper.swap(self.kube, d.node, reason, source="node-health", timeout=self.settings.drain_timeout_seconds,
                          namespace=self.settings.namespace, on_tainted=lambda _n: self._observe(d), extra_history=entry,
                          taint_value=d.faults[0].kind)
             if d.lemon:
@@ -382,10 +406,10 @@ class Remediator:
             return {"metadata": {"labels": {LEMON_LABEL: "true"},
                                  "annotations": {ANN_LEMON_REASON: f"{n} attributable failures within {w:g}h"}}}
 
-        node, patch = update_with_retry(self.api, f"/api/v1/nodes/{d.node}", change)
+        node, patch = update_with_retry(self.kube, f"/api/v1/nodes/{d.node}", change)
         if patch is not None:
             self.metrics.actions.labels("lemon", d.faults[0].kind, "false").inc()
-            record_event(self.api, node, "NodeLemon", f"lemon: {nodeutil.annotations(node).get(ANN_LEMON_REASON)}; stays "
+            record_event(self.kube, node, "NodeLemon", f"lemon: {nodeutil.annotations(node).get(ANN_LEMON_REASON)}; stays "
                          f"out until a person returns it (invoke node.return {d.node} --clear-lemon)", type_="Warning",
                          component=COMPONENT, action="Lemon")
 
@@ -404,7 +428,7 @@ class Remediator:
             if now - since < self.settings.degraded_clear_seconds or self.settings.dry_run:
                 continue
             try:
-                swapper.return_node(self.api, name, namespace=self.settings.namespace)
+                swapper.return_node(self.kube, name, namespace=self.settings.namespace)
                 self.metrics.actions.labels("recover", nodeutil.taint(node, swapper.DEGRADED_TAINT).get("value", ""), "false").inc()
                 done.append(name)
                 self._clear_since.pop(name, None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubernetes.utils import parse_quantity
 from pydantic import BaseModel, ConfigDict
 
+from gpufleet.kube.quantity import parse_quantity
 from gpufleet.names import BLOCK_LABEL, FLAVOR_LABEL, HOSTNAME_LABEL, RACK_LABEL
 
 from .catalog import GPU_MODELS, GpuModel

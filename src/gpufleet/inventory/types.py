@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from kubernetes.utils import parse_quantity
 from pydantic import AfterValidator, ConfigDict, Field
+
+from gpufleet.kube.quantity import parse_quantity
 
 from .catalog import GPU_MODELS
 

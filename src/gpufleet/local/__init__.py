@@ -13,7 +13,7 @@ Modules, one job each:
 * :mod:`~gpufleet.local.webhooks` upstream webhook manifests pointed at loopback
 * :mod:`~gpufleet.local.descheduler` descheduler command line and default policy
 * :mod:`~gpufleet.local.prometheus` Prometheus configuration and file_sd targets
-* :mod:`~gpufleet.local.kube` a small REST client for bootstrapping
+* :mod:`~gpufleet.local.apply` apply only what changed, wait for what must be served (client: :mod:`gpufleet.kube`)
 * :mod:`~gpufleet.local.cluster` up / down / status
 
 See ``README.md`` in this folder.

@@ -30,16 +30,19 @@ from typing import Any
 import yaml
 
 from gpufleet import paths
-from gpufleet.files import locked
 from gpufleet.build import install
+from gpufleet.files import locked
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound
+from gpufleet.kube.config import from_kubeconfig
 from gpufleet.local import controlplane, descheduler, kueue, kwok, prometheus
 from gpufleet.local import kubeconfig as kubeconfigs
 from gpufleet.local import ports as portblocks
+from gpufleet.local.apply import apply_changed, wait_for
 from gpufleet.local.certs import Pki, ensure_pki
-from gpufleet.local.kube import Kube, KubeError
 from gpufleet.local.layout import DEFAULT_NAME, Layout, check_name
 from gpufleet.local.ports import Ports
 from gpufleet.local.processes import ComponentFailed, Health, ProcessSpec, probe, rss_bytes, running
+from gpufleet.names import FIELD_MANAGER_LOCAL
 
 #: Start order; ``down`` stops in reverse.
 COMPONENTS = (
@@ -88,15 +91,18 @@ class Cluster:
             self._pki = ensure_pki(self.layout.certs)
         return self._pki
 
-    def kube(self, timeout: float = 30.0) -> Kube:
-        """A bootstrap REST client authenticated as admin (close it after use)."""
-        return Kube(self.server, self.pki.ca.cert, self.pki.admin, timeout=timeout)
+    def kube(self, timeout: float = 30.0, *, field_manager: str = FIELD_MANAGER_LOCAL,
+             user_agent: str = "gpufleet-local") -> Kube:
+        """A client authenticated as admin through the admin kubeconfig (close it after use).
 
-    def api_client(self):
-        """A ``kubernetes.client.ApiClient`` for the admin kubeconfig."""
-        from kubernetes import config as kconfig
+        Its writes are the local bootstrap's (field manager ``gpufleet-local``)
+        unless ``field_manager`` says otherwise.
 
-        return kconfig.new_client_from_config(config_file=str(self.kubeconfig))
+        Raises:
+            gpufleet.kube.ConfigError: the admin kubeconfig is not written yet.
+        """
+        return Kube(from_kubeconfig(self.kubeconfig), timeout=timeout, field_manager=field_manager,
+                    user_agent=user_agent)
 
     def specs(self, policy_file: Path | None = None) -> dict[str, ProcessSpec]:
         """Process specs of every component, keyed by :data:`COMPONENTS` names.
@@ -229,7 +235,7 @@ def _bootstrap(c: Cluster, k: Kube, phase: Callable[[str], None]) -> None:
         k.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     crds = kwok.stage_crds() + kueue.kueue_crds(c.ports, ca_pem) + kueue.jobset_crds()
     phase("read CRDs")
-    applied = k.apply_changed(crds)  # unchanged CRDs were served when first applied
+    applied = apply_changed(k, crds)  # unchanged CRDs were served when first applied
     phase("CRDs applied")
     # Served = listed in discovery (small answers, unlike GETs of megabyte CRDs).
     wanted: dict[str, set[str]] = {}
@@ -238,26 +244,26 @@ def _bootstrap(c: Cluster, k: Kube, phase: Callable[[str], None]) -> None:
             if v.get("served"):
                 wanted.setdefault(f"{crd['spec']['group']}/{v['name']}", set()).add(crd["spec"]["names"]["plural"])
     for gv, plurals in wanted.items():
-        k.wait_for(
+        wait_for(
             f"{gv} serving {sorted(plurals)}",
             lambda gv=gv, plurals=plurals: plurals <= {
-                r["name"] for r in (k.request("GET", f"/apis/{gv}", ok404=True) or {}).get("resources", [])
+                r["name"] for r in k.request("GET", f"/apis/{gv}").get("resources", [])
             },
             timeout=60,
             interval=0.2,
         )
     phase("CRDs served")
-    k.apply_changed(kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem))
-    k.apply_changed(prometheus.rbac_objects())
+    apply_changed(k, kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem))
+    apply_changed(k, prometheus.rbac_objects())
 
 
 def _prometheus_token(c: Cluster, k: Kube) -> None:
     import base64
 
     ns = prometheus.SERVICE_ACCOUNT[0]
-    secret = k.wait_for(
+    secret = wait_for(
         "the Prometheus service-account token",
-        lambda: (s := k.get("v1", "Secret", prometheus.TOKEN_SECRET, ns)) and s.get("data", {}).get("token") and s,
+        lambda: (s := k.get_or_none("v1", "secrets", prometheus.TOKEN_SECRET, ns)) and s.get("data", {}).get("token") and s,
         timeout=60,
     )
     token = base64.b64decode(secret["data"]["token"]).decode()
@@ -294,10 +300,13 @@ def _release_node_leases(k: Kube) -> None:
     nodes, so pods bound after a restart would stay Pending for minutes.
     Only called while no kwok runs; virtual-kubelet Leases are kept.
     """
-    simulated = {n["metadata"]["name"] for n in k.list("v1", "Node", labelSelector=kwok.SIMULATED_LABEL)}
-    for lease in k.list("coordination.k8s.io/v1", "Lease", namespace="kube-node-lease"):
+    simulated = {n["metadata"]["name"] for n in k.list("v1", "nodes", labelSelector=kwok.SIMULATED_LABEL)["items"]}
+    for lease in k.list("coordination.k8s.io/v1", "leases", "kube-node-lease")["items"]:
         if lease["metadata"]["name"] in simulated:
-            k.delete("coordination.k8s.io/v1", "Lease", lease["metadata"]["name"], "kube-node-lease")
+            try:
+                k.delete("coordination.k8s.io/v1", "leases", lease["metadata"]["name"], "kube-node-lease")
+            except NotFound:
+                pass
 
 
 def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) -> tuple[int, int]:
@@ -308,13 +317,17 @@ def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) 
     subresource when it differs), simulated nodes not in ``specs`` deleted.
     """
     selector = f"{kwok.SIMULATED_LABEL}=true"
-    existing = {n["metadata"]["name"]: n for n in k.list("v1", "Node", labelSelector=selector)}
+    existing = {n["metadata"]["name"]: n for n in k.list("v1", "nodes", labelSelector=selector)["items"]}
     wanted = {s.name: kwok.node_manifest(s, c.name) for s in specs}
 
     def put(name: str) -> int:
         node = wanted[name]
         if name not in existing:
-            return 1 if k.create(node) is not None else 0
+            try:
+                k.create("v1", "nodes", node)
+                return 1
+            except Conflict:
+                return 0
         live = existing[name]
         meta, live_meta = node["metadata"], live["metadata"]
         same = (
@@ -331,8 +344,15 @@ def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) 
     stale = [n for n in existing if n not in wanted]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         created = sum(pool.map(put, wanted))
-        list(pool.map(lambda n: k.delete("v1", "Node", n), stale))
+        list(pool.map(lambda n: _delete_node(k, n), stale))
     return created, len(stale)
+
+
+def _delete_node(k: Kube, name: str) -> None:
+    try:
+        k.delete("v1", "nodes", name)
+    except NotFound:
+        pass
 
 
 def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
@@ -344,7 +364,7 @@ def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
     started = time.monotonic()
     interval = 0.5 if len(names) <= 256 else 2.0
     while True:
-        nodes = k.list("v1", "Node", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")
+        nodes = k.list("v1", "nodes", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")["items"]
         ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
         missing = names - ready
         if not missing:
@@ -446,7 +466,7 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
             _release_node_leases(k)
         _ensure([all_specs[n] for n in _ADDONS], timeout, log)
         t = phase("controllers, kwok, Prometheus", t)
-        k.apply_changed(kwok.stages())
+        apply_changed(k, kwok.stages())
         created, deleted = apply_nodes(c, k, specs)
         t = phase(f"nodes (+{created} -{deleted})", t)
         wait_nodes_ready(k, {s.name for s in specs}, timeout)
@@ -565,7 +585,7 @@ def status(name: str = DEFAULT_NAME) -> Status:
     if any(s.name == "kube-apiserver" and s.healthy for s in comps):
         try:
             with c.kube(timeout=10) as k:
-                items = k.list("v1", "Node", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")
+                items = k.list("v1", "nodes", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")["items"]
                 nodes = (len(items), sum(_node_ready(n) for n in items))
         except (KubeError, OSError):
             nodes = None

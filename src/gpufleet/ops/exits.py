@@ -6,22 +6,27 @@ import contextlib
 from collections.abc import Iterator
 
 from invoke.exceptions import Exit
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3Error
+
+from gpufleet.kube import ConfigError, KubeError, Unreachable
 
 
 @contextlib.contextmanager
 def fail_on_ops_error(task: str) -> Iterator[None]:
-    """Exit 2 on :class:`~gpufleet.ops.kube.InputError`, 1 on other OpsErrors and API errors, with one clear line."""
-    from gpufleet.ops.kube import InputError, OpsError, api_error
+    """Exit 2 on :class:`~gpufleet.ops.kube.InputError` or an unusable kubeconfig, 1 on other OpsErrors and API errors.
+
+    One clear line each, never a traceback.
+    """
+    from gpufleet.ops.kube import InputError, OpsError
 
     try:
         yield
-    except InputError as exc:
+    except (InputError, ConfigError) as exc:
         raise Exit(f"{task}: {exc}", code=2) from None
     except OpsError as exc:
         raise Exit(f"{task}: {exc}", code=1) from None
-    except ApiException as exc:
-        raise Exit(f"{task}: the API server answered HTTP {exc.status}: {api_error(exc)}", code=1) from None
-    except (OSError, Urllib3Error) as exc:
+    except Unreachable as exc:
+        raise Exit(f"{task}: cannot reach the API server: {exc.message}", code=1) from None
+    except KubeError as exc:
+        raise Exit(f"{task}: the API server answered HTTP {exc.status}: {exc.message or exc.reason}", code=1) from None
+    except OSError as exc:
         raise Exit(f"{task}: cannot reach the API server: {exc}", code=1) from None

@@ -62,23 +62,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from gpufleet.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.fleet.taints import tolerates
-from gpufleet.ops.kube import (
-    InputError,
-    OpsError,
-    call_json,
-    ensure_namespace,
-    get_node,
-    list_items,
-    record_event,
-    update_with_retry,
-)
+from gpufleet.fleet.classify import tolerated as tolerates
+from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unauthorized, api_path
+from gpufleet.kube.events import record_event
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import InputError, OpsError, ensure_namespace, get_node
 from gpufleet.names import (
     ANN_CORDONED_BY_SWAP,
     ANN_DEGRADED_AT,
@@ -328,7 +319,7 @@ def check_node_name(node: str) -> None:
                          "at most 253 characters, starting and ending with a letter or digit; kubectl get nodes)")
 
 
-def check_namespace(api: client.ApiClient, namespace: str) -> None:
+def check_namespace(kube: Kube, namespace: str) -> None:
     """Raise :class:`InputError` unless ``namespace`` is a DNS label naming a namespace that exists.
 
     The default :data:`SYSTEM_NAMESPACE` may be missing (the stack declares
@@ -344,17 +335,16 @@ def check_namespace(api: client.ApiClient, namespace: str) -> None:
     if namespace == SYSTEM_NAMESPACE:
         return
     try:
-        call_json(api, "GET", f"/api/v1/namespaces/{namespace}")
+        kube.get("v1", "namespaces", namespace)
         return
-    except ApiException as exc:
-        if exc.status in (401, 403):
-            return
-        if exc.status != 404:
-            raise
+    except (Unauthorized, Forbidden):
+        return
+    except NotFound:
+        pass
     try:
-        names = [n["metadata"]["name"] for n in list_items(api, "/api/v1/namespaces")[0]]
+        names = [n["metadata"]["name"] for n in kube.list_all(api_path("v1", "namespaces"))[0]]
         near = nodeutil.near_matches(namespace, names)
-    except ApiException:
+    except KubeError:
         near = []
     raise InputError(f"--namespace {namespace!r}: no such namespace"
                      + (f" (near matches: {', '.join(near)})" if near else "")
@@ -370,39 +360,32 @@ def request_name(node: str) -> str:
     return f"swap-{node}"[:253]
 
 
-def get_request(api: client.ApiClient, node: str, namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any] | None:
+def get_request(kube: Kube, node: str, namespace: str = SYSTEM_NAMESPACE) -> dict[str, Any] | None:
     """The swap-request ConfigMap of ``node``, None when there is none."""
-    try:
-        return call_json(api, "GET", f"/api/v1/namespaces/{namespace}/configmaps/{request_name(node)}")
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    return kube.get_or_none("v1", "configmaps", request_name(node), namespace)
 
 
-def write_request(api: client.ApiClient, node: Node, namespace: str, data: dict[str, str | None]) -> dict[str, Any]:
+def write_request(kube: Kube, node: Node, namespace: str, data: dict[str, str | None]) -> dict[str, Any]:
     """Create or update (merge) the swap-request ConfigMap of ``node`` with ``data``; its state label follows ``data["state"]``.
 
     A ``None`` value removes that key from an existing request.
     """
     name = nodeutil.name(node)
     labels = {SWAP_REQUEST_LABEL: "true", SWAP_NODE_LABEL: name[:63], SWAP_STATE_LABEL: data.get("state", "requested")}
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": request_name(name), "namespace": namespace, "labels": labels},
             "data": {k: v for k, v in data.items() if v is not None}}
     try:
-        return call_json(api, "POST", path, body=body)
-    except ApiException as exc:
-        if exc.status == 404:
-            if namespace != SYSTEM_NAMESPACE:  # only the default is created on demand (check_namespace)
-                raise InputError(f"--namespace {namespace!r}: no such namespace") from None
-            ensure_namespace(api, namespace)
-            return call_json(api, "POST", path, body=body)
-        if exc.status != 409:
-            raise
-    return call_json(api, "PATCH", f"{path}/{request_name(name)}", content_type="application/merge-patch+json",
-                     body={"metadata": {"labels": labels}, "data": data})
+        return kube.create("v1", "configmaps", body, namespace)
+    except NotFound:
+        if namespace != SYSTEM_NAMESPACE:  # only the default is created on demand (check_namespace)
+            raise InputError(f"--namespace {namespace!r}: no such namespace") from None
+        ensure_namespace(kube, namespace)
+        return kube.create("v1", "configmaps", body, namespace)
+    except Conflict:
+        pass
+    return kube.patch("v1", "configmaps", request_name(name), {"metadata": {"labels": labels}, "data": data},
+                      namespace)
 
 
 def _request_data(node: Node, reason: str, source: str, state: str, when: str) -> dict[str, str | None]:
@@ -414,7 +397,7 @@ def _request_data(node: Node, reason: str, source: str, state: str, when: str) -
             "history": json.dumps(nodeutil.health_history(node))}
 
 
-def _apply_plan(api: client.ApiClient, name: str, replan: Callable[[Node], NodePlan | None]) -> tuple[Node, NodePlan | None]:
+def _apply_plan(kube: Kube, name: str, replan: Callable[[Node], NodePlan | None]) -> tuple[Node, NodePlan | None]:
     """Apply the plan recomputed on each (re-)read, guarded by resourceVersion."""
     box: dict[str, NodePlan | None] = {}
 
@@ -423,14 +406,14 @@ def _apply_plan(api: client.ApiClient, name: str, replan: Callable[[Node], NodeP
         box["plan"] = p
         return p.patch if p and p.patch else None
 
-    after, _ = update_with_retry(api, f"/api/v1/nodes/{name}", change)
+    after, _ = update_with_retry(kube, f"/api/v1/nodes/{name}", change)
     return after, box.get("plan")
 
 
 # --------------------------------------------------------------------------- operations
 
 
-def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "manual", timeout: float = 600.0,
+def swap(kube: Kube, node_name: str, reason: str, *, source: str = "manual", timeout: float = 600.0,
          dry_run: bool = False, force: bool = False, namespace: str = SYSTEM_NAMESPACE,
          progress: Callable[[drainer.DrainProgress], None] | None = None,
          on_tainted: Callable[[Node], None] | None = None, extra_history: dict[str, Any] | None = None,
@@ -438,7 +421,7 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
     """Cordon, taint, drain and request a replacement for ``node_name`` (module docstring).
 
     Args:
-        api: API client.
+        kube: API client.
         node_name: the node.
         reason: why (free text).
         source: ``manual`` (a person) or ``node-health`` (the controller).
@@ -463,13 +446,13 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
         OpsError: empty reason; Conflict when the node kept changing.
     """
     check_node_name(node_name)
-    check_namespace(api, namespace)
-    node = get_node(api, node_name)
+    check_namespace(kube, namespace)
+    node = get_node(kube, node_name)
     plan = plan_swap(node, reason, source=source, taint_value=taint_value)
     req_ns_name = f"{namespace}/{request_name(node_name)}"
     if plan.resume and not plan.changes:
-        request = get_request(api, node_name, namespace)
-        evictable, unmanaged, _ = drainer.plan(_pods(api, node_name), force=force)
+        request = get_request(kube, node_name, namespace)
+        evictable, unmanaged, _ = drainer.plan(_pods(kube, node_name), force=force)
         if request is not None and not evictable and request["data"].get("state") != "draining":
             ann = nodeutil.annotations(node)
             raise AlreadyOut(
@@ -479,7 +462,7 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
                 + (f", {len(unmanaged)} unmanaged pods left on it" if unmanaged else "")
                 + f". Nothing to do; `invoke node.return {node_name}` brings it back")
     if dry_run:
-        check = drainer.drain(api, node_name, timeout=timeout, force=force, dry_run=True)
+        check = drainer.drain(kube, node_name, timeout=timeout, force=force, dry_run=True)
         return SwapResult(plan, check, req_ns_name, "dry-run", dry_run=True)
 
     def replan(obj: Node) -> NodePlan:
@@ -489,7 +472,7 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
             p.patch.setdefault("metadata", {}).setdefault("annotations", {})[ANN_HEALTH_HISTORY] = json.dumps(hist)
         return p
 
-    node, applied = _apply_plan(api, node_name, replan)
+    node, applied = _apply_plan(kube, node_name, replan)
     if applied is not None:
         plan = applied
     if on_tainted:
@@ -497,37 +480,38 @@ def swap(api: client.ApiClient, node_name: str, reason: str, *, source: str = "m
     ann = nodeutil.annotations(node)
     when, why, src = ann.get(ANN_SWAPPED_AT, nodeutil.now_rfc3339()), ann.get(ANN_SWAP_REASON, reason), ann.get(ANN_SWAP_SOURCE, source)
     if not plan.resume:
-        record_event(api, node, "NodeSwapRequested", f"cordoned and tainted {SWAP_TAINT} ({src}): {why}; draining",
+        record_event(kube, node, "NodeSwapRequested", f"cordoned and tainted {SWAP_TAINT} ({src}): {why}; draining",
                      type_="Warning", component=f"gpufleet-{src}", action="Swap")
-    write_request(api, node, namespace, _request_data(node, why, src, "draining", when))
-    result = drainer.drain(api, node_name, timeout=timeout, force=force, progress=progress)
+    write_request(kube, node, namespace, _request_data(node, why, src, "draining", when))
+    result = drainer.drain(kube, node_name, timeout=timeout, force=force, progress=progress)
     state = "requested" if result.complete else "drain-incomplete"
     data = _request_data(node, why, src, state, when)
     data["evicted"] = json.dumps(sorted(str(p) for p in result.evicted))
     data["blocked"] = json.dumps({str(p): r for p, r in sorted(result.blocked.items(), key=lambda kv: str(kv[0]))})
-    write_request(api, node, namespace, data)
+    write_request(kube, node, namespace, data)
     if result.complete:
-        record_event(api, node, "NodeDrained", f"{len(result.evicted)} pods evicted in {result.seconds:.0f}s; "
+        record_event(kube, node, "NodeDrained", f"{len(result.evicted)} pods evicted in {result.seconds:.0f}s; "
                      f"replacement requested ({req_ns_name})", component=f"gpufleet-{src}", action="Drain")
     else:
         left = ", ".join(f"{p}: {r}" for p, r in list(result.blocked.items())[:5])
-        record_event(api, node, "NodeDrainIncomplete", f"{len(result.blocked)} pods could not be evicted: {left}",
+        record_event(kube, node, "NodeDrainIncomplete", f"{len(result.blocked)} pods could not be evicted: {left}",
                      type_="Warning", component=f"gpufleet-{src}", action="Drain")
     return SwapResult(plan, result, req_ns_name, state)
 
 
-def _requests_elsewhere(api: client.ApiClient, node: str, namespace: str) -> list[str]:
+def _requests_elsewhere(kube: Kube, node: str, namespace: str) -> list[str]:
     """``namespace/name`` of open (not returned) swap requests of ``node`` outside ``namespace``; [] when none or unreadable."""
     try:
-        items = list_items(api, "/api/v1/configmaps", label_selector=f"{SWAP_REQUEST_LABEL}=true,{SWAP_NODE_LABEL}={node[:63]}")[0]
-    except ApiException:
+        items = kube.list_all(api_path("v1", "configmaps"),
+                              label_selector=f"{SWAP_REQUEST_LABEL}=true,{SWAP_NODE_LABEL}={node[:63]}")[0]
+    except KubeError:
         return []
     return sorted(f"{cm['metadata']['namespace']}/{cm['metadata']['name']}" for cm in items
                   if cm["metadata"].get("namespace") != namespace and cm.get("data", {}).get("node") == node
                   and cm.get("data", {}).get("state") != "returned")
 
 
-def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = False, dry_run: bool = False,
+def return_node(kube: Kube, node_name: str, *, clear_lemon: bool = False, dry_run: bool = False,
                 namespace: str = SYSTEM_NAMESPACE) -> ReturnResult:
     """Bring a swapped or degraded node back into service (module docstring).
 
@@ -546,9 +530,9 @@ def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = Fa
         LemonNode: a lemon and not ``clear_lemon``.
     """
     check_node_name(node_name)
-    check_namespace(api, namespace)
-    node = get_node(api, node_name)
-    request = get_request(api, node_name, namespace)
+    check_namespace(kube, namespace)
+    node = get_node(kube, node_name)
+    request = get_request(kube, node_name, namespace)
     req_name = f"{namespace}/{request_name(node_name)}"
     state = (request or {}).get("data", {}).get("state")
     open_request = request is not None and state != "returned"
@@ -563,12 +547,12 @@ def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = Fa
         plan = NodePlan(node_name, [], {})
         if not dry_run:
             when = nodeutil.annotations(node).get(ANN_RETURNED_AT) or nodeutil.now_rfc3339()
-            write_request(api, node, namespace, {**request.get("data", {}), "state": "returned", "returned_at": when})
+            write_request(kube, node, namespace, {**request.get("data", {}), "state": "returned", "returned_at": when})
         return ReturnResult(plan, req_name, dry_run=dry_run, notes=[note])
     notes = []
     swapped = nodeutil.taint(node, SWAP_TAINT) is not None or nodeutil.labels(node).get(REPLACEMENT_LABEL) is not None
     if request is None and swapped:
-        elsewhere = _requests_elsewhere(api, node_name, namespace)
+        elsewhere = _requests_elsewhere(kube, node_name, namespace)
         notes.append(f"no swap request {req_name}: the node is returned, but no request is marked returned"
                      + (f"; open requests elsewhere: {', '.join(elsewhere)} (re-run with --namespace "
                         f"{elsewhere[0].split('/')[0]} to mark it returned)" if elsewhere else ""))
@@ -577,23 +561,23 @@ def return_node(api: client.ApiClient, node_name: str, *, clear_lemon: bool = Fa
             notes.insert(0, f"swap request {req_name} would be marked returned")
         return ReturnResult(plan, req_name if request is not None else None, dry_run=True, notes=notes)
     before = node
-    node, applied = _apply_plan(api, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
+    node, applied = _apply_plan(kube, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
     plan = applied or plan
     if open_request or (request is not None and clear_lemon and nodeutil.is_lemon(before)):
         data = {"state": "returned", "returned_at": nodeutil.annotations(node).get(ANN_RETURNED_AT, nodeutil.now_rfc3339())}
         if clear_lemon and nodeutil.is_lemon(before):
             data["history"] = json.dumps(nodeutil.health_history(before))
             data["lemon"] = "cleared"
-        write_request(api, before, namespace, {**request.get("data", {}), **data})
+        write_request(kube, before, namespace, {**request.get("data", {}), **data})
         notes.insert(0, f"swap request {req_name} marked returned")
     if nodeutil.is_cordoned(node):
         notes.append("still cordoned: it was cordoned before the swap (kubectl uncordon when ready)")
-    record_event(api, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else ""),
+    record_event(kube, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else ""),
                  component=EVENT_COMPONENT, action="Return")
     return ReturnResult(plan, req_name if request is not None else None, notes=notes)
 
 
-def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, source: str = "node-health",
+def degrade(kube: Kube, node_name: str, fault: str, detail: str, *, source: str = "node-health",
             extra_history: dict[str, Any] | None = None) -> NodePlan | None:
     """Move a node to the degraded tier: taint ``gpufleet.io/degraded=<fault>:NoSchedule``; no cordon, no drain.
 
@@ -611,20 +595,20 @@ def degrade(api: client.ApiClient, node_name: str, fault: str, detail: str, *, s
             p.patch["metadata"]["annotations"][ANN_HEALTH_HISTORY] = json.dumps(nodeutil.health_history(obj) + [extra_history])
         return p
 
-    node, plan = _apply_plan(api, node_name, replan)
+    node, plan = _apply_plan(kube, node_name, replan)
     if plan is not None:
         taint = {"key": DEGRADED_TAINT, "value": slug(fault, "fault"), "effect": "NoSchedule"}
-        moved, refused = move_off_untolerated(api, node_name, taint)
+        moved, refused = move_off_untolerated(kube, node_name, taint)
         outcome = f"; evicted {len(moved)} pod(s) that do not tolerate it" if moved else ""
         if refused:
             outcome += "; refused: " + ", ".join(f"{p} ({why})" for p, why in sorted(refused.items()))
-        record_event(api, node, "NodeDegraded", f"tainted {DEGRADED_TAINT}={slug(fault, 'fault')}: {detail} "
+        record_event(kube, node, "NodeDegraded", f"tainted {DEGRADED_TAINT}={slug(fault, 'fault')}: {detail} "
                      f"(inference only; training pods move off){outcome}", type_="Warning",
                      component=f"gpufleet-{source}", action="Degrade")
     return plan
 
 
-def move_off_untolerated(api: client.ApiClient, node_name: str, taint: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def move_off_untolerated(kube: Kube, node_name: str, taint: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """Evict, once and without waiting, the pods of ``node_name`` that do not tolerate ``taint``.
 
     DaemonSet, mirror, finished and unowned pods are left alone (as a drain
@@ -634,11 +618,11 @@ def move_off_untolerated(api: client.ApiClient, node_name: str, taint: dict[str,
     """
     moved: list[str] = []
     refused: dict[str, str] = {}
-    for pod in _pods(api, node_name):
+    for pod in _pods(kube, node_name):
         if drainer.skip_reason(pod) is not None or tolerates((pod.get("spec") or {}).get("tolerations") or [], taint):
             continue
         ref = drainer.ref(pod)
-        accepted, why = drainer.evict(api, ref)
+        accepted, why = drainer.evict(kube, ref)
         if accepted:
             moved.append(str(ref))
         else:
@@ -646,8 +630,8 @@ def move_off_untolerated(api: client.ApiClient, node_name: str, taint: dict[str,
     return moved, refused
 
 
-def _pods(api: client.ApiClient, node: str) -> list[dict[str, Any]]:
+def _pods(kube: Kube, node: str) -> list[dict[str, Any]]:
     """Pods bound to ``node`` (dicts)."""
     from gpufleet.ops.kube import pods_on_node
 
-    return pods_on_node(api, node)
+    return pods_on_node(kube, node)

@@ -24,20 +24,20 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
+
+from gpufleet.prom.client import PromClient, PromError
 
 
 class PrometheusNotFound(RuntimeError):
     """No ``prometheus`` binary: install Debian's package (``apt-get install -y prometheus``)."""
 
 
-class PrometheusError(RuntimeError):
-    """Prometheus did not start, did not become ready, or answered a query with an error."""
+class PrometheusError(PromError):
+    """Prometheus did not start, did not become ready, or a wait for targets or series timed out."""
 
 
 def find_prometheus(name: str = "prometheus") -> str:
@@ -62,9 +62,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-@dataclass
-class PrometheusServer:
-    """A running Prometheus; use :func:`running_prometheus` to get one.
+class PrometheusServer(PromClient):
+    """A running Prometheus and its client; use :func:`running_prometheus` to get one.
 
     Attributes:
         url: base URL, e.g. ``http://127.0.0.1:40123``.
@@ -72,10 +71,10 @@ class PrometheusServer:
         workdir: holds ``prometheus.yml``, ``data/`` and ``prometheus.log``.
     """
 
-    url: str
-    process: subprocess.Popen[bytes]
-    workdir: Path
-    client: httpx.Client = field(repr=False)
+    def __init__(self, url: str, process: subprocess.Popen[bytes], workdir: Path, timeout: float = 5.0):
+        super().__init__(url, timeout=timeout)
+        self.process = process
+        self.workdir = workdir
 
     @property
     def log_path(self) -> Path:
@@ -88,46 +87,6 @@ class PrometheusServer:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-    def api(self, path: str, **params: Any) -> Any:
-        """GET ``/api/v1/<path>`` and return its ``data``.
-
-        Raises:
-            PrometheusError: on a non-success status, with Prometheus' error text.
-        """
-        response = self.client.get(f"{self.url}/api/v1/{path}", params=params)
-        body = response.json()
-        if body.get("status") != "success":
-            raise PrometheusError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        """Instant query; returns the ``result`` list (``[{"metric": {...}, "value": [t, "v"]}]``)."""
-        params: dict[str, Any] = {"query": expr}
-        if at is not None:
-            params["time"] = at
-        return list(self.api("query", **params)["result"])
-
-    def query_value(self, expr: str) -> float | None:
-        """The single value of an instant query, ``None`` when it returns nothing.
-
-        Raises:
-            PrometheusError: when the query returns more than one series.
-        """
-        result = self.query(expr)
-        if not result:
-            return None
-        if len(result) > 1:
-            raise PrometheusError(f"{expr}: {len(result)} series, expected one")
-        return float(result[0]["value"][1])
-
-    def targets(self) -> list[dict[str, Any]]:
-        """Active scrape targets (``/api/v1/targets``)."""
-        return list(self.api("targets")["activeTargets"])
-
-    def rules(self) -> list[dict[str, Any]]:
-        """Loaded rule groups (``/api/v1/rules``)."""
-        return list(self.api("rules")["groups"])
 
     def wait_for_targets_up(self, count: int, timeout: float = 20.0) -> None:
         """Wait until ``count`` targets report health ``up``.
@@ -161,7 +120,7 @@ class PrometheusServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the server, SIGKILL after ``timeout`` seconds; close the HTTP client."""
-        self.client.close()
+        self.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -238,17 +197,14 @@ def start_prometheus(
         cwd=work,
     )
     log.close()
-    server = PrometheusServer(url=f"http://127.0.0.1:{port}", process=process, workdir=work, client=httpx.Client(timeout=5.0))
+    server = PrometheusServer(f"http://127.0.0.1:{port}", process, work)
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             server.stop()
             raise PrometheusError(f"prometheus exited with {process.returncode}\n{server.log_tail()}")
-        try:
-            if server.client.get(f"{server.url}/-/ready").status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
+        if server.ready():
+            return server
         time.sleep(0.1)
     server.stop()
     raise PrometheusError(f"prometheus not ready after {ready_timeout}s\n{server.log_tail()}")

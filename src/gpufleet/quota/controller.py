@@ -1,11 +1,14 @@
 """The quota-sync service: watch Nodes, debounce, resync, export what it did.
 
-* A watcher thread lists and watches Nodes (JSON, resuming from bookmarks,
-  relisting on 410 Gone) and keeps a slim cache: only the fields capacity
-  depends on (:func:`slim`). A node event marks the state dirty only when
+* An informer (:class:`gpufleet.kube.informer.Informer`: list, then watch,
+  resuming from bookmarks, relisting on 410 Gone) keeps a slim cache of
+  Nodes: only the fields capacity depends on (:func:`slim`). A node event marks the state dirty only when
   the node's capacity signature changes (flavor, GPUs, schedulable,
   virtual), so heartbeats cost nothing.
-* A second watcher marks the state dirty when a ClusterQueue's resource
+* With ``kueue_quota_subtract_unmanaged_gpus`` a pod informer (bound,
+  non-terminal pods) marks it dirty when the GPUs held by pods Kueue does
+  not manage change (:class:`PodWatch`): those GPUs are subtracted.
+* A further informer marks the state dirty when a ClusterQueue's resource
   groups change (:class:`QueueWatch`): ``pulumi up`` force-applies the
   inventory's quotas (``pulumi.com/patchForce``, roles/kueue), and this
   puts the schedulable capacity back within the debounce.
@@ -32,18 +35,19 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet.inventory import Inventory
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.ops.kube import list_items, watch_json
-from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION, VIRTUAL_NODE_LABEL
+from gpufleet.fleet.capacity import unmanaged_holders
+from gpufleet.fleet.classify import classify
+from gpufleet.inventory import Inventory
+from gpufleet.kube import Kube, KubeError, api_path
+from gpufleet.kube.informer import Informer
+from gpufleet.kube.quantity import GpuCountError
+from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, VIRTUAL_NODE_LABEL
 from gpufleet.quota import resync
 
 log = logging.getLogger(__name__)
@@ -65,29 +69,55 @@ def slim(node: Obj) -> Obj:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    cap = (status.get("capacity") or {}).get(GPU_RESOURCE)
     return {"metadata": {"name": meta.get("name"), "labels": keep},
             "spec": {"unschedulable": spec.get("unschedulable", False), "taints": spec.get("taints") or []},
             "status": {"allocatable": {GPU_RESOURCE: gpus} if gpus is not None else {},
+                       "capacity": {GPU_RESOURCE: cap} if cap is not None else {},
                        "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
 
 
 def signature(node: Obj) -> tuple:
-    """What quota depends on: flavor, GPUs, out reasons, virtual."""
-    return (nodeutil.flavor(node), nodeutil.gpus(node), tuple(nodeutil.out_reasons(node)), nodeutil.is_virtual(node))
+    """What quota depends on: flavor, virtual, and the classifier's view (GPUs, reasons for every class)."""
+    nc = classify(node)
+    return (nodeutil.flavor(node), nodeutil.is_virtual(node), nc.facts.allocatable, nc.facts.capacity,
+            tuple(sorted(nc.reasons.items())))
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The fields of a Pod quota depends on (GPUs held, node, Kueue labels, priority), in the Pod's own shape."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("kueue.x-k8s.io/")}
+    keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers") if k in spec}
+    keep["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in keep.get("containers") or []]
+    keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                              for c in keep.get("initContainers") or []]
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": labels},
+            "spec": keep, "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
 
 class NodeCache:
-    """Slim Nodes by name, fed by :meth:`run` (list + watch); ``dirty`` is set on capacity changes."""
+    """Slim Nodes kept by an :class:`~gpufleet.kube.informer.Informer`; ``dirty`` is set on capacity changes.
 
-    def __init__(self, api: client.ApiClient):
-        self.api = api
-        self.nodes: dict[str, Obj] = {}
+    Attributes:
+        informer: the watch cache (slim nodes by name).
+        dirty: set when a node's capacity signature changed (or a node came or went).
+        first_change: monotonic time of the first change not yet resynced.
+        events: node events seen (heartbeats included).
+    """
+
+    def __init__(self, kube: Kube | None):
+        self.informer: Informer[Obj] = Informer(kube, api_path("v1", "nodes"), transform=slim, handlers=[self.on_event],
+                                                name="quota-nodes", watch_timeout=WATCH_SECONDS)
         self.lock = threading.Lock()
         self.dirty = threading.Event()
-        self.synced = threading.Event()
-        #: monotonic time of the first change not yet resynced.
         self.first_change: float | None = None
         self.events = 0
+
+    @property
+    def synced(self) -> threading.Event:
+        """Set once the first list is cached."""
+        return self.informer.synced
 
     def _mark(self) -> None:
         """Note a capacity change: dirty, and the time of the first change of the burst."""
@@ -101,44 +131,57 @@ class NodeCache:
         with self.lock:
             first, self.first_change = self.first_change, None
             self.dirty.clear()
-            return list(self.nodes.values()), first
+        return self.informer.items(), first
 
-    def _relist(self) -> str:
-        """List every Node into the cache; returns the list's resourceVersion for the watch."""
-        items, rv = list_items(self.api, "/api/v1/nodes")
-        fresh = {nodeutil.name(n): slim(n) for n in items}
-        with self.lock:
-            changed = {k: signature(v) for k, v in fresh.items()} != {k: signature(v) for k, v in self.nodes.items()}
-            self.nodes = fresh
-        if changed or not self.synced.is_set():
-            self._mark()
-        self.synced.set()
-        return rv
-
-    def apply_event(self, kind: str, obj: Obj) -> None:
-        """Apply one watch event to the cache (ADDED, MODIFIED, DELETED)."""
-        name = (obj.get("metadata") or {}).get("name")
-        if not name:
-            return
+    def on_event(self, kind: str, new: Obj, old: Obj | None) -> None:
+        """Informer handler: mark dirty when a node comes, goes or changes its capacity signature."""
         self.events += 1
-        with self.lock:
-            old = self.nodes.get(name)
-            if kind == "DELETED":
-                self.nodes.pop(name, None)
-                new = None
-            else:
-                new = slim(obj)
-                self.nodes[name] = new
-        if (old is None) != (new is None) or (old is not None and new is not None and signature(old) != signature(new)):
+        if kind in ("ADDED", "DELETED") or old is None or signature(old) != signature(new):
             self._mark()
 
-    def run(self, stop: threading.Event) -> None:
-        """List, then watch Nodes until ``stop`` (:func:`list_watch`)."""
-        list_watch(self.api, "/api/v1/nodes", stop, self._relist, self.apply_event, "node")
+
+class PodWatch:
+    """Bound, non-terminal pods (slim, an Informer); marks ``cache`` dirty when the GPUs unmanaged pods hold change.
+
+    Only what quota depends on triggers a resync: a pod Kueue does not manage
+    starting or ending on a node with GPUs (:func:`gpufleet.fleet.capacity.unmanaged_holders`).
+    A pod leaving the field selector (finished) arrives as DELETED.
+    """
+
+    def __init__(self, kube: Kube | None, cache: NodeCache, reclaim_below: int | None):
+        self.cache, self.reclaim_below = cache, reclaim_below
+        self.informer: Informer[Obj] = Informer(kube, api_path("v1", "pods"), params={"fieldSelector": resync.HOLDING_PODS},
+                                                transform=slim_pod, handlers=[self.on_event], name="quota-pods",
+                                                watch_timeout=WATCH_SECONDS)
+
+    @property
+    def synced(self) -> threading.Event:
+        """Set once the first list is cached."""
+        return self.informer.synced
+
+    def items(self) -> list[Obj]:
+        """The cached pods."""
+        return self.informer.items()
+
+    def _holds(self, pod: Obj | None) -> dict:
+        """What ``pod`` adds to :func:`~gpufleet.fleet.capacity.unmanaged_holders` (empty for a managed pod)."""
+        if pod is None:
+            return {}
+        try:
+            return unmanaged_holders([pod], self.reclaim_below)
+        except GpuCountError as exc:
+            log.error("%s", exc)
+            return {}
+
+    def on_event(self, kind: str, new: Obj, old: Obj | None) -> None:
+        """Informer handler: mark dirty when the pod's contribution to the GPUs held outside Kueue changed."""
+        after = {} if kind == "DELETED" else self._holds(new)
+        if self._holds(old if kind != "DELETED" else (old or new)) != after:
+            self.cache._mark()
 
 
 class QueueWatch:
-    """ClusterQueue resource groups as last seen; marks ``cache`` dirty when they change.
+    """ClusterQueue resource groups as last seen (an Informer); marks ``cache`` dirty when they change.
 
     quota-sync's own patches change them too; the resync that follows finds
     nothing to do. Anyone else's change (``pulumi up`` writing the
@@ -146,66 +189,20 @@ class QueueWatch:
     debounce instead of at the next periodic resync.
     """
 
-    def __init__(self, api: client.ApiClient, cache: NodeCache):
-        self.api, self.cache = api, cache
-        self.groups: dict[str, str] = {}
+    def __init__(self, kube: Kube | None, cache: NodeCache):
+        self.cache = cache
+        self.informer: Informer[str] = Informer(kube, resync.CQ_PATH, transform=self.groups, handlers=[self.on_event],
+                                                name="quota-clusterqueues", watch_timeout=WATCH_SECONDS)
 
     @staticmethod
-    def _groups(obj: Obj) -> str:
+    def groups(obj: Obj) -> str:
+        """What is kept of a ClusterQueue: its resource groups, as canonical JSON."""
         return json.dumps((obj.get("spec") or {}).get("resourceGroups"), sort_keys=True)
 
-    def _relist(self) -> str:
-        items, rv = list_items(self.api, resync.CQ_PATH)
-        fresh = {(q.get("metadata") or {}).get("name"): self._groups(q) for q in items}
-        if self.groups and fresh != self.groups:
+    def on_event(self, kind: str, new: str, old: str | None) -> None:
+        """Informer handler: a change of resource groups (or a new or deleted queue) after the first list marks dirty."""
+        if self.informer.synced.is_set() and (kind != "MODIFIED" or new != old):
             self.cache._mark()
-        self.groups = fresh
-        return rv
-
-    def apply_event(self, kind: str, obj: Obj) -> None:
-        """Note one watch event; a change of resource groups (or a new or deleted queue) marks dirty."""
-        name = (obj.get("metadata") or {}).get("name")
-        groups = None if kind == "DELETED" else self._groups(obj)
-        if self.groups.get(name) != groups:
-            if groups is None:
-                self.groups.pop(name, None)
-            else:
-                self.groups[name] = groups
-            self.cache._mark()
-
-    def run(self, stop: threading.Event) -> None:
-        """List, then watch ClusterQueues until ``stop`` (:func:`list_watch`)."""
-        list_watch(self.api, resync.CQ_PATH, stop, self._relist, self.apply_event, "ClusterQueue")
-
-
-def list_watch(api: client.ApiClient, path: str, stop: threading.Event, relist: Callable[[], str],
-               on_event: Callable[[str, Obj], None], what: str) -> None:
-    """``relist()`` (returns the list's resourceVersion), then watch ``path`` until ``stop``.
-
-    Relists on 410 Gone and after errors, backing off from 1 s to 30 s.
-    """
-    rv = None
-    backoff = 1.0
-    while not stop.is_set():
-        try:
-            if rv is None:
-                rv = relist()
-            for kind, obj in watch_json(api, path, resource_version=rv, timeout_seconds=WATCH_SECONDS):
-                if stop.is_set():
-                    return
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        rv = None
-                    break
-                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                if kind != "BOOKMARK":
-                    on_event(kind, obj)
-            backoff = 1.0
-        except Exception as exc:  # noqa: BLE001 - the watch reconnects
-            log.warning("%s watch: %s; relisting in %.0fs", what, exc, backoff)
-            rv = None
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 30.0)
 
 
 class Metrics:
@@ -247,18 +244,23 @@ class QuotaSync:
     """The service behind ``gpufleet quota-sync`` (module docstring).
 
     Args:
-        api: API client (built once).
+        kube: API client (built once).
         inv: the environment's inventory (queues, shares, reserve).
         registry: metrics registry.
         debounce_seconds, resync_seconds: see the module constants.
     """
 
-    def __init__(self, api: client.ApiClient, inv: Inventory, registry: CollectorRegistry | None = None, *,
+    def __init__(self, kube: Kube, inv: Inventory, registry: CollectorRegistry | None = None, *,
                  debounce_seconds: float = DEBOUNCE_SECONDS, resync_seconds: float = RESYNC_SECONDS):
-        self.api, self.inv = api, inv
+        self.kube, self.inv = kube, inv
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
-        self.cache = NodeCache(api)
+        self.cache = NodeCache(kube)
+        self.queues = QueueWatch(kube, self.cache)
+        kv = inv.role("kueue")
+        #: Pods holding GPUs, watched only when the inventory subtracts unmanaged ones.
+        self.pods = (PodWatch(kube, self.cache, max(pc.value for pc in kv.kueue_priority_classes))
+                     if kv.kueue_quota_subtract_unmanaged_gpus else None)
         self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds
         self._reported: set[tuple] = set()
         self.history: list[SyncOutcome] = []
@@ -269,12 +271,11 @@ class QuotaSync:
         nodes, first = self.cache.take()
         first = first if first_change is None else first_change
         try:
-            cqs = list_items(self.api, resync.CQ_PATH)[0]
-            wls = list_items(self.api, resync.WL_PATH)[0]
-            lqs = list_items(self.api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues")[0]
-            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs)
-            applied = resync.apply(self.api, plan, allow_zero=True, events=False)
-        except (ApiException, resync.OpsError, OSError) as exc:
+            cqs, wls, lqs = (self.kube.list_all(path)[0] for path in (resync.CQ_PATH, resync.WL_PATH, resync.LQ_PATH))
+            pods = self.pods.items() if self.pods is not None else None
+            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs, pods)
+            applied = resync.apply(self.kube, plan, allow_zero=True, events=False)
+        except (KubeError, resync.OpsError, GpuCountError) as exc:
             self.metrics.resyncs.labels("error").inc()
             log.error("resync failed: %s", exc)
             if first is not None:  # keep the burst pending
@@ -323,7 +324,7 @@ class QuotaSync:
         for g in new_gangs:
             self._reported.add(("gang", g.workload, g.max_gpus))
         if new_drift or new_gangs:
-            resync.record_findings(self.api, plan, new_drift, new_gangs)
+            resync.record_findings(self.kube, plan, new_drift, new_gangs)
         for f in plan.zero_flavors:
             key = ("zero", f, plan.capacity[f].nodes)
             if key not in self._reported:
@@ -332,9 +333,19 @@ class QuotaSync:
 
     def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
         """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
-        for name, target in (("nodes", self.cache.run), ("queues", QueueWatch(self.api, self.cache).run)):
-            threading.Thread(target=target, args=(stop,), daemon=True, name=f"quota-sync-watch-{name}").start()
+        informers = [self.cache.informer, self.queues.informer] + ([self.pods.informer] if self.pods else [])
+        for informer in informers:
+            informer.start()
+        try:
+            self._loop(stop, on_beat)
+        finally:
+            for informer in informers:
+                informer.stop()
+
+    def _loop(self, stop: threading.Event, on_beat) -> None:
         self.cache.synced.wait(60)
+        if self.pods is not None:
+            self.pods.synced.wait(60)
         last = 0.0
         while not stop.is_set():
             woke = self.cache.dirty.wait(min(5.0, self.resync_seconds))

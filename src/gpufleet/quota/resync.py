@@ -56,15 +56,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
-
 from gpufleet.inventory import Inventory
-from gpufleet.ops.kube import OpsError, list_items, list_nodes, record_event, update_with_retry
+from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube.events import record_event
+from gpufleet.kube.quantity import canonical, parse_quantity, whole_gpus
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.quantities import canonical
-from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map
+from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map, pod_spec_gpus
+from gpufleet.fleet.classify import default_classes
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ Obj = dict[str, Any]
 RESOURCES = {"gpu": GPU_RESOURCE, "cpu": "cpu", "memory": "memory"}
 CQ_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues"
 WL_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/workloads"
+LQ_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues"
 EVENT_COMPONENT = "gpufleet-quota-sync"
 
 
@@ -217,29 +218,33 @@ def quota_of(cq: Obj, flavor: str, resource: str = GPU_RESOURCE) -> dict[str, De
 
 
 def reserved_gpus(cq: Obj) -> dict[str, int]:
-    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent)."""
+    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional total (naming the ClusterQueue and flavor).
+    """
     out: dict[str, int] = {}
+    name = (cq.get("metadata") or {}).get("name", "?")
     for fu in (cq.get("status") or {}).get("flavorsReservation") or []:
         for res in fu.get("resources") or []:
             if res.get("name") == GPU_RESOURCE:
-                out[fu["name"]] = int(parse_quantity(res.get("total", 0)))
+                out[fu["name"]] = whole_gpus(res.get("total", 0),
+                                             f"ClusterQueue {name} status.flavorsReservation[{fu['name']}]")
     return out
 
 
 def workload_gpus(wl: Obj) -> int:
-    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits)."""
+    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count (naming the Workload and podSet).
+    """
     total = 0
+    meta = wl.get("metadata") or {}
     for ps in (wl.get("spec") or {}).get("podSets") or []:
         spec = (ps.get("template") or {}).get("spec") or {}
-
-        def per(container: Obj) -> int:
-            r = container.get("resources") or {}
-            v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
-            return int(parse_quantity(v)) if v is not None else 0
-
-        pod = sum(per(c) for c in spec.get("containers") or [])
-        pod = max([pod] + [per(c) for c in spec.get("initContainers") or []])
-        total += int(ps.get("count", 1)) * pod
+        where = f"Workload {meta.get('namespace', '')}/{meta.get('name', '?')} podSet {ps.get('name', '?')}"
+        total += int(ps.get("count", 1)) * pod_spec_gpus(spec, where)
     return total
 
 
@@ -353,19 +358,40 @@ def gpu_nominal(desired: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict
     return {q: {f: r["gpu"] for f, r in fl.items()} for q, fl in desired.items()}
 
 
+def capacity_of(inv: Inventory, nodes: list[Obj], pods: list[Obj] | None = None) -> dict[str, FlavorNodes]:
+    """Training capacity per flavor as the inventory asks for it (pure).
+
+    The node classifier with ``kueue_partial_gpu_nodes_count``; the GPUs held by
+    pods Kueue does not manage subtracted when ``kueue_quota_subtract_unmanaged_gpus``
+    and ``pods`` are given (pods below the highest ``kueue_priority_classes`` value
+    are the flip-out's to take back, not subtracted). quota sync and ``invoke status``
+    both call this.
+    """
+    v = inv.role("kueue")
+    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
+    reclaim = max(pc.value for pc in v.kueue_priority_classes)
+    return flavor_capacity(nodes, inv.flavors(), pods=pods if v.kueue_quota_subtract_unmanaged_gpus else None,
+                           classes=classes, reclaim_below=reclaim)
+
+
 def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workloads: list[Obj],
-              local_queues: list[Obj]) -> ResyncPlan:
+              local_queues: list[Obj], pods: list[Obj] | None = None) -> ResyncPlan:
     """The resync plan from objects already read (pure: no API calls).
+
+    Args:
+        pods: the cluster's non-terminal pods (GPUs unmanaged pods hold are
+            subtracted, :func:`capacity_of`); None: nothing is subtracted.
 
     Raises:
         OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
+        gpufleet.kube.quantity.GpuCountError: a pod or Workload with a fractional GPU count.
     """
     from roles.kueue.manifests import quotas
 
     t0 = time.perf_counter()
     v = inv.role("kueue")
     flavors = list(inv.flavors())
-    capacity = flavor_capacity(nodes, flavors)
+    capacity = capacity_of(inv, nodes, pods)
     desired = quotas(inv, capacity=gpu_map(capacity))
     all_queues = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     managed = {q: all_queues[q] for q in desired if q in all_queues}
@@ -409,30 +435,35 @@ def zero_message(plan: ResyncPlan) -> str:
 # --------------------------------------------------------------------------- API
 
 
-def read_state(api: client.ApiClient) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
-    """Nodes, ClusterQueues, Workloads and LocalQueues, as dicts.
+#: Pods that may hold GPUs: bound and not finished (the API's field selectors).
+HOLDING_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def list_holding_pods(kube: Kube) -> list[Obj]:
+    """Bound, non-terminal pods of every namespace (:data:`HOLDING_PODS`)."""
+    return kube.list_all(api_path("v1", "pods"), field_selector=HOLDING_PODS)[0]
+
+
+def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj], list[Obj]]:
+    """Nodes, ClusterQueues, Workloads, LocalQueues and the pods holding GPUs, as dicts.
 
     Raises:
         OpsError: Kueue's v1beta2 API is not served (Kueue missing or too old).
     """
-    nodes = list_nodes(api)
+    nodes = list_nodes(kube)
     try:
-        cqs = list_items(api, CQ_PATH)[0]
-        wls = list_items(api, WL_PATH)[0]
-        lqs = list_items(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues")[0]
-    except ApiException as exc:
-        if exc.status == 404:
-            raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
-        raise
-    return nodes, cqs, wls, lqs
+        cqs, wls, lqs = (kube.list_all(path)[0] for path in (CQ_PATH, WL_PATH, LQ_PATH))
+    except NotFound:
+        raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
+    return nodes, cqs, wls, lqs, list_holding_pods(kube)
 
 
-def compute(api: client.ApiClient, inv: Inventory) -> ResyncPlan:
+def compute(kube: Kube, inv: Inventory) -> ResyncPlan:
     """Read the cluster and compute the plan (:func:`plan_from`)."""
-    return plan_from(inv, *read_state(api))
+    return plan_from(inv, *read_state(kube))
 
 
-def apply(api: client.ApiClient, plan: ResyncPlan, *, allow_zero: bool = False, events: bool = True) -> ApplyResult:
+def apply(kube: Kube, plan: ResyncPlan, *, allow_zero: bool = False, events: bool = True) -> ApplyResult:
     """Write the plan's quotas: one guarded merge patch per ClusterQueue that differs, retried on 409.
 
     On a conflict the queue is re-read and its resource groups rebuilt
@@ -457,30 +488,30 @@ def apply(api: client.ApiClient, plan: ResyncPlan, *, allow_zero: bool = False, 
         def conflict(_attempt: int) -> None:
             result.conflicts += 1
 
-        after, patch = update_with_retry(api, f"{CQ_PATH}/{q}", change, on_conflict=conflict)
+        after, patch = update_with_retry(kube, f"{CQ_PATH}/{q}", change, on_conflict=conflict)
         plan.current[q] = after
         if patch is not None:
             result.patched.append(q)
     if events:
-        record_findings(api, plan)
+        record_findings(kube, plan)
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def record_findings(api: client.ApiClient, plan: ResyncPlan, drift: list[Drift] | None = None,
+def record_findings(kube: Kube, plan: ResyncPlan, drift: list[Drift] | None = None,
                     cannot_fit: list[GangReport] | None = None) -> None:
     """Warning Events: ``QuotaBelowUsage`` on each drifting ClusterQueue, ``GangCannotFit`` on each Workload."""
     for d in plan.drift if drift is None else drift:
         cq = plan.current.get(d.cluster_queue) or {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "ClusterQueue",
                                                    "metadata": {"name": d.cluster_queue}}
-        record_event(api, cq, "QuotaBelowUsage",
+        record_event(kube, cq, "QuotaBelowUsage",
                      f"flavor {d.flavor}: {d.reserved} GPUs admitted, nominal quota now {d.nominal} (real capacity "
                      f"fell); nothing is evicted, new workloads wait; admitted: {', '.join(d.workloads) or '?'}",
                      type_="Warning", component=EVENT_COMPONENT, action="Resync")
     for g in plan.cannot_fit if cannot_fit is None else cannot_fit:
         ns, name = g.workload.split("/", 1)
         wl = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "Workload", "metadata": {"name": name, "namespace": ns}}
-        record_event(api, wl, "GangCannotFit",
+        record_event(kube, wl, "GangCannotFit",
                      f"needs {g.gpus} GPUs; ClusterQueue {g.cluster_queue} can hold at most {g.max_gpus} with the "
                      "capacity schedulable now: it stays pending until nodes return",
                      type_="Warning", component=EVENT_COMPONENT, action="Resync")

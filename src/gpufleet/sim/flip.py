@@ -58,8 +58,8 @@ from typing import Any
 
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.main import Settings, build as build_controller
-from gpufleet.names import FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.vk.kube import Kube, KubeError
+from gpufleet.kube import Kube, KubeError
+from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.node import node_name_for
 
@@ -69,24 +69,6 @@ SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_
                 "external_gpu_seconds_after_training")
 JOBSET_NAME = "gpufleet-sim-flip"
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
-FIELD_MANAGER = "gpufleet-sim"
-
-#: kind -> (apiVersion, plural, namespaced) of what the simulation applies.
-KINDS: dict[str, tuple[str, str, bool]] = {
-    "Namespace": ("v1", "namespaces", False),
-    "Secret": ("v1", "secrets", True),
-    "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses", False),
-    "WorkloadPriorityClass": ("kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", False),
-    "Topology": ("kueue.x-k8s.io/v1beta2", "topologies", False),
-    "ResourceFlavor": ("kueue.x-k8s.io/v1beta2", "resourceflavors", False),
-    "ClusterQueue": ("kueue.x-k8s.io/v1beta2", "clusterqueues", False),
-    "LocalQueue": ("kueue.x-k8s.io/v1beta2", "localqueues", True),
-    "Deployment": ("apps/v1", "deployments", True),
-    "HorizontalPodAutoscaler": ("autoscaling/v2", "horizontalpodautoscalers", True),
-    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
-    "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets", True),
-}
-
 
 #: What the simulation applies of the kueue role.
 QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
@@ -120,12 +102,9 @@ def apply(kube: Kube, obj: dict) -> dict:
     """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced).
 
     Raises:
-        KeyError: a kind not in :data:`KINDS`; KubeError: refused.
+        KubeError: refused, or the kind is not served.
     """
-    api, plural, namespaced = KINDS[obj["kind"]]
-    meta = obj["metadata"]
-    return kube.patch(api, plural, meta["name"], obj, meta.get("namespace") if namespaced else None, patch="apply",
-                      fieldManager=FIELD_MANAGER, force="true")
+    return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
 
 
 def training_priority_class(objs: list[dict]) -> list[dict]:
@@ -480,7 +459,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         f"(PDB minAvailable {pdb}), pools {', '.join(p.name for p in pools)}")
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
-    kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim")
+    kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
     for p in pools:
         if p.provider == "kubernetes":
             name = opts.other_clusters.get(p.name, p.name)
@@ -502,7 +481,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             apply(kube, obj)
         except KubeError as exc:
             if obj["kind"] == "PriorityClass" and exc.status == 422:  # preemptionPolicy is immutable
-                kube.delete(*KINDS["PriorityClass"][:2], obj["metadata"]["name"])
+                kube.delete_object(obj)
                 apply(kube, obj)
             else:
                 raise

@@ -4,15 +4,19 @@ What it shows, and where each figure comes from (all from the API server,
 read once):
 
 * GPUs: total (``status.allocatable`` of in-cluster nodes, virtual nodes
-  excluded), schedulable (nodes that count for quota,
-  :mod:`gpufleet.fleet.capacity`), held by training, held by inference in
-  the cluster and outside (pods on virtual nodes, label
+  excluded), schedulable for training and for inference (the one node
+  classifier, :mod:`gpufleet.fleet.classify`, as quota sync and the taint
+  controller count them), held by pods Kueue does not manage (subtracted
+  from quota, :mod:`gpufleet.fleet.capacity`), held by training, held by
+  inference in the cluster and outside (pods on virtual nodes, label
   ``type=virtual-kubelet``), held by other pods, and free. A pod holds
   the GPUs it requests while bound and not finished.
 * Per ClusterQueue and flavor: the nominal quota in the cluster, its
   share of the real schedulable capacity (what a resync would set), GPUs
   reserved by admitted workloads; a quota above its share is flagged stale.
-* Nodes out and why (swap/degraded taints, cordon, NotReady, lemon).
+* Nodes out (of training capacity) and why (swap/degraded taints, any
+  taint training pods do not tolerate, cordon, NotReady, GPU allocatable
+  below capacity, lemon), and whether inference may still use them.
 * Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
 * Per topology domain (each level of the inventory's fabric but the
   hostname: block, rack): nodes, schedulable GPUs, GPUs held by training,
@@ -30,17 +34,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.utils import parse_quantity
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.inventory import Inventory
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.ops.kube import list_items, list_nodes
 from gpufleet.fleet import topology
-from gpufleet.names import (GPU_RESOURCE, JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
+from gpufleet.fleet.capacity import pod_gpus as capacity_pod_gpus
+from gpufleet.fleet.classify import INFERENCE, TRAINING, default_classes
+from gpufleet.fleet.classify import classify as classify_node
+from gpufleet.inventory import Inventory
+from gpufleet.kube import Kube, KubeError, api_path
+from gpufleet.ops.kube import list_nodes
+from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
                             KUEUE_WORKLOAD_ANNOTATION)
 
 Obj = dict[str, Any]
@@ -80,6 +86,8 @@ class FleetStatus:
     env: str
     gpus_total: int = 0
     gpus_schedulable: int = 0
+    gpus_schedulable_inference: int = 0
+    unmanaged: int = 0
     training: int = 0
     inference_in_cluster: int = 0
     inference_outside: int = 0
@@ -87,6 +95,8 @@ class FleetStatus:
     nodes_total: int = 0
     queues: list[QueueRow] = field(default_factory=list)
     nodes_out: list[nodeutil.NodeSummary] = field(default_factory=list)
+    #: names of nodes out of training capacity whose GPUs still count for inference (degraded tier).
+    inference_ok: set[str] = field(default_factory=set)
     virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
     domains: list[topology.DomainRow] = field(default_factory=list)
     gangs: list[topology.GangSpan] = field(default_factory=list)
@@ -103,16 +113,9 @@ class FleetStatus:
         return max(self.gpus_schedulable - self.training - self.inference_in_cluster - self.other, 0)
 
 
-def pod_gpus(pod: Obj) -> int:
-    """GPUs a pod requests (containers summed; an init container may need more), requests else limits."""
-    spec = pod.get("spec") or {}
-
-    def per(c: Obj) -> int:
-        r = c.get("resources") or {}
-        v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
-        return int(parse_quantity(v)) if v is not None else 0
-
-    return max([sum(per(c) for c in spec.get("containers") or [])] + [per(c) for c in spec.get("initContainers") or []])
+#: GPUs a pod requests (containers summed; an init container may need more), requests else limits;
+#: a fractional count is refused naming the pod (:func:`gpufleet.fleet.capacity.pod_gpus`).
+pod_gpus = capacity_pod_gpus
 
 
 def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
@@ -130,28 +133,36 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     """The :class:`FleetStatus` from objects already read (pure)."""
     from roles.kueue.manifests import quotas
 
-    from gpufleet.fleet.capacity import flavor_capacity, gpu_map
-    from gpufleet.quota.resync import quota_of, reserved_gpus
+    from gpufleet.fleet.capacity import gpu_map
+    from gpufleet.quota.resync import capacity_of, quota_of, reserved_gpus
 
     v = inv.role("kueue")
     pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
     training_pc, inference_pc = pcs[-1].name, pcs[0].name
+    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
     st = FleetStatus(env=inv.env)
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
     used_on: dict[str, int] = {}
     held: dict[str, tuple[int, int]] = {}
     placements: list[tuple[str, str]] = []
+    training_gpus: dict[str, int] = {}
     for n, obj in by_name.items():
         if n in virtual:
             continue
-        s = nodeutil.summarize(obj)
+        nc = classify_node(obj, classes)
+        if nc.facts.allocatable and not nc.facts.problem:
+            training_gpus[n] = nc.gpus_for(TRAINING)
+        s = nodeutil.NodeSummary(n, nodeutil.flavor(obj), nc.facts.allocatable or 0, False, nc.reasons[TRAINING],
+                                 nodeutil.is_lemon(obj))
         st.nodes_total += 1
         st.gpus_total += s.gpus
-        if s.schedulable:
-            st.gpus_schedulable += s.gpus
-        elif s.gpus or nodeutil.is_out(obj):
+        st.gpus_schedulable += nc.gpus_for(TRAINING)
+        st.gpus_schedulable_inference += nc.gpus_for(INFERENCE)
+        if not s.schedulable and (s.gpus or nodeutil.is_out(obj) or nc.facts.problem):
             st.nodes_out.append(s)
+            if nc.counts(INFERENCE):
+                st.inference_ok.add(n)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -179,7 +190,9 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         obj = by_name[n]
         st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
-    real = quotas(inv, capacity=gpu_map(flavor_capacity(nodes, inv.flavors())))
+    capacity = capacity_of(inv, nodes, pods)
+    st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())
+    real = quotas(inv, capacity=gpu_map(capacity))
     cqs = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     for q, flavors in real.items():
         cq = cqs.get(q)
@@ -189,7 +202,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
     st.nodes_out.sort(key=lambda s: s.name)
     levels = [(lv.name, lv.label) for lv in inv.topology_levels() if lv.name != "hostname"]
-    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels)
+    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels, training_gpus)
     st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     return st
 
@@ -201,13 +214,13 @@ def gang_of(pod: Obj) -> str | None:
     return f"{meta.get('namespace', '')}/{name}" if name else None
 
 
-def gather(api: client.ApiClient, inv: Inventory) -> FleetStatus:
+def gather(kube: Kube, inv: Inventory) -> FleetStatus:
     """Read nodes, pods and ClusterQueues once and :func:`build` the status."""
-    nodes = list_nodes(api)
-    pods = list_items(api, "/api/v1/pods", field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
+    nodes = list_nodes(kube)
+    pods = kube.list_all(api_path("v1", "pods"), field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
     try:
-        cqs = list_items(api, f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues")[0]
-    except Exception:  # noqa: BLE001 - Kueue not installed: the screen still shows nodes and pods
+        cqs = kube.list_all(api_path(f"{KUEUE_GROUP}/{KUEUE_VERSION}", "clusterqueues"))[0]
+    except KubeError:  # Kueue not installed: the screen still shows nodes and pods
         cqs = []
     return build(inv, nodes, pods, cqs)
 
@@ -215,10 +228,11 @@ def gather(api: client.ApiClient, inv: Inventory) -> FleetStatus:
 def render(st: FleetStatus) -> Group:
     """The status screen as rich renderables (one Group)."""
     gpus = Table(title=f"GPUs — env {st.env}, {st.nodes_total} nodes", show_header=True)
-    for col in ("total", "schedulable", "training", "inference (cluster)", "inference (outside)", "other", "free"):
+    for col in ("total", "schedulable", "schedulable (inference)", "held outside Kueue", "training",
+                "inference (cluster)", "inference (outside)", "other", "free"):
         gpus.add_column(col, justify="right")
-    gpus.add_row(*(str(x) for x in (st.gpus_total, st.gpus_schedulable, st.training, st.inference_in_cluster,
-                                    st.inference_outside, st.other, st.free)))
+    gpus.add_row(*(str(x) for x in (st.gpus_total, st.gpus_schedulable, st.gpus_schedulable_inference, st.unmanaged,
+                                    st.training, st.inference_in_cluster, st.inference_outside, st.other, st.free)))
     queues = Table(title="ClusterQueue quota vs real capacity (GPUs)")
     for col, j in (("queue", "left"), ("flavor", "left"), ("nominal quota", "right"), ("share of real", "right"),
                    ("admitted", "right"), ("", "left")):
@@ -229,12 +243,13 @@ def render(st: FleetStatus) -> Group:
         over = Text(str(r.reserved), style="red") if r.nominal is not None and r.reserved > r.share_of_real else Text(str(r.reserved))
         queues.add_row(r.cluster_queue, r.flavor, "-" if r.nominal is None else str(r.nominal), str(r.share_of_real), over, flag)
     out = Table(title=f"Nodes out ({len(st.nodes_out)})")
-    for col in ("node", "flavor", "GPUs", "why", "lemon"):
+    for col in ("node", "flavor", "GPUs", "why", "inference", "lemon"):
         out.add_column(col)
     for s in st.nodes_out:
-        out.add_row(s.name, s.flavor or "-", str(s.gpus), "; ".join(s.reasons), "LEMON" if s.lemon else "")
+        out.add_row(s.name, s.flavor or "-", str(s.gpus), "; ".join(s.reasons),
+                    "still used" if s.name in st.inference_ok else "out", "LEMON" if s.lemon else "")
     if not st.nodes_out:
-        out.add_row("(none)", "", "", "", "")
+        out.add_row("(none)", "", "", "", "", "")
     virt = Table(title="Virtual nodes (outside capacity)")
     for col in ("node", "pool", "GPUs", "in use", "free-GPUs taint"):
         virt.add_column(col)

@@ -52,7 +52,7 @@ def _pods_table(title: str, drain) -> Table:
     for p in drain.evicted:
         t.add_row(str(p), "would be evicted" if drain.dry_run else "evicted", "")
     for p, why in drain.blocked.items():
-        t.add_row(str(p), "[red]blocked[/red]", why)
+        t.add_row(str(p), "[red]blocked, never as configured[/red]" if p in drain.permanent else "[red]blocked[/red]", why)
     for p, why in drain.skipped.items():
         t.add_row(str(p), "skipped", why)
     if not (drain.evicted or drain.blocked or drain.skipped):
@@ -79,21 +79,25 @@ def swap_node(node: str, reason: str, *, dry_run: bool = False, yes: bool = Fals
         gpufleet.ops.kube.OpsError (and subclasses): see :func:`gpufleet.ops.swap.swap`.
     """
     from gpufleet.ops import swap as swapper
-    from gpufleet.ops.kube import InputError, api_client
+    from gpufleet.ops.kube import InputError
+    from gpufleet.tasks.common import kube_for
 
     console = console or Console()
     if timeout <= 0:
         raise InputError(f"--timeout {timeout:g}: expected seconds > 0")
     if not reason.strip():
         raise InputError("--reason is empty: say why the node goes out (it is recorded for the replacement)")
-    api = api_client(kubeconfig, context)
+    kube = kube_for(None, kubeconfig, context)
     try:
-        check = swapper.swap(api, node, reason, dry_run=True, force=force, namespace=namespace, timeout=timeout)
+        check = swapper.swap(kube, node, reason, dry_run=True, force=force, namespace=namespace, timeout=timeout)
         verb = "resume swap of" if check.plan.resume else "swap"
         console.print(_diff_table(f"node.swap {node}: node changes", check.plan))
         console.print(_pods_table(f"drain check (Eviction API, dryRun=All): {len(check.drain.evicted)} evictable now, "
                                   f"{len(check.drain.blocked)} blocked", check.drain))
         console.print(f"swap request: {check.request} (ConfigMap, label gpufleet.io/swap-request=true)")
+        if check.drain.permanent:
+            console.print(f"[bold red]{len(check.drain.permanent)} pods can never be evicted as configured[/bold red] "
+                          "(listed above): the drain will end with them still on the node unless their budgets change")
         if dry_run:
             console.print("[bold]dry run: nothing changed[/bold]")
             return check
@@ -108,9 +112,9 @@ def swap_node(node: str, reason: str, *, dry_run: bool = False, yes: bool = Fals
                 left = f"{len(p.blocked)} waiting (PDB or API)" if p.blocked else ""
                 bar.update(tid, total=p.total, completed=p.done, blocked=left)
 
-            result = swapper.swap(api, node, reason, timeout=timeout, force=force, namespace=namespace, progress=progress)
+            result = swapper.swap(kube, node, reason, timeout=timeout, force=force, namespace=namespace, progress=progress)
     finally:
-        api.close()
+        kube.close()
     d = result.drain
     console.print(_pods_table(f"drain of {node}: {len(d.evicted)} evicted in {d.seconds:.1f}s, "
                               f"{len(d.blocked)} left", d))
@@ -129,14 +133,14 @@ def return_node(node: str, *, dry_run: bool = False, clear_lemon: bool = False, 
         gpufleet.ops.kube.NodeNotFound, gpufleet.ops.swap.NotOut, gpufleet.ops.swap.LemonNode.
     """
     from gpufleet.ops import swap as swapper
-    from gpufleet.ops.kube import api_client
+    from gpufleet.tasks.common import kube_for
 
     console = console or Console()
-    api = api_client(kubeconfig, context)
+    kube = kube_for(None, kubeconfig, context)
     try:
-        result = swapper.return_node(api, node, clear_lemon=clear_lemon, dry_run=dry_run, namespace=namespace)
+        result = swapper.return_node(kube, node, clear_lemon=clear_lemon, dry_run=dry_run, namespace=namespace)
     finally:
-        api.close()
+        kube.close()
     console.print(_diff_table(f"node.return {node}" + (" (dry run: nothing changed)" if dry_run else ""), result.plan))
     for note in result.notes:
         console.print(note)

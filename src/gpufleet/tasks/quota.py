@@ -32,21 +32,21 @@ def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfi
         gpufleet.ops.kube.OpsError: wrong cluster, zero-capacity flavor without ``allow_zero``, conflicts.
     """
     from gpufleet.inventory import load
-    from gpufleet.ops.kube import api_client
+    from gpufleet.tasks.common import kube_for
     from gpufleet.quota import resync as rs
     from gpufleet.quota.report import render
 
     console = console or Console()
     inv = load(env)
-    api = api_client(kubeconfig, context, env=env)
+    kube = kube_for(env, kubeconfig, context)
     try:
-        plan = rs.compute(api, inv)
-        applied = rs.apply(api, plan, allow_zero=allow_zero) if apply and plan.changes else None
+        plan = rs.compute(kube, inv)
+        applied = rs.apply(kube, plan, allow_zero=allow_zero) if apply and plan.changes else None
         if apply and not plan.changes:
             applied = rs.ApplyResult()
-            rs.record_findings(api, plan)
+            rs.record_findings(kube, plan)
     finally:
-        api.close()
+        kube.close()
     console.print(render(plan, applied))
     return plan, applied
 

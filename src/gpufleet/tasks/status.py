@@ -17,14 +17,14 @@ def show_status(env: str, *, kubeconfig: str | None = None, context: str | None 
     """Gather and print the status screen; returns the :class:`gpufleet.tasks.fleet_status.FleetStatus`."""
     from gpufleet.inventory import load
     from gpufleet.tasks import fleet_status as st
-    from gpufleet.ops.kube import api_client
+    from gpufleet.tasks.common import kube_for
 
     inv = load(env)
-    api = api_client(kubeconfig, context, env=env)
+    kube = kube_for(env, kubeconfig, context)
     try:
-        fleet = st.gather(api, inv)
+        fleet = st.gather(kube, inv)
     finally:
-        api.close()
+        kube.close()
     (console or Console()).print(st.render(fleet))
     return fleet
 

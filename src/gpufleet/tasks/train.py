@@ -1,4 +1,5 @@
-"""invoke tasks for training jobs: ``train.render``, ``train.submit``, ``train.checkpoint-interval``.
+"""invoke tasks for training jobs: ``train.render``, ``train.submit``, ``train.checkpoint-interval``,
+``train.goodput`` (gpufleet.tasks.goodput).
 
 Each task parses its flags and calls one function of :mod:`gpufleet.training`.
 Bad inputs exit with code 2 and one line per problem (``--flag value:
@@ -18,11 +19,14 @@ from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
 from gpufleet.inventory import InventoryError, environments, load
+from gpufleet.tasks import goodput
 from gpufleet.training import checkpoint
 from gpufleet.training import gang as native
 from gpufleet.training.render import (GANG_MODES, SETTINGS, TEMPLATES, TOPOLOGIES, TOPOLOGY_MODES, TrainingInputError,
                                       build_context, render_context)
-from gpufleet.ops.kube import InputError, api_client
+from gpufleet.kube import KubeError
+from gpufleet.ops.kube import InputError
+from gpufleet.tasks.common import kube_for
 from gpufleet.training.submit import SubmitError, submit as submit_job
 
 _SET_HELP = f"key=value, repeatable; keys: {', '.join(SETTINGS)} (templates/training/README.md)"
@@ -66,19 +70,19 @@ def _gang_api(env: str, inv, gang: str, scheduling_api: str, kubeconfig: str, co
         except KeyError as e:
             raise Exit(f"--scheduling-api {e.args[0]} or auto", code=2) from None
     try:
-        api = api_client(kubeconfig or None, context or None, env=env)
+        kube = kube_for(env, kubeconfig or None, context or None)
     except InputError as e:
         raise Exit(f"--gang {mode}: cannot discover the cluster's {native.GROUP} version ({e}): "
                    f"give --scheduling-api {'|'.join(native.SHAPES)}", code=2) from None
     try:
-        return native.choose(native.discover(api))
+        return native.choose(native.discover(kube))
     except native.NativeGangUnavailable as e:
         raise Exit(str(e), code=2) from None
-    except Exception as e:  # noqa: BLE001 — unreachable server: say which flag avoids it
+    except KubeError as e:  # unreachable or refusing server: say which flag avoids it
         raise Exit(f"--gang {mode}: API discovery failed ({type(e).__name__}: {e}): give --scheduling-api "
                    f"{'|'.join(native.SHAPES)}", code=2) from None
     finally:
-        api.close()
+        kube.close()
 
 
 def _manifest(env: str, template: str, name: str, nodes: int, set_: list[str] | None, queue: str | None,
@@ -174,19 +178,19 @@ def submit(c: Context, env: str = "local", template: str = "jobset", name: str =
         return
     objects = [d for d in yaml.safe_load_all(text) if d]
     try:
-        api = api_client(kubeconfig or None, context or None, env=env)
+        kube = kube_for(env, kubeconfig or None, context or None)
     except InputError as e:
         raise Exit(str(e), code=2) from None
     try:
         if ctx["gang_field"]:
-            problem = native.cluster_check(api, ctx["api_version"], ctx["kind"], ctx["gang_field"])
+            problem = native.cluster_check(kube, ctx["api_version"], ctx["kind"], ctx["gang_field"])
             if problem:
                 raise Exit(f"--gang {ctx['gang']} --template {ctx['template']}: {problem}", code=2)
-        result = submit_job(api, objects, ctx["nodes"], timeout=timeout)
+        result = submit_job(kube, objects, ctx["nodes"], timeout=timeout)
     except SubmitError as e:
         raise Exit(f"train.submit: {e}", code=1) from None
     finally:
-        api.close()
+        kube.close()
     admitted = f"Workload {result.workload} admitted" if result.workload else "no Kueue (native gang)"
     where = "; ".join(f"{level} {', '.join(f'{d} ({n})' for d, n in sorted(ds.items()))}"
                       for level, ds in result.domains.items())
@@ -201,17 +205,25 @@ def submit(c: Context, env: str = "local", template: str = "jobset", name: str =
         "mttf_hours": f"job mean time to failure in hours (default: {checkpoint.MTTF_GPU_HOURS:,.0f} GPU-hours / GPUs, "
                       "from Llama 3's 419 interruptions in 54 days on 16,384 GPUs)",
         "restart_seconds": f"seconds from a failure to training again (default {checkpoint.DEFAULT_RESTART_SECONDS:g})",
+        "measured_window_hours": "measure the MTTF from the cluster's node-health remediations (Events and node "
+                                 "health history) over this many hours instead of the published default",
+        "env": "with --measured-window-hours: environment, for the local cluster's kubeconfig (default local)",
+        "kubeconfig": "with --measured-window-hours: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+        "context": "with --measured-window-hours: kubeconfig context (default: the current one)",
     },
 )
 def checkpoint_interval(c: Context, gpus: int = 0, checkpoint_seconds: float = 0.0, mttf_hours: float = 0.0,
-                        restart_seconds: float = checkpoint.DEFAULT_RESTART_SECONDS) -> None:
+                        restart_seconds: float = checkpoint.DEFAULT_RESTART_SECONDS, measured_window_hours: float = 0.0,
+                        env: str = "local", kubeconfig: str = "", context: str = "") -> None:
     """Advise how often to checkpoint: Young's and Daly's optimum intervals and the time lost.
 
     Young, CACM 1974: sqrt(2*C*M); Daly, FGCS 2006: the higher-order
     refinement. Also shows the fraction of time lost to checkpoints, rework
     and restarts, and how the answer moves if checkpoints take twice as long.
-    Default MTTF: see gpufleet.training.checkpoint. Example:
-    invoke train.checkpoint-interval --gpus 1024 --checkpoint-seconds 60
+    Default MTTF: see gpufleet.training.checkpoint; --measured-window-hours
+    measures it from the cluster's own remediations (gpufleet.training.failures)
+    and says which it used. Example:
+    invoke train.checkpoint-interval --gpus 1024 --checkpoint-seconds 60 --measured-window-hours 168
     """
     problems = []
     if gpus < 0:
@@ -225,11 +237,39 @@ def checkpoint_interval(c: Context, gpus: int = 0, checkpoint_seconds: float = 0
         problems.append(f"--mttf-hours {mttf_hours:g}: expected finite hours > 0 (0: the default failure model)")
     if not (math.isfinite(restart_seconds) and restart_seconds >= 0):
         problems.append(f"--restart-seconds {restart_seconds:g}: expected finite seconds >= 0")
+    if not (math.isfinite(measured_window_hours) and measured_window_hours >= 0):
+        problems.append(f"--measured-window-hours {measured_window_hours:g}: expected finite hours > 0 "
+                        "(0: no measurement)")
+    elif measured_window_hours and mttf_hours:
+        problems.append("--mttf-hours and --measured-window-hours: expected one of them, not both")
     if problems:
         raise Exit("\n".join(problems), code=2)
+    source = None
+    if measured_window_hours:
+        from gpufleet.goodput import kube as gkube
+        from gpufleet.ops.exits import fail_on_ops_error
+        from gpufleet.training.failures import measure
+
+        try:
+            kube = kube_for(env, kubeconfig or None, context or None)
+        except InputError as e:
+            raise Exit(str(e), code=2) from None
+        try:
+            with fail_on_ops_error("train.checkpoint-interval"):
+                measured = measure(gkube.node_events(kube), gkube.list_nodes(kube), gkube.now(), measured_window_hours)
+        finally:
+            kube.close()
+        if measured.mttf_hours(gpus) is None:
+            print(f"MTTF source: published default (no failures to measure: {measured.describe()})")
+        else:
+            mttf_hours, source = measured.mttf_hours(gpus), measured.describe()
+            print(f"MTTF source: {source}")
+    else:
+        print("MTTF source: " + ("given (--mttf-hours)" if mttf_hours else "published default (Llama 3)"))
     advice = checkpoint.advise(max(gpus, 0), checkpoint_seconds, mttf_hours or None, restart_seconds)
-    print("\n".join(checkpoint.report_lines(advice)))
+    print("\n".join(checkpoint.report_lines(advice, source)))
 
 
 #: The ``train`` collection; tasks.py adds it with ``ns.add_collection(train)``.
 train = Collection("train", render, submit, checkpoint_interval)
+train.add_task(goodput.account_task(), name="goodput")

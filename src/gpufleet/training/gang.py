@@ -34,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping
 
+from gpufleet.kube import Kube, NotFound, api_path
+
 GROUP = "scheduling.k8s.io"
 #: The gang's one pod group (a training job is one gang: every pod or none).
 POD_GROUP = "workers"
@@ -121,27 +123,20 @@ def by_version(version: str) -> GangApi:
         raise KeyError(f"{version!r}: expected one of {', '.join(SHAPES)}") from None
 
 
-def discover(api: Any) -> dict[str, set[str]]:
+def discover(kube: Kube) -> dict[str, set[str]]:
     """``scheduling.k8s.io`` versions the cluster serves, with their resource names (API discovery).
 
     Args:
-        api: a ``kubernetes.client.ApiClient`` for the target cluster.
+        kube: a client of the target cluster.
 
     Raises:
-        kubernetes.client.exceptions.ApiException: the API server refused a
-            discovery request other than with 404.
+        gpufleet.kube.KubeError: the API server refused a discovery request other than with 404.
     """
-    from kubernetes.client.exceptions import ApiException
-
-    from gpufleet.ops.kube import call_json
-
     def get(path: str) -> dict[str, Any] | None:
         try:
-            return call_json(api, "GET", path)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            return kube.request("GET", path)
+        except NotFound:
+            return None
 
     group = get(f"/apis/{GROUP}") or {}
     out: dict[str, set[str]] = {}
@@ -227,7 +222,7 @@ def crd_pod_spec_has(crd: Mapping[str, Any], version: str, field: str) -> bool |
     return bool(found) and all(found)
 
 
-def cluster_check(api: Any, api_version: str, kind: str, field: str) -> str | None:
+def cluster_check(kube: Kube, api_version: str, kind: str, field: str) -> str | None:
     """Why the cluster would drop pod spec ``field`` from a ``kind`` object, or None when it keeps it.
 
     Built-in kinds (``batch/v1`` Job) keep every field the API server knows;
@@ -235,15 +230,13 @@ def cluster_check(api: Any, api_version: str, kind: str, field: str) -> str | No
     (:func:`crd_pod_spec_has`).
 
     Raises:
-        kubernetes.client.exceptions.ApiException: the CRDs cannot be listed.
+        gpufleet.kube.KubeError: the CRDs cannot be listed.
     """
-    from kubernetes import client
-
     group, _, version = api_version.rpartition("/")
     if group in ("", "batch"):
         return None
-    for item in client.ApiextensionsV1Api(api).list_custom_resource_definition().items:
-        crd = api.sanitize_for_serialization(item)
+    crds, _ = kube.list_all(api_path("apiextensions.k8s.io/v1", "customresourcedefinitions"))
+    for crd in crds:
         if crd["spec"]["group"] == group and crd["spec"]["names"]["kind"] == kind:
             if crd_pod_spec_has(crd, version, field) is False:
                 return (f"the cluster's {kind} CRD ({crd['metadata']['name']}) has no pod spec.{field}, so the API "

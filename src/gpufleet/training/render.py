@@ -19,14 +19,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import jinja2
 import yaml
-from kubernetes.utils import parse_quantity
 
 from gpufleet import paths
 from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
-from gpufleet.names import (JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY,
-                            RESERVED_TAINT)
+from gpufleet.kube.quantity import parse_quantity
+from gpufleet.names import (CHECKPOINT_MARKER, JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY,
+                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT)
 
 from . import gang as native
 from .checkpoint import default_interval_seconds
@@ -436,6 +436,7 @@ def build_context(
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
+        "checkpoint_marker": CHECKPOINT_MARKER,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
@@ -562,8 +563,3 @@ def render(
     ctx = build_context(inv, template, name, nodes, queue=queue, flavor=flavor, gpus_per_node=gpus_per_node,
                         sets=sets, topology=topology, topology_mode=topology_mode, gang=gang, gang_api=gang_api)
     return render_context(ctx)
-
-
-def render_objects(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """Like :func:`render`, parsed: the Kubernetes objects as dicts, in apply order."""
-    return [d for d in yaml.safe_load_all(render(*args, **kwargs)) if d]

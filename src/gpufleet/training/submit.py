@@ -15,19 +15,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from kubernetes import client, dynamic
-from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from gpufleet.kube import Kube, KubeError, NotFound, api_path
+from gpufleet.names import KUEUE_GROUP, KUEUE_QUEUE_LABEL as QUEUE_LABEL, KUEUE_VERSION
 
 from gpufleet.inventory.inventory import TOPOLOGY_LEVELS
 
 from .render import LABEL_JOB, TEMPLATES
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-#: Kueue v0.17 serves v1beta1 and v1beta2 (storage); we read v1beta2.
-KUEUE_VERSION = "v1beta2"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
@@ -91,15 +89,19 @@ def workload_reason(workload: dict[str, Any] | None, kind: str = "job") -> str:
         f"{t}={c.get('status')} ({c.get('reason', '')})" for t, c in conds.items())
 
 
-def pods_reason(pods: Sequence[Any]) -> str:
+def _phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def pods_reason(pods: Sequence[dict[str, Any]]) -> str:
     """Why pods are not running: the first pending pod's scheduling message, or the phases."""
     for pod in pods:
-        for cond in pod.status.conditions or []:
-            if cond.type == "PodScheduled" and cond.status == "False":
-                return f"pod {pod.metadata.name}: {cond.reason}: {cond.message}"
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return f"pod {pod['metadata']['name']}: {cond.get('reason')}: {cond.get('message')}"
     phases: dict[str, int] = {}
     for pod in pods:
-        phases[pod.status.phase] = phases.get(pod.status.phase, 0) + 1
+        phases[_phase(pod)] = phases.get(_phase(pod), 0) + 1
     return "pods: " + (", ".join(f"{n} {p}" for p, n in sorted(phases.items())) or "none created yet")
 
 
@@ -116,37 +118,30 @@ def _main_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
                       f"labelled {LABEL_JOB}: nothing to follow")
 
 
-def preflight(api: client.ApiClient, namespace: str, queue: str, priority_class: str | None) -> None:
+def preflight(kube: Kube, namespace: str, queue: str, priority_class: str | None) -> None:
     """Check the namespace, the LocalQueue and the WorkloadPriorityClass exist on the cluster.
 
     Raises:
         SubmitError: naming the flag (``--queue``, ``--set priority_class``) and what is missing.
     """
-    custom = client.CustomObjectsApi(api)
     try:
-        client.CoreV1Api(api).read_namespace(namespace)
-    except ApiException as e:
-        if e.status == 404:
-            raise SubmitError(f"--queue {namespace}/{queue}: namespace {namespace} does not exist on the cluster") from None
-        raise
+        kube.get("v1", "namespaces", namespace)
+    except NotFound:
+        raise SubmitError(f"--queue {namespace}/{queue}: namespace {namespace} does not exist on the cluster") from None
     try:
-        custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", queue)
-    except ApiException as e:
-        if e.status == 404:
-            raise SubmitError(f"--queue {namespace}/{queue}: no LocalQueue {queue} in namespace {namespace} "
-                              "on the cluster (or Kueue is not installed)") from None
-        raise
+        kube.get(KUEUE_API, "localqueues", queue, namespace)
+    except NotFound:
+        raise SubmitError(f"--queue {namespace}/{queue}: no LocalQueue {queue} in namespace {namespace} "
+                          "on the cluster (or Kueue is not installed)") from None
     if priority_class:
         try:
-            custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", priority_class)
-        except ApiException as e:
-            if e.status == 404:
-                raise SubmitError(f"--set priority_class={priority_class}: no WorkloadPriorityClass "
-                                  f"{priority_class} on the cluster") from None
-            raise
+            kube.get(KUEUE_API, "workloadpriorityclasses", priority_class)
+        except NotFound:
+            raise SubmitError(f"--set priority_class={priority_class}: no WorkloadPriorityClass "
+                              f"{priority_class} on the cluster") from None
 
 
-def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Create ``objects`` in order (any kind, CRDs included); returns the created job object.
 
     Objects after the job object (a native gang's Workload and PodGroup) are
@@ -157,17 +152,16 @@ def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> 
         SubmitError: an object exists already, its kind is not served by the
             cluster, or the API server refused it (with its message).
     """
-    dyn = dynamic.DynamicClient(api)
     main = _main_object(objects)
     created_main: dict[str, Any] = {}
-    done: list[tuple[Any, str, str | None]] = []
+    done: list[dict[str, Any]] = []
     try:
         for obj in objects:
             meta = obj["metadata"]
             ident = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
             try:
-                resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            except dynamic.exceptions.ResourceNotFoundError:
+                kube.resource(obj["apiVersion"], obj["kind"])
+            except NotFound:
                 raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
                                   "(are its controller and CRD installed?)") from None
             if created_main and not meta.get("ownerReferences"):
@@ -175,37 +169,35 @@ def create_objects(api: client.ApiClient, objects: Sequence[dict[str, Any]]) -> 
                 obj = {**obj, "metadata": {**meta, "ownerReferences": [{
                     "apiVersion": main["apiVersion"], "kind": main["kind"], "name": owner["name"], "uid": owner["uid"]}]}}
             try:
-                out = resource.create(body=obj, namespace=meta.get("namespace"))
-            except ApiException as e:
+                out = kube.create_object(obj)
+            except KubeError as e:
                 if e.status == 409:
                     raise SubmitError(f"{ident} already exists: delete it or choose another --name") from None
-                raise SubmitError(f"{ident}: the API server refused it: {e.status} {e.reason}: {e.body}") from None
-            done.append((resource, meta["name"], meta.get("namespace")))
+                raise SubmitError(f"{ident}: the API server refused it: {e.status} {e.reason}: {e.message}") from None
+            done.append(obj)
             if obj is main:
-                created_main = out.to_dict()
+                created_main = out
                 created_main.setdefault("apiVersion", main["apiVersion"])
     except SubmitError:
-        for resource, name, ns in reversed(done):
+        for obj in reversed(done):
             try:
-                resource.delete(name=name, namespace=ns)
-            except ApiException:
+                kube.delete_object(obj)
+            except KubeError:
                 pass  # best effort; the error below says what failed
         raise
     return created_main
 
 
-def find_workload(api: client.ApiClient, namespace: str, owner_uid: str) -> dict[str, Any] | None:
+def find_workload(kube: Kube, namespace: str, owner_uid: str) -> dict[str, Any] | None:
     """The Kueue Workload owned by the object with ``owner_uid``, or None."""
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads")["items"]
-    for wl in items:
+    for wl in kube.list_all(api_path(KUEUE_API, "workloads", namespace))[0]:
         if any(ref.get("uid") == owner_uid for ref in wl["metadata"].get("ownerReferences") or []):
             return wl
     return None
 
 
 def follow(
-    api: client.ApiClient,
+    kube: Kube,
     main: dict[str, Any],
     pods_expected: int,
     *,
@@ -226,7 +218,6 @@ def follow(
     """
     meta = main["metadata"]
     ns, name, uid, kind = meta["namespace"], meta["name"], meta["uid"], main["kind"]
-    core = client.CoreV1Api(api)
     result = SubmitResult(kind=kind, namespace=ns, name=name)
     deadline = clock() + timeout
     console = console or Console(stderr=True)
@@ -236,10 +227,10 @@ def follow(
                                       visible=kueue)
         running = progress.add_task("pods running", total=pods_expected)
         workload = None
-        pods: list[Any] = []
+        pods: list[dict[str, Any]] = []
         result.admitted = not kueue
         while True:
-            workload = find_workload(api, ns, uid) if kueue else None
+            workload = find_workload(kube, ns, uid) if kueue else None
             if workload is not None:
                 result.workload = workload["metadata"]["name"]
                 conds = _conditions(workload)
@@ -252,13 +243,13 @@ def follow(
                 state = "admitted" if result.admitted else "quota reserved" if result.quota_reserved else "pending"
                 progress.update(admission, completed=int(result.quota_reserved) + int(result.admitted),
                                 description=f"Workload {result.workload}: {state}")
-            pods = core.list_namespaced_pod(ns, label_selector=f"{LABEL_JOB}={name}").items
-            up = [p for p in pods if p.status.phase in ("Running", "Succeeded") and p.spec.node_name]
+            pods = kube.list_all(api_path("v1", "pods", ns), label_selector=f"{LABEL_JOB}={name}")[0]
+            up = [p for p in pods if _phase(p) in ("Running", "Succeeded") and (p.get("spec") or {}).get("nodeName")]
             result.pods_running = len(up)
-            result.nodes = sorted({p.spec.node_name for p in up})
+            result.nodes = sorted({p["spec"]["nodeName"] for p in up})
             progress.update(running, completed=min(len(up), pods_expected))
             if result.admitted and len(up) >= pods_expected:
-                result.domains = _domains(core, up)
+                result.domains = _domains(kube, up)
                 return result
             if clock() >= deadline:
                 break
@@ -267,7 +258,7 @@ def follow(
         result.reason = workload_reason(workload, kind)
         what = "was not admitted by Kueue"
     else:
-        result.reason = pods_reason([p for p in pods if p.status.phase != "Running"] or pods)
+        result.reason = pods_reason([p for p in pods if _phase(p) != "Running"] or pods)
         what = (f"was admitted but only {result.pods_running}/{pods_expected} pods run" if kueue else
                 f"has {result.pods_running}/{pods_expected} pods running (native gang: the scheduler binds all or none)")
     raise SubmitError(f"{kind} {ns}/{name} {what} within {timeout:g} s: {result.reason}\n"
@@ -276,7 +267,7 @@ def follow(
 
 
 def submit(
-    api: client.ApiClient,
+    kube: Kube,
     objects: Sequence[dict[str, Any]],
     pods_expected: int,
     *,
@@ -287,7 +278,7 @@ def submit(
     """Check the queue, create ``objects`` and follow Kueue admission and pod start.
 
     Args:
-        api: client for the target cluster (:func:`api_client`).
+        kube: client for the target cluster.
         objects: rendered objects in apply order; exactly one carries the
             ``kueue.x-k8s.io/queue-name`` label.
         pods_expected: pods that must run (the job's nodes).
@@ -306,23 +297,23 @@ def submit(
     labels = main["metadata"].get("labels") or {}
     kueue = QUEUE_LABEL in labels
     if kueue:
-        preflight(api, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
-    created = create_objects(api, objects)
+        preflight(kube, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
+    created = create_objects(kube, objects)
     created.setdefault("kind", main["kind"])
-    return follow(api, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds,
+    return follow(kube, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds,
                   kueue=kueue)
 
 
-def _domains(core: client.CoreV1Api, pods: Sequence[Any]) -> dict[str, dict[str, int]]:
+def _domains(kube: Kube, pods: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Pods per topology domain (block, rack) of the nodes they run on; levels the nodes lack are left out."""
-    nodes = {n.metadata.name: n.metadata.labels or {} for n in core.list_node().items}
+    nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in kube.list_all(api_path("v1", "nodes"))[0]}
     out: dict[str, dict[str, int]] = {}
     for level in TOPOLOGY_LEVELS:
         if level.name == "hostname":
             continue
         counts: dict[str, int] = {}
         for p in pods:
-            value = nodes.get(p.spec.node_name, {}).get(level.label)
+            value = nodes.get(p["spec"]["nodeName"], {}).get(level.label)
             if value is not None:
                 counts[value] = counts.get(value, 0) + 1
         if counts:

@@ -7,8 +7,7 @@ Seams as in virtual-kubelet/virtual-kubelet: the node side
 (:mod:`~gpufleet.vk.provider`) that the two sides alone see. Providers live
 in :mod:`gpufleet.vk.providers` (``kubernetes``, ``simulated``);
 :mod:`~gpufleet.vk.translate` says what of a pod is kept, dropped or
-refused remotely. :mod:`~gpufleet.vk.kube` and :mod:`~gpufleet.vk.informer`
-are the small dict-based client, watch cache and work queue (also used by
-the taint controller). Entry point: ``gpufleet virtual-kubelet``
+refused remotely. It talks to the API server through :mod:`gpufleet.kube` (client, watch
+cache, work queue). Entry point: ``gpufleet virtual-kubelet``
 (:mod:`~gpufleet.vk.main`). See README.md.
 """

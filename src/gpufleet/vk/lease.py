@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-import httpx
-
-from .kube import Conflict, Kube, KubeError, NotFound, now_micro
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound
+from gpufleet.kube.times import now_micro
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class LeaseHeartbeat:
         """Create or renew the Lease once.
 
         Raises:
-            KubeError / httpx.HTTPError: the API server refused or is unreachable.
+            KubeError: the API server refused or is unreachable.
         """
         patch = {"spec": {"holderIdentity": self.node_name, "leaseDurationSeconds": self.duration,
                           "renewTime": now_micro()}}
@@ -79,7 +78,7 @@ class LeaseHeartbeat:
                 self.renew()
                 self.last_error = None
                 wait = interval
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 self.last_error = exc
                 log.warning("node lease %s: renewal failed: %s", self.node_name, exc)
                 wait = min(interval, 2.0)

@@ -4,7 +4,8 @@ Wiring (:class:`VirtualKubelet`): the pool's provider
 (:func:`gpufleet.vk.providers.build`), the node side
 (:class:`~gpufleet.vk.node.NodeController` and
 :class:`~gpufleet.vk.lease.LeaseHeartbeat`), the pod side
-(:class:`~gpufleet.vk.pods.PodController`), and ``/metrics`` + ``/healthz``.
+(:class:`~gpufleet.vk.pods.PodController`), and ``/metrics`` + ``/healthz``
+(:mod:`gpufleet.controllers.runtime`).
 A node has one kubelet: the role runs one replica with ``Recreate``, so
 there is no leader election.
 
@@ -19,16 +20,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 from typing import Any
 
-import httpx
-
 from gpufleet import cliargs
+from gpufleet.controllers import runtime
+from gpufleet.controllers.serve import Liveness
+from gpufleet.kube import ConfigError, Kube, KubeError
 
-from .kube import ConfigError, Kube, KubeError
 from .lease import LeaseHeartbeat
 from .node import NodeController, node_name_for
 from .pods import PodController
@@ -75,7 +75,7 @@ class VirtualKubelet:
         """Register the Node, start the Lease, the status loop and the pod loop.
 
         Raises:
-            KubeError / httpx.HTTPError: the API server refused or is unreachable.
+            KubeError: the API server refused or is unreachable.
             TimeoutError: the node's pods could not be listed.
         """
         self.node.register()
@@ -101,21 +101,21 @@ class VirtualKubelet:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``gpufleet virtual-kubelet``."""
+    """Flags of ``gpufleet virtual-kubelet`` (the shared ones from :mod:`gpufleet.controllers.flags`)."""
+    from gpufleet.controllers import flags
+
     parser.add_argument("--pool", required=True, help="pool name from virtual_kubelet_pools in the inventory")
     parser.add_argument("--env", default="local", help="inventory environment (default local)")
-    parser.add_argument("--kubeconfig", default=None,
-                        help="kubeconfig of the cluster the node joins (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    flags.add_kube(parser, what=" of the cluster the node joins")
     parser.add_argument("--remote-kubeconfig", default=None,
                         help="kubernetes pools: kubeconfig of the other cluster (default: the mounted Secret, "
                              "else the pool's kubeconfig_secret read from the API)")
     parser.add_argument("--namespace-prefix", default="", help="kubernetes pools: remote namespace prefix")
-    parser.add_argument("--metrics-port", type=cliargs.port_or_off, default=8080,
-                        help="/metrics and /healthz port, 0 to 65535 (0: off; default 8080)")
+    flags.add_metrics_port(parser)
     parser.add_argument("--workers", type=cliargs.integer_type(1), default=8, help="pod reconcile threads, >= 1 (default 8)")
     parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
                         help="the node's InternalIP (default $POD_IP)")
-    cliargs.add_log_level(parser)
+    flags.add_log_level(parser)
 
 
 def build(args: argparse.Namespace) -> VirtualKubelet:
@@ -141,7 +141,7 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
         raise ValueError(f"--pool {args.pool!r}: no such pool in inventories/{args.env} "
                          f"(known: {', '.join(pools) or 'none'})")
     pool = pools[args.pool]
-    kube = Kube.from_kubeconfig(args.kubeconfig, user_agent=f"gpufleet-vk/{pool.name}")
+    kube = runtime.kube_from_args(args, user_agent=f"gpufleet-vk/{pool.name}")
     overrides = {"namespace_prefix": args.namespace_prefix} if pool.provider == "kubernetes" and args.namespace_prefix else {}
     provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=v.virtual_kubelet_namespace,
                               remote_kubeconfig=args.remote_kubeconfig, **overrides)
@@ -151,13 +151,10 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
 
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (see the module docstring for exit codes)."""
-    from gpufleet.controllers.serve import Liveness, serve
     from gpufleet.vk.providers import ProviderConfigError
 
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    busy = cliargs.listen_error(args.metrics_port)
-    if busy:  # before the Node is registered: a second instance must not touch it
-        print(f"gpufleet virtual-kubelet: --metrics-port: {busy}", file=sys.stderr)
+    runtime.setup_logging(args.log_level)
+    if runtime.port_in_use("virtual-kubelet", args.metrics_port):  # before the Node is registered
         return 1
     try:
         vk = build(args)
@@ -169,18 +166,18 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         vk.start()
-    except (KubeError, TimeoutError, OSError, httpx.HTTPError) as exc:
-        print(f"gpufleet virtual-kubelet: cannot start on {vk.kube.config.server}: {exc}", file=sys.stderr)
+    except (KubeError, TimeoutError, OSError) as exc:
+        print(f"gpufleet virtual-kubelet: cannot start on {vk.kube.server}: {exc}", file=sys.stderr)
         return 1
     liveness = Liveness(max_age=120)
-    if args.metrics_port:
-        serve(args.metrics_port, liveness)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("virtual node %s up (pool %s)", vk.node_name, vk.pool)
-    while not stop.wait(5):
-        if vk.lease.last_error is None:
-            liveness.beat()
-    vk.close()
-    return 0
+
+    def loop(stop: threading.Event) -> None:
+        while not stop.wait(5):
+            if vk.lease.last_error is None:  # healthy while the node Lease renews
+                liveness.beat()
+
+    try:
+        return runtime.run("virtual-kubelet", loop, metrics_port=args.metrics_port, liveness=liveness)
+    finally:
+        vk.close()

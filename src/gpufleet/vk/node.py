@@ -24,22 +24,23 @@ whenever the capacity changes.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 from typing import Any
 
-import httpx
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, api_path
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.kube.times import now_rfc3339
 
-from .kube import Conflict, Kube, KubeError, NotFound, now_rfc3339
 from .provider import PRODUCT_LABEL, Capacity
+from gpufleet.names import VIRTUAL_NODE_TAINT
 
 log = logging.getLogger(__name__)
 
 LABEL_TYPE = ("type", "virtual-kubelet")
 LABEL_POOL = "gpufleet.io/pool"
 LABEL_PROVIDER = "gpufleet.io/provider"
-PROVIDER_TAINT = "virtual-kubelet.io/provider"
+PROVIDER_TAINT = VIRTUAL_NODE_TAINT
 STATUS_INTERVAL = 60.0
 VERSION = "gpufleet-vk/0.1.0"
 
@@ -148,7 +149,7 @@ class NodeController:
             The Node as stored.
 
         Raises:
-            KubeError / httpx.HTTPError: the API server refused or is unreachable.
+            KubeError: the API server refused or is unreachable.
         """
         cap = self.capacity()
         want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip)
@@ -157,27 +158,23 @@ class NodeController:
         except Conflict:
             node = self.kube.patch("v1", "nodes", self.name, {"metadata": {"labels": want["metadata"]["labels"],
                                                                           "annotations": want["metadata"]["annotations"]}})
-            node = self._ensure_taint(node)
+            self._ensure_taint()
             node = self.update_status(cap)
         self.uid = node["metadata"]["uid"]
         self._last_capacity = cap
         return node
 
-    def _ensure_taint(self, node: dict) -> dict:
-        """Add our provider taint if missing, leaving other taints alone (retries on conflicts)."""
+    def _ensure_taint(self) -> dict:
+        """Add our provider taint if missing, leaving other taints alone (resourceVersion-guarded, re-read on conflicts)."""
         want = provider_taint(self.provider_kind)
-        for _ in range(5):
-            taints = (node.get("spec") or {}).get("taints") or []
-            if any(t.get("key") == PROVIDER_TAINT and t.get("value") == want["value"] and t.get("effect") == "NoSchedule"
-                   for t in taints):
-                return node
-            new = copy.deepcopy(node)
-            new["spec"]["taints"] = [t for t in taints if t.get("key") != PROVIDER_TAINT] + [want]
-            try:
-                return self.kube.replace("v1", "nodes", self.name, new)
-            except Conflict:
-                node = self.kube.get("v1", "nodes", self.name)
-        raise KubeError(409, "Conflict", f"node {self.name}: could not add the provider taint after 5 tries")
+
+        def change(live: dict) -> dict | None:
+            taints = (live.get("spec") or {}).get("taints") or []
+            if want in taints:
+                return None
+            return {"spec": {"taints": [t for t in taints if t.get("key") != PROVIDER_TAINT] + [want]}}
+
+        return update_with_retry(self.kube, api_path("v1", "nodes", name=self.name), change)[0]
 
     def update_status(self, cap: Capacity | None = None, ready: bool = True) -> dict:
         """Patch the Node status (conditions heartbeat, capacity, allocatable).
@@ -205,9 +202,9 @@ class NodeController:
                 log.warning("node %s was deleted; registering it again", self.name)
                 try:
                     self.register()
-                except (KubeError, httpx.HTTPError) as exc:
+                except KubeError as exc:
                     log.warning("node %s: registration failed: %s", self.name, exc)
-            except (KubeError, httpx.HTTPError) as exc:
+            except KubeError as exc:
                 log.warning("node %s: status update failed: %s", self.name, exc)
 
     def start(self) -> "NodeController":

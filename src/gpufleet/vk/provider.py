@@ -24,11 +24,11 @@ lowest price per GPU-hour (ties: the most free GPUs, then the name).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from gpufleet.kube.quantity import number, whole_gpus
 
 GPU = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -143,28 +143,6 @@ def supports_notify(provider: Any) -> bool:
 # ------------------------------------------------------------------------------- resources
 
 
-_SUFFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number (``"500m"`` -> 0.5, ``"2Gi"`` -> 2147483648).
-
-    Raises:
-        ValueError: not a quantity. (Own parser: ``kubernetes.utils`` would
-            import the whole generated client into the virtual kubelet.)
-    """
-    if value in (None, ""):
-        return 0.0
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = _QUANTITY.match(str(value).strip())
-    if not m or m.group(2) not in _SUFFIX:
-        raise ValueError(f"not a Kubernetes quantity: {value!r}")
-    return float(m.group(1)) * _SUFFIX[m.group(2)]
-
-
 def pod_requests(pod: Pod) -> dict[str, float]:
     """Effective resource requests of a pod: max(sum of containers, largest init container), plus overhead.
 
@@ -179,7 +157,7 @@ def pod_requests(pod: Pod) -> dict[str, float]:
         req = dict(res.get("requests") or {})
         for k, v in (res.get("limits") or {}).items():
             req.setdefault(k, v)
-        return {k: quantity(v) for k, v in req.items()}
+        return {k: number(v) for k, v in req.items()}
 
     total: dict[str, float] = {}
     for c in spec.get("containers") or []:
@@ -189,13 +167,18 @@ def pod_requests(pod: Pod) -> dict[str, float]:
         for k, v in of(c).items():
             total[k] = max(total.get(k, 0.0), v)
     for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0.0) + quantity(v)
+        total[k] = total.get(k, 0.0) + number(v)
     return total
 
 
 def pod_gpus(pod: Pod) -> int:
-    """GPUs (``nvidia.com/gpu``) the pod requests."""
-    return int(pod_requests(pod).get(GPU, 0))
+    """GPUs (``nvidia.com/gpu``) the pod requests.
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional count (naming the pod), never truncated.
+    """
+    meta = pod.get("metadata") or {}
+    return whole_gpus(pod_requests(pod).get(GPU, 0), f"pod {meta.get('namespace')}/{meta.get('name')}")
 
 
 # ------------------------------------------------------------------------------- choice

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.inventory.catalog import GPU_MODELS
-from gpufleet.vk.kube import ConfigError, Kube, KubeError, config_from_text, load_config
+from gpufleet.kube import ConfigError, Kube, KubeError
+from gpufleet.kube.config import from_kubeconfig, from_text
 
 #: Where the virtual_kubelet role mounts a kubernetes pool's kubeconfig Secret.
 MOUNTED_KUBECONFIG = Path("/etc/gpufleet/remote/kubeconfig")
@@ -94,7 +95,7 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
 
         text, source = remote_kubeconfig_text(pool, kube, namespace, remote_kubeconfig)
         try:
-            cfg = config_from_text(text, source=source) if source.startswith("Secret") else load_config(source)
+            cfg = from_text(text, source=source) if source.startswith("Secret") else from_kubeconfig(source)
         except ConfigError as exc:
             raise ProviderConfigError(f"pool {pool.name}: {exc}") from None
         prov = KubernetesProvider(pool.name, Kube(cfg, user_agent=f"gpufleet-vk/{pool.name}"), **common, **overrides)

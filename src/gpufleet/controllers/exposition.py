@@ -1,10 +1,11 @@
-"""A lean Prometheus text-format (0.0.4) writer and the WSGI app that serves it.
+"""A lean Prometheus text-format (0.0.4) writer, what every gpufleet ``/metrics`` endpoint serves.
 
 prometheus_client's ``generate_latest`` re-validates and escapes every label
-*name* of every sample and the server gzips at level 9: for a large node
-(~1,500 series) that is two thirds of a scrape's CPU. The exporter's
+*name* of every sample and its server gzips at level 9: for a large node
+(~1,500 series) that is two thirds of an exporter scrape's CPU. gpufleet's
 families only carry valid legacy names (fixed in code), so this writer
-escapes label *values* only, and the app gzips at level 1. The output is
+escapes label *values* only, and the server
+(:mod:`gpufleet.controllers.serve`) gzips at level 1. The output is
 byte-identical to ``generate_latest`` (tests compare both on every fixture
 node); a registry holding anything beyond counters, gauges, info and untyped
 families (histograms, summaries, ``_created`` samples, timestamps) falls back
@@ -14,10 +15,6 @@ Text format reference: https://prometheus.io/docs/instrumenting/exposition_forma
 """
 
 from __future__ import annotations
-
-import gzip
-from collections.abc import Callable, Iterable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.utils import floatToGoString
@@ -41,6 +38,16 @@ def _escape_value(value: str) -> str:
 def _render(registry: CollectorRegistry) -> str:
     out: list[str] = []
     append = out.append
+    # Label pairs repeat across samples (a GPU's uuid and pci_bus_id on each of its ~100 series):
+    # each is escaped and formatted once per scrape.
+    pairs: dict[tuple[str, str], str] = {}
+
+    def pair(kv: tuple[str, str]) -> str:
+        text = pairs.get(kv)
+        if text is None:
+            text = pairs[kv] = f'{kv[0]}="{_escape_value(kv[1])}"'
+        return text
+
     for family in registry.collect():
         mtype = _SIMPLE_TYPES.get(family.type)
         if mtype is None:
@@ -52,7 +59,7 @@ def _render(registry: CollectorRegistry) -> str:
             if sample.timestamp is not None or sample.exemplar is not None or sample.name.endswith("_created"):
                 raise _Fallback
             if sample.labels:
-                labels = ",".join([f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items())])
+                labels = ",".join([pair(kv) for kv in sorted(sample.labels.items())])
                 append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}\n")
             else:
                 append(f"{sample.name} {floatToGoString(sample.value)}\n")
@@ -69,28 +76,3 @@ def render_text(registry: CollectorRegistry) -> bytes:
         return _render(registry).encode()
     except _Fallback:
         return generate_latest(registry)
-
-
-def make_app(registry: CollectorRegistry) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
-    """WSGI app serving ``render_text(registry)`` on every path, gzip (level 1) when the client accepts it.
-
-    Errors while collecting become a 500 with the exception text (the
-    collectors themselves never raise for bad files or NVML errors).
-    """
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        try:
-            body = render_text(registry)
-        except Exception as exc:  # noqa: BLE001 - report, do not kill the server thread
-            message = f"collect failed: {type(exc).__name__}: {exc}\n".encode()
-            start_response("500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")])
-            return [message]
-        headers = [("Content-Type", CONTENT_TYPE)]
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
-            headers.append(("Content-Encoding", "gzip"))
-        headers.append(("Content-Length", str(len(body))))
-        start_response("200 OK", headers)
-        return [body] if environ.get("REQUEST_METHOD", "GET") != "HEAD" else []
-
-    return app

@@ -1,30 +1,27 @@
-"""Watch-based caches and a work queue: the two primitives every gpufleet controller loop uses.
+"""The one watch cache of gpufleet: an in-memory copy of a collection, kept by list + watch.
 
-:class:`Informer` keeps an in-memory copy of one collection (list once, then
-watch from that resourceVersion; relist only when the watch expires), the
-way client-go's reflector does: no periodic full lists. :class:`WorkQueue`
-is client-go's rate-less work queue: a key is queued at most once, never
-processed by two workers at the same time, and can be re-queued after a
-delay.
+:class:`Informer` lists once, then watches from that resourceVersion and
+relists only when the watch expires (410), the way client-go's reflector
+does: no periodic full lists. Every controller loop that needs to see a
+collection uses it (the virtual kubelet's pods, the taint controller's
+nodes and pods, quota sync's nodes and ClusterQueues); its work queue is
+:class:`gpufleet.kube.workqueue.WorkQueue`.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, Generic, Hashable, TypeVar
+from typing import Any, Generic, TypeVar
 
-import httpx
-
-from .kube import Expired, Kube, KubeError
+from .client import Kube
+from .errors import Expired, Forbidden, KubeError, Unauthorized
+from .retry import Backoff
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-K = TypeVar("K", bound=Hashable)
 
 #: What a handler receives: ``(event_type, new_value, old_value)``; event
 #: types ``ADDED``, ``MODIFIED``, ``DELETED``; values as returned by the
@@ -44,7 +41,7 @@ class Informer(Generic[T]):
 
     Args:
         kube: the client.
-        path: collection path (``gpufleet.vk.kube.api_path``).
+        path: collection path (:func:`gpufleet.kube.client.api_path`).
         params: list/watch parameters (``labelSelector``, ``fieldSelector``).
         transform: object -> what to keep (default: the object itself); lets
             callers keep a few fields instead of whole objects.
@@ -120,7 +117,12 @@ class Informer(Generic[T]):
             except Exception:  # a handler bug must not kill the cache
                 log.exception("%s: handler failed on %s", self.name, kind)
 
-    def _list(self) -> None:
+    def relist(self) -> None:
+        """List the collection now and replace the cache (emitting ADDED/MODIFIED/DELETED); the watch thread's first step.
+
+        Raises:
+            KubeError: the list failed.
+        """
         listed = self.kube.request("GET", self.path, params={**self.params, "resourceVersion": "0"}
                                    if not self.synced.is_set() else self.params)
         fresh = {object_key(o): self.transform(o) for o in listed.get("items") or []}
@@ -136,123 +138,47 @@ class Informer(Generic[T]):
         self.relists += 1
         self.synced.set()
 
+    def apply(self, kind: str, obj: dict) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED) to the cache, then call the handlers.
+
+        An ADDED for a key already cached is reported as MODIFIED (a watch
+        restarted from an older resourceVersion replays objects).
+        """
+        key = object_key(obj)
+        value = self.transform(obj)
+        with self.lock:
+            old = self._items.get(key)
+            if kind == "DELETED":
+                self._items.pop(key, None)
+            else:
+                self._items[key] = value
+        self._emit(kind if kind != "ADDED" or old is None else "MODIFIED", value, old)
+
     def _run(self) -> None:
-        backoff = 0.5
+        backoff = Backoff(initial=0.5, cap=10.0)
         need_list = True
         while not self._stop.is_set():
             try:
                 if need_list:
-                    self._list()
+                    self.relist()
                     need_list = False
                 for kind, obj in self.kube.watch(self.path, resource_version=self.resource_version,
                                                  params=self.params, timeout_seconds=self.watch_timeout):
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if rv:
                         self.resource_version = rv
-                    if kind == "BOOKMARK":
-                        continue
-                    key = object_key(obj)
-                    value = self.transform(obj)
-                    with self.lock:
-                        old = self._items.get(key)
-                        if kind == "DELETED":
-                            self._items.pop(key, None)
-                        else:
-                            self._items[key] = value
-                    self._emit(kind if kind != "ADDED" or old is None else "MODIFIED", value, old)
+                    if kind != "BOOKMARK":
+                        self.apply(kind, obj)
                     if self._stop.is_set():
                         return
-                backoff = 0.5
+                backoff.reset()
             except Expired:
                 need_list = True
-            except (KubeError, httpx.HTTPError, ValueError) as exc:
+            except (KubeError, ValueError) as exc:
                 self.errors += 1
-                log.warning("%s: watch failed (%s); retrying in %.1fs", self.name, exc, backoff)
-                if isinstance(exc, KubeError) and exc.status in (401, 403):
-                    backoff = max(backoff, 5.0)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                wait = backoff.next()
+                if isinstance(exc, (Unauthorized, Forbidden)):
+                    wait = max(wait, 5.0)  # RBAC or credentials: someone has to act; do not hammer
+                log.warning("%s: watch failed (%s); retrying in %.1fs", self.name, exc, wait)
+                self._stop.wait(wait)
                 need_list = need_list or not self.resource_version
-
-
-class WorkQueue(Generic[K]):
-    """A de-duplicating work queue with delayed re-queueing (client-go's semantics).
-
-    A key added while queued is not queued twice; a key added while a worker
-    holds it is queued again once that worker calls :meth:`done`, so a key is
-    never processed by two workers at once.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: list[K] = []
-        self._dirty: set[K] = set()
-        self._processing: set[K] = set()
-        self._delayed: list[tuple[float, int, K]] = []
-        self._seq = 0
-        self._shutdown = False
-
-    def add(self, key: K) -> None:
-        """Queue ``key`` now (no-op if already queued)."""
-        with self._cond:
-            self._add_locked(key)
-
-    def _add_locked(self, key: K) -> None:
-        if self._shutdown or key in self._dirty:
-            return
-        self._dirty.add(key)
-        if key not in self._processing:
-            self._queue.append(key)
-            self._cond.notify()
-
-    def add_after(self, key: K, delay: float) -> None:
-        """Queue ``key`` after ``delay`` seconds (now if ``delay`` <= 0)."""
-        if delay <= 0:
-            self.add(key)
-            return
-        with self._cond:
-            self._seq += 1
-            heapq.heappush(self._delayed, (time.monotonic() + delay, self._seq, key))
-            self._cond.notify()
-
-    def get(self, timeout: float | None = None) -> K | None:
-        """The next key to process (mark it done with :meth:`done`), or None on timeout/shutdown."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                while self._delayed and self._delayed[0][0] <= now:
-                    _, _, key = heapq.heappop(self._delayed)
-                    self._add_locked(key)
-                if self._queue:
-                    key = self._queue.pop(0)
-                    self._processing.add(key)
-                    self._dirty.discard(key)
-                    return key
-                if self._shutdown:
-                    return None
-                wait = None if deadline is None else deadline - now
-                if self._delayed:
-                    due = self._delayed[0][0] - now
-                    wait = due if wait is None else min(wait, due)
-                if wait is not None and wait <= 0 and deadline is not None and now >= deadline:
-                    return None
-                self._cond.wait(wait if wait is None else max(wait, 0.001))
-
-    def done(self, key: K) -> None:
-        """Mark ``key`` processed; re-queue it if it was added meanwhile."""
-        with self._cond:
-            self._processing.discard(key)
-            if key in self._dirty:
-                self._queue.append(key)
-                self._cond.notify()
-
-    def shutdown(self) -> None:
-        """Wake every waiting worker; :meth:`get` returns None from now on."""
-        with self._cond:
-            self._shutdown = True
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._queue) + len(self._delayed)
