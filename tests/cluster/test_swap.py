@@ -42,7 +42,7 @@ def target(local_cluster):
     name = names[3]
     before = get_node(api, name)
     yield name
-    keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
+    keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/block", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
 
     def change(obj):
         labels = {k: None for k in obj["metadata"].get("labels", {}) if k not in keep(obj["metadata"].get("labels"))}

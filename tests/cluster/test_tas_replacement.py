@@ -143,8 +143,12 @@ def test_hot_node_of_a_gang_is_replaced_in_the_same_rack(local_cluster, gang, tm
     stay = {p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] != hot}
 
     tainted = heat(local_cluster, state, hot, tmp_path)
-    back = wait("the gang running again, rebuilt on the spare node", lambda: (ps := running(api, name)) and len(ps) == 3
-                and spare in {p["spec"]["nodeName"] for p in ps} and ps, timeout=120)
+    try:
+        back = wait("the gang running again, rebuilt on the spare node", lambda: (ps := running(api, name)) and len(
+            ps) == 3 and spare in {p["spec"]["nodeName"] for p in ps} and ps, timeout=120)
+    except BaseException:
+        print(describe(api, name, [hot, spare]))
+        raise
     took = time.time() - tainted
     print(f"health taint to gang running again: {took:.1f} s")
 
@@ -178,6 +182,15 @@ def test_without_a_spare_in_the_rack_the_gang_is_requeued_whole(local_cluster, g
     assert hot not in {p["spec"]["nodeName"] for p in back}
     (new_rack,) = {get_node(api, p["spec"]["nodeName"])["metadata"]["labels"][RACK] for p in back}
     assert new_rack != rack  # its rack has only 3 healthy nodes left
+
+
+def describe(api, name: str, nodes: list[str]) -> str:
+    """The gang's pods, its Workload's status and the nodes' taints, for a failure message."""
+    pods = [(p["metadata"]["name"], p["status"].get("phase"), p["spec"].get("nodeName"),
+             bool(p["metadata"].get("deletionTimestamp")))
+            for p in api.list("v1", "pods", NS, labelSelector=f"gpufleet.io/job={name}")["items"]]
+    taints = {n: nodeutil.taints(get_node(api, n)) for n in nodes}
+    return f"pods {pods}\nworkload status {workload(api, name).get('status')}\ntaints {taints}"
 
 
 def evictions(wl: dict) -> dict[str, int]:
