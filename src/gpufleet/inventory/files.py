@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from ansible.plugins.inventory import detect_range, expand_hostname_range
 
 from gpufleet.files import yaml_problem
 
 from .errors import Problem
+from .hostranges import HostRangeError, expand
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -185,7 +185,11 @@ def _read_group(inv: InventoryFiles, name: str, body: Any, file: str, path: str)
                                     "a group with only 'hosts', 'children' and 'vars'"))
         return
     for pattern, host_vars in (body.get("hosts") or {}).items():
-        names = expand_hostname_range(pattern) if detect_range(pattern) else [pattern]
+        try:
+            names = expand(pattern)
+        except HostRangeError as exc:
+            inv.problems.append(Problem(file, f"{key}.hosts", pattern, exc.expected))
+            continue
         for host in names:
             if host in inv.group_hosts[name]:
                 inv.problems.append(Problem(file, f"{key}.hosts", host, "each host once per group (duplicate host)"))
