@@ -2,9 +2,9 @@
 
 from invoke import Collection
 
-from gpufleet.tasks import bench, demo, health, local, node, quota, render, sim, stack, status, train
+from gpufleet.tasks import bench, demo, health, image, local, node, quota, render, sim, stack, status, train
 
 ns = Collection(demo.install, demo.demo, bench.bench, render.render, status.status, stack.preview, stack.up, stack.destroy)
-for collection in (local.ns, train.train, quota.quota, node.node, health.ns, sim.sim):
+for collection in (local.ns, image.ns, train.train, quota.quota, node.node, health.ns, sim.sim):
     ns.add_collection(collection)
 ns.configure({"run": {"echo": False, "pty": False}})

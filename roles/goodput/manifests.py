@@ -12,7 +12,6 @@ from __future__ import annotations
 from gpufleet.inventory import Inventory
 from gpufleet.names import KUEUE_GROUP
 from gpufleet.stack.objects import Obj, meta, rule, service_account
-from gpufleet.versions import pin
 
 from ..parallel_fs.manifests import team_namespaces, volume
 
@@ -38,7 +37,7 @@ def accountant(inv: Inventory, ns: str) -> list[Obj]:
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
                "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": ns}]}
     container = {
-        "name": "goodput", "image": pin("gpufleet", "image"),
+        "name": "goodput", "image": inv.fleet.gpufleet_image,
         "args": ["goodput", "--namespace", ns, "--interval", str(v.goodput_interval_seconds),
                  "--metrics-port", str(v.goodput_port)],
         "ports": [{"name": "metrics", "containerPort": v.goodput_port}],

@@ -75,7 +75,7 @@ def fabric_exporter(inv: Inventory) -> list[Obj]:
     ns, port = v.gpu_metrics_namespace, v.gpu_metrics_exporter_port
     pod_labels = {"app.kubernetes.io/name": EXPORTER}
     container = {
-        "name": "exporter", "image": pin("gpufleet", "image"),
+        "name": "exporter", "image": inv.fleet.gpufleet_image,
         "args": ["exporter", "--sysfs-root", "/host/sys", "--metrics-port", str(port)],
         # NVML through the NVIDIA container runtime: utility capability only, all GPUs visible.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},

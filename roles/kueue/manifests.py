@@ -176,5 +176,6 @@ def quota_sync(inv: Inventory) -> list[Obj]:
         LEASE_RULE, EVENT_RULE,
     ]
     return [namespace(v.kueue_quota_sync_namespace),
-            *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules)]
+            *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules,
+                        image=inv.fleet.gpufleet_image)]
 

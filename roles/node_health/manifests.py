@@ -29,4 +29,4 @@ def objects(inv: Inventory) -> list[Obj]:
             "--roce-error-threshold", str(v.node_health_roce_error_threshold)]
     if v.node_health_dry_run:
         args.append("--dry-run")
-    return [namespace(ns), *controller("node-health", ns, args, rules)]
+    return [namespace(ns), *controller("node-health", ns, args, rules, image=inv.fleet.gpufleet_image)]

@@ -28,4 +28,5 @@ def objects(inv: Inventory) -> list[Obj]:
             args += [flag, str(value)]
     if v.taint_controller_signal == "prometheus":
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
-    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules)]
+    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,
+                                                  image=inv.fleet.gpufleet_image)]

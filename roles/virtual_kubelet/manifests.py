@@ -33,7 +33,7 @@ def objects(inv: Inventory) -> list[Obj]:
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
-                          memory="512Mi", volumes=volumes, mounts=mounts)
+                          image=inv.fleet.gpufleet_image, memory="512Mi", volumes=volumes, mounts=mounts)
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.
         deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(

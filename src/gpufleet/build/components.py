@@ -20,8 +20,8 @@ Three ways to obtain a component:
     modules of a multi-module repository (etcd) to the component's version;
     version replaces are copied as they are.
 ``apt``
-    A Debian package (Prometheus), installed with ``apt-get`` only if the
-    binary is not on ``PATH`` already.
+    Debian packages (Prometheus; mmdebstrap, umoci and skopeo, which build
+    gpufleet's image), installed with ``apt-get`` only if a binary is missing.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Component(Cached):
             (whatever the distribution ships).
         method: how it is obtained (see the module docstring).
         module: the upstream Go module (``"k8s.io/kubernetes"``); for apt the
-            Debian package name.
+            Debian package names, separated by spaces.
         packages: Go main packages to build, in the order of ``binaries``.
         binaries: file names produced under :attr:`bin_dir` (one per package).
         ldflags: extra ``-X`` settings so the binary reports its version.
@@ -57,6 +57,7 @@ class Component(Cached):
         staging_version: version for ``k8s.io/*`` staging replaces (Kubernetes only).
         extra_requires: further modules the generated ``go.mod`` requires at
             :attr:`version` (etcd's sibling modules).
+        apt_dir: folder of an apt component's binaries (``/usr/bin``).
     """
 
     name: str
@@ -70,6 +71,7 @@ class Component(Cached):
     version_text: str = ""
     staging_version: str = ""
     extra_requires: tuple[str, ...] = ()
+    apt_dir: str = "/usr/bin"
 
     @property
     def bin_dir(self) -> Path:
@@ -86,7 +88,7 @@ class Component(Cached):
         if name not in self.binaries:
             raise KeyError(f"{self.name} has no binary {name!r} (has {', '.join(self.binaries)})")
         if self.method == "apt":
-            return Path("/usr/bin") / name
+            return Path(self.apt_dir) / name
         return self.bin_dir / name
 
 
@@ -203,8 +205,15 @@ def components() -> dict[str, Component]:
             version_probe={"prometheus": ("--version",)},
             version_text="prometheus, version",
         ),
+        Component(
+            name="image_tools",
+            version="debian",
+            method="apt",
+            module=pin("image_tools", "debian_packages"),
+            binaries=("mmdebstrap", "umoci", "skopeo"),
+        ),
     ]
-    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus"} - set(versions())
+    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
     return {c.name: c for c in items}

@@ -720,3 +720,63 @@ def built(out_dir: Path | None = None) -> dict | None:
         return json.loads(((out_dir or OUT_DIR) / "image.json").read_text())
     except FileNotFoundError:
         return None
+
+
+#: Transports ``push`` accepts besides a registry (skopeo's names): local copies for tests and air gaps.
+LOCAL_TRANSPORTS = ("oci:", "oci-archive:", "dir:", "docker-archive:")
+
+
+def push_destination(to: str) -> str:
+    """The skopeo destination for ``--to``: ``docker://REF`` for a registry reference, local transports as given.
+
+    Raises:
+        ValueError: ``to`` is neither a reference with a tag or digest nor
+            ``oci:PATH[:TAG]``, ``oci-archive:PATH[:REF]``, ``dir:PATH`` or
+            ``docker-archive:PATH[:REF]`` with a path.
+    """
+    if to.startswith(LOCAL_TRANSPORTS):
+        transport, _, rest = to.partition(":")
+        if not rest or rest.startswith(":"):
+            raise ValueError(f"--to {to!r}: expected a path after {transport}:")
+        return to
+    ref = imageref.parse(to.removeprefix("docker://"), what="--to")
+    if not ref.registry:
+        raise ValueError(f"--to {to!r}: expected a registry host in front (REGISTRY/REPO:TAG, e.g. "
+                         "registry.example.com/platform/gpufleet:0.1.0)")
+    if ref.digest:
+        raise ValueError(f"--to {to!r}: expected a tag, not a digest (the registry computes the digest)")
+    return f"docker://{ref}"
+
+
+def push(to: str, *, archive: Path | None = None, dry_run: bool = False, extra: list[str] | None = None) -> tuple[str, str]:
+    """Copy the built image to ``to`` with ``skopeo copy`` (blobs and manifest as they are: the digest is kept).
+
+    Args:
+        to: ``REGISTRY/REPO:TAG`` or a local transport (:func:`push_destination`).
+        archive: the OCI archive (default the one :func:`build` last wrote under ``out/image``).
+        dry_run: only return what would run.
+        extra: further skopeo flags (``--dest-creds``, ``--dest-tls-verify=false``, ``--authfile``).
+
+    Returns:
+        ``(destination, digest)``: the digest is the image's manifest digest, which a registry keeps.
+
+    Raises:
+        ValueError: bad ``to``.
+        ImageError: no built image, or skopeo failed (its message).
+    """
+    dest = push_destination(to)
+    record = built(archive.parent if archive else None)
+    if archive is None:
+        if record is None:
+            raise ImageError(f"no image built in {OUT_DIR} (run `invoke image.build` first)")
+        archive = OUT_DIR / record["archive"]
+    if not archive.is_file():
+        raise ImageError(f"{archive}: no such OCI archive (run `invoke image.build` first)")
+    digest_ = record["digest"] if record else ""
+    argv = ["skopeo", "copy", "--quiet", "--preserve-digests", *(extra or []), f"oci-archive:{archive}", dest]
+    if dry_run:
+        return " ".join(argv), digest_
+    proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise ImageError(f"skopeo copy to {dest} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return dest, digest_

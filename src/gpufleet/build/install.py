@@ -263,14 +263,14 @@ def _build_go_module(comp: Component, status) -> str:
 
 
 def _install_apt(comp: Component, status) -> str:
-    if all(shutil.which(b) for b in comp.binaries):
+    if all(os.access(comp.binary(b), os.X_OK) for b in comp.binaries):
         return "verified"
     if status is not None:
         status.update(f"{comp.key}: apt-get install {comp.module}")
     log = comp.dir / "build.log"
     comp.dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", comp.module]
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *comp.module.split()]
     if os.geteuid() != 0:
         cmd = ["sudo", "-n", *cmd]
     with open(log, "a") as out:

@@ -12,7 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .types import STRICT, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
+from gpufleet.versions import pin
+
+from .types import STRICT, ImageReference, KnownGpuModel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Hca(BaseModel):
@@ -74,12 +76,20 @@ class FleetVars(BaseModel):
     ``fleet_simulated_nodes``: when above 0 (the local environment), that many
     hosts are generated round-robin over the rack groups of ``gpu_nodes``
     instead of being listed in hosts.yml; ``invoke local.up --nodes N`` overrides it.
+
+    ``gpufleet_image``: the image every gpufleet component runs from (the
+    virtual kubelets, taint controller, quota sync, node health and the
+    fabric exporter): ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:<digest>``
+    or both; default the image ``invoke image.build`` names
+    (``versions.yaml`` ``gpufleet.image``). Pin by digest in production
+    (``invoke image.push`` prints the pinned reference).
     """
 
     model_config = STRICT
 
     fleet_name: str = "gpufleet"
     fleet_simulated_nodes: NonNegativeInt = 0
+    gpufleet_image: ImageReference = pin("gpufleet", "image")
 
 
 HOST_KEYS = frozenset(HostVars.model_fields)

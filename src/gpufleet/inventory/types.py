@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, ConfigDict, Field
 
+from gpufleet import imageref
 from gpufleet.kube.quantity import parse_quantity
 
 from .catalog import GPU_MODELS
@@ -46,7 +47,18 @@ def _known_gpu_model(value: str) -> str:
     return value
 
 
+def _image_reference(value: str) -> str:
+    """A container image reference with a tag or a digest (:func:`gpufleet.imageref.parse`)."""
+    try:
+        imageref.parse(value)
+    except ValueError as exc:
+        raise ValueError(str(exc).split("expected ", 1)[1]) from None
+    return value
+
+
 Quantity = Annotated[str, AfterValidator(_quantity)]
+#: ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:...`` or both.
+ImageReference = Annotated[str, AfterValidator(_image_reference)]
 #: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
 KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
 DnsLabel = Annotated[str, AfterValidator(dns_label)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.versions import pin
 
 Obj = dict[str, Any]
 
@@ -67,19 +66,19 @@ LEASE_RULE = rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", 
 EVENT_RULE = rule(["", "events.k8s.io"], ["events"], ["create", "patch"])
 
 
-def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, port: int = 8080,
+def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, image: str, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
                volumes: list[Obj] | None = None, mounts: list[Obj] | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
-    The container runs ``gpufleet <args>`` from the pinned gpufleet image, with
+    The container runs ``gpufleet <args>`` from ``image`` (the inventory's ``gpufleet_image``), with
     resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
     Two replicas: one is active at a time through a Lease (leader election).
     """
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
-        "image": pin("gpufleet", "image"),
+        "image": image,
         "args": args,
         "ports": [{"name": "metrics", "containerPort": port}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
