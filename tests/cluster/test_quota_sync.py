@@ -189,7 +189,8 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
     jobsets.append(stale)
     api.create(JOBSET, "jobsets", jobset(stale, "pretrain", 10), "team-pretrain")
     held = wait("Kueue's verdict on the stale-quota gang", lambda: (
-        c := (workload_of(api, "team-pretrain", stale) or {}).get("status", {}).get("conditions")) and c)
+        c := (workload_of(api, "team-pretrain", stale) or {}).get("status", {}).get("conditions"))
+        and any(x["type"] == "QuotaReserved" for x in c) and c)  # PodsReady may come first
     assert {x["type"]: x["status"] for x in held}.get("QuotaReserved") == "False"
     assert 'topology "gpu-fabric"' in next(x["message"] for x in held if x["type"] == "QuotaReserved")
     api.delete(JOBSET, "jobsets", stale, "team-pretrain", propagation="Foreground")
