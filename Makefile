@@ -22,8 +22,10 @@ demo: install
 test: install
 	$(BIN)/pytest
 
-# The tests that need no cluster (seconds to a few minutes): no Go build, no local cluster.
+# The tests that need no cluster (a few minutes): no Go build, no local cluster;
+# only Debian's prometheus package (promtool and the rule tests' Prometheus).
 test-fast: $(BIN)/.installed
+	$(BIN)/invoke local.install --only prometheus
 	$(BIN)/pytest -m "not cluster"
 
 bench: install

@@ -11,7 +11,8 @@ ships each as a ConfigMap for the Grafana sidecar. Three dashboards:
   counters) and link utilisation, IB error counters, port state and
   saturated counters, NVLink errors and down links.
 * ``gpufleet-queues``: Kueue queue state (pending and admitted workloads,
-  GPU usage against nominal quota per ClusterQueue and flavor).
+  GPU usage against nominal quota per ClusterQueue and flavor) and the
+  goodput of training jobs (``gpufleet goodput``: ETTR, lost time by cause).
 
 All panels query the ``${datasource}`` Prometheus variable; GPU and fabric
 panels filter on the ``node`` label the role's scrape config sets.
@@ -487,6 +488,50 @@ def queues_dashboard() -> dashboard.Dashboard:
                 ],
                 "short",
                 min_value=0,
+            )
+        )
+        .with_row(_row(ids, "Goodput"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Effective training time ratio",
+                "gpufleet_job_ettr_ratio: share of each training job's wall-clock time since submission that turned "
+                "into kept training progress (gpufleet goodput). The dashed line is 95%.",
+                [("gpufleet_job_ettr_ratio", "{{namespace}}/{{job}}")],
+                "percentunit",
+                threshold=0.95,
+                min_value=0,
+                max_value=1,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Lost time by cause",
+                "gpufleet_job_badput_seconds summed over jobs, by bucket: queued, starting (admission or gang restart "
+                "to training again), checkpoint_saving, progress_lost (work since the last checkpoint at each "
+                "interruption), waiting_for_hardware (no healthy node for a pod), other.",
+                [("sum by (bucket) (gpufleet_job_badput_seconds)", "{{bucket}}")],
+                "s",
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "Jobs by ETTR",
+                "Every training job's ETTR (gpufleet_job_ettr_ratio), lowest first.",
+                "sort(gpufleet_job_ettr_ratio)",
+                span=12,
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "Interruptions per job",
+                "gpufleet_job_interruptions: runs of each job that ended before the job did.",
+                "sort_desc(gpufleet_job_interruptions)",
+                span=12,
             )
         )
     )

@@ -26,6 +26,17 @@ ERROR_WINDOW = "5m"
 #: Window for events that must not have happened at all recently (XID, uncorrectable ECC, read errors).
 EVENT_WINDOW = "10m"
 
+#: Port selectors by link layer (every port series carries ``link_layer``). InfiniBand
+#: matches '' too: kernels without a ``link_layer`` file only had InfiniBand.
+IB_PORTS = 'link_layer!="Ethernet"'
+ROCE_PORTS = 'link_layer="Ethernet"'
+
+#: mlx5 ``hw_counters`` of a RoCE port that count lost or retransmitted packets: on a
+#: lossless (PFC/ECN) Ethernet fabric they stay flat; rising, the fabric drops packets
+#: (Linux kernel ``mlx5_ib`` counters, NVIDIA "Understanding mlx5 Linux counters").
+#: The IBA link-error counters of ``counters/`` mean nothing on Ethernet ports.
+ROCE_LOSS_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "implied_nak_seq_err")
+
 #: IB error counters with an alert each: metric, alert name, fault, what it means.
 IB_ERROR_ALERTS: list[tuple[str, str, str, str]] = [
     (
@@ -166,6 +177,18 @@ def build_rules(
             description=f"NVML reports GPU_IS_LOST for GPU {{{{ $labels.gpu }}}} on {NODE} (XID 79 class): it needs a reset or the node a reboot/repair.",
         ),
         _alert(
+            "GpufleetGPUErroring",
+            "gpufleet_gpu_erroring == 1",
+            severity="critical",
+            fault="gpu-erroring",
+            summary=f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.pci_bus_id }}}}) on {NODE} answers NVML with errors",
+            description=(
+                f"NVML returns errors for GPU {{{{ $labels.gpu }}}} ({{{{ $labels.pci_bus_id }}}}) on {NODE}: its device "
+                "handle fails (nvidia-smi: 'Unknown Error') or every value read fails; the error names are in "
+                "gpufleet_gpu_nvml_errors_total. Treated as a missing GPU: the node is taken out for repair."
+            ),
+        ),
+        _alert(
             "GpufleetGPUUncorrectableECC",
             # increase() only: the counter is lifetime (InfoROM), so a series "born"
             # non-zero at exporter start holds old errors, not new ones.
@@ -228,7 +251,7 @@ def build_rules(
     fabric_rules = [
         _alert(
             alert,
-            f"increase({metric}[{ERROR_WINDOW}]) > 0",
+            f"increase({metric}{{{IB_PORTS}}}[{ERROR_WINDOW}]) > 0",
             severity="warning",
             fault=fault,
             summary=f"InfiniBand {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE}: {meaning.split(' (')[0]} rising",
@@ -242,7 +265,7 @@ def build_rules(
     fabric_rules += [
         _alert(
             "GpufleetInfiniBandPortNotActive",
-            "gpufleet_infiniband_port_state_id != 4",
+            f"gpufleet_infiniband_port_state_id{{{IB_PORTS}}} != 4",
             severity="critical",
             fault="ib-port-down",
             for_seconds=for_seconds,
@@ -250,6 +273,31 @@ def build_rules(
             description=(
                 f"{{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} has been in state {{{{ $value }}}} "
                 f"(1=DOWN, 2=INIT, 3=ARMED; 4=ACTIVE expected) for more than {hold}."
+            ),
+        ),
+        _alert(
+            "GpufleetRoCEPortNotActive",
+            f"gpufleet_infiniband_port_state_id{{{ROCE_PORTS}}} != 4",
+            severity="critical",
+            fault="roce-port-down",
+            for_seconds=for_seconds,
+            summary=f"RoCE {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} is not ACTIVE",
+            description=(
+                f"RoCE (Ethernet link layer) {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} has been in state "
+                f"{{{{ $value }}}} (1=DOWN: the Ethernet link is down; 4=ACTIVE expected) for more than {hold}."
+            ),
+        ),
+        _alert(
+            "GpufleetRoCEPacketLossRising",
+            f'increase(gpufleet_infiniband_port_hw_stat_total{{{ROCE_PORTS},counter=~"{"|".join(ROCE_LOSS_COUNTERS)}"}}'
+            f"[{ERROR_WINDOW}]) > 0",
+            severity="warning",
+            fault="roce-packet-loss",
+            summary=f"RoCE {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE}: {{{{ $labels.counter }}}} rising",
+            description=(
+                f"RoCE {{{{ $labels.hca }}}} port {{{{ $labels.port }}}} on {NODE} counted {{{{ $value }}}} new "
+                f"{{{{ $labels.counter }}}} in {ERROR_WINDOW}: packets were lost and retransmitted. A lossless RoCE "
+                "fabric (PFC/ECN) keeps these flat; check the switch's PFC and buffer settings and the cable."
             ),
         ),
         _alert(

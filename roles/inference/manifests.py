@@ -5,18 +5,28 @@ nodes (soft node affinity against ``type=virtual-kubelet``), tolerate the
 degraded-node taint (GPUs fit for inference) and the GPU taint, and do NOT
 tolerate ``gpufleet.io/cluster-has-free-gpus``: the taint controller
 decides when they may run outside.
+
+With Kueue's topology-aware scheduling (kueue role), Kueue counts the GPUs
+of every pod it did not admit as used, and would admit no training gang onto
+nodes inference holds; the flip-out, which makes room for training, acts
+only on training pods that exist, so neither would move. Training always
+wins those GPUs, so inference pods carry Kueue's
+``podset-unconstrained-topology`` annotation, which makes Kueue leave them
+out of that count (sigs.k8s.io/kueue v0.17
+``pkg/controller/tas/non_tas_usage_controller.go``: ``filterPod`` skips
+TAS pods): Kueue places the gang, pins its pods to nodes, and the flip-out
+evicts inference from exactly those nodes.
 """
 
 from __future__ import annotations
 
+from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet.inventory import Inventory
-from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT
+from gpufleet.inventory.inventory import GPU_RESOURCE
+from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY
 from gpufleet.stack.objects import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
-DEGRADED_TAINT = "gpufleet.io/degraded"
-#: Tolerated so pods may run on virtual nodes once the controller removes the free-GPU taint.
-VIRTUAL_NODE_TAINT = "virtual-kubelet.io/provider"
 
 
 def pod_spec(inv: Inventory, d) -> Obj:
@@ -32,11 +42,9 @@ def pod_spec(inv: Inventory, d) -> Obj:
             "weight": 100,
             "preference": {"matchExpressions": [{"key": VIRTUAL_NODE_LABEL[0], "operator": "NotIn",
                                                  "values": [VIRTUAL_NODE_LABEL[1]]}]}}]}},
-        "tolerations": [
-            {"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"},
-            {"key": DEGRADED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-            {"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"},
-        ],
+        # The classifier counts inference capacity with these very tolerations (gpufleet.fleet.classify):
+        # the GPU taint, the degraded tier, and virtual nodes once the free-GPU taint is gone.
+        "tolerations": [dict(t) for t in INFERENCE_TOLERATIONS],
         "containers": [{
             "name": "server", "image": d.image,
             "ports": [{"name": "http", "containerPort": 8000}],
@@ -44,6 +52,14 @@ def pod_spec(inv: Inventory, d) -> Obj:
             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 5},
         }],
     }
+
+
+def pod_metadata(inv: Inventory, selector: dict[str, str]) -> Obj:
+    """Labels of an inference pod, and the annotation that keeps its GPUs out of Kueue's topology usage (module doc)."""
+    out: Obj = {"labels": {**selector, "gpufleet.io/workload": "inference"}}
+    if inv.role("kueue").kueue_topology_enabled:
+        out["annotations"] = {KUEUE_UNCONSTRAINED_TOPOLOGY: "true"}
+    return out
 
 
 def objects(inv: Inventory) -> list[Obj]:
@@ -60,8 +76,7 @@ def objects(inv: Inventory) -> list[Obj]:
         out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
-                             "template": {"metadata": {"labels": {**sel, "gpufleet.io/workload": "inference"}},
-                                          "spec": pod_spec(inv, d)}}})
+                             "template": {"metadata": pod_metadata(inv, sel), "spec": pod_spec(inv, d)}}})
         out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
                              "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,

@@ -96,8 +96,34 @@ def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -
     }
 
 
+def topology(inv: Inventory) -> Obj | None:
+    """The Kueue ``Topology`` of the fabric: levels coarse to fine, node labels of each (None when disabled).
+
+    Levels: ``gpufleet.io/block`` (where the inventory's hosts carry
+    ``node_block``), ``gpufleet.io/rack``, then ``kubernetes.io/hostname``
+    (Kueue requires the hostname level last; with it Kueue assigns pods to
+    nodes itself and can replace one failed node of a running gang).
+    Every GPU node carries these labels (``Inventory.node_spec``).
+    """
+    v = inv.role("kueue")
+    if not v.kueue_topology_enabled:
+        return None
+    return {"apiVersion": API, "kind": "Topology", "metadata": meta(v.kueue_topology_name, component="kueue"),
+            "spec": {"levels": [{"nodeLabel": lv.label} for lv in inv.topology_levels()]}}
+
+
+def resource_flavor(inv: Inventory, flavor: str) -> Obj:
+    """One ResourceFlavor per GPU model: its nodes (label ``gpufleet.io/flavor``), the GPU taint, the Topology."""
+    v = inv.role("kueue")
+    spec: Obj = {"nodeLabels": {LABEL_FLAVOR: flavor},
+                 "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}]}
+    if v.kueue_topology_enabled:
+        spec["topologyName"] = v.kueue_topology_name
+    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"), "spec": spec}
+
+
 def objects(inv: Inventory) -> list[Obj]:
-    """Namespaces, ResourceFlavors, ClusterQueues, LocalQueues and both kinds of priority class."""
+    """Namespaces, Topology, ResourceFlavors, ClusterQueues, LocalQueues and both kinds of priority class."""
     v = inv.role("kueue")
     if not v.kueue_enabled:
         return []
@@ -111,10 +137,11 @@ def objects(inv: Inventory) -> list[Obj]:
     for wpc in v.kueue_workload_priority_classes:
         out.append({"apiVersion": API, "kind": "WorkloadPriorityClass", "metadata": meta(wpc.name, component="kueue"),
                     "value": wpc.value, "description": wpc.description})
+    topo = topology(inv)
+    if topo is not None:
+        out.append(topo)
     for flavor in inv.flavors():
-        out.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"),
-                    "spec": {"nodeLabels": {LABEL_FLAVOR: flavor},
-                             "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}]}})
+        out.append(resource_flavor(inv, flavor))
     for name, quota in quotas(inv).items():
         out.append(cluster_queue(inv, name, quota))
     for lq in v.kueue_local_queues:

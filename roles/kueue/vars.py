@@ -54,7 +54,11 @@ class Vars(BaseModel):
     kueue_reserve_gpus: NonNegativeInt
     kueue_quota_sync_enabled: bool
     kueue_quota_sync_namespace: DnsLabel
+    kueue_partial_gpu_nodes_count: bool
+    kueue_quota_subtract_unmanaged_gpus: bool
     kueue_cluster_queues: list[ClusterQueueVars] = Field(min_length=1)
     kueue_local_queues: list[LocalQueueVars]
     kueue_priority_classes: list[PriorityVars] = Field(min_length=2)
     kueue_workload_priority_classes: list[PriorityVars]
+    kueue_topology_enabled: bool
+    kueue_topology_name: DnsLabel

@@ -24,7 +24,8 @@ def objects(inv: Inventory) -> list[Obj]:
             "--error-window", str(v.node_health_error_window_seconds),
             "--event-window", str(v.node_health_event_window_seconds),
             "--nvlink-error-threshold", str(v.node_health_nvlink_error_threshold),
-            "--ib-error-threshold", str(v.node_health_ib_error_threshold)]
+            "--ib-error-threshold", str(v.node_health_ib_error_threshold),
+            "--roce-error-threshold", str(v.node_health_roce_error_threshold)]
     if v.node_health_dry_run:
         args.append("--dry-run")
     return [namespace(ns), *controller("node-health", ns, args, rules, fleet=inv.fleet, inventory=inv,

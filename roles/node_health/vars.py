@@ -8,7 +8,8 @@ from pydantic import BaseModel
 
 from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
-FaultKind = Literal["gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing"]
+FaultKind = Literal["gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
+                    "gpu_missing", "gpu_partial"]
 
 
 class Vars(BaseModel):
@@ -26,6 +27,7 @@ class Vars(BaseModel):
     node_health_error_window_seconds: PositiveInt
     node_health_nvlink_error_threshold: NonNegativeInt
     node_health_ib_error_threshold: NonNegativeInt
+    node_health_roce_error_threshold: NonNegativeInt
     node_health_event_window_seconds: PositiveInt
     node_health_max_nodes_out: NonNegativeInt
     node_health_dry_run: bool

@@ -22,6 +22,10 @@ def objects(inv: Inventory) -> list[Obj]:
     args = ["taint-controller", "--env", inv.env,
             "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),
             "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal]
+    for flag, value in (("--add-hold-seconds", v.taint_controller_add_hold_seconds),
+                        ("--remove-hold-seconds", v.taint_controller_remove_hold_seconds)):
+        if value is not None:
+            args += [flag, str(value)]
     if v.taint_controller_signal == "prometheus":
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
     return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,

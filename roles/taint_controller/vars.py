@@ -18,6 +18,8 @@ class Vars(BaseModel):
     taint_controller_high_water_gpus: NonNegativeInt
     taint_controller_low_water_gpus: NonNegativeInt
     taint_controller_hold_seconds: NonNegativeInt
+    taint_controller_add_hold_seconds: NonNegativeInt | None
+    taint_controller_remove_hold_seconds: NonNegativeInt | None
     taint_controller_signal: Literal["prometheus", "apiserver"]
     taint_controller_promql: str
     taint_controller_prometheus_url: str

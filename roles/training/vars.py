@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 from gpufleet.inventory.types import STRICT, PositiveInt
@@ -18,3 +20,6 @@ class Vars(BaseModel):
     training_max_restarts: PositiveInt
     training_checkpoint_subdir: str
     training_nccl_env: dict[str, str]
+    training_topology: Literal["block", "rack", "none"]
+    training_topology_mode: Literal["required", "preferred"]
+    training_gang: Literal["kueue", "native", "both"]

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "node-health": ("gpufleet.health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
     "taint-controller": ("gpufleet.flip.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
     "virtual-kubelet": ("gpufleet.vk.main", "run one virtual node for an external capacity pool (--pool NAME)"),
+    "goodput": ("gpufleet.goodput.main", "account every training job's ETTR and lost time by cause, as Prometheus metrics"),
 }
 
 

@@ -3,7 +3,9 @@
 Everything that marks a node as out of service, degraded or up for
 replacement is spelled here once, so the quota sync (which excludes such
 nodes), the swap steps (which set them), the remediation controller and
-``invoke status`` (which report them) cannot disagree.
+``invoke status`` (which report them) cannot disagree. Which taints keep
+whose pods off a node is decided by tolerations, in one place:
+:mod:`gpufleet.fleet.classify`.
 """
 
 from __future__ import annotations
@@ -27,29 +29,8 @@ RESERVED_TAINT = "gpufleet.io/reserved-for"
 #: Label the flip-back puts on a pod outside it releases for eviction (the descheduler's
 #: DefaultEvictor ``labelSelector`` selects it).
 RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
-#: Taints that do not make a node unschedulable for the free-GPU signal: the GPU node taint (every
-#: GPU pod tolerates it) and the degraded taint (inference tolerates it).
-BENIGN_TAINTS = ("nvidia.com/gpu", "gpufleet.io/degraded")
-
-#: Taints Kubernetes itself puts on nodes that must not run new pods
-#: (kubernetes.io/docs/reference/labels-annotations-taints). ``unschedulable``
-#: is the taint form of a cordon.
-KUBERNETES_UNHEALTHY_TAINTS = (
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.kubernetes.io/unschedulable",
-    "node.kubernetes.io/memory-pressure",
-    "node.kubernetes.io/disk-pressure",
-    "node.kubernetes.io/pid-pressure",
-    "node.kubernetes.io/network-unavailable",
-    "node.kubernetes.io/out-of-service",
-    "node.cloudprovider.kubernetes.io/uninitialized",
-    "node.cloudprovider.kubernetes.io/shutdown",
-)
-#: Every taint key that takes a node's GPUs out of the schedulable capacity
-#: Kueue may hand out. The degraded taint is here too: training (what Kueue
-#: admits) does not tolerate it, so its GPUs are not training capacity.
-UNSCHEDULABLE_TAINTS = (SWAP_TAINT, DEGRADED_TAINT, *KUBERNETES_UNHEALTHY_TAINTS)
+#: Taint of virtual nodes (the virtual-kubelet convention); pods that may run outside tolerate it.
+VIRTUAL_NODE_TAINT = "virtual-kubelet.io/provider"
 
 #: Label on a node whose replacement was requested (a provider integration selects on it).
 REPLACEMENT_LABEL = "gpufleet.io/replacement-requested"
@@ -62,6 +43,11 @@ POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Label on every pod of a training job rendered from templates/training: the job's name.
+JOB_LABEL = "gpufleet.io/job"
+#: File a trainer writes last into ``$CHECKPOINT_DIR/step-<N>/`` when the checkpoint is complete
+#: (the training templates' ``CHECKPOINT_MARKER``; read by gpufleet.goodput.checkpoints).
+CHECKPOINT_MARKER = "COMPLETE"
 
 #: Node annotations written by the swap steps (times are RFC 3339 UTC).
 ANN_SWAP_REASON = "gpufleet.io/swap-reason"
@@ -94,3 +80,23 @@ FIELD_MANAGER = "gpufleet"
 FIELD_MANAGER_LOCAL = "gpufleet-local"
 #: Field manager of the flip simulation's objects, so it never takes fields from the stack.
 FIELD_MANAGER_SIM = "gpufleet-sim"
+
+#: Labels every GPU node carries from the inventory (gpufleet.inventory.Inventory.node_spec).
+#: The fabric's place of the node, coarse to fine: block (leaf group of racks) and rack;
+#: Kueue's Topology levels are these, then the hostname.
+BLOCK_LABEL = "gpufleet.io/block"
+RACK_LABEL = "gpufleet.io/rack"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: Label on every pod of a training job (value: the job's name).
+JOB_LABEL = "gpufleet.io/job"
+
+#: Kueue Topology-Aware Scheduling: the PodSet annotations on a pod template (kueue.x-k8s.io/v1beta2).
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
+#: Two PodSets (a leader of one pod and its workers) placed as one in the topology.
+KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+#: Scheduling gate Kueue puts on TAS pods until it assigns them nodes.
+KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+#: Pod annotation naming the pod's Kueue Workload.
+KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"

@@ -95,6 +95,19 @@ def _crds() -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def crd(group: str, kind: str) -> dict[str, Any]:
+    """The pinned CustomResourceDefinition of ``kind`` in ``group``, as upstream ships it.
+
+    Raises:
+        UnknownKind: no pinned CRD defines it.
+        OSError: the pinned module is not in the Go module cache.
+    """
+    for doc in _crd_files():
+        if doc["spec"]["group"] == group and doc["spec"]["names"]["kind"] == kind:
+            return doc
+    raise UnknownKind(f"{group} {kind}: no CRD pinned for this kind")
+
+
 def validate(obj: dict[str, Any]) -> list[str]:
     """Errors of ``obj`` against its pinned schema, as ``path: message`` strings ([] if valid).
 

@@ -11,7 +11,8 @@ import pytest
 from gpufleet.kube import Kube, NotFound
 
 #: Kinds of the kueue role that tests need present (not its quota-sync controller).
-KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue")
+KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
+               "LocalQueue")
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25):
@@ -53,3 +54,73 @@ def ensure_kueue_objects(kube: Kube, inventory) -> None:
         wait(f"ClusterQueue {name} Active", lambda: any(
             c["type"] == "Active" and c["status"] == "True"
             for c in (kube.get("kueue.x-k8s.io/v1beta2", "clusterqueues", name).get("status") or {}).get("conditions") or []))
+
+
+def gpu_nodes_by(kube: Kube, label: str) -> dict[str, list[str]]:
+    """Simulated GPU node names by the value of node label ``label`` (e.g. ``gpufleet.io/rack``), names sorted."""
+    out: dict[str, list[str]] = {}
+    for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]:
+        out.setdefault((n["metadata"].get("labels") or {}).get(label, ""), []).append(n["metadata"]["name"])
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def busy_nodes(kube: Kube) -> set[str]:
+    """Simulated GPU nodes where a bound, unfinished pod holds GPUs (virtual nodes are not counted)."""
+    gpu_nodes = {n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")["items"]}
+    busy = set()
+    for p in kube.list("v1", "pods", fieldSelector="status.phase!=Succeeded,status.phase!=Failed")["items"]:
+        spec = p.get("spec") or {}
+        if spec.get("nodeName") in gpu_nodes and any(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu")
+                                                     for c in spec.get("containers") or []):
+            busy.add(spec["nodeName"])
+    return busy
+
+
+def fill(kube: Kube, namespace: str, nodes, name: str = "filler") -> list[str]:
+    """Bind one pod holding all 8 GPUs to each of ``nodes`` (not through Kueue; Kueue counts it as used). Returns pod names."""
+    names = []
+    for node in nodes:
+        pod = f"{name}-{node}"
+        kube.create("v1", "pods", {"metadata": {"name": pod, "labels": {"gpufleet.io/filler": name}}, "spec": {
+            "nodeName": node, "tolerations": [{"operator": "Exists"}], "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.invalid/filler:1",
+                            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}},
+            namespace)
+        names.append(pod)
+    wait(f"{len(names)} filler pods Running", lambda: all(
+        (kube.get("v1", "pods", p, namespace).get("status") or {}).get("phase") == "Running" for p in names), timeout=60)
+    return names
+
+
+def train_cli(kubeconfig, capsys):
+    """``run(task, *argv) -> (exit code, stdout, stderr)``: ``invoke train.<task> ... --kubeconfig`` in-process."""
+    from invoke import Collection, Program
+
+    from gpufleet.tasks.train import train as collection
+
+    ns = Collection()
+    ns.add_collection(collection)
+    program = Program(namespace=ns, version="test")
+
+    def run(task: str, *argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            program.run(["invoke", f"train.{task}", *argv, "--kubeconfig", str(kubeconfig)])
+            code = 0
+        except SystemExit as e:
+            code = int(e.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def delete_job(kube: Kube, namespace: str, name: str) -> None:
+    """Delete a batch Job (and its Service) rendered by the training templates, and wait until its pods are gone."""
+    for api_version, plural, propagation in (("batch/v1", "jobs", "Background"), ("v1", "services", None)):
+        try:
+            kube.delete(api_version, plural, name, namespace, propagation=propagation)
+        except NotFound:
+            pass
+    wait(f"pods of {name} gone", lambda: not kube.list(
+        "v1", "pods", namespace, labelSelector=f"gpufleet.io/job={name}")["items"], timeout=90)

@@ -60,7 +60,7 @@ def snapshot(kube: Kube) -> set[Ident]:
                 continue
             for item in kube.list_all(f"{base}/{res['name']}")[0]:
                 md = item["metadata"]
-                out.add((gv, res["kind"], md.get("namespace") or "", md["name"], md["uid"]))
+                out.add((gv, res["kind"], md.get("namespace") or "", md["name"], md.get("uid", "")))  # not every kind's items carry a uid
     return out
 
 

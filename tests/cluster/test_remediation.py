@@ -246,3 +246,37 @@ def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
     assert not nodeutil.is_out(get_node(api, names[2]))
     r = subprocess.run(cmd[:5] + ["nope"] + cmd[6:], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "known: local" in r.stderr
+
+
+def test_a_node_whose_gpu_allocatable_fell_is_degraded_and_one_whose_handle_fails_is_swapped(local_cluster, fleet, clean):
+    """The classifier's degraded node (allocatable below capacity: out for gangs, in for inference) goes to the
+    degraded tier; a GPU answering NVML with errors (not lost) is a missing GPU: the node is swapped."""
+    api = local_cluster.kube
+    names, sims, prom = fleet
+    partial, erroring = names[0], names[1]
+    from dataclasses import replace
+
+    # XIDs earlier tests raised stay in the default 600 s window: look at the last 5 s only.
+    rem = remediator(api, prom, degraded_faults=frozenset({"gpu_partial"}), max_nodes_out=4,
+                     rules=replace(RULES, event_window_seconds=5))
+    api.patch("v1", "nodes", partial, {"status": {"allocatable": {"nvidia.com/gpu": "7"}}}, subresource="status")
+    sims[erroring].fail_gpu_handle(4, "unknown")
+    try:
+        taken: dict[str, str] = {}
+
+        def acted(r) -> bool:
+            taken.update({d.node: d.action for d in r.decisions if d.action != "skip"})
+            return taken.get(partial) == "degrade" and taken.get(erroring) == "swap"
+
+        report = step_until(rem, "both nodes acted on", acted)
+        assert [f.kind for f in report.faults[partial]] == ["gpu_partial"]
+        assert "nvidia.com/gpu allocatable 7 < capacity 8" in report.faults[partial][0].detail
+        assert [f.kind for f in report.faults[erroring]] == ["gpu_missing"]
+        assert "GPU 4 (00000000:9A:00.0) answers NVML with errors" in report.faults[erroring][0].detail
+        rem.wait(60)
+        assert nodeutil.taint(get_node(api, partial), DEGRADED_TAINT)["value"] == "gpu_partial"
+        assert nodeutil.taint(get_node(api, erroring), SWAP_TAINT) is not None
+    finally:
+        rem.close()
+        sims[erroring].desc["gpus"][4].pop("handle_error", None)
+        api.patch("v1", "nodes", partial, {"status": {"allocatable": {"nvidia.com/gpu": "8"}}}, subresource="status")

@@ -58,7 +58,7 @@ def scene(local_cluster, local_queues):
                 {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": names[4:]}]}]}}}
         api.create("v1", "pods", {"metadata": {"name": name, "labels": labels or {}}, "spec": spec}, ns)
 
-    pod("trainer", 8, "gpufleet-training")
+    pod("trainer", 8, "gpufleet-training", {"kueue.x-k8s.io/queue-name": "research"})  # admitted by Kueue: not subtracted
     pod("chat-0", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
     pod("chat-1", 1, "gpufleet-inference", {"gpufleet.io/workload": "inference"})
     pod("chat-out", 2, "gpufleet-inference", {"gpufleet.io/workload": "inference"}, node=vnode)

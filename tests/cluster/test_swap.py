@@ -42,7 +42,7 @@ def target(local_cluster):
     name = names[3]
     before = get_node(api, name)
     yield name
-    keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
+    keep = lambda d: {k: v for k, v in (d or {}).items() if not k.startswith("gpufleet.io/") or k in ("gpufleet.io/flavor", "gpufleet.io/block", "gpufleet.io/rack", "gpufleet.io/simulated", "gpufleet.io/local-cluster")}  # noqa: E731
 
     def change(obj):
         labels = {k: None for k in obj["metadata"].get("labels", {}) if k not in keep(obj["metadata"].get("labels"))}
@@ -184,7 +184,8 @@ def test_pods_that_cannot_leave_are_reported_never_deleted(local_cluster, target
     blocked = {p.name: why for p, why in result.drain.blocked.items()}
     assert "unmanaged" in blocked["bare"]
     strict = [why for n, why in blocked.items() if n.startswith("strict-")]
-    assert len(strict) == 2 and all("PodDisruptionBudget" in w for w in strict)
+    assert len(strict) == 2 and all("PodDisruptionBudget strict has minAvailable 2 for 2 pods" in w for w in strict)
+    assert {p.name for p in result.drain.permanent} == {"bare"} | {n for n in blocked if n.startswith("strict-")}
     # nothing was deleted
     assert len(on_node(api.list("v1", "pods", namespace)["items"], target)) == 3
     req = swapper.get_request(api, target, NS)
@@ -294,3 +295,22 @@ def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_clu
     assert req["data"]["returned_at"]
     r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
     assert r.returncode == 0 and "is not out" in r.stdout
+
+
+def test_the_dry_run_names_budgets_that_never_allow_an_eviction_and_the_drain_backs_off(local_cluster, target, namespace):
+    """minAvailable == replicas: said before anything is cordoned; the drain asks ever more rarely, not every second."""
+    from gpufleet.ops import drain as drainer
+
+    api = local_cluster.kube
+    start_app(api, namespace, target, replicas=2, min_available=2, name="strict")
+    check = swapper.swap(api, target, "fan failure", dry_run=True)
+    strict = {p for p in check.drain.blocked if p.namespace == namespace}
+    assert len(strict) == 2 and strict <= check.drain.permanent
+    for p in strict:
+        assert check.drain.blocked[p].startswith("PodDisruptionBudget strict has minAvailable 2 for 2 pods: it can never "
+                                                 "allow an eviction"), check.drain.blocked[p]
+    assert not nodeutil.is_cordoned(get_node(api, target))
+    result = drainer.drain(api, target, timeout=8)
+    assert result.timed_out and strict <= set(result.blocked) and strict <= result.permanent
+    # 1 s polling asked each pod ~9 times in 8 s; backing off (1, 2, 4 s ...) asks it 4 times.
+    assert result.evictions_requested <= 2 * 5 + len(result.evicted), result.evictions_requested

@@ -201,3 +201,66 @@ def test_taint_controller_cli_with_leader_election_taints_virtual_nodes(local_cl
         except NotFound:
             pass
     assert "Traceback" not in out, out
+
+
+def test_a_taint_removed_by_someone_else_is_restored_once_with_an_event_and_a_metric(kube, vnodes, caplog):
+    """Restored once (Warning Event, metric, log line); removed again before the next decision, left off."""
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    from gpufleet.flip.flipout import set_taint
+
+    def carries(name: str) -> bool:
+        return any(t["key"] == FREE_GPUS_TAINT for t in kube.get("v1", "nodes", name)["spec"].get("taints") or [])
+
+    def cached(name: str, want: bool) -> None:
+        wait(f"the cache sees {name} {'with' if want else 'without'} the taint",
+             lambda: (n := caches.nodes.get(name)) is not None and TaintController.has_taint(n) == want, timeout=15)
+
+    uid = kube.get("v1", "nodes", "vk-tct-a")["metadata"]["uid"]  # this test's node: Events of earlier ones differ
+
+    def events(reason: str) -> list[dict]:
+        return [e for e in kube.list("v1", "events", "default")["items"]
+                if e["involvedObject"].get("uid") == uid and e["reason"] == reason]
+
+    def metric(name: str) -> float:
+        return REGISTRY.get_sample_value(name, {"node": "vk-tct-a"}) or 0.0
+
+    restored0, honoured0 = metric("gpufleet_taint_controller_taint_restored_total"), \
+        metric("gpufleet_taint_controller_taint_removals_honoured_total")
+    caches = ApiServerSignal(kube).start()
+    signal = Scripted([40] * 5 + [1, 40])  # one value per tick below
+    ctl = TaintController(kube, signal, caches, Hysteresis(16, 8, 0, tainted=False), pools=POOLS, clock=FakeClock()).start()
+    try:
+        ctl.tick()  # 40 free: tainted
+        assert carries("vk-tct-a") and carries("vk-tct-b")
+        cached("vk-tct-a", True)
+        ctl.tick()  # seen carrying it
+        assert not events("FreeGpusTaintRestored")
+        set_taint(kube, "vk-tct-a", {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, add=False)  # a person's kubectl
+        cached("vk-tct-a", False)
+        with caplog.at_level(logging.WARNING, logger="gpufleet.flip.controller"):
+            ctl.tick()
+        assert carries("vk-tct-a")
+        assert "removed from vk-tct-a by another actor" in caplog.text
+        (event,) = events("FreeGpusTaintRestored")
+        assert event["type"] == "Warning" and "restored once" in event["message"]
+        assert metric("gpufleet_taint_controller_taint_restored_total") == restored0 + 1
+        # Removed again before the next decision: honoured, said once, not fought over every tick.
+        cached("vk-tct-a", True)
+        set_taint(kube, "vk-tct-a", {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, add=False)
+        cached("vk-tct-a", False)
+        ctl.tick()
+        ctl.tick()
+        assert not carries("vk-tct-a") and carries("vk-tct-b")
+        assert len(events("FreeGpusTaintRemovalHonoured")) == 1 and len(events("FreeGpusTaintRestored")) == 1
+        assert metric("gpufleet_taint_controller_taint_removals_honoured_total") == honoured0 + 1
+        # The next decisions (untaint, then taint) take the node back.
+        ctl.tick()  # 1 free: untainted
+        cached("vk-tct-b", False)  # ticks are a second apart in production: let the cache follow
+        ctl.tick()  # 40 free: tainted again
+        assert carries("vk-tct-a") and carries("vk-tct-b")
+        assert metric("gpufleet_taint_controller_taint_restored_total") == restored0 + 1  # not a restore: a decision
+    finally:
+        caches.stop()

@@ -248,3 +248,72 @@ def test_simulated_provider_failure_injection_fails_pods_and_replacements_run(ku
             kube.delete("v1", "nodes", "vk-vkt-rental")
         except NotFound:
             pass
+
+
+def test_a_remote_delete_never_hits_a_same_named_replacement(kube, other, ns):
+    """Every remote delete carries the remote pod's UID: with a stale watch cache, the clean-up of an
+    orphan whose name a replacement now carries gets 409 from the remote API server; the replacement serves on."""
+    from gpufleet.vk.provider import SOURCE_NAME, SOURCE_NAMESPACE, VIRTUAL_NODE_LABEL
+
+    remote = Kube.from_kubeconfig(other.kubeconfig)
+    node = "vk-vkt-uid"
+    prov = KubernetesProvider("vkt-uid", remote, node_name=node, gpus=8, gpu_product=H100, price_per_gpu_hour=1.0).start()
+    try:
+        prov._ensure_namespace(ns)
+
+        def remote_pod(source_uid: str) -> dict:
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "dup", "namespace": ns, "labels": {VIRTUAL_NODE_LABEL: node},
+                                 "annotations": {SOURCE_UID: source_uid, SOURCE_NAMESPACE: ns, SOURCE_NAME: "dup"}},
+                    "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "x"}]}}
+
+        remote.create("v1", "pods", remote_pod("source-1"), ns)
+        wait("the first remote pod cached", lambda: prov.get_pod(ns, "dup") is not None, timeout=20)
+        # Freeze the watch cache on the first pod: stop the watch, let one more event end its thread.
+        prov.pods.stop()
+        remote.patch("v1", "pods", "dup", {"metadata": {"labels": {"freeze": "1"}}}, ns)
+        prov.pods._thread.join(timeout=20)
+        assert not prov.pods._thread.is_alive()
+        remote.delete("v1", "pods", "dup", ns, grace_seconds=0)
+        wait("the first remote pod gone", lambda: remote.get_or_none("v1", "pods", "dup", ns) is None, timeout=20)
+        replacement = remote.create("v1", "pods", remote_pod("source-2"), ns)
+        assert (prov.get_pod(ns, "dup")["metadata"]["annotations"] or {})[SOURCE_UID] == "source-1"  # stale
+        prov.delete_pod({"metadata": {"namespace": ns, "name": "dup", "uid": "source-1"}})  # the orphan's clean-up
+        live = remote.get("v1", "pods", "dup", ns)
+        assert live["metadata"]["uid"] == replacement["metadata"]["uid"] and live["metadata"].get("deletionTimestamp") is None
+        prov.delete_pod({"metadata": {"namespace": ns, "name": "dup", "uid": "other-source"}})  # no such remote pod
+        assert remote.get("v1", "pods", "dup", ns)["metadata"].get("deletionTimestamp") is None
+        prov.delete_pod({"metadata": {"namespace": ns, "name": "dup", "uid": "source-2"}})  # its own source: deleted
+        wait("the replacement deleted by its own source", lambda: remote.get_or_none("v1", "pods", "dup", ns) is None,
+             timeout=20)
+    finally:
+        prov.close()
+
+
+def test_retried_creates_leave_one_event_per_attempt_class_and_the_final_failure_its_own(kube, ns):
+    """A create refused as out of capacity is retried: one OutOfCapacity Event counts the attempts, and
+    the failure after the retry window records its own Event."""
+    sim = SimulatedProvider("vkt-full", gpus=1, gpu_product=H100, price_per_gpu_hour=1.0, node_name="vk-vkt-full").start()
+    v = VirtualKubelet(Kube(kube.config), "vkt-full", "simulated", {"vkt-full": sim}, resync_seconds=2.0,
+                       create_retry_seconds=6.0).start()
+    try:
+        kube.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "namespace": ns},
+                                   "spec": {"nodeName": "vk-vkt-full", "containers": [
+                                       {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}, ns)
+        wait("the pod Failed after its retries", lambda: kube.get("v1", "pods", "big", ns)["status"].get("phase") == "Failed",
+             timeout=60)
+        events = [e for e in kube.list("v1", "events", ns)["items"] if e["involvedObject"]["name"] == "big"]
+        retries = [e for e in events if "retrying" in e["message"]]
+        final = [e for e in events if "gave up after" in e["message"]]
+        assert len(retries) == 1, events
+        (retry,) = retries
+        assert retry["reason"] == "OutOfCapacity" and retry["count"] >= 3
+        assert f"attempt {retry['count']}, retrying" in retry["message"]
+        assert len(final) == 1 and final[0]["reason"] == "OutOfCapacity" and final[0]["type"] == "Warning"
+        assert kube.get("v1", "pods", "big", ns)["status"]["reason"] == "OutOfCapacity"
+    finally:
+        v.close()
+        try:
+            kube.delete("v1", "nodes", "vk-vkt-full")
+        except NotFound:
+            pass

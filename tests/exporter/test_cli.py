@@ -40,7 +40,7 @@ def test_console_script_runs_once(tmp_path):
     result = subprocess.run([*exe, "exporter", "--once", "--sysfs-root", str(paths.sysfs_root), "--nvml-fake", str(paths.description)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert 'gpufleet_infiniband_port_state_id{hca="mlx5_0",port="1"} 4.0' in result.stdout
+    assert 'gpufleet_infiniband_port_state_id{hca="mlx5_0",link_layer="InfiniBand",port="1"} 4.0' in result.stdout
     assert "gpufleet_gpu_nvml_available 1.0" in result.stdout
 
 

@@ -120,12 +120,12 @@ def test_malformed_and_unreadable_files_are_recorded_not_raised(tmp_path):
     prefix = "class/infiniband/mlx5_0/ports/1/"
     assert sorted((e.path.removeprefix(prefix), e.reason) for e in data.errors) == [
         ("counters/link_downed", "is_a_directory"),
-        ("counters/symbol_error", "malformed"),
         ("hw_counters/out_of_buffer", "malformed"),
         ("rate", "is_a_directory"),
         ("state", "malformed"),
     ]
     got = data.devices[0].ports[0]
+    assert got.unsupported == ["counters/symbol_error"]  # N/A (no PMA): no value, and no error
     assert got.state is None and got.rate_text is None
     assert "symbol_error" not in got.counters and "link_downed" not in got.counters
     assert got.counters["port_rcv_errors"] == 0  # the rest of the port still reads
@@ -134,3 +134,63 @@ def test_malformed_and_unreadable_files_are_recorded_not_raised(tmp_path):
 def test_no_infiniband_class_means_no_devices(tmp_path):
     data = sysfs.read_infiniband(tmp_path)
     assert data.devices == [] and data.errors == []
+
+
+@pytest.mark.parametrize(
+    ("text", "rate"),
+    [
+        ("400 Gb/sec (4X NDR)", sysfs.Rate(50e9, 4, "NDR")),
+        ("800 Gb/sec (4X XDR)", sysfs.Rate(100e9, 4, "XDR")),
+        ("2.5 Gb/sec (1X SDR)", sysfs.Rate(312.5e6, 1, "SDR")),
+        ("300 Gb/sec (12X EDR)", sysfs.Rate(37.5e9, 12, "EDR")),
+        ("10 Gb/sec (4X)", sysfs.Rate(1.25e9, 4, None)),
+        ("0 GB/sec", sysfs.Rate(0.0, None, None)),  # MLNX OFED, empty cage or no link
+        ("0 Gb/sec", sysfs.Rate(0.0, None, None)),
+    ],
+)
+def test_rate_forms_give_bytes_width_and_speed(text, rate):
+    assert sysfs.parse_rate_full(text) == rate
+
+
+def test_a_read_the_kernel_refuses_as_unsupported_is_not_a_read_error(tmp_path, monkeypatch):
+    """EINVAL (rate of a port without a valid width), EOPNOTSUPP, ENOSYS: unsupported; EACCES: an error."""
+    import errno
+    import os
+
+    build_sysfs(node("n", [], [hca("mlx5_0", [ib_port()])]), tmp_path)
+    refusals = {"rate": errno.EINVAL, "counters/symbol_error": errno.EOPNOTSUPP,
+                "counters/link_downed": errno.ENOSYS, "counters/VL15_dropped": errno.EACCES}
+    real_open = os.open
+
+    def fake_open(path, flags, *args):
+        rel = os.fspath(path).split("/ports/1/", 1)[-1]
+        if rel in refusals:
+            raise OSError(refusals[rel], os.strerror(refusals[rel]), os.fspath(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(sysfs.os, "open", fake_open)
+    data = sysfs.read_infiniband(tmp_path)
+    got = data.devices[0].ports[0]
+    assert sorted(got.unsupported) == ["counters/link_downed", "counters/symbol_error", "rate"]
+    assert [(e.path.rsplit("/", 1)[-1], e.reason) for e in data.errors] == [("VL15_dropped", "eacces")]
+    assert got.rate_bytes_per_second is None and "symbol_error" not in got.counters
+    assert got.counters["port_rcv_errors"] == 0
+
+
+def test_64_bit_files_replace_the_32_bit_counter_and_say_where_the_value_came_from(tmp_path):
+    from gpufleet.sim.node import ib_counters_ext
+
+    clamped = (1 << 32) - 1
+    ext = ib_port(counters=ib_counters(extended=False, port_xmit_data=clamped), counters_ext=ib_counters_ext())
+    twins = ib_port(counters=ib_counters(extended=False, port_xmit_data=clamped, port_xmit_data_64=7 << 33))
+    build_sysfs(node("n", [], [hca("mlx5_0", [ext]), hca("mlx5_1", [twins])]), tmp_path)
+    data = sysfs.read_infiniband(tmp_path)
+    a, b = data.devices[0].ports[0], data.devices[1].ports[0]
+    assert a.counters["port_xmit_data"] == 2345678901234 and a.sources["port_xmit_data"] == "counters_ext/port_xmit_data_64"
+    assert a.counters["unicast_rcv_packets"] == 9876543198 and "port_unicast_rcv_packets" not in a.counters
+    assert sysfs.counter_width("port_xmit_data", a) == 64
+    assert b.counters["port_xmit_data"] == 7 << 33 and b.sources["port_xmit_data"] == "counters/port_xmit_data_64"
+    assert "port_xmit_data_64" not in b.counters
+    assert sysfs.counter_width("port_rcv_data", b) == 32  # no 64-bit twin for this one
+    assert sysfs.is_saturated("port_xmit_data", b.counters["port_xmit_data"], b) is False
+    assert data.errors == []

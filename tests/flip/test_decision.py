@@ -99,3 +99,14 @@ def test_sustained_regime_changes_through_noise_cause_exactly_one_transition_eac
     transitions = feed(m, samples)
     assert [s for _, s in transitions] == [False, True]
     assert transitions[0][0] == 5.0 and transitions[1][0] == 65.0
+
+
+def test_adding_and_removing_the_taint_have_their_own_hold_times():
+    m = Hysteresis(high=16, low=8, hold=5, tainted=False, add_hold=2, remove_hold=10)
+    assert [m.observe(20, t).tainted for t in (0, 1, 2)] == [False, False, True]  # 2 s above: tainted
+    assert [m.observe(1, t).tainted for t in (3, 8, 12)] == [True, True, True]  # 9 s below: not yet
+    assert m.observe(1, 13).tainted is False  # 10 s below: untainted
+    plain = Hysteresis(high=16, low=8, hold=5)
+    assert plain.add_hold == plain.remove_hold == 5
+    with pytest.raises(ValueError, match="remove hold time must be >= 0"):
+        Hysteresis(high=16, low=8, hold=5, remove_hold=-1)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.flip.flipback import candidates
-from gpufleet.flip.flipout import plan, reservations_of, tolerates
+from gpufleet.fleet.classify import tolerated as tolerates
+from gpufleet.flip.flipout import plan, reservations_of
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.flip.signal import free_gpus, node_view, pod_view
 from gpufleet.prom.client import number

@@ -192,6 +192,17 @@ def test_simulated_duration_annotation_succeeds():
     assert sim.used()["nvidia.com/gpu"] == 0
 
 
+def test_simulated_deletes_by_source_uid_only():
+    """A rental is deleted by its source pod's UID, never by name: a same-named pod's clean-up leaves it alone."""
+    sim = SimulatedProvider("rental", gpus=8, gpu_product=H100, price_per_gpu_hour=1)
+    sim.create_pod(pod("a", "new-uid"))
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a", "uid": "old-uid"}})  # an orphan's clean-up
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a"}})  # no UID: nothing to match
+    assert [(r.source_uid, r.name) for r in sim.get_pods()] == [("new-uid", "a")] and sim.deletes == 0
+    sim.delete_pod({"metadata": {"namespace": "inference", "name": "a", "uid": "new-uid"}})
+    assert sim.get_pods() == [] and sim.deletes == 1
+
+
 # ------------------------------------------------------------------ work queue and client helpers
 
 

@@ -45,6 +45,13 @@ CASES = {
                            ["group_vars/gpu_nodes.yml", "gpu_count", "-8", "greater than or equal to 0"]),
     "non-integer gpu count": (lambda r: edit(r / "group_vars/gpu_nodes.yml", gpu_count=7.5),
                               ["group_vars/gpu_nodes.yml", "gpu_count", "7.5", "valid integer"]),
+    "fractional pool capacity": (lambda r: edit(r / "group_vars/all/virtual_kubelet.yml", virtual_kubelet_pools=[
+                                     {"name": "burst", "provider": "simulated", "gpu_model": "H100-SXM-80GB",
+                                      "capacity_gpus": 7.5, "price_per_gpu_hour": 2.0}]),
+                                 ["group_vars/all/virtual_kubelet.yml", "virtual_kubelet_pools[0].capacity_gpus", "7.5",
+                                  "valid integer"]),
+    "fractional reserve": (lambda r: edit(r / "group_vars/all/kueue.yml", kueue_reserve_gpus=0.5),
+                           ["group_vars/all/kueue.yml", "kueue_reserve_gpus", "0.5", "valid integer"]),
     "bad quantity": (lambda r: edit(r / "group_vars/rack_a.yml", node_memory="8Gib"),
                      ["group_vars/rack_a.yml", "node_memory", "'8Gib'", "Kubernetes quantity"]),
     "temperature out of range": (lambda r: edit(r / "group_vars/all/metrics.yml", gpu_metrics_gpu_temp_threshold_celsius=780),
@@ -53,7 +60,7 @@ CASES = {
     "unknown gpu model": (lambda r: edit(r / "group_vars/rack_b.yml", gpu_model="H1000"),
                           ["group_vars/rack_b.yml", "gpu_model", "'H1000'", "one of A100-SXM-80GB"]),
     "duplicate host": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
-                           "stg-a100-[1:2]:", "stg-a100-[1:2]:\n            stg-h100-1:")),
+                           "stg-a100-[1:2]:", "stg-a100-[1:2]:\n                stg-h100-1:")),
                        ["inventories/staging/hosts.yml", "stg-h100-1", "duplicate host"]),
     "host in no rack": (lambda r: (r / "hosts.yml").write_text(
                             (r / "hosts.yml").read_text() + "    spares:\n      hosts:\n        stg-spare-1:\n"),
@@ -90,8 +97,8 @@ CASES = {
     "not UTF-8": (lambda r: (r / "group_vars/rack_b.yml").write_bytes(b"node_rack: rack-b\n# \xff\xfe\n"),
                   ["group_vars/rack_b.yml", "expected a UTF-8 text file"]),
     "group cycle": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
-                        "        rack_b:\n", "        rack_b:\n          children:\n            gpu_nodes:\n")),
-                    ["inventories/staging/hosts.yml", "'rack_b'", "(a cycle of groups)"]),
+                        "            rack_b:\n", "            rack_b:\n              children:\n                gpu_nodes:\n")),
+                    ["inventories/staging/hosts.yml", "'block_1'", "(a cycle of groups)"]),
 }
 
 

@@ -19,7 +19,7 @@ from gpufleet.stack.render import render
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 #: Distributions that provision, build or test: never in the image.
 TOOLS = ("pulumi", "pulumi-kubernetes", "ansible-core", "matplotlib", "pytest", "pytest-testinfra", "invoke",
-         "cyclonedx-bom", "grafana-foundation-sdk", "jinja2", "cryptography")
+         "cyclonedx-bom", "kopf", "grafana-foundation-sdk", "jinja2", "cryptography")
 
 
 def test_lock_matches_pyproject_runtime_dependencies():

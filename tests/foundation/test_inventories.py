@@ -40,7 +40,8 @@ def test_local_fleet_size_is_one_variable() -> None:
     assert len(load("local").hosts) == 16
     inv = load("local", nodes=5)
     assert len(inv.hosts) == 5
-    assert [h.vars.node_rack for h in inv.hosts.values()] == ["rack-a", "rack-b", "rack-a", "rack-b", "rack-a"]
+    assert [h.vars.node_rack for h in inv.hosts.values()] == ["rack-a", "rack-b", "rack-c", "rack-d", "rack-a"]
+    assert [h.vars.node_block for h in inv.hosts.values()] == ["block-1", "block-1", "block-2", "block-2", "block-1"]
 
 
 def test_node_spec_carries_flavor_labels_taint_and_capacity() -> None:

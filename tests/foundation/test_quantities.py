@@ -34,3 +34,45 @@ def test_number_reads_quantities_as_floats() -> None:
     assert number(None) == 0 and number("") == 0
     with pytest.raises(ValueError, match="not a Kubernetes quantity: '8Gib'"):
         number("8Gib")
+
+
+# --------------------------------------------------------------------------- whole GPUs
+
+
+@pytest.mark.parametrize("value, expected", [("8", 8), (8, 8), ("0", 0), ("1k", 1000), (8.0, 8), ("8000m", 8)])
+def test_whole_gpus(value, expected) -> None:
+    from gpufleet.kube.quantity import whole_gpus
+
+    assert whole_gpus(value, "here") == expected
+
+
+@pytest.mark.parametrize("value", ["7.5", "500m", 0.5, "-1", "eight", True])
+def test_a_fractional_or_bad_gpu_count_is_refused_naming_where_and_value(value) -> None:
+    from gpufleet.kube.quantity import GpuCountError, whole_gpus
+
+    with pytest.raises(GpuCountError) as info:
+        whole_gpus(value, "node gpu-a-001 status.allocatable")
+    assert str(info.value).startswith("node gpu-a-001 status.allocatable: nvidia.com/gpu ")
+    assert repr(str(value)) in str(info.value) or repr(value) in str(info.value)
+
+
+def test_fractional_gpus_in_pod_specs_workloads_and_queue_status_are_refused() -> None:
+    from gpufleet.fleet.capacity import pod_gpus
+    from gpufleet.kube.quantity import GpuCountError
+    from gpufleet.quota.resync import reserved_gpus, workload_gpus
+    from gpufleet.vk.provider import pod_gpus as vk_pod_gpus
+
+    pod = {"metadata": {"name": "p", "namespace": "team"},
+           "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1500m"}}}]}}
+    with pytest.raises(GpuCountError, match=r"pod team/p container trainer: nvidia.com/gpu '1500m'"):
+        pod_gpus(pod)
+    with pytest.raises(GpuCountError, match=r"pod team/p: nvidia.com/gpu '1.5'"):
+        vk_pod_gpus(pod)
+    wl = {"metadata": {"name": "w", "namespace": "team"},
+          "spec": {"podSets": [{"name": "workers", "count": 2, "template": {"spec": pod["spec"]}}]}}
+    with pytest.raises(GpuCountError, match=r"Workload team/w podSet workers container trainer: nvidia.com/gpu '1500m'"):
+        workload_gpus(wl)
+    cq = {"metadata": {"name": "training"},
+          "status": {"flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": "7.5"}]}]}}
+    with pytest.raises(GpuCountError, match=r"ClusterQueue training status.flavorsReservation\[h100\]: nvidia.com/gpu '7.5'"):
+        reserved_gpus(cq)

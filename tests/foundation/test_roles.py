@@ -29,7 +29,7 @@ def test_every_role_is_a_component_with_a_gpufleet_token() -> None:
     assert tokens["kueue"] == "gpufleet:scheduling:Kueue"
     assert tokens["virtual-kubelet"] == "gpufleet:flip:VirtualKubelet"
     assert set(tokens) == {"namespaces", "kueue", "gpu-metrics", "parallel-fs", "training", "virtual-kubelet",
-                           "taint-controller", "descheduler", "node-health", "inference"}
+                           "taint-controller", "descheduler", "node-health", "inference", "goodput"}
 
 
 def test_kueue_flavors_queues_in_one_cohort_and_quota_from_inventory() -> None:

@@ -18,7 +18,7 @@ from gpufleet.cli import COMMANDS
 
 #: Distributions that provision, build or test: never in the image.
 TOOLS = {"pulumi", "pulumi-kubernetes", "ansible-core", "matplotlib", "pytest", "pytest-testinfra", "invoke",
-         "grafana-foundation-sdk", "jinja2", "cyclonedx-bom"}
+         "grafana-foundation-sdk", "jinja2", "cyclonedx-bom", "kopf"}
 
 
 @pytest.fixture(scope="module")

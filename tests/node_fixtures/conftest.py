@@ -34,6 +34,12 @@ HOSTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "fabric-faults": ("fabric-faults", {"checkpoint_fs_type": "nfs4"}, {"parallel_fs_min_write_mib_per_second": 10**9}),
     # One GPU gone from the bus, and the checkpoint FS not mounted at all.
     "missing-gpu": ("missing-gpu", {"checkpoint_fs_type": None}, {}),
+    # Handle and read errors, 78 C (passes) and 79 C (fails), a stopped fabric manager, a stray XID.
+    "nvml-errors": ("nvml-errors", {}, {}),
+    # The driver is not loaded: nvidia-smi fails as a whole.
+    "no-driver": ("no-driver", {}, {}),
+    # A PCIe server: no NVSwitch, no fabric manager, and nothing fails.
+    "pcie": ("pcie", {}, {}),
 }
 
 
@@ -47,6 +53,7 @@ def host_vars(desc: dict[str, Any], paths: FakeNodePaths, changes: dict[str, Any
         "node_proc_root": str(paths.proc_root),
         "node_nvidia_smi": str(paths.nvidia_smi),
         "node_nv_fabricmanager": str(paths.nv_fabricmanager),
+        "node_systemctl": str(paths.systemctl),
         "node_kernel_log_command": str(paths.kernel_log),
         "parallel_fs_mount_path": str(paths.checkpoint_dir),
         "parallel_fs_type": "wekafs",

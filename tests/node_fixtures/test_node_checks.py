@@ -17,7 +17,7 @@ from gpufleet.tasks.health import run_node_checks, summary_table
 #: Every check that must fail on the fixture fleet: test id -> words its message must contain.
 EXPECTED_FAILURES: dict[str, list[str]] = {
     # GPU faults
-    "test_gpu_temperature[gpu-faults-gpu1]": ["GPU 1", "2A:00.0", "91 C", "78 C"],
+    "test_gpu_temperature[gpu-faults-gpu1]": ["GPU 1", "2A:00.0", "temperature 91 C > threshold 78 C"],
     "test_gpu_memory_temperature[gpu-faults-gpu0]": ["GPU 0", "memory temperature 97 C", "85 C"],
     "test_gpu_reachable[gpu-faults-gpu3]": ["GPU 3", "5D:00.0", "GPU is lost"],
     "test_gpu_no_uncorrectable_ecc[gpu-faults-gpu2]": ["GPU 2", "2 uncorrectable ECC errors"],
@@ -36,10 +36,25 @@ EXPECTED_FAILURES: dict[str, list[str]] = {
     "test_fabric_manager_version[fabric-faults]": ["fabric manager 535.161.08", "pinned 550.54.15"],
     "test_checkpoint_fs_type[fabric-faults]": ["is nfs4", "expected wekafs"],
     "test_checkpoint_fs_write_throughput[fabric-faults]": ["MiB/s < floor 1e+09 MiB/s"],
-    # One GPU missing, checkpoint FS not mounted
+    # One GPU the driver no longer lists (still on the PCI bus), checkpoint FS not mounted
     "test_gpu_count[missing-gpu]": ["lists 7 GPUs", "gpu_count is 8", "H100-SXM-80GB"],
-    "test_gpu_reachable[missing-gpu-gpu7]": ["GPU 7", "missing", "lists only 7"],
+    "test_gpu_reachable[missing-gpu-gpu7]": ["GPU 7 (0000:db:00.0)", "missing", "on the PCI bus, but the driver no longer lists it",
+                                             "lists only 7"],
+    "test_gpu_no_recent_xid[missing-gpu-gpu7]": ["GPU 7 (0000:db:00.0)", "XID 79", "PCI:0000:DB:00"],
     "test_checkpoint_fs_mounted[missing-gpu]": ["nothing mounted at"],
+    # NVML errors other than lost: nvidia-smi exits 255; 79 C is above 78 C; fabric manager stopped; a stray XID
+    "test_gpu_reachable[nvml-errors-gpu1]": ["GPU 1 (0000:2A:00.0)", "Unknown Error"],
+    "test_gpu_reachable[nvml-errors-gpu2]": ["GPU 2 (00000000:3A:00.0)", "every value nvidia-smi reads is an error",
+                                            "[Unknown Error]"],
+    "test_gpu_temperature[nvml-errors-gpu3]": ["GPU 3", "temperature 79 C > threshold 78 C"],
+    "test_fabric_manager_active[nvml-errors]": ["4 NVSwitches", "0000:05:00.0", "nvidia-fabricmanager is not active",
+                                                "rc 3: failed"],
+    "test_no_recent_xid_on_an_unknown_gpu[nvml-errors]": ["PCI 0000:c1:00 XID 79", "fallen off the bus"],
+    # The driver is not loaded: nvidia-smi fails as a whole; one failure per GPU, with its bus id and the tool's words
+    "test_gpu_count[no-driver]": ["failed (rc 9)", "couldn't communicate with the NVIDIA driver"],
+    "test_gpu_reachable[no-driver-gpu0]": ["GPU 0 (0000:18:00.0)", "failed (rc 9)", "couldn't communicate with the NVIDIA driver"],
+    "test_gpu_reachable[no-driver-gpu1]": ["GPU 1 (0000:2a:00.0)", "failed (rc 9)", "couldn't communicate with the NVIDIA driver"],
+    "test_nvidia_driver_version[no-driver]": ["no reachable GPU", "failed (rc 9)"],
 }
 
 
@@ -72,7 +87,28 @@ def test_application_xid_only_warns(checks):
 
 def test_each_area_is_reported(checks):
     assert {r.area for r in checks.results} == {"gpu", "fabric", "storage", "software"}
-    assert {r.host for r in checks.results} == {"healthy", "gpu-faults", "fabric-faults", "missing-gpu"}
+    assert {r.host for r in checks.results} == {"healthy", "gpu-faults", "fabric-faults", "missing-gpu", "nvml-errors",
+                                                "no-driver", "pcie"}
+
+
+def test_at_the_threshold_is_not_above_it(checks):
+    """78 C with a 78 C threshold passes (the alert is ``> 78``, node health counts samples ``> 78``)."""
+    assert by_id(checks)["test_gpu_temperature[nvml-errors-gpu0]"].outcome == "passed"
+
+
+def test_fabric_manager_required_on_nvswitch_systems_only(checks):
+    results = by_id(checks)
+    assert results["test_fabric_manager_active[healthy]"].outcome == "passed"
+    pcie = results["test_fabric_manager_active[pcie]"]
+    assert pcie.outcome == "skipped" and "no NVSwitch on the PCI bus" in pcie.message
+    assert results["test_fabric_manager_version[pcie]"].outcome == "skipped"
+    assert not [r for r in checks.results if r.host == "pcie" and r.outcome == "failed"]
+
+
+def test_no_check_crashes_on_a_failing_tool(checks):
+    """Any nvidia-smi exit code gives named failures, never an error (traceback) in a check."""
+    assert not [r for r in checks.results if r.outcome == "error"]
+    assert "Traceback" not in checks.output and "RuntimeError" not in checks.output
 
 
 @pytest.mark.parametrize("test_id", sorted(EXPECTED_FAILURES))
@@ -105,11 +141,11 @@ def test_summary_table_has_a_row_per_host_and_area(checks):
     text = console.export_text()
     for host in ("healthy", "gpu-faults", "fabric-faults", "missing-gpu"):
         assert host in text
-    assert "temperature 91 C >= threshold 78 C" in text
+    assert "temperature 91 C > threshold 78 C" in text
 
 
 def test_limit_and_pytest_args_select_hosts_and_checks(fleet):
-    run = run_node_checks(fleet[0], limit="gpu-faults", pytest_args=["-k", "version"], timeout=120)
+    run = run_node_checks(fleet[0], limit="gpu-faults", pytest_args=["-k", "driver_version or manager_version"], timeout=120)
     assert {r.host for r in run.results} == {"gpu-faults"}
     assert {r.test for r in run.results} == {"test_nvidia_driver_version[gpu-faults]", "test_fabric_manager_version[gpu-faults]"}
 
@@ -171,11 +207,12 @@ def test_hosts_mode_takes_expectations_from_options(fleet):
          f"--node-var=node_sysfs_root={paths.sysfs_root}",
          f"--node-var=node_nvidia_smi={paths.nvidia_smi}",
          f"--node-var=node_nv_fabricmanager={paths.nv_fabricmanager}",
+         f"--node-var=node_systemctl={paths.systemctl}",
          "--node-var=nvidia_driver_version='550.54.15'",
          "--node-var=nvidia_fabric_manager_version='550.54.15'",
          "--node-var=node_hcas=[{name: mlx5_0, port: 1, rate_gbps: 400}, {name: mlx5_2, port: 1, rate_gbps: 200, link_layer: Ethernet}]"],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "10 passed" in result.stdout
+    assert "11 passed" in result.stdout
     assert "test_port_rate[local-mlx5_2-p1]" not in result.stdout  # ids carry the host: passing ids are not listed in -q

@@ -101,3 +101,95 @@ def test_standin_rejects_what_it_does_not_emulate():
     assert out == ['Field "bogus.field" is not a valid field to query.']
     assert standin.nvidia_smi(healthy_node(gpus=1), ["-q"], []) == standin.EXIT_INVALID
     assert standin.nv_fabricmanager({"fabric_manager_version": None}, ["--version"], []) == 127
+
+
+# --------------------------------------------------------------------------- commands over SSH
+
+
+def test_wrapped_commands_carry_their_own_exit_status():
+    import subprocess
+
+    from nodecheck import unwrap_output, wrap_command
+
+    for command, rc, out in (("echo hi; exit 255", 255, "hi\n"), ("printf 'a\\nb'", 0, "a\nb"), ("true", 0, ""),
+                             ("exit 9", 9, "")):
+        done = subprocess.run(wrap_command(command), shell=True, capture_output=True, text=True)
+        assert done.returncode == 0
+        assert unwrap_output(done.stdout, done.returncode) == (out, rc), command
+
+
+def test_nvidia_smi_exiting_255_over_ssh_is_a_named_failure_not_an_unreachable_host(tmp_path):
+    """testinfra's ssh backend raises on exit 255 (it cannot tell ssh's own failure from the command's):
+    the checks' commands must come back with nvidia-smi's 255 and output instead.
+
+    The transport is the one thing replaced: the backend's ``ssh HOST CMD`` runs ``sh -c CMD`` here,
+    through testinfra's own SshBackend.run_ssh (exit 255 handling included).
+    """
+    from testinfra.backend.ssh import SshBackend
+    from testinfra.host import Host
+
+    from gpufleet.sim.node import nvml_errors_node, write_node
+    from nodecheck import Node
+
+    class LoopbackSsh(SshBackend):
+        def _build_ssh_command(self, command):
+            return ["sh", "-c", "%s"], [command]
+
+    paths = write_node(nvml_errors_node(), tmp_path / "n")
+    host = Host(LoopbackSsh("ssh://gpu-x"))
+    raw = host.backend
+    import pytest as _pytest
+
+    with _pytest.raises(RuntimeError):  # what a bare host.run does with nvidia-smi's 255
+        raw.run(f"{paths.nvidia_smi} -L")
+    node = Node("gpu-x", host, {"node_nvidia_smi": str(paths.nvidia_smi), "node_sysfs_root": str(paths.sysfs_root)})
+    q = node.query_gpu
+    assert q.rc == 255 and "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error" in q.stdout
+    assert [g.lost for g in node.gpus] == [False, True, False, False]
+    assert node.pci_gpus[:2] == ["0000:18:00.0", "0000:2a:00.0"] and len(node.nvswitches) == 4
+
+
+def test_an_unreachable_host_is_a_result_not_an_exception():
+    from testinfra.backend.ssh import SshBackend
+    from testinfra.host import Host
+
+    from nodecheck import Node
+
+    class DownSsh(SshBackend):
+        def _build_ssh_command(self, command):
+            return ["sh", "-c", "%s"], ["echo 'ssh: connect to host gpu-y port 22: No route to host' >&2; exit 255"]
+
+    node = Node("gpu-y", Host(DownSsh("ssh://gpu-y")), {})
+    out = node.run("nvidia-smi -L")
+    assert out.rc == 255 and "cannot run on gpu-y" in out.stderr and "No route to host" in out.stderr
+    assert node.smi_failure() is not None and "rc 255" in node.smi_failure()
+
+
+def test_pci_listing_finds_gpus_and_nvswitches():
+    from nodecheck import nvidia_gpus, nvidia_nvswitches, parse_pci_devices
+
+    out = ("/sys/bus/pci/devices/0000:18:00.0/vendor:0x10de\n/sys/bus/pci/devices/0000:18:00.0/class:0x030200\n"
+           "/sys/bus/pci/devices/0000:05:00.0/vendor:0x10de\n/sys/bus/pci/devices/0000:05:00.0/class:0x068000\n"
+           "/sys/bus/pci/devices/0000:1a:00.0/vendor:0x15b3\n/sys/bus/pci/devices/0000:1a:00.0/class:0x020700\n"
+           "/sys/bus/pci/devices/0000:02:00.0/vendor:0x10de\n/sys/bus/pci/devices/0000:02:00.0/class:0x030000\n")
+    devices = parse_pci_devices(out)
+    assert nvidia_gpus(devices) == ["0000:02:00.0", "0000:18:00.0"]
+    assert nvidia_nvswitches(devices) == ["0000:05:00.0"]
+
+
+def test_standin_nvidia_smi_speaks_every_failure_shape():
+    from gpufleet.sim.node import no_driver_node, nvml_errors_node
+
+    out: list[str] = []
+    assert standin.nvidia_smi(no_driver_node(), ["-L"], out) == 9
+    assert out == ["NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                   "latest NVIDIA driver is installed and running."]
+    out = []
+    rc = standin.nvidia_smi(nvml_errors_node(), ["--query-gpu=index,pci.bus_id,temperature.gpu", "--format=csv,noheader,nounits"], out)
+    assert rc == standin.EXIT_OTHER == 255
+    assert out == ["0, 00000000:18:00.0, 78",
+                   "Unable to determine the device handle for GPU0000:2A:00.0: Unknown Error",
+                   "2, 00000000:3A:00.0, [Unknown Error]",
+                   "3, 00000000:5D:00.0, 79"]
+    out = []
+    assert standin.systemctl(nvml_errors_node(), ["is-active", "nvidia-fabricmanager"], out) == 3 and out == ["failed"]

@@ -1,8 +1,17 @@
 """Helpers of the node checks: one :class:`Node` per host, its variables and cached readings.
 
 The checks read a node the way an operator would: ``nvidia-smi`` for GPUs
-and NVLinks, sysfs files for HCA ports, ``/proc/mounts`` and ``dd`` for the
-checkpoint filesystem, the kernel log for XIDs. Every path and command comes
+and NVLinks, sysfs files for HCA ports and the PCI bus (GPUs and NVSwitches
+the driver may no longer list), ``systemctl`` for the fabric manager,
+``/proc/mounts`` and ``dd`` for the checkpoint filesystem, the kernel log
+for XIDs.
+
+Commands never make a check crash: every command runs wrapped so that its
+own exit status comes back in the output and the transport sees 0 (over SSH
+a remote exit 255, which ``nvidia-smi`` uses for "other error", is otherwise
+indistinguishable from a lost connection and testinfra raises); a host that
+cannot be reached at all gives a result with rc 255 and the transport's
+message, which the checks report as a failure naming the host. Every path and command comes
 from a variable (see :data:`DEFAULTS`) so fixture nodes can stand in for real
 ones. Each reading is taken once per host and shared by all tests of that
 host (parametrized per GPU, link or port), so a node with 8 GPUs x 18 links
@@ -38,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     "node_hcas": [],
     "nvidia_driver_version": None,
     "nvidia_fabric_manager_version": None,
+    # "Above the threshold" is strictly greater, as the gpu_metrics alert (``> 78``) and
+    # node health (every sample ``> 78``) read the same variable.
     "gpu_metrics_gpu_temp_threshold_celsius": 78,
     "gpu_metrics_memory_temp_threshold_celsius": 85,
     "node_health_max_retired_pages": 0,
@@ -53,6 +64,8 @@ DEFAULTS: dict[str, Any] = {
     "node_proc_root": "/proc",
     "node_nvidia_smi": "nvidia-smi",
     "node_nv_fabricmanager": "nv-fabricmanager",
+    "node_systemctl": "systemctl",
+    "nvidia_fabric_manager_service": "nvidia-fabricmanager",
     "node_kernel_log_command": None,  # None: journalctl -k, else dmesg
 }
 
@@ -84,8 +97,20 @@ GPU_FIELDS = [
 #: Fields read with ``nvidia-smi --query-remapped-rows``.
 REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending", "remapped_rows.failure"]
 
-#: nvidia-smi's "no value" markers in CSV output.
+#: nvidia-smi's "no value" markers in CSV output: unsupported, or an error (``[Unknown Error]``,
+#: ``[GPU is lost]``, ``ERR!``...).
 NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", ""}
+#: Markers that only mean "this GPU does not offer the value" (not an error).
+UNSUPPORTED = {"[N/A]", "N/A", "[Not Supported]", ""}
+#: Fields that identify a GPU rather than read a value from it.
+IDENTITY_FIELDS = {"index", "pci.bus_id", "gpu_bus_id", "uuid", "name", "driver_version"}
+#: PCI ids under ``bus/pci/devices``: NVIDIA; GPUs are class 0x0302 (3D) or 0x0300 (VGA);
+#: NVSwitches 0x0680 ("Bridge: other").
+PCI_VENDOR_NVIDIA = "0x10de"
+PCI_GPU_CLASSES = ("0x0302", "0x0300")
+PCI_NVSWITCH_CLASS = "0x0680"
+#: Marker line the command wrapper appends to stdout with the command's exit status.
+_RC_MARKER = "__gpufleet_rc="
 
 _LOST_RE = re.compile(r"Unable to determine the device handle for GPU\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.?[0-9A-Fa-f]*)\s*:\s*(.*)")
 _NVLINK_GPU_RE = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
@@ -111,6 +136,61 @@ def bus_key(bus_id: str) -> tuple[int, int, int]:
     if len(parts) != 3:
         raise ValueError(f"not a PCI bus id: {bus_id!r}")
     return int(parts[0], 16), int(parts[1], 16), int(parts[2].split(".")[0], 16)
+
+
+def is_error_cell(text: str | None) -> bool:
+    """An nvidia-smi cell that reports an error rather than a value or "not supported"."""
+    if text is None:
+        return False
+    t = text.strip()
+    return t not in UNSUPPORTED and (t.startswith("[") and t.endswith("]") or t.upper().startswith("ERR"))
+
+
+def wrap_command(command: str) -> str:
+    """``command`` run in a subshell, its exit status printed after its output, the whole exiting 0.
+
+    Over SSH, exit status 255 means "ssh failed" to testinfra, which raises;
+    nvidia-smi exits 255 for "other error". The status travels in the output
+    instead (:func:`unwrap_output`).
+    """
+    return f"( {command} ); printf '\\n{_RC_MARKER}%d\\n' $?"
+
+
+def unwrap_output(stdout: str, rc: int) -> tuple[str, int]:
+    """``(stdout without the marker, the command's own exit status)`` of a :func:`wrap_command` run."""
+    head, sep, tail = stdout.rpartition(f"\n{_RC_MARKER}")
+    if not sep:
+        return stdout, rc
+    try:
+        return head, int(tail.strip())
+    except ValueError:
+        return stdout, rc
+
+
+def parse_pci_devices(output: str) -> dict[str, dict[str, str]]:
+    """``grep -H . .../bus/pci/devices/*/{vendor,class}`` output -> ``{address: {"vendor": ..., "class": ...}}``."""
+    devices: dict[str, dict[str, str]] = {}
+    for line in output.splitlines():
+        # ".../devices/0000:18:00.0/vendor:0x10de": the address has colons, so split at the slashes.
+        parts = line.rsplit("/", 2)
+        if len(parts) != 3:
+            continue
+        address, (name, sep, value) = parts[1], parts[2].partition(":")
+        if sep and name in ("vendor", "class", "device"):
+            devices.setdefault(address, {})[name] = value.strip().lower()
+    return devices
+
+
+def nvidia_gpus(devices: dict[str, dict[str, str]]) -> list[str]:
+    """PCI addresses of NVIDIA GPUs, sorted (the order NVML numbers them in)."""
+    return sorted(a for a, d in devices.items()
+                  if d.get("vendor") == PCI_VENDOR_NVIDIA and d.get("class", "").startswith(PCI_GPU_CLASSES))
+
+
+def nvidia_nvswitches(devices: dict[str, dict[str, str]]) -> list[str]:
+    """PCI addresses of NVSwitches (NVIDIA, class 0x0680: the HGX baseboard's switches), sorted."""
+    return sorted(a for a, d in devices.items()
+                  if d.get("vendor") == PCI_VENDOR_NVIDIA and d.get("class", "").startswith(PCI_NVSWITCH_CLASS))
 
 
 def number(text: str | None) -> float | None:
@@ -148,6 +228,17 @@ class SmiGpu:
     def value(self, name: str) -> str | None:
         """Raw cell of ``name`` or ``None``."""
         return self.fields.get(name)
+
+    @property
+    def value_errors(self) -> dict[str, str]:
+        """Value cells (not identity) that hold an error marker (``[Unknown Error]``, ``ERR!``...)."""
+        return {k: v for k, v in self.fields.items() if k not in IDENTITY_FIELDS and is_error_cell(v)}
+
+    @property
+    def erroring(self) -> bool:
+        """Every value cell is an error: nvidia-smi reaches the GPU but NVML answers nothing but errors."""
+        values = {k: v for k, v in self.fields.items() if k not in IDENTITY_FIELDS}
+        return bool(values) and all(is_error_cell(v) for v in values.values())
 
 
 def parse_query_gpu(output: str, fields: list[str]) -> list[SmiGpu]:
@@ -313,9 +404,17 @@ class Node:
         return self.vars.get(key, DEFAULTS.get(key))
 
     def run(self, command: str) -> CommandOutput:
-        """Run a shell command on the node."""
-        result = self.host.run(command)
-        return CommandOutput(command, result.rc, result.stdout, result.stderr)
+        """Run a shell command on the node; never raises (see the module docstring).
+
+        Returns the command's own exit status, whatever the transport; a host
+        that cannot be reached gives rc 255 and the transport's message in stderr.
+        """
+        try:
+            result = self.host.run(wrap_command(command))
+        except Exception as exc:  # noqa: BLE001 - testinfra raises RuntimeError for ssh failures
+            return CommandOutput(command, 255, "", f"cannot run on {self.name}: {type(exc).__name__}: {exc}"[:2000])
+        stdout, rc = unwrap_output(result.stdout, result.rc)
+        return CommandOutput(command, rc, stdout, result.stderr)
 
     # ---------------------------------------------------------------- expectations
 
@@ -351,9 +450,58 @@ class Node:
         """GPUs in NVML index order, lost ones included."""
         return parse_query_gpu(self.query_gpu.stdout, GPU_FIELDS)
 
+    @cached_property
+    def pci_devices(self) -> dict[str, dict[str, str]]:
+        """NVIDIA-relevant ids of every PCI device (one command: ``grep -H`` over sysfs)."""
+        root = f"{str(self.var('node_sysfs_root')).rstrip('/')}/bus/pci/devices"
+        out = self.run(f"grep -s -H . {root}/*/vendor {root}/*/class")
+        return parse_pci_devices(out.stdout)
+
+    @cached_property
+    def pci_gpus(self) -> list[str]:
+        """PCI addresses of the NVIDIA GPUs on the bus, in NVML order (empty when sysfs shows none)."""
+        return nvidia_gpus(self.pci_devices)
+
+    @cached_property
+    def nvswitches(self) -> list[str]:
+        """PCI addresses of the NVSwitches on the bus (HGX boards; none on PCIe servers)."""
+        return nvidia_nvswitches(self.pci_devices)
+
     def gpu(self, index: int) -> SmiGpu | None:
-        """The GPU at ``index`` or ``None`` when nvidia-smi lists fewer."""
+        """nvidia-smi's row of expected GPU ``index``, ``None`` when nvidia-smi does not list it.
+
+        With the GPUs visible on the PCI bus, expected GPU ``index`` is the
+        ``index``-th of them and its row is found by bus id (a GPU the driver
+        no longer lists shifts NVML's numbering, not ours); otherwise by position.
+        """
+        if self.pci_gpus:
+            if index >= len(self.pci_gpus):
+                return None
+            key = bus_key(self.pci_gpus[index])
+            return next((g for g in self.gpus if _same_bus(g.bus_id, key)), None)
         return self.gpus[index] if index < len(self.gpus) else None
+
+    def gpu_bus(self, index: int) -> str | None:
+        """The PCI bus id of expected GPU ``index`` (nvidia-smi's, else the PCI bus's), ``None`` if unknown."""
+        row = self.gpu(index)
+        if row is not None and row.bus_id:
+            return row.bus_id
+        if index < len(self.pci_gpus):
+            return self.pci_gpus[index]
+        return None
+
+    def smi_failure(self) -> str | None:
+        """What nvidia-smi printed when its GPU query failed as a whole (non-zero exit, no GPU rows), else None."""
+        q = self.query_gpu
+        if q.rc == 0 or self.gpus:
+            return None
+        text = " ".join((q.stdout + " " + q.stderr).split())
+        return f"`{q.command}` failed (rc {q.rc}): {text[:300] or 'no output'}"
+
+    @cached_property
+    def fabric_manager_state(self) -> CommandOutput:
+        """``systemctl is-active <nvidia_fabric_manager_service>`` (stdout ``active``, ``inactive``, ``failed``...)."""
+        return self.run(f"{self.var('node_systemctl')} is-active {shlex.quote(str(self.var('nvidia_fabric_manager_service')))}")
 
     @cached_property
     def remapped_rows(self) -> dict[tuple[int, int, int], dict[str, str]]:
@@ -435,6 +583,13 @@ class Node:
     def mounts(self) -> dict[str, tuple[str, str]]:
         """Parsed ``<node_proc_root>/mounts``."""
         return parse_mounts(self.host.file(f"{str(self.var('node_proc_root')).rstrip('/')}/mounts").content_string)
+
+
+def _same_bus(bus_id: str, key: tuple[int, int, int]) -> bool:
+    try:
+        return bus_key(bus_id) == key
+    except ValueError:
+        return False
 
 
 def _dmesg_time(line: str) -> datetime | None:

@@ -17,7 +17,8 @@ RULES = Rules(hot_samples=3, scrape_interval_seconds=1)
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """Four simulated nodes and a Prometheus scraping them every second."""
-    nodes = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in ("healthy", "hot", "xid", "links")}
+    nodes = {n: start_node(n, workdir=tmp_path_factory.mktemp(n), roce=n == "nics")
+             for n in ("healthy", "hot", "xid", "links", "nics", "erroring")}
     try:
         with running_prometheus([scrape_config(list(nodes.values()))]) as prom:
             prom.wait_for_targets_up(len(nodes))
@@ -33,7 +34,7 @@ def faults_now(prom) -> dict:
     client = PromClient(prom.url)
     now = time.time()
     results = {k: client.query(q, at=now) for k, q in Queries(RULES).all().items()}
-    return evaluate(results, RULES, now, expected_gpus={"healthy": 8, "hot": 8, "xid": 8, "links": 8})
+    return evaluate(results, RULES, now, expected_gpus={n: 8 for n in ("healthy", "hot", "xid", "links", "nics", "erroring")})
 
 
 def wait_faults(prom, want: set[str], timeout: float = 20.0) -> dict:
@@ -69,7 +70,33 @@ def test_lost_gpu_is_missing(sim):
     nodes, prom = sim
     nodes["healthy"].lose_gpu(7)
     got = wait_faults(prom, {"healthy"})
-    assert got["healthy"][0].kind == "gpu_missing" and "GPU 7 lost" in got["healthy"][0].detail
+    assert got["healthy"][0].kind == "gpu_missing" and "GPU 7 (00000000:DB:00.0) lost" in got["healthy"][0].detail
+
+
+def test_a_gpu_answering_nvml_with_errors_is_missing_named_by_its_bus_id(sim):
+    nodes, prom = sim
+    nodes["erroring"].fail_gpu_handle(2, "unknown")
+    got = wait_faults(prom, {"erroring"})
+    assert got["erroring"][0].kind == "gpu_missing"
+    assert "GPU 2 (00000000:3A:00.0) answers NVML with errors" in got["erroring"][0].detail
+
+
+def test_infiniband_and_roce_ports_each_have_their_rules(sim):
+    """IBA link counters of a RoCE port are no InfiniBand fault; RoCE packet loss is a roce_errors fault."""
+    nodes, prom = sim
+    nics = nodes["nics"]
+    nics.add_port_counter("mlx5_1", "symbol_error", 40)  # the RoCE HCA: IBA link counters mean nothing there
+    time.sleep(3)
+    assert "nics" not in faults_now(prom)
+    nics.add_port_counter("mlx5_1", "out_of_sequence", 5, group="hw_counters")
+    got = wait_faults(prom, {"nics"})
+    assert [f.kind for f in got["nics"]] == ["roce_errors"]
+    assert "counter=out_of_sequence" in got["nics"][0].detail and "hca=mlx5_1" in got["nics"][0].detail
+    nics.add_port_counter("mlx5_0", "symbol_error", 2)  # the InfiniBand HCA
+    deadline = time.monotonic() + 20
+    while {f.kind for f in faults_now(prom).get("nics", [])} != {"roce_errors", "ib_errors"}:
+        assert time.monotonic() < deadline, faults_now(prom)
+        time.sleep(0.5)
 
 
 def test_prometheus_errors_are_clear():

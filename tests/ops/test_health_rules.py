@@ -114,3 +114,53 @@ def test_decide_degraded_tier_escalation_and_lemon():
     assert d["fresh"].action == "defer"
     d = {x.node: x for x in decide(_faults(("lemon", "gpu_temp")), {"lemon": lemon}, settings, now)}
     assert d["lemon"].action == "swap" and d["lemon"].lemon
+
+
+def test_a_gpu_erroring_is_missing_like_a_lost_one_and_named_by_bus_id():
+    res = {"gpu_erroring": [{"metric": {"node": "n", "gpu": "1", "pci_bus_id": "00000000:2A:00.0", "uuid": ""},
+                             "value": [NOW, "1"]}],
+           "gpu_lost": [{"metric": {"node": "m", "gpu": "3", "pci_bus_id": "00000000:5D:00.0"}, "value": [NOW, "1"]}]}
+    faults = evaluate(res, RULES, NOW)
+    assert [(f.kind, f.detail) for f in faults["n"]] == [
+        ("gpu_missing", "GPU 1 (00000000:2A:00.0) answers NVML with errors (device handle or every read)")]
+    assert faults["m"][0].detail == "GPU 3 (00000000:5D:00.0) lost (NVML GPU_IS_LOST)"
+    assert Queries(RULES).all()["gpu_erroring"] == "gpufleet_gpu_erroring == 1"
+
+
+def test_infiniband_and_roce_rules_select_their_link_layer():
+    q = Queries(RULES).all()
+    assert q["ib_errors"].endswith(',link_layer!="Ethernet"}[300s]')
+    assert q["ib_down"] == 'gpufleet_infiniband_port_state_id{link_layer!="Ethernet"} != 4'
+    assert q["roce_down"] == 'gpufleet_infiniband_port_state_id{link_layer="Ethernet"} != 4'
+    assert q["roce_errors"] == ('gpufleet_infiniband_port_hw_stat_total{link_layer="Ethernet",counter=~"out_of_sequence|'
+                                'packet_seq_err|local_ack_timeout_err|implied_nak_seq_err"}[300s]')
+    res = {"roce_errors": [series({"node": "r", "hca": "mlx5_2", "port": "1", "link_layer": "Ethernet",
+                                   "counter": "packet_seq_err"}, [4] * 19 + [9])],
+           "roce_down": [{"metric": {"node": "d", "hca": "mlx5_3", "port": "1", "link_layer": "Ethernet"},
+                          "value": [NOW, "1"]}]}
+    faults = evaluate(res, RULES, NOW)
+    assert faults["r"][0].kind == "roce_errors" and "counter=packet_seq_err" in faults["r"][0].detail
+    assert faults["d"][0].kind == "roce_errors" and "mlx5_3 port 1 (RoCE) state 1" in faults["d"][0].detail
+    assert "r" not in evaluate(res, Rules(scrape_interval_seconds=15, roce_error_threshold=5), NOW)
+
+
+def test_above_the_gpu_threshold_means_strictly_greater_for_alert_node_health_and_node_checks(local_inv):
+    """One variable, one meaning: at 78 C nothing acts, above it everything does."""
+    import sys
+    from pathlib import Path
+
+    from roles.gpu_metrics.rules import build_rules
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "nodes"))
+    from nodecheck import role_defaults
+
+    m = local_inv.role("gpu_metrics")
+    threshold = m.gpu_metrics_gpu_temp_threshold_celsius
+    settings = Settings.from_inventory(local_inv)
+    assert settings.rules.gpu_temp_celsius == threshold == role_defaults()["gpu_metrics_gpu_temp_threshold_celsius"]
+    exprs = {r["expr"] for g in build_rules(threshold)["groups"] for r in g["rules"]}
+    assert f"gpufleet_gpu_temperature_celsius > {threshold:g}" in exprs
+    at = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold] * 4)]}
+    above = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold + 1] * 4)]}
+    assert evaluate(at, settings.rules, NOW) == {}
+    assert [f.kind for f in evaluate(above, settings.rules, NOW)["a"]] == ["gpu_temp"]

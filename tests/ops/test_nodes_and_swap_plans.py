@@ -25,9 +25,11 @@ SWAP = {"key": SWAP_TAINT, "value": "hot", "effect": "NoSchedule"}
     ({"cordoned": True, "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}, ["cordoned"]),
     ({"taints": [SWAP]}, ["swap: hot"]),
     ({"taints": [{"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}]}, ["degraded: ib_errors"]),
-    ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}, ["taint node.kubernetes.io/unreachable"]),
+    ({"taints": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]},
+     ["taint node.kubernetes.io/unreachable:NoExecute"]),
     ({"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "PreferNoSchedule"}]}, []),
-    ({"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}, []),
+    # Any key training pods do not tolerate keeps the node out (not a fixed list of keys).
+    ({"taints": [{"key": "example.com/other", "effect": "NoSchedule"}]}, ["taint example.com/other:NoSchedule"]),
 ])
 def test_out_reasons(kwargs, reasons):
     assert nodes.out_reasons(node("n1", **kwargs)) == reasons
@@ -142,3 +144,86 @@ def test_pods_already_going_away_are_waited_for_not_evicted():
     assert drain.going_away(deleting, set())
     assert drain.going_away(in_dying_ns, {"old"})
     assert not drain.going_away(in_dying_ns, set()) and not drain.going_away(pod("rs", "n1"), {"old"})
+
+
+# --------------------------------------------------------------------------- drain: budgets and backoff
+
+
+def pdb(name: str, *, min_available=None, max_unavailable=None, selector=None, expected: int | None = 3,
+        healthy: int = 3, desired: int = 2, allowed: int = 1, policy: str | None = None, ns: str = "default") -> dict:
+    spec: dict = {"selector": {"matchLabels": {"app": "a"}} if selector is None else selector}
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    if policy:
+        spec["unhealthyPodEvictionPolicy"] = policy
+    status = {"currentHealthy": healthy, "desiredHealthy": desired, "disruptionsAllowed": allowed}
+    if expected is not None:
+        status["expectedPods"] = expected
+    return {"metadata": {"name": name, "namespace": ns}, "spec": spec, "status": status}
+
+
+def app_pod(ready: bool = True) -> dict:
+    p = pod("a-1", "n1", labels={"app": "a"})
+    p["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return p
+
+
+@pytest.mark.parametrize(("budget", "ready", "permanent", "words"), [
+    (pdb("strict", min_available=3, allowed=0, desired=3), True, True, ["minAvailable 3 for 3 pods", "can never allow"]),
+    (pdb("all", min_available="100%", allowed=0, desired=3), True, True, ["minAvailable 100% for 3 pods"]),
+    (pdb("zero", max_unavailable=0, allowed=0), True, True, ["maxUnavailable 0", "never allows an eviction"]),
+    (pdb("zero-pct", max_unavailable="0%", allowed=0), True, True, ["maxUnavailable 0%"]),
+    (pdb("busy", min_available=2, allowed=0, healthy=2, desired=2), True, False, ["allows no disruption now",
+                                                                                   "2 healthy, 2 needed"]),
+    (pdb("sick", min_available=2, allowed=0, healthy=1, desired=2), False, False,
+     ["not Ready", "unhealthyPodEvictionPolicy IfHealthyBudget", "1 of 2 healthy", "AlwaysAllow"]),
+    # No status yet: the pods it selects are counted here (3), so minAvailable 3 is seen as permanent.
+    (pdb("unsynced", min_available=3, expected=None, allowed=0), True, True, ["minAvailable 3 for 3 pods"]),
+])
+def test_a_blocked_pod_says_which_budget_and_why(budget, ready, permanent, words):
+    block = drain.pdb_block(app_pod(ready), [budget, pdb("elsewhere", ns="other")], {"unsynced": 3})
+    assert block is not None and block.permanent is permanent
+    assert block.reason.startswith("not Ready" if not ready else "PodDisruptionBudget " + budget["metadata"]["name"])
+    for word in words:
+        assert word in block.reason, block.reason
+
+
+def test_budgets_that_let_the_pod_go():
+    assert drain.pdb_block(app_pod(), [pdb("ok", min_available=2, allowed=1)]) is None
+    assert drain.pdb_block(app_pod(False), [pdb("always", min_available=2, allowed=0, healthy=1,
+                                                policy="AlwaysAllow")]) is None
+    assert drain.pdb_block(app_pod(), [pdb("other-app", min_available=3, allowed=0,
+                                           selector={"matchLabels": {"app": "b"}})]) is None
+    assert drain.pdb_block(app_pod(), [pdb("null-selects-none", min_available=3, allowed=0) | {"spec": {}}]) is None
+
+
+def test_an_empty_selector_selects_every_pod_and_two_budgets_are_refused():
+    block = drain.pdb_block(app_pod(), [pdb("x", min_available=1), pdb("everything", min_available=1, selector={})])
+    assert block.permanent and "more than one PodDisruptionBudget selects it (everything, x)" in block.reason
+
+
+@pytest.mark.parametrize(("selector", "labels", "expected"), [
+    ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, {"tier": "b"}, True),
+    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}, {}, True),
+    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, {}, False),
+    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, {"tier": "x"}, False),
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1", "b": ""}, True),
+])
+def test_label_selectors(selector, labels, expected):
+    assert drain.selector_matches(selector, labels) is expected
+
+
+def test_refusals_back_off_exponentially_with_jitter_up_to_a_cap():
+    b = drain.refusal_backoff()
+    delays = [b.next() for _ in range(11)]
+    for n, d in enumerate(delays, start=1):
+        base = min(60.0, 2.0 ** (n - 1))
+        assert base * 0.9 <= d <= base * 1.1
+    # 10 minutes of a budget that stays shut: about 15 requests, not 600 (1 s polling).
+    b, t, requests = drain.refusal_backoff(), 0.0, 0
+    while t < 600:
+        requests += 1
+        t += b.next()
+    assert requests <= 17

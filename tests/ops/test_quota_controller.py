@@ -12,7 +12,7 @@ from .builders import node
 def test_slim_keeps_what_capacity_needs():
     n = node("a", taints=[{"key": SWAP_TAINT, "value": "x", "effect": "NoSchedule"}], labels={"big": "x" * 1000})
     s = slim(n)
-    assert signature(s) == signature(n) == ("h100-sxm-80gb", 8, ("swap: x",), False)
+    assert signature(s) == signature(n) == ("h100-sxm-80gb", False, 8, 8, (("inference", ("swap: x",)), ("training", ("swap: x",))))
     assert "big" not in s["metadata"]["labels"] and nodeutil.out_reasons(s) == ["swap: x"]
 
 

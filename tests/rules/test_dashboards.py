@@ -113,9 +113,22 @@ def _exported_metric_names() -> set[str]:
     return names
 
 
+def _goodput_metric_names() -> set[str]:
+    """Names the goodput accountant exports (``gpufleet goodput``), from its collector."""
+    from prometheus_client import generate_latest
+
+    from gpufleet.goodput.account import Account
+    from gpufleet.goodput.metrics import GoodputCollector, registry
+
+    collector = GoodputCollector()
+    collector.update([Account("ns", "job", "JobSet", 0.0, 10.0, 9.0, {"other": 1.0})], at=10.0)
+    return {re.split(r"[{ ]", line, 1)[0] for line in generate_latest(registry(collector)).decode().splitlines()
+            if line and not line.startswith("#")}
+
+
 def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
     """Every gpufleet_* name in alerts and panels exists in some fixture exposition (typos break alerts silently)."""
-    exported = _exported_metric_names()
+    exported = _exported_metric_names() | _goodput_metric_names()
     texts = [e for board in dashboards.values() for e in exprs(board)]
     texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
     used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t)}

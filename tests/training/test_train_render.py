@@ -81,8 +81,10 @@ def test_renders(env, flavor, nodes, template, inventory, objects):
         assert spec["priorityClassName"] == "gpufleet-training"
         assert spec["nodeSelector"] == {"gpufleet.io/flavor": flavor}
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-        term = spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
-        assert term == {"topologyKey": "gpufleet.io/rack", "labelSelector": {"matchLabels": {"gpufleet.io/job": "run1"}}}
+        # Placement: the inventory's training_topology (rack, preferred) through Kueue; no scheduler affinity.
+        assert inv.role("training").training_topology == "rack"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-preferred-topology"] == "gpufleet.io/rack"
+        assert "affinity" not in spec
         assert pod["metadata"]["labels"]["gpufleet.io/job"] == "run1"
         assert pod["metadata"]["annotations"]["gpufleet.io/simulated-duration-seconds"] == "30"
         (c,) = spec["containers"]
@@ -94,6 +96,7 @@ def test_renders(env, flavor, nodes, template, inventory, objects):
         assert env_vars["JOB_DIR"] == job_dir
         assert env_vars["CHECKPOINT_DIR"] == f"{job_dir}/checkpoints"
         assert env_vars["RESUME_FROM"] == "latest"
+        assert env_vars["CHECKPOINT_MARKER"] == "COMPLETE"
         # Daly's interval for nodes * 8 GPUs and training_checkpoint_seconds = 60, by hand:
         m = 54 * 24 * 3600 * 16384 / 419 / (nodes * gpn)
         daly = math.sqrt(2 * 60 * m) * (1 + math.sqrt(60 / (2 * m)) / 3 + 60 / (2 * m) / 9) - 60
@@ -165,7 +168,7 @@ def test_sets_override_defaults(objects):
     assert c["resources"]["requests"]["cpu"] == "100" and c["resources"]["requests"]["memory"] == "1Ti"
     env_vars = env_of(c)
     assert (env_vars["CHECKPOINT_INTERVAL_SECONDS"], env_vars["NCCL_SOCKET_IFNAME"]) == ("900", "^lo,docker")
-    assert "annotations" not in pod["metadata"]  # no simulated duration unless set
+    assert "gpufleet.io/simulated-duration-seconds" not in pod["metadata"]["annotations"]  # unless set
 
 
 def test_default_requests_leave_room_on_the_node(objects):

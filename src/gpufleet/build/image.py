@@ -30,11 +30,9 @@ same commit runs nothing.
 
 from __future__ import annotations
 
-import compileall
 import datetime as dt
 import json
 import os
-import py_compile
 import shutil
 import subprocess
 import sys
@@ -465,10 +463,14 @@ def install_wheels(wheel_files: list[Path], root: Path, python: str) -> Path:
     target = root / site.lstrip("/")
     for part in EXCLUDE:
         shutil.rmtree(target / part)
-    ok = compileall.compile_dir(str(target), quiet=2, stripdir=str(root), prependdir="/", workers=1,
-                                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    if not ok:
-        raise ImageError(f"byte-compiling {target} failed")
+    # A fixed hash seed: set and frozenset constants are marshalled in
+    # iteration order, which follows the string hash (PEP 552 leaves this
+    # to the builder).
+    proc = subprocess.run([sys.executable, "-m", "compileall", "-q", "-q", "-j", "1", "-s", str(root), "-p", "/",
+                           "--invalidation-mode", "unchecked-hash", str(target)],
+                          env=dict(os.environ, PYTHONHASHSEED="0"), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"byte-compiling {target} failed: {(proc.stdout + proc.stderr).strip()[-2000:]}")
     return target
 
 

@@ -38,6 +38,16 @@ def _escape_value(value: str) -> str:
 def _render(registry: CollectorRegistry) -> str:
     out: list[str] = []
     append = out.append
+    # Label pairs repeat across samples (a GPU's uuid and pci_bus_id on each of its ~100 series):
+    # each is escaped and formatted once per scrape.
+    pairs: dict[tuple[str, str], str] = {}
+
+    def pair(kv: tuple[str, str]) -> str:
+        text = pairs.get(kv)
+        if text is None:
+            text = pairs[kv] = f'{kv[0]}="{_escape_value(kv[1])}"'
+        return text
+
     for family in registry.collect():
         mtype = _SIMPLE_TYPES.get(family.type)
         if mtype is None:
@@ -49,7 +59,7 @@ def _render(registry: CollectorRegistry) -> str:
             if sample.timestamp is not None or sample.exemplar is not None or sample.name.endswith("_created"):
                 raise _Fallback
             if sample.labels:
-                labels = ",".join([f'{k}="{_escape_value(v)}"' for k, v in sorted(sample.labels.items())])
+                labels = ",".join([pair(kv) for kv in sorted(sample.labels.items())])
                 append(f"{sample.name}{{{labels}}} {floatToGoString(sample.value)}\n")
             else:
                 append(f"{sample.name} {floatToGoString(sample.value)}\n")

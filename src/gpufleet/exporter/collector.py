@@ -32,12 +32,14 @@ NAMESPACE = "gpufleet"
 PORT_COUNTERS: dict[str, tuple[str, str, int]] = {
     "port_xmit_data": (
         "infiniband_port_transmit_bytes_total",
-        "Data octets transmitted on all VLs (IBA PortXmitData; sysfs counts 4-octet units, multiplied by 4 here).",
+        "Data octets transmitted on all VLs (IBA PortXmitData; sysfs counts 4-octet units, multiplied by 4 here; "
+        "from the 64-bit counter where the kernel has one: counters/port_xmit_data_64, counters_ext/).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_rcv_data": (
         "infiniband_port_receive_bytes_total",
-        "Data octets received on all VLs (IBA PortRcvData; sysfs counts 4-octet units, multiplied by 4 here).",
+        "Data octets received on all VLs (IBA PortRcvData; sysfs counts 4-octet units, multiplied by 4 here; "
+        "from the 64-bit counter where the kernel has one: counters/port_rcv_data_64, counters_ext/).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_xmit_packets": ("infiniband_port_transmit_packets_total", "Packets transmitted on all VLs (IBA PortXmitPkts).", 1),
@@ -111,8 +113,13 @@ PHYS_STATE_HELP = (
     "6=LinkErrorRecovery, 7=PhyTest. Healthy is 5."
 )
 
-_PORT_LABELS = ["hca", "port"]
-_GPU_LABELS = ["gpu"]
+#: Every port series carries the port's link layer (``InfiniBand``, ``Ethernet`` for RoCE,
+#: '' when the kernel has no ``link_layer`` file), so alerts and node health keep the two apart.
+_PORT_LABELS = ["hca", "port", "link_layer"]
+#: Every GPU series carries the NVML index and the GPU's stable identity, as
+#: dcgm-exporter's ``gpu``/``UUID``/``pci_bus_id`` labels do: an index moves when
+#: a GPU drops off the bus, the UUID and bus id do not. Empty when never read.
+_GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
 
 
 def _name(suffix: str) -> str:
@@ -133,7 +140,9 @@ class InfiniBandCollector(Collector):
         sysfs_root: sysfs mount point (``/sys``; a fixture tree in tests).
 
     One bad file never fails the scrape: its series is absent and
-    ``gpufleet_infiniband_read_errors_total{file}`` counts the failure.
+    ``gpufleet_infiniband_read_errors_total{file}`` counts the failure. A file
+    the device cannot answer (``N/A (no PMA)``, EINVAL...) is no error: its
+    series is absent and ``gpufleet_infiniband_port_unsupported_files`` counts it.
     """
 
     def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys") -> None:
@@ -154,14 +163,28 @@ class InfiniBandCollector(Collector):
         info = InfoMetricFamily(_name("infiniband_hca"), "HCA identification from sysfs (board_id, fw_ver, hca_type, node_guid); value 1.", labels=["hca"])
         port_info = InfoMetricFamily(
             _name("infiniband_port"),
-            "Port link layer (InfiniBand, or Ethernet for RoCE) and rate text as the kernel prints it; value 1.",
+            "Port rate text as the kernel prints it and the per-lane speed name (NDR, HDR...; '' when not printed); value 1.",
+            labels=_PORT_LABELS,
+        )
+        width = GaugeMetricFamily(
+            _name("infiniband_port_active_width_lanes"),
+            "Active link width in lanes from sysfs 'rate' (the 4 of '(4X NDR)'); absent when the kernel prints none "
+            "(a down port). A port trained at fewer lanes than cabled runs at a fraction of its rate.",
+            labels=_PORT_LABELS,
+        )
+        unsupported = GaugeMetricFamily(
+            _name("infiniband_port_unsupported_files"),
+            "Files of the port that exist but offer no value this scrape ('N/A (no PMA)' of devices without a "
+            "performance-management agent, reads refused with EINVAL/EOPNOTSUPP/ENOSYS/ENODATA, e.g. the rate of a "
+            "down port). Their series are absent; not read errors.",
             labels=_PORT_LABELS,
         )
         state = GaugeMetricFamily(_name("infiniband_port_state_id"), PORT_STATE_HELP, labels=_PORT_LABELS)
         phys = GaugeMetricFamily(_name("infiniband_port_physical_state_id"), PHYS_STATE_HELP, labels=_PORT_LABELS)
         rate = GaugeMetricFamily(
             _name("infiniband_port_rate_bytes_per_second"),
-            "Port data rate from sysfs 'rate' (e.g. '400 Gb/sec (4X NDR)'), in bytes per second (Gb/s * 1e9 / 8).",
+            "Port data rate from sysfs 'rate' (e.g. '400 Gb/sec (4X NDR)'), in bytes per second (Gb/s * 1e9 / 8); "
+            "0 for a port reading '0 GB/sec' (no link).",
             labels=_PORT_LABELS,
         )
         named = {
@@ -196,9 +219,12 @@ class InfiniBandCollector(Collector):
                 },
             )
             for port in device.ports:
-                labels = [device.name, str(port.port)]
+                labels = [device.name, str(port.port), port.link_layer or ""]
                 if port.link_layer is not None or port.rate_text is not None:
-                    port_info.add_metric(labels, {"link_layer": port.link_layer or "", "rate": port.rate_text or ""})
+                    port_info.add_metric(labels, {"rate": port.rate_text or "", "speed": port.speed or ""})
+                if port.width is not None:
+                    width.add_metric(labels, port.width)
+                unsupported.add_metric(labels, len(port.unsupported))
                 if port.state is not None:
                     state.add_metric(labels, port.state.code)
                 if port.phys_state is not None:
@@ -225,7 +251,8 @@ class InfiniBandCollector(Collector):
         for (path, reason), count in read_errors:
             errors.add_metric([path, reason], count)
         self.last_duration_seconds = time.perf_counter() - start
-        yield from _nonempty([info, port_info, state, phys, rate, *named.values(), other, hw, saturated, errors])
+        yield from _nonempty([info, port_info, state, phys, rate, width, *named.values(), other, hw, saturated,
+                              unsupported, errors])
 
 
 class GpuCollector(Collector):
@@ -233,7 +260,10 @@ class GpuCollector(Collector):
 
     ``gpufleet_gpu_nvml_available`` is always present (0 without library or
     driver); a GPU NVML reports lost has ``gpufleet_gpu_lost 1`` and no
-    other series. XID events and NVML errors accumulate across scrapes.
+    other series; a GPU whose handle fails, or whose every read fails, has
+    ``gpufleet_gpu_erroring 1``. Every GPU series is labelled ``gpu`` (index),
+    ``uuid`` and ``pci_bus_id``. XID events and NVML errors accumulate
+    across scrapes.
     """
 
     def __init__(self, sampler: NvmlSampler) -> None:
@@ -243,16 +273,23 @@ class GpuCollector(Collector):
         self._lock = threading.Lock()
         self.last_duration_seconds = 0.0
 
+    def _ids(self, gpu_label: str) -> tuple[str, str, str]:
+        """``(gpu, uuid, pci_bus_id)`` label values of a GPU index label ('' for node-wide)."""
+        if not gpu_label:
+            return ("", "", "")
+        uuid, bus = self.sampler.identity(int(gpu_label))
+        return (gpu_label, uuid or "", bus or "")
+
     def collect(self) -> Iterator[Metric]:
         """Sample NVML now and yield the families."""
         start = time.perf_counter()
         sample = self.sampler.sample()
         with self._lock:
             for gpu_index, xid in sample.xid_events:
-                self._xids[(str(gpu_index), str(xid))] += 1
-            for err in sample.errors:
-                self._errors[err] += 1
-            xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), int(kv[0][1])))
+                self._xids[(*self._ids(str(gpu_index)), str(xid))] += 1
+            for gpu_label, call, err in sample.errors:
+                self._errors[(*self._ids(gpu_label), call, err)] += 1
+            xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), kv[0][1:]))
             errors = sorted(self._errors.items())
 
         available = GaugeMetricFamily(
@@ -268,7 +305,15 @@ class GpuCollector(Collector):
             "1 when NVML returns GPU_IS_LOST for the GPU (fallen off the bus, XID 79; needs a reset or reboot), 0 otherwise.",
             labels=_GPU_LABELS,
         )
-        info = InfoMetricFamily(_name("gpu"), "GPU identification from NVML (uuid, name, pci_bus_id); value 1.", labels=_GPU_LABELS)
+        erroring = GaugeMetricFamily(
+            _name("gpu_erroring"),
+            "1 when NVML answers the GPU with errors: its device handle fails (nvidia-smi: 'Unable to determine the "
+            "device handle ... Unknown Error') or every value read fails; 0 otherwise. Which errors: "
+            "gpufleet_gpu_nvml_errors_total.",
+            labels=_GPU_LABELS,
+        )
+        info = InfoMetricFamily(_name("gpu"), "GPU identification from NVML (name; uuid and pci_bus_id as on every GPU series); value 1.",
+                                labels=_GPU_LABELS)
         temp = GaugeMetricFamily(_name("gpu_temperature_celsius"), "GPU die temperature in Celsius (NVML_TEMPERATURE_GPU).", labels=_GPU_LABELS)
         mem_temp = GaugeMetricFamily(
             _name("gpu_memory_temperature_celsius"), "GPU memory (HBM) temperature in Celsius (NVML field NVML_FI_DEV_MEMORY_TEMP).", labels=_GPU_LABELS
@@ -313,38 +358,39 @@ class GpuCollector(Collector):
             labels=[*_GPU_LABELS, "link", "type"],
         )
         for gpu in sample.gpus:
-            g = str(gpu.index)
-            lost.add_metric([g], 1 if gpu.lost else 0)
+            g = [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or ""]
+            lost.add_metric(g, 1 if gpu.lost else 0)
             if gpu.lost:
                 continue
-            if gpu.uuid is not None or gpu.name is not None or gpu.pci_bus_id is not None:
-                info.add_metric([g], {"uuid": gpu.uuid or "", "name": gpu.name or "", "pci_bus_id": gpu.pci_bus_id or ""})
+            erroring.add_metric(g, 1 if gpu.erroring else 0)
+            if gpu.name is not None:
+                info.add_metric(g, {"name": gpu.name})
             if gpu.temperature_celsius is not None:
-                temp.add_metric([g], gpu.temperature_celsius)
+                temp.add_metric(g, gpu.temperature_celsius)
             if gpu.memory_temperature_celsius is not None:
-                mem_temp.add_metric([g], gpu.memory_temperature_celsius)
+                mem_temp.add_metric(g, gpu.memory_temperature_celsius)
             if gpu.power_watts is not None:
-                power.add_metric([g], gpu.power_watts)
+                power.add_metric(g, gpu.power_watts)
             if gpu.clocks_event_reasons is not None:
                 for reason, (bit, _) in CLOCKS_EVENT_REASONS.items():
-                    reasons.add_metric([g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
+                    reasons.add_metric([*g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
             for type_name, count in gpu.ecc_errors.items():
-                ecc.add_metric([g, type_name], count)
+                ecc.add_metric([*g, type_name], count)
             for cause, count in gpu.retired_pages.items():
-                retired.add_metric([g, cause], count)
+                retired.add_metric([*g, cause], count)
             if gpu.retired_pages_pending is not None:
-                retired_pending.add_metric([g], 1 if gpu.retired_pages_pending else 0)
+                retired_pending.add_metric(g, 1 if gpu.retired_pages_pending else 0)
             for type_name, count in gpu.remapped_rows.items():
-                remapped.add_metric([g, type_name], count)
+                remapped.add_metric([*g, type_name], count)
             if gpu.remapped_rows_pending is not None:
-                remap_pending.add_metric([g], 1 if gpu.remapped_rows_pending else 0)
+                remap_pending.add_metric(g, 1 if gpu.remapped_rows_pending else 0)
             if gpu.remapped_rows_failure is not None:
-                remap_failure.add_metric([g], 1 if gpu.remapped_rows_failure else 0)
+                remap_failure.add_metric(g, 1 if gpu.remapped_rows_failure else 0)
             for link in gpu.nvlinks:
                 if link.up is not None:
-                    nvlink_up.add_metric([g, str(link.link)], 1 if link.up else 0)
+                    nvlink_up.add_metric([*g, str(link.link)], 1 if link.up else 0)
                 for type_name, count in link.errors.items():
-                    nvlink_errors.add_metric([g, str(link.link), type_name], count)
+                    nvlink_errors.add_metric([*g, str(link.link), type_name], count)
 
         xid = CounterMetricFamily(
             _name("gpu_xid_events_total"),
@@ -352,21 +398,23 @@ class GpuCollector(Collector):
             "(see NVIDIA's XID catalogue: e.g. 48 double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC).",
             labels=[*_GPU_LABELS, "xid"],
         )
-        for (g, code), count in xids:
-            xid.add_metric([g, code], count)
+        for key, count in xids:
+            xid.add_metric(list(key), count)
         nvml_errors = CounterMetricFamily(
             _name("gpu_nvml_errors_total"),
-            "Unexpected NVML errors by GPU ('' for node-wide calls), call and error name; 'not supported' is not counted.",
+            "Unexpected NVML errors by GPU ('' for node-wide calls), call and error name ('exception_<type>' when the "
+            "binding itself raised); 'not supported' is not counted.",
             labels=[*_GPU_LABELS, "call", "error"],
         )
-        for (g, call, err), count in errors:
-            nvml_errors.add_metric([g, call, err], count)
+        for key, count in errors:
+            nvml_errors.add_metric(list(key), count)
         self.last_duration_seconds = time.perf_counter() - start
         yield from _nonempty(
             [
                 available,
                 devices,
                 lost,
+                erroring,
                 info,
                 temp,
                 mem_temp,

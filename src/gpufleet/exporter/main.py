@@ -76,7 +76,10 @@ def build_registry(
     registry = CollectorRegistry(auto_describe=False)
     collectors: dict[str, InfiniBandCollector | GpuCollector] = {"infiniband": InfiniBandCollector(sysfs_root)}
     if nvml_backend is not None:
-        collectors["nvml"] = GpuCollector(NvmlSampler(nvml_backend))
+        from gpufleet.exporter.sysfs import nvidia_gpu_bus_ids
+
+        sampler = NvmlSampler(nvml_backend, pci_bus_ids=lambda: nvidia_gpu_bus_ids(sysfs_root))
+        collectors["nvml"] = GpuCollector(sampler)
     for collector in collectors.values():
         registry.register(collector)
     if self_metrics:

@@ -10,9 +10,17 @@ fixtures and benchmarks). pynvml itself is a pure-Python module, so its error
 classes and constants are importable where no driver is installed.
 
 :class:`NvmlSampler` turns one backend into an :class:`NvmlSample` per scrape:
-per-GPU readings (``None`` where NVML said no), which GPUs are lost,
-NVLink state and error counters, XID events drained since the last scrape,
-and the NVML errors met on the way.
+per-GPU readings (``None`` where NVML said no), which GPUs are lost or
+erroring, NVLink state and error counters, XID events drained since the
+last scrape, and the NVML errors met on the way.
+
+Identity: every GPU keeps the UUID and PCI bus id NVML last gave for its
+index (as dcgm-exporter labels its series), so a GPU whose handle fails
+later is still named by its bus id. Errors: ``GPU_IS_LOST`` anywhere marks
+the GPU lost; any other error on the device handle, or an error on every
+value read of a GPU, marks it *erroring* (what ``nvidia-smi`` prints as
+"Unknown Error" and the like): node health treats both as a missing GPU.
+One failing call, NVML error or not, never fails the sample.
 """
 
 from __future__ import annotations
@@ -254,6 +262,18 @@ class PynvmlBackend:
         return events
 
 
+def _any_error_name(exc: BaseException) -> str:
+    """:func:`error_name` for NVML errors; ``exception_<type>`` for anything else a backend raised."""
+    if isinstance(exc, pynvml.NVMLError):
+        return error_name(exc)
+    return f"exception_{type(exc).__name__.lower()}"
+
+
+def _str_or_none(value: Any) -> str | None:
+    """An identity string, ``None`` for no or empty value."""
+    return str(value) if value not in (None, "") else None
+
+
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -297,7 +317,12 @@ class GpuSample:
     Attributes:
         index: NVML device index.
         lost: NVML said ``GPU_IS_LOST`` (fallen off the bus); other fields are then ``None``.
-        uuid, name, pci_bus_id: identification.
+        handle_error: name of the NVML error ``nvmlDeviceGetHandleByIndex`` returned
+            (other than GPU_IS_LOST), e.g. ``unknown``; other fields are then ``None``.
+        reads_ok / reads_failed: value reads (temperature .. NVLink) that answered,
+            and that failed with an error other than "not supported".
+        uuid, name, pci_bus_id: identification (the last known values when the
+            GPU is lost or its handle fails).
         temperature_celsius: GPU die temperature, Celsius.
         memory_temperature_celsius: HBM temperature, Celsius.
         power_watts: board power draw, watts (NVML milliwatts / 1000).
@@ -312,6 +337,9 @@ class GpuSample:
 
     index: int
     lost: bool = False
+    handle_error: str | None = None
+    reads_ok: int = 0
+    reads_failed: int = 0
     uuid: str | None = None
     name: str | None = None
     pci_bus_id: str | None = None
@@ -326,6 +354,17 @@ class GpuSample:
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
     nvlinks: list[NvLinkSample] = field(default_factory=list)
+
+    @property
+    def erroring(self) -> bool:
+        """NVML answers this GPU with errors: its handle failed, or every value read failed.
+
+        A GPU whose reads are all "not supported" is not erroring (a capability
+        gap); a lost GPU is reported as lost instead.
+        """
+        if self.lost:
+            return False
+        return self.handle_error is not None or (self.reads_ok == 0 and self.reads_failed > 0)
 
 
 @dataclass
@@ -366,13 +405,20 @@ class NvmlSampler:
     #: At most this many XID events are drained per sample.
     MAX_XID_EVENTS_PER_SAMPLE = 256
 
-    def __init__(self, backend: NvmlBackend, max_nvlinks: int = pynvml.NVML_NVLINK_MAX_LINKS) -> None:
+    def __init__(self, backend: NvmlBackend, max_nvlinks: int = pynvml.NVML_NVLINK_MAX_LINKS,
+                 pci_bus_ids: Callable[[], list[str]] | None = None) -> None:
         self.backend = backend
         self.max_nvlinks = max_nvlinks
+        #: NVIDIA GPUs on the PCI bus in NVML order (``sysfs.nvidia_gpu_bus_ids``): names a GPU
+        #: whose handle fails before NVML ever answered for it, when the counts agree.
+        self.pci_bus_ids = pci_bus_ids
         self._initialised = False
         self._init_error: str | None = None
         self._xid_registered: set[int] = set()
         self._nvlink_counts: dict[str, int] = {}
+        self._logged: set[tuple[int, str, type]] = set()
+        #: index -> (uuid, pci_bus_id) last read: the GPU's identity once its handle fails.
+        self._identity: dict[int, tuple[str | None, str | None]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -401,49 +447,92 @@ class NvmlSampler:
             if not self._initialised:
                 try:
                     self.backend.init()
-                except pynvml.NVMLError as exc:
-                    if self._init_error != error_name(exc):
+                except Exception as exc:  # noqa: BLE001 - NVMLError, or a binding that cannot load
+                    if self._init_error != _any_error_name(exc):
                         log.warning("NVML unavailable: %s", exc)
-                    self._init_error = error_name(exc)
+                    self._init_error = _any_error_name(exc)
                     return NvmlSample(available=False)
                 self._initialised = True
                 self._init_error = None
             sample = NvmlSample(available=True)
             try:
-                sample.device_count = self.backend.device_count()
-            except pynvml.NVMLError as exc:
-                sample.errors.append(("", "device_count", error_name(exc)))
+                sample.device_count = int(self.backend.device_count())
+            except Exception as exc:  # noqa: BLE001 - NVML or not, the sample goes on
+                sample.errors.append(("", "device_count", _any_error_name(exc)))
                 return sample
+            self._identity_from_pci(sample.device_count)
             for index in range(sample.device_count):
                 sample.gpus.append(self._sample_gpu(index, sample.errors))
             try:
                 sample.xid_events = self.backend.poll_xid_events(self.MAX_XID_EVENTS_PER_SAMPLE)
-            except pynvml.NVMLError as exc:
-                sample.errors.append(("", "poll_xid_events", error_name(exc)))
+            except Exception as exc:  # noqa: BLE001
+                sample.errors.append(("", "poll_xid_events", _any_error_name(exc)))
             return sample
+
+    def _identity_from_pci(self, count: int) -> None:
+        """Bus ids from the PCI bus for GPUs NVML never named, when the bus has exactly ``count`` GPUs."""
+        if self.pci_bus_ids is None or all(i in self._identity for i in range(count)):
+            return
+        try:
+            buses = self.pci_bus_ids()
+        except Exception:  # noqa: BLE001 - identity is a nicety, never a failure
+            return
+        if len(buses) != count:
+            return  # a GPU the driver does not list (or an extra board): the order would lie
+        for index, bus in enumerate(buses):
+            self._identity.setdefault(index, (None, bus))
+
+    def identity(self, index: int) -> tuple[str | None, str | None]:
+        """``(uuid, pci_bus_id)`` last read for GPU ``index`` (``(None, None)`` if never read)."""
+        return self._identity.get(index, (None, None))
 
     def _sample_gpu(self, index: int, errors: list[tuple[str, str, str]]) -> GpuSample:
         gpu = GpuSample(index=index)
         label = str(index)
+        counting = False  # identity calls do not count as value reads
 
         def call(name: str, fn: Callable[..., T], *args: Any) -> T | None:
             try:
-                return fn(*args)
+                value = fn(*args)
             except pynvml.NVMLError as exc:
                 if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                     raise _GpuLost from exc
                 if exc.value not in UNSUPPORTED_CODES:
                     errors.append((label, name, error_name(exc)))
+                    gpu.reads_failed += counting
                 return None
+            except Exception as exc:  # noqa: BLE001 - a driver or binding bug must not fail the scrape
+                if (index, name, type(exc)) not in self._logged:  # once, not on every scrape
+                    self._logged.add((index, name, type(exc)))
+                    log.warning("GPU %d: %s raised %s: %s", index, name, type(exc).__name__, exc)
+                errors.append((label, name, _any_error_name(exc)))
+                gpu.reads_failed += counting
+                return None
+            gpu.reads_ok += counting
+            return value
 
         b = self.backend
+        known_uuid, known_bus = self._identity.get(index, (None, None))
         try:
-            handle = call("device_handle", b.device_handle, index)
-            if handle is None:
+            try:
+                handle = b.device_handle(index)
+            except pynvml.NVMLError as exc:
+                if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
+                    raise _GpuLost from exc
+                gpu.handle_error = error_name(exc)
+                errors.append((label, "device_handle", gpu.handle_error))
+                gpu.uuid, gpu.pci_bus_id = known_uuid, known_bus
                 return gpu
-            gpu.uuid = call("device_uuid", b.device_uuid, handle)
-            gpu.name = call("device_name", b.device_name, handle)
-            gpu.pci_bus_id = call("device_pci_bus_id", b.device_pci_bus_id, handle)
+            except Exception as exc:  # noqa: BLE001
+                gpu.handle_error = _any_error_name(exc)
+                errors.append((label, "device_handle", gpu.handle_error))
+                gpu.uuid, gpu.pci_bus_id = known_uuid, known_bus
+                return gpu
+            gpu.uuid = _str_or_none(call("device_uuid", b.device_uuid, handle)) or known_uuid
+            gpu.name = _str_or_none(call("device_name", b.device_name, handle))
+            gpu.pci_bus_id = _str_or_none(call("device_pci_bus_id", b.device_pci_bus_id, handle)) or known_bus
+            self._identity[index] = (gpu.uuid, gpu.pci_bus_id)
+            counting = True
             gpu.temperature_celsius = call("temperature", b.temperature_celsius, handle)
             gpu.memory_temperature_celsius = call("memory_temperature", b.memory_temperature_celsius, handle)
             milliwatts = call("power_usage", b.power_milliwatts, handle)
@@ -466,11 +555,13 @@ class NvmlSampler:
                 gpu.remapped_rows = {"correctable": rows[0], "uncorrectable": rows[1]}
                 gpu.remapped_rows_pending, gpu.remapped_rows_failure = rows[2], rows[3]
             gpu.nvlinks = self._sample_nvlinks(gpu, handle, call)
+            counting = False
             if index not in self._xid_registered:
                 call("register_events", b.register_xid_events, handle, index)
                 self._xid_registered.add(index)
         except _GpuLost:
-            return GpuSample(index=index, lost=True)
+            uuid, bus = self._identity.get(index, (gpu.uuid or known_uuid, gpu.pci_bus_id or known_bus))
+            return GpuSample(index=index, lost=True, uuid=uuid, pci_bus_id=bus)
         return gpu
 
     def _sample_nvlinks(self, gpu: GpuSample, handle: Any, call: Callable[..., Any]) -> list[NvLinkSample]:
@@ -487,6 +578,8 @@ class NvmlSampler:
                 except pynvml.NVMLError as exc:
                     if exc.value == pynvml.NVML_ERROR_GPU_IS_LOST:
                         raise _GpuLost from exc
+                    break
+                except Exception:  # noqa: BLE001 - treat like the end of the links
                     break
                 links.append(NvLinkSample(link=link, up=up))
                 count += 1

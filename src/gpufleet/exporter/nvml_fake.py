@@ -41,11 +41,16 @@ class FakeNvmlBackend:
         desc: a node description dict, or a path to its JSON file.
 
     Semantics follow NVML: ``init`` raises the description's ``nvml`` error if
-    not ``"ok"``; ``device_handle`` raises GPU_IS_LOST for a lost GPU; values
-    ``"[N/A]"``/``"[Not Supported]"`` raise NOT_SUPPORTED; ``{"nvml_error": name}``
-    raises that error; NVLink indices past the GPU's last raise
-    INVALID_ARGUMENT (NOT_SUPPORTED on a GPU without NVLink). Each GPU's
-    ``xids`` are delivered once, after the GPU is registered for events.
+    not ``"ok"``; ``device_handle`` raises GPU_IS_LOST for a lost GPU and the
+    GPU's ``handle_error`` (e.g. ``"unknown"``: what nvidia-smi prints as
+    "Unknown Error") when set; a GPU's ``read_error`` makes every value read
+    (temperature .. NVLink, not the identity calls, which the driver answers
+    from its cache) raise that error; values ``"[N/A]"``/``"[Not Supported]"``
+    raise NOT_SUPPORTED; ``{"nvml_error": name}`` raises that error; NVLink
+    indices past the GPU's last raise INVALID_ARGUMENT (NOT_SUPPORTED on a GPU
+    without NVLink). Each GPU's ``xids`` are delivered once, after the GPU is
+    registered for events. A GPU with ``listed: false`` is on the PCI bus but
+    the driver no longer lists it: NVML neither counts nor indexes it.
     """
 
     def __init__(self, desc: Node | str | os.PathLike[str]) -> None:
@@ -65,10 +70,13 @@ class FakeNvmlBackend:
             raise _nvml_error(value["nvml_error"])
         return value
 
-    def _gpu(self, handle: int) -> dict[str, Any]:
+    def _gpu(self, handle: int, identity: bool = False) -> dict[str, Any]:
         if not self.initialised:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_UNINITIALIZED)
-        return self._gpus[handle]
+        gpu = self._gpus[handle]
+        if not identity and gpu.get("read_error"):
+            raise _nvml_error(gpu["read_error"])
+        return gpu
 
     def init(self) -> None:
         """Succeeds when the description's ``nvml`` is ``"ok"`` (default)."""
@@ -95,19 +103,21 @@ class FakeNvmlBackend:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if self._gpus[index].get("lost"):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if self._gpus[index].get("handle_error"):
+            raise _nvml_error(self._gpus[index]["handle_error"])
         return index
 
     def device_uuid(self, handle: int) -> str:
         """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
-        return str(self._value(self._gpu(handle)["uuid"]))
+        return str(self._value(self._gpu(handle, identity=True)["uuid"]))
 
     def device_name(self, handle: int) -> str:
         """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
-        return str(self._value(self._gpu(handle)["name"]))
+        return str(self._value(self._gpu(handle, identity=True)["name"]))
 
     def device_pci_bus_id(self, handle: int) -> str:
         """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
-        return str(self._value(self._gpu(handle)["pci_bus_id"]))
+        return str(self._value(self._gpu(handle, identity=True)["pci_bus_id"]))
 
     def temperature_celsius(self, handle: int) -> float:
         """See :class:`~gpufleet.exporter.nvml.NvmlBackend`."""
@@ -171,7 +181,7 @@ class FakeNvmlBackend:
 
     def register_xid_events(self, handle: int, index: int) -> None:
         """Queue the GPU's described XIDs for the next poll."""
-        for xid in self._gpu(handle).get("xids", []):
+        for xid in self._gpu(handle, identity=True).get("xids", []):
             self._pending.append((index, int(xid)))
 
     def poll_xid_events(self, max_events: int) -> list[tuple[int, int]]:

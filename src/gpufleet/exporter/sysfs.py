@@ -10,21 +10,43 @@ counter tables in ``drivers/infiniband/core/sysfs.c``::
     class/infiniband/<hca>/{board_id,fw_ver,hca_type,node_guid}
     class/infiniband/<hca>/ports/<port>/{state,phys_state,rate,link_layer}
     class/infiniband/<hca>/ports/<port>/counters/<name>      (IBA PMA PortCounters[Extended])
+    class/infiniband/<hca>/ports/<port>/counters/<name>_64   (64-bit twins some drivers add)
+    class/infiniband/<hca>/ports/<port>/counters_ext/<name>  (64-bit counters of pre-4.5 kernels / old MLNX OFED)
     class/infiniband/<hca>/ports/<port>/hw_counters/<name>   (driver counters, mlx5 and others)
+
+Shapes real drivers write, all handled (sysfs ABI, ``drivers/infiniband/core/sysfs.c``,
+and what mlx4/mlx5, MLNX OFED, irdma, rxe/siw and efa hosts show):
+
+* ``rate``: ``400 Gb/sec (4X NDR)``, ``2.5 Gb/sec (1X SDR)``, ``10 Gb/sec (4X)``
+  (no speed name); ``0 GB/sec`` on a port whose cage is empty or link down
+  (MLNX OFED: rate 0, no width); a read failing with EINVAL where the
+  kernel finds no valid width (a down port on upstream kernels);
+* counters that the device cannot answer read ``N/A (no PMA)`` (devices
+  without a performance-management agent: iWARP, rxe) or fail with EINVAL,
+  EOPNOTSUPP, ENOSYS or ENODATA: these are *unsupported*, not errors;
+* no ``counters/`` at all (irdma, efa), no ``hw_counters/`` (older drivers);
+* 64-bit data and packet counters in ``counters_ext/`` (``port_xmit_data_64``,
+  ``port_unicast_xmit_packets``...) or as ``*_64`` files beside the 32-bit
+  ones: preferred over the 32-bit counter, which clamps within a second at
+  NDR line rate;
+* ``link_layer`` ``InfiniBand`` or ``Ethernet`` (RoCE).
 
 Rules the reader keeps (and the exporter relies on):
 
 * a missing file or directory is not an error: the value is ``None`` / the
   key is absent, so the series is absent rather than zero;
+* an unsupported value (above) is listed in :attr:`InfiniBandPort.unsupported`:
+  no value, no error;
 * a file that exists but cannot be read or parsed (permission, I/O error,
-  ``N/A (no PMA)`` from old kernels, garbage) is recorded as a
-  :class:`ReadError` naming the file and never raises;
-* values are returned raw: ``port_xmit_data``/``port_rcv_data`` stay in the
-  4-octet units the IBA PMA counts in (see :data:`DATA_OCTETS_PER_UNIT`).
+  garbage) is recorded as a :class:`ReadError` naming the file and never raises;
+* counter values are returned raw under their canonical ``counters/`` name:
+  ``port_xmit_data``/``port_rcv_data`` stay in the 4-octet units the IBA PMA
+  counts in, whichever file they came from (see :data:`DATA_OCTETS_PER_UNIT`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass, field
@@ -74,8 +96,30 @@ EXTENDABLE_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_p
 #: lifetime of the driver statistics in milliseconds (kernel ``sysfs.c``).
 HW_COUNTER_NON_COUNTERS = frozenset({"lifespan"})
 
-#: ``rate`` reads e.g. ``400 Gb/sec (4X NDR)`` or ``2.5 Gb/sec (1X SDR)``.
-_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec\b")
+#: ``counters_ext/`` files (64-bit PortCountersExtended of pre-4.5 kernels and old
+#: MLNX OFED) -> the canonical ``counters/`` name they stand for.
+COUNTERS_EXT_NAMES: dict[str, str] = {
+    "port_xmit_data_64": "port_xmit_data",
+    "port_rcv_data_64": "port_rcv_data",
+    "port_xmit_packets_64": "port_xmit_packets",
+    "port_rcv_packets_64": "port_rcv_packets",
+    "port_unicast_xmit_packets": "unicast_xmit_packets",
+    "port_unicast_rcv_packets": "unicast_rcv_packets",
+    "port_multicast_xmit_packets": "multicast_xmit_packets",
+    "port_multicast_rcv_packets": "multicast_rcv_packets",
+}
+
+#: errno values of a read that mean "the device offers no value here", not a failure:
+#: EINVAL (``rate`` of a port without a valid width; counters some drivers refuse),
+#: EOPNOTSUPP, ENOSYS (no ``process_mad``: no PMA), ENODATA.
+UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENODATA})
+#: Contents that mean the same: ``N/A (no PMA)`` (kernels before 4.19 for devices
+#: without a PMA), ``N/A``.
+_UNSUPPORTED_TEXT = re.compile(r"^N/A\b", re.IGNORECASE)
+
+#: ``rate`` reads e.g. ``400 Gb/sec (4X NDR)``, ``2.5 Gb/sec (1X SDR)``, ``10 Gb/sec (4X)``
+#: or ``0 GB/sec`` (MLNX OFED on an empty cage; the unit is Gb/s whatever the case of B).
+_RATE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*G[bB]/sec\b\s*(?:\(\s*([0-9]+)X\s*([^)]*?)\s*\))?")
 #: ``state`` and ``phys_state`` read ``<code>: <name>``, e.g. ``4: ACTIVE``, ``5: LinkUp``.
 _ENUM_RE = re.compile(r"^\s*([0-9]+)\s*:\s*(\S.*?)\s*$")
 
@@ -91,6 +135,21 @@ class ReadError:
 
     path: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A parsed ``rate`` file.
+
+    Attributes:
+        bytes_per_second: the data rate, Gb/s * 1e9 / 8 (0 for ``0 GB/sec``).
+        width: active link width in lanes (the ``4`` of ``4X``), ``None`` when not printed.
+        speed: per-lane speed name (``NDR``, ``HDR``...), ``None`` when not printed.
+    """
+
+    bytes_per_second: float
+    width: int | None = None
+    speed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,11 +175,20 @@ class InfiniBandPort:
         phys_state: physical port state (``2: Polling``, ``3: Disabled``, ``5: LinkUp`` ...).
         rate_text: the ``rate`` file stripped, e.g. ``400 Gb/sec (4X NDR)``.
         rate_bytes_per_second: ``rate`` converted: Gb/s * 1e9 / 8 (signalling
-            data rate after encoding, as the kernel reports it).
+            data rate after encoding, as the kernel reports it); 0 for a down port
+            reading ``0 GB/sec``.
+        width: active link width in lanes from ``rate`` (``4X`` -> 4), ``None`` when not printed.
+        speed: per-lane speed from ``rate`` (``NDR``), ``None`` when not printed.
         link_layer: ``InfiniBand`` or ``Ethernet`` (RoCE).
-        counters: ``counters/<name>`` -> raw integer (PMA units; data counters in 4-octet words).
+        counters: canonical ``counters/`` name -> raw integer (PMA units; data
+            counters in 4-octet words), from the 64-bit file where one exists.
+        sources: canonical name -> the file its value came from, relative to the
+            port (``counters_ext/port_xmit_data_64``), for every counter in ``counters``.
+        wide: canonical names whose value came from a 64-bit file.
         hw_counters: ``hw_counters/<name>`` -> raw integer; ``None`` when the
             directory does not exist (not every driver has it).
+        unsupported: files, relative to the port, that exist but offer no value
+            (``N/A (no PMA)``, EINVAL, EOPNOTSUPP...): neither a value nor an error.
     """
 
     port: int
@@ -128,9 +196,14 @@ class InfiniBandPort:
     phys_state: EnumValue | None = None
     rate_text: str | None = None
     rate_bytes_per_second: float | None = None
+    width: int | None = None
+    speed: str | None = None
     link_layer: str | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    wide: frozenset[str] = frozenset()
     hw_counters: dict[str, int] | None = None
+    unsupported: list[str] = field(default_factory=list)
 
     @property
     def extended_counters(self) -> bool:
@@ -171,10 +244,12 @@ class InfiniBandClass:
     Attributes:
         devices: HCAs sorted by name (empty when the class directory is absent).
         errors: files that exist but could not be read or parsed.
+        unsupported: files (relative to the sysfs root) that exist but offer no value.
     """
 
     devices: list[InfiniBandDevice] = field(default_factory=list)
     errors: list[ReadError] = field(default_factory=list)
+    unsupported: list[str] = field(default_factory=list)
 
 
 def counter_width(name: str, port: InfiniBandPort) -> int | None:
@@ -184,7 +259,7 @@ def counter_width(name: str, port: InfiniBandPort) -> int | None:
     data/packet counters are 64-bit on ports with extended counters.
     """
     width = PMA_COUNTER_WIDTH_BITS.get(name)
-    if width is not None and name in EXTENDABLE_COUNTERS and port.extended_counters:
+    if width is not None and name in EXTENDABLE_COUNTERS and (port.extended_counters or name in port.wide):
         return 64
     return width
 
@@ -225,11 +300,13 @@ def parse_enum(text: str) -> EnumValue:
     return EnumValue(int(m.group(1)), m.group(2))
 
 
-def parse_rate(text: str) -> float:
-    """Parse ``"400 Gb/sec (4X NDR)"`` into bytes per second (400e9 / 8 = 5e10).
+def parse_rate_full(text: str) -> Rate:
+    """Parse a ``rate`` file: ``"400 Gb/sec (4X NDR)"`` -> ``Rate(5e10, 4, "NDR")``; ``"0 GB/sec"`` -> ``Rate(0.0)``.
 
     The kernel prints the port's data rate in Gb/s (active width times active
-    speed, ``rate_show`` in ``drivers/infiniband/core/sysfs.c``).
+    speed, ``rate_show`` in ``drivers/infiniband/core/sysfs.c``), then the
+    width and speed name in parentheses; MLNX OFED prints ``0 GB/sec`` (no
+    width) for a port without a link.
 
     Raises:
         ValueError: when the text does not start with ``<number> Gb/sec``.
@@ -237,7 +314,17 @@ def parse_rate(text: str) -> float:
     m = _RATE_RE.match(text)
     if not m:
         raise ValueError(f"not '<n> Gb/sec ...': {text!r}")
-    return float(m.group(1)) * 1e9 / 8
+    width = int(m.group(2)) if m.group(2) else None
+    return Rate(float(m.group(1)) * 1e9 / 8, width, (m.group(3) or None) if width is not None else None)
+
+
+def parse_rate(text: str) -> float:
+    """Parse ``"400 Gb/sec (4X NDR)"`` into bytes per second (400e9 / 8 = 5e10); see :func:`parse_rate_full`.
+
+    Raises:
+        ValueError: when the text does not start with ``<number> Gb/sec``.
+    """
+    return parse_rate_full(text).bytes_per_second
 
 
 def parse_counter(text: str) -> int:
@@ -253,18 +340,20 @@ def parse_counter(text: str) -> int:
 
 
 class _Reader:
-    """Reads files below one sysfs root, collecting errors instead of raising."""
+    """Reads files below one sysfs root, collecting errors and unsupported files instead of raising."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.errors: list[ReadError] = []
+        #: files (relative to the root) that offered no value this pass.
+        self.unsupported: list[str] = []
 
     def rel(self, path: Path) -> str:
         """``path`` relative to the sysfs root, for error records."""
         return path.relative_to(self.root).as_posix()
 
     def text(self, path: Path) -> str | None:
-        """File content stripped; ``None`` when absent (silently) or unreadable (recorded)."""
+        """File content stripped; ``None`` when absent (silently), unsupported (listed) or unreadable (recorded)."""
         try:
             # os.open/os.read: no buffered-IO objects per file (hundreds of files per scrape).
             fd = os.open(path, os.O_RDONLY)
@@ -275,16 +364,23 @@ class _Reader:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+            if exc.errno in UNSUPPORTED_ERRNOS:
+                self.unsupported.append(self.rel(path))
+            else:
+                self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
             return None
         try:
-            return data.decode("ascii").strip()
+            text = data.decode("ascii").strip()
         except UnicodeDecodeError:
             self.errors.append(ReadError(self.rel(path), "malformed"))
             return None
+        if _UNSUPPORTED_TEXT.match(text):
+            self.unsupported.append(self.rel(path))
+            return None
+        return text
 
     def parsed(self, path: Path, parse):
-        """``parse(text)`` of the file; ``None`` when absent, unreadable or malformed (recorded)."""
+        """``parse(text)`` of the file; ``None`` when absent, unsupported, unreadable or malformed (recorded)."""
         text = self.text(path)
         if text is None:
             return None
@@ -334,6 +430,57 @@ def _port_sort_key(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
+def _read_port(reader: _Reader, pdir: Path, number: int) -> InfiniBandPort:
+    """One port directory (module docstring for the shapes), never raising."""
+    first_unsupported = len(reader.unsupported)
+    rate_text = reader.text(pdir / "rate")
+    rate = None
+    if rate_text is not None:
+        try:
+            rate = parse_rate_full(rate_text)
+        except ValueError:
+            reader.errors.append(ReadError(reader.rel(pdir / "rate"), "malformed"))
+            rate_text = None
+    counters: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    wide: set[str] = set()
+    plain = reader.counters(pdir / "counters") or {}
+    for name, value in plain.items():
+        if name.endswith("_64"):
+            continue
+        counters[name], sources[name] = value, f"counters/{name}"
+    # 64-bit twins win over the 32-bit counters: counters/<name>_64, then counters_ext/.
+    for name, value in plain.items():
+        if name.endswith("_64"):
+            canonical = name.removesuffix("_64")
+            counters[canonical], sources[canonical] = value, f"counters/{name}"
+            wide.add(canonical)
+    for name, value in (reader.counters(pdir / "counters_ext") or {}).items():
+        canonical = COUNTERS_EXT_NAMES.get(name)
+        if canonical is None:
+            counters[f"counters_ext/{name}"], sources[f"counters_ext/{name}"] = value, f"counters_ext/{name}"
+            continue
+        counters[canonical], sources[canonical] = value, f"counters_ext/{name}"
+        wide.add(canonical)
+    port = InfiniBandPort(
+        port=number,
+        state=reader.parsed(pdir / "state", parse_enum),
+        phys_state=reader.parsed(pdir / "phys_state", parse_enum),
+        rate_text=rate_text,
+        rate_bytes_per_second=None if rate is None else rate.bytes_per_second,
+        width=None if rate is None else rate.width,
+        speed=None if rate is None else rate.speed,
+        link_layer=reader.text(pdir / "link_layer"),
+        counters=counters,
+        sources=sources,
+        wide=frozenset(wide),
+        hw_counters=reader.counters(pdir / "hw_counters", HW_COUNTER_NON_COUNTERS),
+    )
+    prefix = reader.rel(pdir) + "/"
+    port.unsupported = [p.removeprefix(prefix) for p in reader.unsupported[first_unsupported:]]
+    return port
+
+
 def read_infiniband(sysfs_root: str | os.PathLike[str] = "/sys") -> InfiniBandClass:
     """Read every HCA and port under ``<sysfs_root>/class/infiniband``.
 
@@ -364,26 +511,38 @@ def read_infiniband(sysfs_root: str | os.PathLike[str] = "/sys") -> InfiniBandCl
         for port_name in sorted(reader.listdir(ports_dir) or [], key=_port_sort_key):
             if not port_name.isdigit():
                 continue
-            pdir = ports_dir / port_name
-            rate_text = reader.text(pdir / "rate")
-            rate_bps = None
-            if rate_text is not None:
-                try:
-                    rate_bps = parse_rate(rate_text)
-                except ValueError:
-                    reader.errors.append(ReadError(reader.rel(pdir / "rate"), "malformed"))
-                    rate_text = None
-            device.ports.append(
-                InfiniBandPort(
-                    port=int(port_name),
-                    state=reader.parsed(pdir / "state", parse_enum),
-                    phys_state=reader.parsed(pdir / "phys_state", parse_enum),
-                    rate_text=rate_text,
-                    rate_bytes_per_second=rate_bps,
-                    link_layer=reader.text(pdir / "link_layer"),
-                    counters=reader.counters(pdir / "counters") or {},
-                    hw_counters=reader.counters(pdir / "hw_counters", HW_COUNTER_NON_COUNTERS),
-                )
-            )
+            device.ports.append(_read_port(reader, ports_dir / port_name, int(port_name)))
         result.devices.append(device)
+    result.unsupported = reader.unsupported
     return result
+
+
+#: PCI ids of NVIDIA GPUs in ``bus/pci/devices/*/{vendor,class}``: vendor NVIDIA; class
+#: 0x0302 (3D controller: data-centre GPUs) or 0x0300 (VGA: workstation boards).
+PCI_VENDOR_NVIDIA = "0x10de"
+PCI_GPU_CLASSES = ("0x0302", "0x0300")
+
+
+def nvidia_gpu_bus_ids(sysfs_root: str | os.PathLike[str] = "/sys") -> list[str]:
+    """PCI addresses of the NVIDIA GPUs under ``<sysfs_root>/bus/pci/devices``, in NVML's
+    ``busId`` form (``00000000:18:00.0``), sorted: the order NVML numbers GPUs in.
+
+    Never raises: an unreadable or absent tree gives ``[]``.
+    """
+    devices = Path(sysfs_root) / "bus" / "pci" / "devices"
+    found = []
+    try:
+        names = sorted(os.listdir(devices))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            vendor = (devices / name / "vendor").read_text().strip().lower()
+            klass = (devices / name / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        if vendor == PCI_VENDOR_NVIDIA and klass.startswith(PCI_GPU_CLASSES):
+            domain, _, rest = name.partition(":")
+            found.append(f"{int(domain, 16):08x}:{rest}".upper())
+    return found
+

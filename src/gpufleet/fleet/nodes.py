@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from gpufleet.kube.quantity import parse_quantity
+from gpufleet.kube.quantity import whole_gpus
 from gpufleet.names import (
     ANN_HEALTH_HISTORY,
     DEGRADED_TAINT,
@@ -24,7 +24,6 @@ from gpufleet.names import (
     GPU_RESOURCE,
     LEMON_LABEL,
     SWAP_TAINT,
-    UNSCHEDULABLE_TAINTS,
     VIRTUAL_NODE_LABEL,
 )
 
@@ -78,43 +77,32 @@ def flavor(node: Node) -> str | None:
 
 
 def gpus(node: Node, field: str = "allocatable") -> int:
-    """GPUs (``nvidia.com/gpu``) in ``status.allocatable`` (or ``capacity``); 0 when absent."""
+    """GPUs (``nvidia.com/gpu``) in ``status.allocatable`` (or ``capacity``); 0 when absent.
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional or malformed count (naming the node and value).
+    """
     value = (node.get("status", {}).get(field) or {}).get(GPU_RESOURCE)
-    return int(parse_quantity(value)) if value is not None else 0
+    if value is None:
+        return 0
+    return whole_gpus(value, f"node {node.get('metadata', {}).get('name', '?')} status.{field}")
 
 
 def out_reasons(node: Node) -> list[str]:
-    """Why the node's GPUs are not schedulable capacity; empty when they are.
+    """Why the node's GPUs do not count for training (Kueue's quota); empty when they do.
 
-    One short string per reason, e.g. ``"NotReady"``, ``"cordoned"``,
-    ``"swap: gpu_temp"``, ``"degraded: ib_errors"``,
-    ``"taint node.kubernetes.io/unreachable"``. Sources: the Ready
-    condition, ``spec.unschedulable``, and taints in
-    :data:`gpufleet.names.UNSCHEDULABLE_TAINTS` (a NoSchedule or
-    NoExecute effect; PreferNoSchedule does not take capacity away).
+    The classifier's answer for the training class (:mod:`gpufleet.fleet.classify`,
+    default classes): ``"NotReady"``, ``"cordoned"``, ``"swap: gpu_temp"``,
+    ``"degraded: ib_errors"``, ``"taint dedicated=inference:NoSchedule"``,
+    ``"nvidia.com/gpu allocatable 7 < capacity 8"``...
     """
-    out: list[str] = []
-    if not is_ready(node):
-        out.append("NotReady")
-    if is_cordoned(node):
-        out.append("cordoned")
-    for t in taints(node):
-        key, effect = t.get("key"), t.get("effect")
-        if key not in UNSCHEDULABLE_TAINTS or effect == "PreferNoSchedule":
-            continue
-        if key == SWAP_TAINT:
-            out.append(f"swap: {t.get('value', '')}")
-        elif key == DEGRADED_TAINT:
-            out.append(f"degraded: {t.get('value', '')}")
-        elif key == "node.kubernetes.io/unschedulable" and is_cordoned(node):
-            continue  # the cordon already said it
-        else:
-            out.append(f"taint {key}")
-    return out
+    from gpufleet.fleet.classify import TRAINING, classify  # classify builds on this module
+
+    return list(classify(node).reasons[TRAINING])
 
 
 def schedulable(node: Node) -> bool:
-    """Ready, not cordoned, and no unhealthy/swap/degraded taint (see :func:`out_reasons`)."""
+    """The node's GPUs count for training (see :func:`out_reasons`)."""
     return not out_reasons(node)
 
 

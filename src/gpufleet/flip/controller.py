@@ -16,6 +16,18 @@ Initial state: tainted if any virtual node of the pools carries the taint
 (a restarted controller resumes what it was doing), unknown if there is
 none yet (the first sustained excursion decides).
 
+**A taint removed by someone else.** While the state is *tainted*, a
+managed node that carried the taint (the controller saw it there) and now
+lacks it was untainted by another actor (a person with kubectl, another
+controller). The controller restores it **once** per node and decision,
+says so (Warning Event ``FreeGpusTaintRestored`` on the Node, metric
+``taint_restored_total{node}``, a log line), and if the taint is removed
+again before the next decision it honours the removal instead of fighting
+over the node every tick (Event ``FreeGpusTaintRemovalHonoured``, metric
+``taint_removals_honoured_total{node}``); the next decision takes the node
+back. A node that is new (another UID) or never carried the taint is just
+brought in line, silently.
+
 Metrics (prefix ``gpufleet_taint_controller_``): ``free_gpus`` (the
 signal), ``tainted`` (1, 0, -1 unknown), ``transitions_total{to}``,
 ``decision_latency_seconds`` (decision to every virtual node patched),
@@ -35,6 +47,7 @@ from dataclasses import dataclass, field
 from prometheus_client import Counter, Gauge, Histogram
 
 from gpufleet.kube import Kube, KubeError, NotFound
+from gpufleet.kube.events import record_event
 
 from .decision import Decision, Hysteresis
 from .flipback import FlipBack
@@ -56,6 +69,13 @@ REACTION = Histogram("gpufleet_taint_controller_reaction_seconds",
                      "Seconds from the first sample of the deciding streak to every virtual node carrying the decision.",
                      buckets=(1, 2, 5, 10, 15, 30, 60, 90, 120, 300, 600))
 SIGNAL_ERRORS = Counter("gpufleet_taint_controller_signal_errors_total", "Ticks without a signal value.")
+RESTORED = Counter("gpufleet_taint_controller_taint_restored_total",
+                   "Free-GPU taints another actor removed from a virtual node and the controller put back (once per "
+                   "node and decision).", ["node"])
+HONOURED = Counter("gpufleet_taint_controller_taint_removals_honoured_total",
+                   "Free-GPU taints removed again by another actor after a restore: left off until the next decision.",
+                   ["node"])
+EVENT_COMPONENT = "gpufleet-taint-controller"
 VNODES = Gauge("gpufleet_taint_controller_virtual_nodes", "Virtual nodes of the configured pools, by taint.", ["tainted"])
 FREE_TAINT = {"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}
 
@@ -95,6 +115,11 @@ class TaintController:
     clock: Callable[[], float] = time.monotonic
     transitions: list[Transition] = field(default_factory=list)
     last_value: float | None = None
+    #: node name -> UID of managed nodes seen carrying the taint while tainted.
+    carried: dict[str, str] = field(default_factory=dict)
+    #: nodes whose taint was restored, and whose second removal was honoured, since the last decision.
+    restored: set[str] = field(default_factory=set)
+    honoured: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def virtual_nodes(self) -> list[dict]:
@@ -112,26 +137,70 @@ class TaintController:
         nodes = self.virtual_nodes()
         if nodes and self.machine.tainted is None:
             self.machine.tainted = any(self.has_taint(n) for n in nodes)
+        if self.machine.tainted:
+            self.carried.update({n["name"]: n.get("uid") or "" for n in nodes if self.has_taint(n)})
         TAINTED.set(-1 if self.machine.tainted is None else int(self.machine.tainted))
         return self
 
     def apply(self, tainted: bool) -> int:
         """Make every managed virtual node carry (or not) the taint; returns how many were patched.
 
-        Errors on one node are logged and retried on the next tick.
+        While tainted, a taint another actor removed is restored once, or its
+        removal honoured (module docstring). Errors on one node are logged and
+        retried on the next tick.
         """
         changed = 0
+        if not tainted:
+            self.carried.clear()
         for n in self.virtual_nodes():
+            name, uid = n["name"], n.get("uid") or ""
             if self.has_taint(n) == tainted:
+                if tainted:
+                    self.carried[name] = uid
+                continue
+            removed_by_other = tainted and self.carried.get(name) == uid and name in self.carried
+            if removed_by_other and name in self.restored:
+                if name not in self.honoured:
+                    self.honoured.add(name)
+                    HONOURED.labels(name).inc()
+                    log.warning("taint controller: %s on %s removed again by another actor after it was restored; "
+                                "left off until the next decision", FREE_GPUS_TAINT, name)
+                    self._node_event(n, "FreeGpusTaintRemovalHonoured",
+                                     f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT} removed again after it was restored: left off "
+                                     "until the next taint decision (the controller does not fight over the node)")
                 continue
             try:
-                if set_taint(self.kube, n["name"], dict(FREE_TAINT), add=tainted):
-                    changed += 1
+                patched = set_taint(self.kube, name, dict(FREE_TAINT), add=tainted)
             except NotFound:
-                pass
+                continue
             except KubeError as exc:
-                log.warning("taint controller: node %s: %s", n["name"], exc)
+                log.warning("taint controller: node %s: %s", name, exc)
+                continue
+            if not tainted:
+                changed += patched
+                continue
+            self.carried[name] = uid
+            if not patched:
+                continue  # the cache lagged: the node carries the taint already
+            changed += 1
+            if removed_by_other:
+                self.restored.add(name)
+                RESTORED.labels(name).inc()
+                log.warning("taint controller: %s was removed from %s by another actor while the cluster has free GPUs; "
+                            "restored (once)", FREE_GPUS_TAINT, name)
+                self._node_event(n, "FreeGpusTaintRestored",
+                                 f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT} was removed by another actor while the cluster "
+                                 f"has free GPUs ({self.last_value:g} free); restored once: inference stays in-cluster. "
+                                 "A second removal is left in place until the next decision"
+                                 if self.last_value is not None else
+                                 f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT} was removed by another actor; restored once")
         return changed
+
+    def _node_event(self, node: dict, reason: str, message: str) -> None:
+        """A Warning Event on a Node (cluster-scoped objects' Events live in ``default``); never raises."""
+        record_event(self.kube, {"apiVersion": "v1", "kind": "Node",
+                                 "metadata": {"name": node["name"], "uid": node.get("uid") or ""}},
+                     reason, message, type_="Warning", component=EVENT_COMPONENT)
 
     def tick(self) -> Decision:
         """One cycle (module docstring); returns the decision taken."""
@@ -146,6 +215,9 @@ class TaintController:
         decision = self.machine.observe(value, now)
         if decision.tainted is not None:
             started = self.clock()
+            if decision.changed:
+                self.restored.clear()
+                self.honoured.clear()
             self.apply(decision.tainted)
             if decision.changed:
                 done = self.clock()

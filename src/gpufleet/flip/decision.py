@@ -7,17 +7,22 @@ decision when the controller could not read the nodes' current state.
 
 Rules, for samples ``(free_gpus, now)``:
 
-* ``free > high`` continuously for ``hold`` seconds -> ``tainted``;
-* ``free < low`` continuously for ``hold`` seconds -> ``untainted``;
+* ``free > high`` continuously for ``add_hold`` seconds -> ``tainted``;
+* ``free < low`` continuously for ``remove_hold`` seconds -> ``untainted``;
 * ``low <= free <= high`` (the band) is no evidence either way: both
   streaks restart;
 * a missing sample (``None``: the signal is unavailable) restarts both
   streaks and changes nothing (no decision on stale data).
 
 "Continuously" means every sample since the streak's first one satisfied
-the condition, and the last one is at least ``hold`` seconds after the
-first. With ``low < high`` the machine cannot flap: leaving a state needs a
-sustained excursion across the *other* mark. ``hold = 0`` decides on the
+the condition, and the last one is at least the hold time after the first.
+The two hold times are separate (``taint_controller_add_hold_seconds``,
+``taint_controller_remove_hold_seconds``): removing the taint sends
+inference outside, which costs money and a migration, while adding it keeps
+inference in, which is cheap; a site may want to react to training taking
+GPUs at once and wait longer before calling the cluster free again, or the
+reverse. With ``low < high`` the machine cannot flap: leaving a state needs
+a sustained excursion across the *other* mark. A hold of 0 decides on the
 first sample.
 """
 
@@ -50,19 +55,26 @@ class Hysteresis:
     Args:
         high: high-water mark in free GPUs (taint above it).
         low: low-water mark in free GPUs (untaint below it); must be < ``high``.
-        hold: seconds a condition must hold.
+        hold: seconds a condition must hold, both ways unless given apart.
         tainted: the initial state (from the nodes), or None if unknown.
+        add_hold: seconds above ``high`` before tainting (default ``hold``).
+        remove_hold: seconds below ``low`` before untainting (default ``hold``).
 
     Raises:
-        ValueError: ``low >= high`` or ``hold < 0``.
+        ValueError: ``low >= high`` or a hold time < 0.
     """
 
-    def __init__(self, high: float, low: float, hold: float, tainted: bool | None = None):
+    def __init__(self, high: float, low: float, hold: float, tainted: bool | None = None, *,
+                 add_hold: float | None = None, remove_hold: float | None = None):
         if low >= high:
             raise ValueError(f"low-water mark ({low}) must be below the high-water mark ({high})")
-        if hold < 0:
-            raise ValueError(f"hold time must be >= 0 seconds, not {hold}")
+        add_hold = hold if add_hold is None else add_hold
+        remove_hold = hold if remove_hold is None else remove_hold
+        for what, value in (("hold time", hold), ("add hold time", add_hold), ("remove hold time", remove_hold)):
+            if value < 0:
+                raise ValueError(f"{what} must be >= 0 seconds, not {value}")
         self.high, self.low, self.hold = high, low, hold
+        self.add_hold, self.remove_hold = add_hold, remove_hold
         self.tainted = tainted
         self.above_since: float | None = None
         self.below_since: float | None = None
@@ -77,14 +89,14 @@ class Hysteresis:
             self.below_since = None
             if self.above_since is None:
                 self.above_since = now
-            if self.tainted is not True and now - self.above_since >= self.hold:
+            if self.tainted is not True and now - self.above_since >= self.add_hold:
                 return self._go(True, self.above_since, f"{free:g} free GPUs > high-water {self.high:g} "
                                                         f"for {now - self.above_since:.1f}s")
         elif free < self.low:
             self.above_since = None
             if self.below_since is None:
                 self.below_since = now
-            if self.tainted is not False and now - self.below_since >= self.hold:
+            if self.tainted is not False and now - self.below_since >= self.remove_hold:
                 return self._go(False, self.below_since, f"{free:g} free GPUs < low-water {self.low:g} "
                                                          f"for {now - self.below_since:.1f}s")
         else:

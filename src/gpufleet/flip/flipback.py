@@ -30,7 +30,7 @@ from prometheus_client import Counter, Gauge
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
-from .flipout import tolerates
+from gpufleet.fleet.classify import tolerated
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ def candidates(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], 
         meta = p["metadata"]
         if p["node"] not in tainted or meta.get("deletionTimestamp") or p["phase"] in ("Succeeded", "Failed"):
             continue
-        if tolerates(p["tolerations"], taint):
+        if tolerated(p["tolerations"], taint):
             continue
         released = (meta.get("labels") or {}).get(RELEASE_LABEL[0]) == RELEASE_LABEL[1] or meta["uid"] in attempted
         out.append(Candidate(meta["namespace"], meta["name"], meta["uid"], p["priority"],

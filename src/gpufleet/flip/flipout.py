@@ -39,6 +39,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from gpufleet.fleet.classify import tolerated
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
@@ -58,22 +59,6 @@ class Reservation:
     pod: dict[str, Any]
     node: str
     victims: tuple[dict[str, Any], ...]
-
-
-def tolerates(tolerations: Iterable[dict], taint: dict) -> bool:
-    """Whether any toleration tolerates ``taint`` (Kubernetes' matching rules)."""
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        if not t.get("key"):
-            if t.get("operator") == "Exists":
-                return True
-            continue
-        if t.get("key") != taint.get("key"):
-            continue
-        if t.get("operator") == "Exists" or (t.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -102,7 +87,7 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
             continue
         if t.get("key") == RESERVED_TAINT:
             return False
-        if not tolerates(pod["tolerations"], t):
+        if not tolerated(pod["tolerations"], t):
             return False
     return True
 

@@ -42,11 +42,14 @@ class Settings:
     """Everything the controller needs, resolved from the inventory and flags.
 
     Units: GPUs for the marks, seconds for times, pods per minute for the budget.
+    ``add_hold_seconds``/``remove_hold_seconds`` default to ``hold_seconds``.
     """
 
     high_water: float
     low_water: float
     hold_seconds: float
+    add_hold_seconds: float | None = None
+    remove_hold_seconds: float | None = None
     signal: str = "apiserver"
     prometheus_url: str = ""
     promql: str = ""
@@ -58,6 +61,16 @@ class Settings:
     pods_per_minute: float = 10.0
     max_in_flight: int = 1
     tick_seconds: float = TICK_SECONDS
+
+    @property
+    def add_hold(self) -> float:
+        """Seconds above the high-water mark before tainting."""
+        return self.hold_seconds if self.add_hold_seconds is None else self.add_hold_seconds
+
+    @property
+    def remove_hold(self) -> float:
+        """Seconds below the low-water mark before untainting."""
+        return self.hold_seconds if self.remove_hold_seconds is None else self.remove_hold_seconds
 
 
 def settings_from_inventory(env: str, **overrides: Any) -> Settings:
@@ -74,17 +87,26 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
     top = max(kq.kueue_priority_classes, key=lambda p: p.value).name
     base = dict(
         high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
-        hold_seconds=tc.taint_controller_hold_seconds, signal=tc.taint_controller_signal,
+        hold_seconds=tc.taint_controller_hold_seconds, add_hold_seconds=tc.taint_controller_add_hold_seconds,
+        remove_hold_seconds=tc.taint_controller_remove_hold_seconds, signal=tc.taint_controller_signal,
         prometheus_url=tc.taint_controller_prometheus_url, promql=tc.taint_controller_promql,
         pools=tuple(p.name for p in vk.virtual_kubelet_pools), flip_out_classes=(top,),
         pods_per_minute=ds.descheduler_migration_pods_per_minute,
     )
     base.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("hold_seconds") is not None:  # --hold-seconds sets both, unless one is given apart
+        for key in ("add_hold_seconds", "remove_hold_seconds"):
+            if overrides.get(key) is None:
+                base[key] = None
     s = Settings(**base)
     # Inventory values and programmatic overrides get the checks argparse gives the flags.
     checks = {"--high-water": (s.high_water, cliargs.nonnegative_number),
               "--low-water": (s.low_water, cliargs.nonnegative_number),
               "--hold-seconds": (s.hold_seconds, cliargs.nonnegative_seconds),
+              "--add-hold-seconds": (s.add_hold if s.add_hold_seconds is None else s.add_hold_seconds,
+                                     cliargs.nonnegative_seconds),
+              "--remove-hold-seconds": (s.remove_hold if s.remove_hold_seconds is None else s.remove_hold_seconds,
+                                        cliargs.nonnegative_seconds),
               "--flip-out-max-wait": (s.flip_out_max_wait, cliargs.nonnegative_seconds),
               "--pods-per-minute": (s.pods_per_minute, cliargs.positive_number)}
     for flag, (value, kind) in checks.items():
@@ -111,7 +133,7 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     """
     caches = ApiServerSignal(kube)
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
-    machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds)
+    machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds, add_hold=s.add_hold, remove_hold=s.remove_hold)
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
                   clock=clock) if s.flip_out else None
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
@@ -129,7 +151,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--low-water", type=cliargs.nonnegative_number, default=None,
                         help="free GPUs (>= 0, below --high-water) below which the taint is removed")
     parser.add_argument("--hold-seconds", type=cliargs.nonnegative_seconds, default=None,
-                        help="seconds (>= 0) a mark must be crossed before acting")
+                        help="seconds (>= 0) a mark must be crossed before acting, both ways (the two below override it)")
+    parser.add_argument("--add-hold-seconds", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) free GPUs must stay above --high-water before the taint is added")
+    parser.add_argument("--remove-hold-seconds", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) free GPUs must stay below --low-water before the taint is removed")
     parser.add_argument("--signal", choices=("apiserver", "prometheus"), default=None, help="where free GPUs come from")
     parser.add_argument("--prometheus-url", type=cliargs.http_url, default=None,
                         help="Prometheus base URL, http(s)://host[:port] (signal prometheus)")
@@ -164,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         s = settings_from_inventory(
             args.env, high_water=args.high_water, low_water=args.low_water, hold_seconds=args.hold_seconds,
+            add_hold_seconds=args.add_hold_seconds, remove_hold_seconds=args.remove_hold_seconds,
             signal=args.signal, prometheus_url=args.prometheus_url, promql=args.promql,
             pools=tuple(args.pools) if args.pools else None, flip_out=args.flip_out,
             flip_out_classes=tuple(args.flip_out_classes) if args.flip_out_classes else None,
@@ -182,8 +209,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.server}: {exc}", file=sys.stderr)
         return 1
     liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
-    log.info("taint controller: high %g, low %g, hold %gs, signal %s, pools %s", s.high_water, s.low_water,
-             s.hold_seconds, s.signal, ", ".join(s.pools) or "all")
+    log.info("taint controller: high %g, low %g, hold %gs to taint / %gs to untaint, signal %s, pools %s", s.high_water,
+             s.low_water, s.add_hold, s.remove_hold, s.signal, ", ".join(s.pools) or "all")
 
     def loop(stop: threading.Event) -> None:
         threading.Thread(target=lambda: (stop.wait(), ctl.stop()), daemon=True, name="taint-controller-stop").start()

@@ -1,12 +1,13 @@
 """The taint controller's signal: free schedulable GPUs in the cluster.
 
-Definition (:func:`free_gpus`): over the *in-cluster* nodes (not labelled
-``type=virtual-kubelet``) that are ``Ready``, not cordoned and carry no
-``NoSchedule``/``NoExecute`` taint other than the GPU node taint and the
-degraded taint (:data:`~gpufleet.names.BENIGN_TAINTS`; so nodes out for
-swap, unreachable, or reserved by the flip-out do not count), the sum of
-``max(0, allocatable nvidia.com/gpu - GPU requests of the non-terminal pods
-bound there)``. Unit: GPUs.
+Definition (:func:`free_gpus`): over the nodes whose GPUs count for
+inference by the one node classifier (:mod:`gpufleet.fleet.classify`: in
+cluster, ``Ready``, not cordoned, every ``NoSchedule``/``NoExecute`` taint
+tolerated by inference pods, matched as the scheduler matches them; so nodes
+out for swap, unreachable, reserved by the flip-out or tainted for another
+purpose do not count, degraded ones do), the sum of ``max(0, allocatable
+nvidia.com/gpu - GPU requests of the non-terminal pods bound there)``. Unit: GPUs.
+Quota sync, ``invoke status`` and node health ask the same classifier.
 
 Two sources:
 
@@ -23,15 +24,21 @@ Two sources:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from typing import Any
 
+from gpufleet.fleet.classify import INFERENCE, NodeFacts, classify, default_classes
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
+from gpufleet.kube.quantity import GpuCountError, whole_gpus
 from gpufleet.kube.times import parse_time
-from gpufleet.names import BENIGN_TAINTS, GPU_RESOURCE, VIRTUAL_NODE_LABEL
-from gpufleet.prom.client import PromClient, PromError, number
+from gpufleet.names import GPU_RESOURCE
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.vk.provider import pod_requests
+
+#: The classes the signal classifies nodes for: it counts room for inference.
+CLASSES = default_classes()
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +47,18 @@ log = logging.getLogger(__name__)
 
 
 def node_view(node: dict) -> dict[str, Any]:
-    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs."""
-    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-    labels = meta.get("labels") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    try:
-        gpus = int(float((status.get("allocatable") or {}).get(GPU_RESOURCE, 0)))
-    except ValueError:
-        gpus = 0
-    return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": labels,
-            "virtual": labels.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1], "ready": ready,
-            "unschedulable": bool(spec.get("unschedulable")), "taints": list(spec.get("taints") or []),
-            "gpus": gpus, "resourceVersion": meta.get("resourceVersion")}
+    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs, the classifier's facts.
+
+    A fractional ``nvidia.com/gpu`` allocatable is refused (``gpus`` 0, the node counts for nobody;
+    ``facts.problem`` says why), never truncated.
+    """
+    meta = node.get("metadata") or {}
+    facts = NodeFacts.of(node)
+    if facts.problem:
+        log.error("%s", facts.problem)
+    return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": dict(facts.labels), "virtual": facts.virtual,
+            "ready": facts.ready, "unschedulable": facts.unschedulable, "taints": list(facts.taints),
+            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion")}
 
 
 def pod_view(pod: dict) -> dict[str, Any]:
@@ -64,7 +71,7 @@ def pod_view(pod: dict) -> dict[str, Any]:
                      if k in meta},
         "created": parse_time(meta.get("creationTimestamp")) or 0.0,
         "node": spec.get("nodeName") or "",
-        "gpus": int(pod_requests(pod).get(GPU_RESOURCE, 0)),
+        "gpus": _pod_gpus(pod),
         "priority": int(spec.get("priority") or 0),
         "priorityClassName": spec.get("priorityClassName") or "",
         "preemptionPolicy": spec.get("preemptionPolicy") or "PreemptLowerPriority",
@@ -76,14 +83,21 @@ def pod_view(pod: dict) -> dict[str, Any]:
     }
 
 
-def blocking_taints(node: dict[str, Any]) -> list[dict]:
-    """The node's NoSchedule/NoExecute taints other than :data:`BENIGN_TAINTS`."""
-    return [t for t in node["taints"] if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in BENIGN_TAINTS]
+def _pod_gpus(pod: dict) -> int:
+    """GPUs a pod requests; a fraction (the API server refuses them for extended resources) counts the
+    whole GPUs it would hold, with an error logged naming the pod: refused, never truncated."""
+    amount = pod_requests(pod).get(GPU_RESOURCE, 0)
+    meta = pod.get("metadata") or {}
+    try:
+        return whole_gpus(amount, f"pod {meta.get('namespace')}/{meta.get('name')}")
+    except GpuCountError as exc:
+        log.error("%s; counted as %d GPUs held", exc, math.ceil(amount))
+        return math.ceil(amount)
 
 
 def schedulable(node: dict[str, Any]) -> bool:
-    """In-cluster, Ready, not cordoned, no blocking taint (see the module docstring)."""
-    return not node["virtual"] and node["ready"] and not node["unschedulable"] and not blocking_taints(node)
+    """The node's GPUs count for inference (the classifier; see the module docstring)."""
+    return classify(node["facts"], CLASSES).counts(INFERENCE)
 
 
 def gpus_used(pods: Iterable[dict[str, Any]]) -> dict[str, int]:

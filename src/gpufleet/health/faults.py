@@ -24,10 +24,24 @@ ecc_uncorrectable   uncorrected ECC errors grew within the event window, or a   
 nvlink_errors       NVLink error counters grew more than the threshold within the  ``gpufleet_gpu_nvlink_errors_total``,
                     error window, or a link is down                                ``gpufleet_gpu_nvlink_up``
 ib_errors           InfiniBand error counters grew more than the threshold within  ``gpufleet_infiniband_port_*_total`` (errors),
-                    the error window, or a port is not ACTIVE                      ``gpufleet_infiniband_port_state_id``
-gpu_missing         NVML reports a GPU lost, or fewer GPUs than the node's         ``gpufleet_gpu_lost``, ``gpufleet_gpu_devices``
+                    the error window, or a port is not ACTIVE (InfiniBand link     ``gpufleet_infiniband_port_state_id``
+                    layer only)
+roce_errors         packet-loss counters of a RoCE port (``out_of_sequence``,      ``gpufleet_infiniband_port_hw_stat_total``,
+                    ``packet_seq_err``, ``local_ack_timeout_err``,                 ``gpufleet_infiniband_port_state_id``
+                    ``implied_nak_seq_err``) grew more than the threshold within   (``link_layer="Ethernet"``)
+                    the error window, or the port is not ACTIVE
+gpu_missing         NVML reports a GPU lost, or erroring (any other error on its   ``gpufleet_gpu_lost``, ``gpufleet_gpu_erroring``,
+                    handle, or every read failing), or fewer GPUs than the node's  ``gpufleet_gpu_devices``
                     ``nvidia.com/gpu.count`` label
+gpu_partial         the Node's ``nvidia.com/gpu`` allocatable is below its         the Node object (not Prometheus), through the
+                    capacity (the device plugin withdrew GPUs) and the inventory   node classifier (:mod:`gpufleet.fleet.classify`)
+                    does not let such nodes count for training
 =================== ============================================================== ==========================================
+
+InfiniBand and RoCE are kept apart by the ``link_layer`` label every port
+series carries: the IBA link-error counters (symbol errors, link
+recoveries...) are meaningful on InfiniBand links only, and a RoCE port's
+trouble shows as packet loss on a lossless Ethernet fabric instead.
 
 Counter growth sums the positive steps between consecutive samples (a
 reset counts from zero). For XIDs only, a series that first appears inside
@@ -62,11 +76,19 @@ NVLINK_ERRORS_METRIC = "gpufleet_gpu_nvlink_errors_total"
 NVLINK_UP_METRIC = "gpufleet_gpu_nvlink_up"
 IB_STATE_METRIC = "gpufleet_infiniband_port_state_id"
 GPU_LOST_METRIC = "gpufleet_gpu_lost"
+GPU_ERRORING_METRIC = "gpufleet_gpu_erroring"
 GPU_DEVICES_METRIC = "gpufleet_gpu_devices"
+HW_STAT_METRIC = "gpufleet_infiniband_port_hw_stat_total"
 #: IBA PortState ACTIVE.
 IB_ACTIVE = 4
+#: Port selectors by link layer ('' counts as InfiniBand: kernels without ``link_layer`` had no RoCE).
+IB_PORTS = 'link_layer!="Ethernet"'
+ROCE_PORTS = 'link_layer="Ethernet"'
+#: RoCE packet-loss counters (mlx5 ``hw_counters``), as the gpu_metrics RoCE alert reads them.
+ROCE_LOSS_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "implied_nak_seq_err")
 
-FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing")
+FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
+               "gpu_missing", "gpu_partial")
 
 Series = dict[str, Any]  # {"metric": {labels}, "values": [[ts, "v"], ...]} (matrix) or "value": [ts, "v"] (vector)
 
@@ -85,6 +107,7 @@ class Rules:
         error_window_seconds: window of NVLink/IB error growth.
         nvlink_error_threshold: NVLink errors per node within the window tolerated (growth above it is a fault).
         ib_error_threshold: InfiniBand errors per node within the window tolerated.
+        roce_error_threshold: RoCE lost/retransmitted packets per node within the window tolerated.
         node_label: label naming the node on every series.
     """
 
@@ -97,6 +120,7 @@ class Rules:
     error_window_seconds: float = 300.0
     nvlink_error_threshold: int = 0
     ib_error_threshold: int = 0
+    roce_error_threshold: int = 0
     node_label: str = "node"
 
     @property
@@ -145,9 +169,12 @@ class Queries:
             "remap_failure": f"{REMAP_FAILURE_METRIC} == 1",
             "nvlink_errors": f"{NVLINK_ERRORS_METRIC}[{er}]",
             "nvlink_down": f"{NVLINK_UP_METRIC} == 0",
-            "ib_errors": f'{{__name__=~"{ib}"}}[{er}]',
-            "ib_down": f"{IB_STATE_METRIC} != {IB_ACTIVE}",
+            "ib_errors": f'{{__name__=~"{ib}",{IB_PORTS}}}[{er}]',
+            "ib_down": f"{IB_STATE_METRIC}{{{IB_PORTS}}} != {IB_ACTIVE}",
+            "roce_errors": f'{HW_STAT_METRIC}{{{ROCE_PORTS},counter=~"{"|".join(ROCE_LOSS_COUNTERS)}"}}[{er}]',
+            "roce_down": f"{IB_STATE_METRIC}{{{ROCE_PORTS}}} != {IB_ACTIVE}",
             "gpu_lost": f"{GPU_LOST_METRIC} == 1",
+            "gpu_erroring": f"{GPU_ERRORING_METRIC} == 1",
             "gpu_devices": GPU_DEVICES_METRIC,
         }
 
@@ -192,6 +219,13 @@ def growth(samples: list[tuple[float, float]], window_start: float, scrape_inter
             total += step
             first_t = first_t if first_t is not None else t
     return total, first_t
+
+
+def _gpu_name(series: Series) -> str:
+    """``3 (00000000:5D:00.0)``: a GPU's index and, when the series has it, its PCI bus id."""
+    m = series.get("metric") or {}
+    bus = m.get("pci_bus_id")
+    return f"{m.get('gpu', '?')} ({bus})" if bus else str(m.get("gpu", "?"))
 
 
 def _node(series: Series, rules: Rules) -> str | None:
@@ -262,7 +296,7 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
                 total, first, where = per.get(node, (0.0, t, []))
                 m = s["metric"]
                 where.append(f"{m.get('__name__', name).removeprefix('gpufleet_')}"
-                             f"{{{','.join(f'{k}={v}' for k, v in sorted(m.items()) if k in ('gpu', 'link', 'type', 'hca', 'port'))}}}+{g:g}")
+                             f"{{{','.join(f'{k}={v}' for k, v in sorted(m.items()) if k in ('gpu', 'link', 'type', 'hca', 'port', 'counter'))}}}+{g:g}")
                 per[node] = (total + g, min(first, t), where)
         for node, (total, first, where) in per.items():
             if total > threshold:
@@ -271,6 +305,7 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
 
     counter_growth("nvlink_errors", "nvlink_errors", rules.nvlink_error_threshold, "NVLink")
     counter_growth("ib_errors", "ib_errors", rules.ib_error_threshold, "InfiniBand")
+    counter_growth("roce_errors", "roce_errors", rules.roce_error_threshold, "RoCE packet-loss")
     for node, s in by_label("nvlink_down"):
         pts = _samples(s, returned_at.get(node, 0.0))
         if pts:
@@ -280,10 +315,17 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
         if pts:
             add(node, "ib_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} state "
                                    f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
-    for node, s in by_label("gpu_lost"):
+    for node, s in by_label("roce_down"):
         pts = _samples(s, returned_at.get(node, 0.0))
         if pts:
-            add(node, "gpu_missing", f"GPU {s['metric'].get('gpu', '?')} lost (NVML GPU_IS_LOST)", pts[-1][0])
+            add(node, "roce_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} (RoCE) state "
+                                     f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
+    for name, what in (("gpu_lost", "lost (NVML GPU_IS_LOST)"),
+                       ("gpu_erroring", "answers NVML with errors (device handle or every read)")):
+        for node, s in by_label(name):
+            pts = _samples(s, returned_at.get(node, 0.0))
+            if pts:
+                add(node, "gpu_missing", f"GPU {_gpu_name(s)} {what}", pts[-1][0])
     for node, s in by_label("gpu_devices"):
         pts = _samples(s, returned_at.get(node, 0.0))
         want = (expected_gpus or {}).get(node)

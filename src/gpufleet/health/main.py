@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="NVLink errors tolerated per node and window, >= 0 (default 0)")
     parser.add_argument("--ib-error-threshold", type=cliargs.integer_type(0),
                         help="InfiniBand errors tolerated per node and window, >= 0 (default 0)")
+    parser.add_argument("--roce-error-threshold", type=cliargs.integer_type(0),
+                        help="RoCE lost/retransmitted packets tolerated per node and window, >= 0 (default 0)")
     parser.add_argument("--node-label", help="series label naming the node (default node)")
     parser.add_argument("--drain-timeout", type=cliargs.positive_seconds, dest="drain_timeout_seconds",
                         help="seconds (> 0) a swap's drain may take (600)")
@@ -78,7 +80,8 @@ def settings_from_args(args: argparse.Namespace):
         namespace=args.namespace, max_nodes_out=args.max_nodes_out, hot_samples=args.hot_samples,
         scrape_interval_seconds=args.scrape_interval_seconds, error_window_seconds=args.error_window_seconds,
         event_window_seconds=args.event_window_seconds, nvlink_error_threshold=args.nvlink_error_threshold,
-        ib_error_threshold=args.ib_error_threshold, node_label=args.node_label,
+        ib_error_threshold=args.ib_error_threshold, roce_error_threshold=args.roce_error_threshold,
+        node_label=args.node_label,
         drain_timeout_seconds=args.drain_timeout_seconds, degraded_clear_seconds=args.degraded_clear_seconds)
 
 

@@ -48,15 +48,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet.health.faults import Fault, Queries, Rules, evaluate
+from gpufleet.health.faults import FAULT_KINDS, Fault, Queries, Rules, evaluate
 from gpufleet.prom.client import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.classify import TRAINING, classify, default_classes
 from gpufleet.ops import swap as swapper
 from gpufleet.kube import Kube
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.ops.kube import OpsError, list_nodes
-from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, LEMON_LABEL, SYSTEM_NAMESPACE
+from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"
@@ -79,12 +80,14 @@ class Settings:
         drain_timeout_seconds: how long a swap's drain may take.
         degraded_clear_seconds: fault-free time before a degraded node returns by itself.
         interval_seconds: seconds between steps.
+        partial_nodes_train: ``kueue_partial_gpu_nodes_count``: the remaining GPUs of a node
+            whose allocatable fell below capacity count for training (no ``gpu_partial`` fault).
     """
 
     rules: Rules = field(default_factory=Rules)
     max_nodes_out: int = 4
     dry_run: bool = False
-    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors"})
+    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors", "gpu_partial"})
     lemon_failures: int = 3
     lemon_window_seconds: float = 168 * 3600.0
     namespace: str = SYSTEM_NAMESPACE
@@ -92,6 +95,7 @@ class Settings:
     drain_timeout_seconds: float = 600.0
     degraded_clear_seconds: float = 600.0
     interval_seconds: float = 5.0
+    partial_nodes_train: bool = False
 
     @classmethod
     def from_inventory(cls, inv: Any, **overrides: Any) -> Settings:
@@ -106,7 +110,8 @@ class Settings:
         base = cls(rules=rules, max_nodes_out=v.node_health_max_nodes_out, dry_run=v.node_health_dry_run,
                    degraded_faults=frozenset(v.node_health_degraded_faults), lemon_failures=v.node_health_lemon_failures,
                    lemon_window_seconds=v.node_health_lemon_window_hours * 3600.0, namespace=v.node_health_namespace,
-                   prometheus_url=v.node_health_prometheus_url)
+                   prometheus_url=v.node_health_prometheus_url,
+                   partial_nodes_train=inv.role("kueue").kueue_partial_gpu_nodes_count)
         return base.replace(**{k: val for k, val in overrides.items() if val is not None})
 
     def replace(self, **kw: Any) -> Settings:
@@ -147,6 +152,20 @@ class Decision:
     def detail(self) -> str:
         """Every fault's detail."""
         return "; ".join(f"{f.kind}: {f.detail}" for f in self.faults)
+
+
+def partial_gpu_faults(nodes: dict[str, Node], settings: Settings, now: float) -> dict[str, Fault]:
+    """``gpu_partial`` faults from the Node objects (pure): the classifier's degraded nodes that no longer count
+    for training (allocatable GPUs below capacity, ``partial_nodes_train`` false)."""
+    classes = default_classes(partial_nodes_train=settings.partial_nodes_train)
+    out = {}
+    for name, obj in nodes.items():
+        nc = classify(obj, classes)
+        if nc.degraded and not nc.facts.virtual and any(r.startswith(f"{GPU_RESOURCE} allocatable")
+                                                          for r in nc.reasons[TRAINING]):
+            out[name] = Fault(name, "gpu_partial", f"{GPU_RESOURCE} allocatable {nc.facts.allocatable} < capacity "
+                                                   f"{nc.facts.capacity}: the device plugin withdrew GPUs", now)
+    return out
 
 
 def recent_failures(node: Node, now: float, window: float) -> list[dict[str, Any]]:
@@ -281,7 +300,10 @@ class Remediator:
             c = nodeutil.labels(obj).get("nvidia.com/gpu.count")
             if c and c.isdigit():
                 expected[n] = int(c)
-        return evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected), errors
+        found = evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected)
+        for n, fault in partial_gpu_faults(nodes, self.settings, now).items():
+            found.setdefault(n, []).append(fault)
+        return dict(sorted(found.items())), errors
 
     def step(self, now: float | None = None) -> StepReport:
         """Evaluate and act once (module docstring). Never raises for Prometheus or API errors: they are reported."""
@@ -300,7 +322,7 @@ class Remediator:
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
         report.decisions = decide(report.faults, nodes, self.settings, now, busy)
-        for kind in ("gpu_temp", "memory_temp", "ib_errors", "nvlink_errors", "ecc_uncorrectable", "xid", "gpu_missing"):
+        for kind in FAULT_KINDS:
             self.metrics.faulty.labels(kind).set(sum(1 for fs in report.faults.values() if any(f.kind == kind for f in fs)))
         for d in report.decisions:
             self._act(d, nodes.get(d.node))

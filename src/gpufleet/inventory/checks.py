@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import Problem
+from .errors import MISSING, Problem
 
 if TYPE_CHECKING:
     from .inventory import Inventory
@@ -46,6 +46,8 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
             if n in names[:i]:
                 problems.append(Problem(file(key), f"{key}[{i}].name", n, "unique names"))
 
+    problems += topology_checks(inv, file)
+
     pools = inv.roles["virtual_kubelet"].virtual_kubelet_pools
     names = [p.name for p in pools]
     for i, p in enumerate(pools):
@@ -54,4 +56,48 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
         if p.provider == "kubernetes" and not p.kubeconfig_secret:
             problems.append(Problem(file("virtual_kubelet_pools"), f"virtual_kubelet_pools[{i}].kubeconfig_secret", None,
                                     "a Secret name holding the other cluster's kubeconfig (provider kubernetes)"))
+    return problems
+
+
+def topology_checks(inv: "Inventory", file) -> list[Problem]:
+    """The fabric's topology must be a tree: blocks on all GPU hosts or none, each rack in one block.
+
+    Kueue's Topology levels are node labels (block, rack, hostname); a node
+    without a level's label is left out of topology-aware scheduling, and a
+    rack split over two blocks would be two domains of the same name. The
+    training role's default ``training_topology`` must be a level the hosts carry.
+    """
+    problems: list[Problem] = []
+    hosts_file = f"{inv.root.parent.name}/{inv.root.name}/hosts.yml"
+    gpu_hosts = [h for h in inv.hosts.values() if h.vars.gpu_count]
+    with_block = [h for h in gpu_hosts if h.vars.node_block]
+    if with_block and len(with_block) < len(gpu_hosts):
+        blocks = sorted({h.vars.node_block for h in with_block})
+        unplaced: dict[str, list[str]] = {}
+        for h in gpu_hosts:
+            if not h.vars.node_block:
+                unplaced.setdefault(h.vars.node_rack, []).append(h.name)
+        for rack, names in unplaced.items():
+            shown = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}, {len(names)} hosts"
+            problems.append(Problem(hosts_file, f"rack {rack} ({shown}): node_block", MISSING,
+                                    f"a block like every other GPU node ({', '.join(blocks)}): put the rack's group "
+                                    "under a block group whose group_vars set node_block, or set none anywhere"))
+    racks: dict[str, dict[str, str]] = {}  # rack -> block -> its first host
+    for h in with_block:
+        racks.setdefault(h.vars.node_rack, {}).setdefault(h.vars.node_block, h.name)
+    for rack, blocks in racks.items():
+        (first_block, first_host), *others = blocks.items()
+        for block, host in others:
+            problems.append(Problem(hosts_file, f"{host}: node_block", block,
+                                    f"{first_block}: rack {rack} is in block {first_block} ({first_host}), "
+                                    "a rack belongs to one block"))
+    training, kueue = inv.roles.get("training"), inv.roles.get("kueue")
+    level = getattr(training, "training_topology", "none")
+    if level == "block" and not (with_block and len(with_block) == len(gpu_hosts)):
+        problems.append(Problem(file("training_topology"), "training_topology", level,
+                                f"'rack' or 'none': {hosts_file} gives no node_block, so there is no block level"))
+    if level != "none" and kueue is not None and not kueue.kueue_topology_enabled:
+        problems.append(Problem(file("training_topology"), "training_topology", level,
+                                "'none' while kueue_topology_enabled is false (Kueue places a gang in a "
+                                f"{level} only with a Topology)"))
     return problems

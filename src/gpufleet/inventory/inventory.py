@@ -8,13 +8,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.kube.quantity import parse_quantity
+from gpufleet.names import BLOCK_LABEL, FLAVOR_LABEL, HOSTNAME_LABEL, RACK_LABEL
 
 from .catalog import GPU_MODELS, GpuModel
 from .models import FleetVars, HostVars
 
 #: Labels every GPU node carries; ResourceFlavors and node checks select on them.
-LABEL_FLAVOR = "gpufleet.io/flavor"
-LABEL_RACK = "gpufleet.io/rack"
+LABEL_FLAVOR = FLAVOR_LABEL
+LABEL_RACK = RACK_LABEL
+LABEL_BLOCK = BLOCK_LABEL
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -63,6 +65,19 @@ class FlavorCapacity:
     memory_bytes: int
 
 
+@dataclass(frozen=True)
+class TopologyLevel:
+    """One level of the fabric's topology: its name (``block``, ``rack``, ``hostname``) and node label."""
+
+    name: str
+    label: str
+
+
+#: Every level gpufleet knows, coarse to fine; an inventory uses those its hosts carry.
+TOPOLOGY_LEVELS = (TopologyLevel("block", BLOCK_LABEL), TopologyLevel("rack", RACK_LABEL),
+                   TopologyLevel("hostname", HOSTNAME_LABEL))
+
+
 @dataclass
 class Inventory:
     """A validated environment: ``hosts`` by name, ``fleet`` and per-role ``roles`` variables."""
@@ -88,6 +103,7 @@ class Inventory:
             "kubernetes.io/hostname": host.name,
             LABEL_FLAVOR: gpu.flavor,
             LABEL_RACK: v.node_rack,
+            **({LABEL_BLOCK: v.node_block} if v.node_block else {}),
             LABEL_PRODUCT: gpu.product,
             LABEL_GPU_COUNT: str(v.gpu_count),
             "topology.kubernetes.io/zone": v.node_rack,
@@ -121,3 +137,34 @@ class Inventory:
             )
             for name, hs in sorted(acc.items())
         }
+
+    def topology_levels(self) -> list[TopologyLevel]:
+        """The fabric's levels, coarse to fine: ``block`` (when the hosts carry ``node_block``), ``rack``, ``hostname``.
+
+        These are the levels of the Kueue Topology the kueue role declares,
+        and the values ``--topology`` accepts (besides ``none``).
+        """
+        gpu_hosts = [h for h in self.hosts.values() if h.vars.gpu_count]
+        has_blocks = bool(gpu_hosts) and all(h.vars.node_block for h in gpu_hosts)
+        return [lv for lv in TOPOLOGY_LEVELS if lv.name != "block" or has_blocks]
+
+    def domains(self, level: str, flavor: str | None = None) -> dict[str, list[Host]]:
+        """GPU hosts by topology domain of ``level`` (``block``, ``rack`` or ``hostname``), in inventory order.
+
+        ``flavor`` keeps only the hosts of that ResourceFlavor. A domain is
+        named by its own value (racks are unique in the fleet, see
+        :mod:`gpufleet.inventory.checks`).
+
+        Raises:
+            KeyError: ``level`` is not one of :meth:`topology_levels`.
+        """
+        names = {lv.name for lv in self.topology_levels()}
+        if level not in names:
+            raise KeyError(f"topology level {level!r}: expected one of {', '.join(sorted(names))}")
+        value = {"block": lambda h: h.vars.node_block, "rack": lambda h: h.vars.node_rack,
+                 "hostname": lambda h: h.name}[level]
+        out: dict[str, list[Host]] = {}
+        for h in self.hosts.values():
+            if h.vars.gpu_count and (flavor is None or h.gpu.flavor == flavor):
+                out.setdefault(value(h), []).append(h)
+        return out

@@ -31,6 +31,11 @@ class Hca(BaseModel):
 class HostVars(BaseModel):
     """What one GPU node is. Set in group_vars/<group>.yml or host_vars/<host>.yml.
 
+    ``node_rack`` and ``node_block`` place the node in the fabric: its rack
+    and the block (leaf group of racks) the rack belongs to, each a DNS
+    label (a node label value); Kueue's Topology levels are built from them
+    (block, rack, hostname). Set them in the rack's and the block's
+    group_vars; ``node_block`` is optional, but all GPU nodes have one or none.
     ``node_memory`` is a Kubernetes quantity (bytes, e.g. ``2Ti``); ``node_cpu``
     counts cores. ``gpu_nvlink_count`` overrides the NVLinks per GPU of the
     GPU model's catalog entry. ``node_sysfs_root``, ``node_proc_root``,
@@ -42,7 +47,8 @@ class HostVars(BaseModel):
 
     model_config = STRICT
 
-    node_rack: str = Field(pattern=r"^[a-z0-9-]+$")
+    node_rack: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    node_block: str | None = Field(default=None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     gpu_model: KnownGpuModel
     gpu_count: NonNegativeInt
     node_cpu: PositiveInt

@@ -20,6 +20,7 @@ ROLE_NAMES: tuple[str, ...] = (
     "descheduler",
     "node_health",
     "inference",
+    "goodput",
 )
 
 

@@ -416,8 +416,10 @@ class Kube:
             buf = b""
             for chunk in raw.stream(65536, decode_content=True):
                 buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                if b"\n" not in chunk:
+                    continue
+                *lines, buf = buf.split(b"\n")  # one event per line; the last piece may be partial
+                for line in lines:
                     if not line.strip():
                         continue
                     event = json.loads(line)

@@ -80,7 +80,7 @@ def from_kubeconfig(path: str | os.PathLike, context: str | None = None, *, labe
     files = [Path(p).expanduser() for p in text.split(":") if p]
     missing = [str(p) for p in files if not p.is_file()]
     if not files or missing:
-        raise ConfigError(f"{label} {', '.join(missing) or text} does not exist (pass --kubeconfig or set KUBECONFIG)")
+        raise ConfigError(f"{label} {', '.join(missing) or text} does not exist")
     cfg = _new()
     try:
         load_kube_config(config_file=":".join(str(p) for p in files), context=context, client_configuration=cfg,
@@ -178,7 +178,7 @@ def load_config(kubeconfig: str | os.PathLike | None = None, context: str | None
     environ = os.environ if environ is None else environ
     directory = in_cluster_dir or IN_CLUSTER_DIR
     if kubeconfig:
-        return from_kubeconfig(kubeconfig, context)
+        return from_kubeconfig(kubeconfig, context, label="--kubeconfig")
     if environ.get("KUBECONFIG"):
         return from_kubeconfig(environ["KUBECONFIG"], context, label="$KUBECONFIG")
     pod = environ.get("KUBERNETES_SERVICE_HOST") or environ.get(API_SERVER_ENV)

@@ -30,7 +30,7 @@ def object_ref(obj: Obj) -> Obj:
 
 def record_event(kube: "Kube", obj: Obj, reason: str, message: str, *, type_: str = "Normal",
                  component: str = "gpufleet", action: str | None = None, instance: str | None = None,
-                 host: str | None = None) -> Obj | None:
+                 host: str | None = None, count: int = 1) -> Obj | None:
     """Create a core/v1 Event about ``obj``; a failure to record is logged, never raised.
 
     Events of cluster-scoped objects (Nodes, ClusterQueues) go to namespace
@@ -46,6 +46,7 @@ def record_event(kube: "Kube", obj: Obj, reason: str, message: str, *, type_: st
         action: what was done, e.g. ``Swap`` (default: the reason).
         instance: reporting instance (default: the component).
         host: ``source.host`` (the node, for events a node agent records).
+        count: how many times it happened (a retried step's attempts, recorded in one Event).
 
     Returns:
         The Event created, or None when it could not be.
@@ -60,7 +61,7 @@ def record_event(kube: "Kube", obj: Obj, reason: str, message: str, *, type_: st
         "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:12]}", "namespace": ns},
         "involvedObject": ref, "reason": reason, "message": message[:1024], "type": type_,
         "source": source, "reportingComponent": component, "reportingInstance": instance or component,
-        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": count,
         "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "action": action or reason,
     }
     try:

@@ -14,12 +14,12 @@ suffix is ours.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from kubernetes.utils.quantity import format_quantity, parse_quantity
 
-__all__ = ["canonical", "format_quantity", "number", "parse_quantity"]
+__all__ = ["GpuCountError", "canonical", "format_quantity", "number", "parse_quantity", "whole_gpus"]
 
 _BINARY = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")  # 1024**6 .. 1024**1
 _DECIMAL = ("E", "P", "T", "G", "M", "k")  # 1000**6 .. 1000**1
@@ -60,3 +60,44 @@ def number(value: Any) -> float:
         return float(parse_quantity(value))
     except (ValueError, TypeError, ArithmeticError):
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+
+
+class GpuCountError(ValueError):
+    """A GPU count that is not a whole number >= 0 (``7.5``, ``500m``, ``-1``, ``eight``).
+
+    GPUs are handed out whole (the device plugin advertises ``nvidia.com/gpu``
+    as an integer extended resource, and the API server refuses fractional
+    extended resources in pod specs): a fraction read anywhere is refused,
+    never truncated. The message names where it was read and the value.
+    """
+
+
+def whole_gpus(value: Any, where: str) -> int:
+    """``value`` as a whole number of GPUs.
+
+    Args:
+        value: a Kubernetes quantity string (``"8"``, ``"8k"``...), an int, or a
+            number (float/Decimal, e.g. from a parser that already read the quantity).
+        where: what holds the value, for the message (``node gpu-a-001
+            status.allocatable``, ``pod team/x container trainer``).
+
+    Raises:
+        GpuCountError: fractional, negative or not a quantity; the message is
+            ``<where>: nvidia.com/gpu '<value>' is not a whole number of GPUs ...``.
+    """
+    if isinstance(value, bool):
+        raise GpuCountError(f"{where}: nvidia.com/gpu {value!r} is not a number of GPUs")
+    if isinstance(value, int):
+        amount = Decimal(value)
+    elif isinstance(value, (float, Decimal)):
+        amount = Decimal(str(value)) if isinstance(value, float) else value
+    else:
+        try:
+            amount = parse_quantity(value)
+        except (ValueError, TypeError, InvalidOperation):
+            raise GpuCountError(f"{where}: nvidia.com/gpu {value!r} is not a quantity (expected a whole number of "
+                                "GPUs such as 8)") from None
+    if not amount.is_finite() or amount != amount.to_integral_value() or amount < 0:
+        raise GpuCountError(f"{where}: nvidia.com/gpu {str(value)!r} is not a whole number of GPUs (GPUs are "
+                            "allocated whole; refused rather than rounded)")
+    return int(amount)

@@ -1,8 +1,10 @@
 """Retries and backoff: the one policy every gpufleet loop follows when the API server says no.
 
 * Transport (:func:`transport_retries`): a request that never reached the
-  server (connection refused or reset, a pooled keep-alive connection the
-  server closed) is sent again up to 3 times, 0.1 s apart and doubling.
+  server (connection refused or reset) is sent again up to 3 times, 0.1 s
+  apart and doubling; an idempotent one (GET, PUT, DELETE: PUTs carry their
+  resourceVersion) also when the connection broke before the answer (a
+  pooled keep-alive connection the server had closed), twice at most.
 * Answers with ``Retry-After`` (:func:`retry_after`): a 429 or 5xx that
   carries the header was not processed (API priority and fairness
   rejected it, or the resource's storage is still initializing after its
@@ -52,7 +54,7 @@ RETRY_AFTER_CAP = 10.0
 
 def transport_retries() -> Retry:
     """urllib3's retry policy for requests that got no answer (see the module docstring)."""
-    return Retry(total=3, connect=3, read=0, redirect=0, status=0, other=0, backoff_factor=0.1,
+    return Retry(total=3, connect=3, read=2, redirect=0, status=0, other=0, backoff_factor=0.1,
                  raise_on_status=False, respect_retry_after_header=False)
 
 

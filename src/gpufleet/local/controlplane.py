@@ -21,6 +21,12 @@ from gpufleet.local.ports import Ports
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+#: Kubernetes' own gang scheduling (KEP-4671, alpha in 1.35): the Workload API
+#: (``scheduling.k8s.io/v1alpha1``, pod ``spec.workloadRef``) on the API
+#: server, the GangScheduling plugin in the scheduler (which needs
+#: GenericWorkload). Alpha APIs are off by default, hence the runtime config.
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
 
 
 def etcd_argv(name: str, data_dir: Path, ports: Ports, *, unsafe_no_fsync: bool = True) -> list[str]:
@@ -91,6 +97,8 @@ def apiserver_argv(pki: Pki, ports: Ports, *, max_inflight: int = 800) -> list[s
         "--enable-priority-and-fairness=true",
         f"--max-requests-inflight={max_inflight}",
         f"--max-mutating-requests-inflight={max_inflight // 2}",
+        f"--feature-gates={FEATURE_GATES}",
+        f"--runtime-config={RUNTIME_CONFIG}",
         "--profiling=false",
         "--v=1",
     ]
@@ -138,7 +146,7 @@ def controller_manager_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[st
 
 
 def scheduler_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
-    """kube-scheduler (default profile), serving on ``127.0.0.1:<ports.scheduler>``.
+    """kube-scheduler (default profile, with the GangScheduling plugin), serving on ``127.0.0.1:<ports.scheduler>``.
 
     Args:
         kubeconfig: its own kubeconfig (``CN=system:kube-scheduler``).
@@ -149,6 +157,7 @@ def scheduler_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
         "--leader-elect=false",
         "--kube-api-qps=200",
         "--kube-api-burst=400",
+        f"--feature-gates={FEATURE_GATES}",
         "--profiling=false",
         "--v=1",
     ]

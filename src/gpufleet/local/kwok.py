@@ -17,7 +17,15 @@ Stages installed (upstream ones read from the pinned kwok module):
 * ``gpufleet-pod-complete``: a Running pod with annotation
   :data:`DURATION_ANNOTATION` (seconds, or a Go duration such as ``5m``)
   Succeeds that long after it started running.
-* ``pod-delete``: a pod being deleted is removed at once.
+* ``gpufleet-pod-terminate``: a pod being deleted that still has a
+  finalizer (a Job's ``batch.kubernetes.io/job-tracking``) ends as a
+  kubelet ends it: its containers terminated (exit code 143, SIGTERM),
+  phase ``Failed``. The finalizer's owner then sees the pod finished (the Job
+  controller counts it, or ignores it under its podFailurePolicy, and
+  creates the replacement) and removes the finalizer.
+* ``pod-delete``: a pod being deleted without finalizers is removed at once
+  (upstream's stage, plus that condition: deleting a pod that waits on a
+  finalizer would leave it "Running" for ever).
 """
 
 from __future__ import annotations
@@ -50,7 +58,6 @@ _UPSTREAM_STAGES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/fast/pod-delete.yaml",
 )
 
 
@@ -94,12 +101,43 @@ def _complete_stage(src: Path) -> dict:
     }
 
 
+def _terminate_stage(src: Path) -> dict:
+    """Our pod-terminate Stage: a deleted pod held by a finalizer becomes Failed, containers exited 143."""
+    upstream = manifests.load_one(src / "kustomize/stage/pod/fast/pod-complete.yaml")
+    template = (upstream["spec"]["next"]["statusTemplate"]
+                .replace("exitCode: 0", "exitCode: 143").replace("reason: Completed", "reason: Error")
+                .replace("phase: Succeeded", "phase: Failed"))
+    # Upstream reads the old container statuses into $origin (unused); a pod deleted while still Pending has none.
+    template = "\n".join(line for line in template.splitlines() if "$origin" not in line) + "\n"
+    assert "exitCode: 143" in template and "phase: Failed" in template, "upstream pod-complete template changed"
+    return {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1",
+        "kind": "Stage",
+        "metadata": {"name": "gpufleet-pod-terminate"},
+        "spec": {
+            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "selector": {"matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": ".metadata.finalizers", "operator": "Exists"},
+                {"key": ".status.phase", "operator": "In", "values": ["Pending", "Running"]},
+            ]},
+            "next": {"statusTemplate": template},
+        },
+    }
+
+
+def _delete_stage(src: Path) -> dict:
+    """Upstream's pod-delete Stage, for pods no finalizer holds (see the module docstring)."""
+    stage = manifests.load_one(src / "kustomize/stage/pod/fast/pod-delete.yaml")
+    stage["spec"]["selector"]["matchExpressions"].append({"key": ".metadata.finalizers", "operator": "DoesNotExist"})
+    return stage
+
+
 def stages() -> list[dict]:
     """Every Stage object the local cluster installs (see the module docstring)."""
     src = kwok_source()
-    out = [manifests.load_one(src / p) for p in _UPSTREAM_STAGES]
-    out.insert(3, _complete_stage(src))
-    return out
+    out = [manifests.load_one(src / p) for p in _UPSTREAM_STAGES[:3]]
+    return [*out, _complete_stage(src), _terminate_stage(src), _delete_stage(src)]
 
 
 def node_manifest(spec, cluster: str) -> dict:

@@ -30,6 +30,11 @@ this module writes. Data keys (all strings; JSON where noted):
 evicted`` (JSON list of ``ns/name``), ``blocked`` (JSON object ``ns/name`` ->
 why), ``history`` (JSON list, the node's failure history), ``returned_at``.
 
+Degrade (the remediation controller, for faults that leave a node fit for
+inference): taint ``gpufleet.io/degraded=<fault>:NoSchedule``, no cordon,
+no drain; pods that do not tolerate the taint (training) are evicted once,
+so a gang that had a pod there is rebuilt on a healthy node.
+
 Return (``invoke node.return``) undoes all of it: the swap and degraded
 taints and the replacement label go, the node is uncordoned if the swap
 cordoned it, the request goes to state ``returned`` (kept as a record). A
@@ -60,6 +65,7 @@ from typing import Any
 from gpufleet.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.classify import tolerated as tolerates
 from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unauthorized, api_path
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
@@ -575,9 +581,12 @@ def degrade(kube: Kube, node_name: str, fault: str, detail: str, *, source: str 
             extra_history: dict[str, Any] | None = None) -> NodePlan | None:
     """Move a node to the degraded tier: taint ``gpufleet.io/degraded=<fault>:NoSchedule``; no cordon, no drain.
 
-    Inference tolerates the taint; training does not, and the descheduler's
-    RemovePodsViolatingNodeTaints moves training pods off slowly. Returns the
-    plan applied, None when the node was already degraded or out.
+    Inference tolerates the taint and stays. Pods that do not (training) are
+    evicted through the Eviction API, once, without waiting
+    (:func:`move_off_untolerated`): a gang that loses a pod is rebuilt
+    elsewhere (Kueue replaces the node of a topology-aware gang once the pod
+    on it has terminated). Returns the plan applied, None when the node was
+    already degraded or out.
     """
 
     def replan(obj: Node) -> NodePlan | None:
@@ -588,10 +597,37 @@ def degrade(kube: Kube, node_name: str, fault: str, detail: str, *, source: str 
 
     node, plan = _apply_plan(kube, node_name, replan)
     if plan is not None:
+        taint = {"key": DEGRADED_TAINT, "value": slug(fault, "fault"), "effect": "NoSchedule"}
+        moved, refused = move_off_untolerated(kube, node_name, taint)
+        outcome = f"; evicted {len(moved)} pod(s) that do not tolerate it" if moved else ""
+        if refused:
+            outcome += "; refused: " + ", ".join(f"{p} ({why})" for p, why in sorted(refused.items()))
         record_event(kube, node, "NodeDegraded", f"tainted {DEGRADED_TAINT}={slug(fault, 'fault')}: {detail} "
-                     "(inference only; training pods move off)", type_="Warning", component=f"gpufleet-{source}",
-                     action="Degrade")
+                     f"(inference only; training pods move off){outcome}", type_="Warning",
+                     component=f"gpufleet-{source}", action="Degrade")
     return plan
+
+
+def move_off_untolerated(kube: Kube, node_name: str, taint: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Evict, once and without waiting, the pods of ``node_name`` that do not tolerate ``taint``.
+
+    DaemonSet, mirror, finished and unowned pods are left alone (as a drain
+    does, :func:`gpufleet.ops.drain.skip_reason`); a PodDisruptionBudget
+    refusal is reported, not retried. Returns ``(evicted "ns/name", refused
+    "ns/name" -> the API's answer)``.
+    """
+    moved: list[str] = []
+    refused: dict[str, str] = {}
+    for pod in _pods(kube, node_name):
+        if drainer.skip_reason(pod) is not None or tolerates((pod.get("spec") or {}).get("tolerations") or [], taint):
+            continue
+        ref = drainer.ref(pod)
+        accepted, why = drainer.evict(kube, ref)
+        if accepted:
+            moved.append(str(ref))
+        else:
+            refused[str(ref)] = why
+    return moved, refused
 
 
 def _pods(kube: Kube, node: str) -> list[dict[str, Any]]:

@@ -5,7 +5,10 @@
   Nodes: only the fields capacity depends on (:func:`slim`). A node event marks the state dirty only when
   the node's capacity signature changes (flavor, GPUs, schedulable,
   virtual), so heartbeats cost nothing.
-* A second informer marks the state dirty when a ClusterQueue's resource
+* With ``kueue_quota_subtract_unmanaged_gpus`` a pod informer (bound,
+  non-terminal pods) marks it dirty when the GPUs held by pods Kueue does
+  not manage change (:class:`PodWatch`): those GPUs are subtracted.
+* A further informer marks the state dirty when a ClusterQueue's resource
   groups change (:class:`QueueWatch`): ``pulumi up`` force-applies the
   inventory's quotas (``pulumi.com/patchForce``, roles/kueue), and this
   puts the schedulable capacity back within the debounce.
@@ -38,9 +41,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet.capacity import unmanaged_holders
+from gpufleet.fleet.classify import classify
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.kube.informer import Informer
+from gpufleet.kube.quantity import GpuCountError
 from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, VIRTUAL_NODE_LABEL
 from gpufleet.quota import resync
 
@@ -63,15 +69,31 @@ def slim(node: Obj) -> Obj:
     spec = node.get("spec") or {}
     status = node.get("status") or {}
     gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    cap = (status.get("capacity") or {}).get(GPU_RESOURCE)
     return {"metadata": {"name": meta.get("name"), "labels": keep},
             "spec": {"unschedulable": spec.get("unschedulable", False), "taints": spec.get("taints") or []},
             "status": {"allocatable": {GPU_RESOURCE: gpus} if gpus is not None else {},
+                       "capacity": {GPU_RESOURCE: cap} if cap is not None else {},
                        "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
 
 
 def signature(node: Obj) -> tuple:
-    """What quota depends on: flavor, GPUs, out reasons, virtual."""
-    return (nodeutil.flavor(node), nodeutil.gpus(node), tuple(nodeutil.out_reasons(node)), nodeutil.is_virtual(node))
+    """What quota depends on: flavor, virtual, and the classifier's view (GPUs, reasons for every class)."""
+    nc = classify(node)
+    return (nodeutil.flavor(node), nodeutil.is_virtual(node), nc.facts.allocatable, nc.facts.capacity,
+            tuple(sorted(nc.reasons.items())))
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The fields of a Pod quota depends on (GPUs held, node, Kueue labels, priority), in the Pod's own shape."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("kueue.x-k8s.io/")}
+    keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers") if k in spec}
+    keep["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in keep.get("containers") or []]
+    keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                              for c in keep.get("initContainers") or []]
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": labels},
+            "spec": keep, "status": {"phase": (pod.get("status") or {}).get("phase")}}
 
 
 class NodeCache:
@@ -116,6 +138,46 @@ class NodeCache:
         self.events += 1
         if kind in ("ADDED", "DELETED") or old is None or signature(old) != signature(new):
             self._mark()
+
+
+class PodWatch:
+    """Bound, non-terminal pods (slim, an Informer); marks ``cache`` dirty when the GPUs unmanaged pods hold change.
+
+    Only what quota depends on triggers a resync: a pod Kueue does not manage
+    starting or ending on a node with GPUs (:func:`gpufleet.fleet.capacity.unmanaged_holders`).
+    A pod leaving the field selector (finished) arrives as DELETED.
+    """
+
+    def __init__(self, kube: Kube | None, cache: NodeCache, reclaim_below: int | None):
+        self.cache, self.reclaim_below = cache, reclaim_below
+        self.informer: Informer[Obj] = Informer(kube, api_path("v1", "pods"), params={"fieldSelector": resync.HOLDING_PODS},
+                                                transform=slim_pod, handlers=[self.on_event], name="quota-pods",
+                                                watch_timeout=WATCH_SECONDS)
+
+    @property
+    def synced(self) -> threading.Event:
+        """Set once the first list is cached."""
+        return self.informer.synced
+
+    def items(self) -> list[Obj]:
+        """The cached pods."""
+        return self.informer.items()
+
+    def _holds(self, pod: Obj | None) -> dict:
+        """What ``pod`` adds to :func:`~gpufleet.fleet.capacity.unmanaged_holders` (empty for a managed pod)."""
+        if pod is None:
+            return {}
+        try:
+            return unmanaged_holders([pod], self.reclaim_below)
+        except GpuCountError as exc:
+            log.error("%s", exc)
+            return {}
+
+    def on_event(self, kind: str, new: Obj, old: Obj | None) -> None:
+        """Informer handler: mark dirty when the pod's contribution to the GPUs held outside Kueue changed."""
+        after = {} if kind == "DELETED" else self._holds(new)
+        if self._holds(old if kind != "DELETED" else (old or new)) != after:
+            self.cache._mark()
 
 
 class QueueWatch:
@@ -195,6 +257,10 @@ class QuotaSync:
         self.metrics = Metrics(self.registry)
         self.cache = NodeCache(kube)
         self.queues = QueueWatch(kube, self.cache)
+        kv = inv.role("kueue")
+        #: Pods holding GPUs, watched only when the inventory subtracts unmanaged ones.
+        self.pods = (PodWatch(kube, self.cache, max(pc.value for pc in kv.kueue_priority_classes))
+                     if kv.kueue_quota_subtract_unmanaged_gpus else None)
         self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds
         self._reported: set[tuple] = set()
         self.history: list[SyncOutcome] = []
@@ -206,9 +272,10 @@ class QuotaSync:
         first = first if first_change is None else first_change
         try:
             cqs, wls, lqs = (self.kube.list_all(path)[0] for path in (resync.CQ_PATH, resync.WL_PATH, resync.LQ_PATH))
-            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs)
+            pods = self.pods.items() if self.pods is not None else None
+            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs, pods)
             applied = resync.apply(self.kube, plan, allow_zero=True, events=False)
-        except (KubeError, resync.OpsError) as exc:
+        except (KubeError, resync.OpsError, GpuCountError) as exc:
             self.metrics.resyncs.labels("error").inc()
             log.error("resync failed: %s", exc)
             if first is not None:  # keep the burst pending
@@ -266,16 +333,19 @@ class QuotaSync:
 
     def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
         """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
-        self.cache.informer.start()
-        self.queues.informer.start()
+        informers = [self.cache.informer, self.queues.informer] + ([self.pods.informer] if self.pods else [])
+        for informer in informers:
+            informer.start()
         try:
             self._loop(stop, on_beat)
         finally:
-            self.cache.informer.stop()
-            self.queues.informer.stop()
+            for informer in informers:
+                informer.stop()
 
     def _loop(self, stop: threading.Event, on_beat) -> None:
         self.cache.synced.wait(60)
+        if self.pods is not None:
+            self.pods.synced.wait(60)
         last = 0.0
         while not stop.is_set():
             woke = self.cache.dirty.wait(min(5.0, self.resync_seconds))

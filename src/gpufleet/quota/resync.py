@@ -57,13 +57,14 @@ from decimal import Decimal
 from typing import Any
 
 from gpufleet.inventory import Inventory
-from gpufleet.kube import Kube, NotFound
+from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.events import record_event
-from gpufleet.kube.quantity import canonical, parse_quantity
+from gpufleet.kube.quantity import canonical, parse_quantity, whole_gpus
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map
+from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map, pod_spec_gpus
+from gpufleet.fleet.classify import default_classes
 
 log = logging.getLogger(__name__)
 
@@ -217,29 +218,33 @@ def quota_of(cq: Obj, flavor: str, resource: str = GPU_RESOURCE) -> dict[str, De
 
 
 def reserved_gpus(cq: Obj) -> dict[str, int]:
-    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent)."""
+    """flavor -> GPUs reserved by admitted workloads (``status.flavorsReservation``; 0 when absent).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional total (naming the ClusterQueue and flavor).
+    """
     out: dict[str, int] = {}
+    name = (cq.get("metadata") or {}).get("name", "?")
     for fu in (cq.get("status") or {}).get("flavorsReservation") or []:
         for res in fu.get("resources") or []:
             if res.get("name") == GPU_RESOURCE:
-                out[fu["name"]] = int(parse_quantity(res.get("total", 0)))
+                out[fu["name"]] = whole_gpus(res.get("total", 0),
+                                             f"ClusterQueue {name} status.flavorsReservation[{fu['name']}]")
     return out
 
 
 def workload_gpus(wl: Obj) -> int:
-    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits)."""
+    """GPUs a Workload needs in total: sum over podSets of ``count`` x GPUs per pod (requests, else limits).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count (naming the Workload and podSet).
+    """
     total = 0
+    meta = wl.get("metadata") or {}
     for ps in (wl.get("spec") or {}).get("podSets") or []:
         spec = (ps.get("template") or {}).get("spec") or {}
-
-        def per(container: Obj) -> int:
-            r = container.get("resources") or {}
-            v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
-            return int(parse_quantity(v)) if v is not None else 0
-
-        pod = sum(per(c) for c in spec.get("containers") or [])
-        pod = max([pod] + [per(c) for c in spec.get("initContainers") or []])
-        total += int(ps.get("count", 1)) * pod
+        where = f"Workload {meta.get('namespace', '')}/{meta.get('name', '?')} podSet {ps.get('name', '?')}"
+        total += int(ps.get("count", 1)) * pod_spec_gpus(spec, where)
     return total
 
 
@@ -353,19 +358,40 @@ def gpu_nominal(desired: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict
     return {q: {f: r["gpu"] for f, r in fl.items()} for q, fl in desired.items()}
 
 
+def capacity_of(inv: Inventory, nodes: list[Obj], pods: list[Obj] | None = None) -> dict[str, FlavorNodes]:
+    """Training capacity per flavor as the inventory asks for it (pure).
+
+    The node classifier with ``kueue_partial_gpu_nodes_count``; the GPUs held by
+    pods Kueue does not manage subtracted when ``kueue_quota_subtract_unmanaged_gpus``
+    and ``pods`` are given (pods below the highest ``kueue_priority_classes`` value
+    are the flip-out's to take back, not subtracted). quota sync and ``invoke status``
+    both call this.
+    """
+    v = inv.role("kueue")
+    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
+    reclaim = max(pc.value for pc in v.kueue_priority_classes)
+    return flavor_capacity(nodes, inv.flavors(), pods=pods if v.kueue_quota_subtract_unmanaged_gpus else None,
+                           classes=classes, reclaim_below=reclaim)
+
+
 def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workloads: list[Obj],
-              local_queues: list[Obj]) -> ResyncPlan:
+              local_queues: list[Obj], pods: list[Obj] | None = None) -> ResyncPlan:
     """The resync plan from objects already read (pure: no API calls).
+
+    Args:
+        pods: the cluster's non-terminal pods (GPUs unmanaged pods hold are
+            subtracted, :func:`capacity_of`); None: nothing is subtracted.
 
     Raises:
         OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
+        gpufleet.kube.quantity.GpuCountError: a pod or Workload with a fractional GPU count.
     """
     from roles.kueue.manifests import quotas
 
     t0 = time.perf_counter()
     v = inv.role("kueue")
     flavors = list(inv.flavors())
-    capacity = flavor_capacity(nodes, flavors)
+    capacity = capacity_of(inv, nodes, pods)
     desired = quotas(inv, capacity=gpu_map(capacity))
     all_queues = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     managed = {q: all_queues[q] for q in desired if q in all_queues}
@@ -409,8 +435,17 @@ def zero_message(plan: ResyncPlan) -> str:
 # --------------------------------------------------------------------------- API
 
 
-def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
-    """Nodes, ClusterQueues, Workloads and LocalQueues, as dicts.
+#: Pods that may hold GPUs: bound and not finished (the API's field selectors).
+HOLDING_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def list_holding_pods(kube: Kube) -> list[Obj]:
+    """Bound, non-terminal pods of every namespace (:data:`HOLDING_PODS`)."""
+    return kube.list_all(api_path("v1", "pods"), field_selector=HOLDING_PODS)[0]
+
+
+def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj], list[Obj]]:
+    """Nodes, ClusterQueues, Workloads, LocalQueues and the pods holding GPUs, as dicts.
 
     Raises:
         OpsError: Kueue's v1beta2 API is not served (Kueue missing or too old).
@@ -420,7 +455,7 @@ def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
         cqs, wls, lqs = (kube.list_all(path)[0] for path in (CQ_PATH, WL_PATH, LQ_PATH))
     except NotFound:
         raise OpsError(f"the cluster does not serve {KUEUE_GROUP}/{KUEUE_VERSION} (Kueue v0.17 or later is needed)") from None
-    return nodes, cqs, wls, lqs
+    return nodes, cqs, wls, lqs, list_holding_pods(kube)
 
 
 def compute(kube: Kube, inv: Inventory) -> ResyncPlan:

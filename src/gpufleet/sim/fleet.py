@@ -4,8 +4,8 @@ Each :class:`SimulatedNode` is the project's own exporter (the collectors of
 :mod:`gpufleet.exporter.collector`, NVML through
 :class:`~gpufleet.sim.node.FakeNvmlBackend`, a fixture sysfs tree)
 served over HTTP on loopback, with knobs that change what the next scrape
-sees: heat a GPU, raise an XID, lose a GPU, grow NVLink or InfiniBand
-errors. A real Prometheus scrapes them with a ``node`` label per target
+sees: heat a GPU, raise an XID, lose a GPU or fail its NVML handle, grow
+NVLink errors or a port's counters (InfiniBand or RoCE). A real Prometheus scrapes them with a ``node`` label per target
 (:func:`scrape_config`), exactly as the gpu_metrics role's relabeling
 labels the DaemonSet's pods, so the controller's queries and the metric
 names are the ones production uses.
@@ -40,6 +40,7 @@ class SimulatedNode:
     backend: FakeNvmlBackend
     port: int
     _server: Any = field(repr=False, default=None)
+    sysfs_root: Path | None = None
 
     @property
     def target(self) -> str:
@@ -66,6 +67,16 @@ class SimulatedNode:
         """Make NVML report GPU ``gpu`` lost."""
         self.desc["gpus"][gpu]["lost"] = True
 
+    def fail_gpu_handle(self, gpu: int, error: str = "unknown") -> None:
+        """Make NVML's device handle of GPU ``gpu`` fail with ``error`` (an NVML error name, not lost)."""
+        self.desc["gpus"][gpu]["handle_error"] = error
+
+    def add_port_counter(self, hca: str, counter: str, n: int = 1, *, port: int = 1, group: str = "counters") -> None:
+        """Add ``n`` to ``<group>/<counter>`` of ``hca`` port ``port`` in the sysfs tree (``hw_counters`` too)."""
+        assert self.sysfs_root is not None
+        path = self.sysfs_root / "class" / "infiniband" / hca / "ports" / str(port) / group / counter
+        path.write_text(f"{int(path.read_text()) + n}\n")
+
     def stop(self) -> None:
         """Stop serving."""
         if self._server is not None:
@@ -73,21 +84,22 @@ class SimulatedNode:
             self._server.server_close()
 
 
-def start_node(name: str, *, gpus: int = 8, workdir: str | Path | None = None) -> SimulatedNode:
+def start_node(name: str, *, gpus: int = 8, workdir: str | Path | None = None, roce: bool = False) -> SimulatedNode:
     """Serve a healthy simulated node's metrics on a free loopback port.
 
     Args:
         name: node name (the ``node`` label Prometheus adds).
-        gpus: GPUs (two NVLinks each, one InfiniBand HCA, to keep scrapes small).
+        gpus: GPUs (two NVLinks each, one InfiniBand HCA ``mlx5_0``, to keep scrapes small).
         workdir: where the sysfs tree goes (default: a new temp dir).
+        roce: add a RoCE HCA ``mlx5_1`` (Ethernet link layer).
     """
-    desc = healthy_node(name, gpus=gpus, hcas=1, nvlinks=2, roce=False)
+    desc = healthy_node(name, gpus=gpus, hcas=1, nvlinks=2, roce=roce)
     root = Path(workdir or tempfile.mkdtemp(prefix=f"gpufleet-sim-{name}-")) / "sys"
     build_sysfs(desc, root)
     backend = FakeNvmlBackend(desc)
     registry = build_registry(str(root), nvml_backend=backend)
     server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-    return SimulatedNode(name, desc, backend, server.server_port, server)
+    return SimulatedNode(name, desc, backend, server.server_port, server, sysfs_root=root)
 
 
 def scrape_config(nodes: list[SimulatedNode], interval: str = "1s", job: str = "gpufleet-fabric") -> dict[str, Any]:

@@ -59,7 +59,7 @@ from typing import Any
 from gpufleet.flip.controller import TaintController
 from gpufleet.flip.main import Settings, build as build_controller
 from gpufleet.kube import Kube, KubeError
-from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.node import node_name_for
 
@@ -71,7 +71,8 @@ JOBSET_NAME = "gpufleet-sim-flip"
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 
 #: What the simulation applies of the kueue role.
-QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
+               "LocalQueue"}
 
 
 class SimError(RuntimeError):
@@ -131,6 +132,10 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
         "spec": {
             "restartPolicy": "Never",
             "priorityClassName": priority_class,
+            # As the training templates: Kueue's topology-aware node controller judges taints by the
+            # Workload's pod template, so the GPU taint and the flip-out's reservation are tolerated here.
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+                            {"key": RESERVED_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "trainer", "image": "registry.invalid/gpufleet/trainer:sim",
                             "resources": {"requests": {"nvidia.com/gpu": str(gpus_per_node), "cpu": "8", "memory": "64Gi"},
                                           "limits": {"nvidia.com/gpu": str(gpus_per_node)}}}],

@@ -2,12 +2,13 @@
 
 One JSON-able *node description* drives everything a fixture node needs:
 
-* :func:`build_sysfs` writes ``class/infiniband/...`` under a directory, for
-  ``gpufleet exporter --sysfs-root`` and the fabric node checks;
+* :func:`build_sysfs` writes ``class/infiniband/...`` and the NVIDIA devices
+  of ``bus/pci/devices/...`` (GPUs, NVSwitches) under a directory, for
+  ``gpufleet exporter --sysfs-root`` and the node checks;
 * :class:`~gpufleet.exporter.nvml_fake.FakeNvmlBackend` implements :class:`~gpufleet.exporter.nvml.NvmlBackend`
   from it (``gpufleet exporter --nvml-fake FILE``);
-* :func:`write_node` also writes the ``nvidia-smi``, ``nv-fabricmanager`` and
-  kernel-log stand-ins (:mod:`gpufleet.sim.standin`) and a
+* :func:`write_node` also writes the ``nvidia-smi``, ``nv-fabricmanager``,
+  ``systemctl`` and kernel-log stand-ins (:mod:`gpufleet.sim.standin`) and a
   ``proc/mounts`` with the checkpoint filesystem, for the testinfra checks.
 
 Nothing is checked in as a tree or a blob: :data:`FIXTURE_NODES` builds each
@@ -18,8 +19,13 @@ named node. Description shape (all keys optional unless noted)::
      "driver_version": str, "fabric_manager_version": str | None,
      "nvml": "ok" | "<nvml error name>",           # e.g. "library_not_found"
      "checkpoint_fs_type": "wekafs",
-     "gpus": [{"index": int, "uuid": str, "name": str, "pci_bus_id": str,
-               "lost": bool, "temperature": V, "memory_temperature": V, "power_watts": V,
+     "nvswitches": [pci bus id, ...],              # NVSwitch devices on the PCI bus (HGX boards)
+     "services": {unit: "active" | "inactive" | "failed" ...},   # systemctl is-active answers
+     "gpus": [{"index": int, "uuid": str, "name": str, "pci_bus_id": str, "pci_device_id": str,
+               "lost": bool, "handle_error": nvml error name, "read_error": nvml error name,
+               "listed": bool,                     # false: on the PCI bus, but the driver no longer lists it
+               "on_pci": bool,                     # false: gone from the PCI bus too
+               "temperature": V, "memory_temperature": V, "power_watts": V,
                "clocks_event_reasons": [reason, ...],
                "ecc": {"corrected": V, "uncorrected": V},
                "retired_pages": {"single_bit_ecc": V, "double_bit_ecc": V, "pending": V},
@@ -29,7 +35,8 @@ named node. Description shape (all keys optional unless noted)::
                             "crc_data": V, "ecc_data": V}, ...]}],
      "hcas": [{"name": str, "board_id": str, "fw_ver": str, "hca_type": str, "node_guid": str,
                "ports": [{"port": int, "state": str, "phys_state": str, "rate": str,
-                          "link_layer": str, "counters": {file: int | str},
+                          "link_layer": str, "counters": {file: int | str} | None,
+                          "counters_ext": {file: int | str} | None,
                           "hw_counters": {file: int | str} | None,
                           "unreadable": [relative path, ...]}]}],
      "kernel_log": [str, ...],
@@ -62,6 +69,18 @@ Node = dict[str, Any]
 
 #: PCI bus ids of the 8 GPUs on an HGX H100 board, in NVML index order.
 HGX_BUS_IDS = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
+#: PCI addresses of the 4 third-generation NVSwitches of an HGX H100 board.
+HGX_NVSWITCHES = ["0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0"]
+#: PCI ids (``/sys/bus/pci/devices/*/{vendor,device,class}``): NVIDIA, H100 SXM5, NVSwitch gen3,
+#: L40S; class 0x030200 is "3D controller" (data-centre GPUs), 0x068000 "Bridge: other" (NVSwitch).
+PCI_VENDOR_NVIDIA = "0x10de"
+PCI_DEVICE_H100_SXM = "0x2330"
+PCI_DEVICE_NVSWITCH = "0x22a3"
+PCI_DEVICE_L40S = "0x26b9"
+PCI_CLASS_3D = "0x030200"
+PCI_CLASS_BRIDGE_OTHER = "0x068000"
+#: The systemd unit of NVIDIA's fabric manager.
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager"
 
 DRIVER_VERSION = "550.54.15"
 
@@ -82,6 +101,7 @@ def h100_gpu(index: int, nvlinks: int = 18, **overrides: Any) -> dict[str, Any]:
         "uuid": f"GPU-8f6c{index:04x}-55aa-4c1e-9d3b-{index:012x}",
         "name": "NVIDIA H100 80GB HBM3",
         "pci_bus_id": f"00000000:{bus.upper()}:00.0",
+        "pci_device_id": PCI_DEVICE_H100_SXM,
         "lost": False,
         "temperature": 41,
         "memory_temperature": 47,
@@ -161,6 +181,33 @@ def ib_counters(extended: bool = True, **values: int | str) -> dict[str, int | s
     return counters
 
 
+def ib_counters_ext(**values: int | str) -> dict[str, int | str]:
+    """A ``counters_ext/`` directory (64-bit PortCountersExtended of pre-4.5 kernels and old MLNX OFED)."""
+    counters: dict[str, int | str] = {
+        "port_xmit_data_64": 2345678901234,
+        "port_rcv_data_64": 1234567890123,
+        "port_xmit_packets_64": 8765432109,
+        "port_rcv_packets_64": 9876543210,
+        "port_unicast_xmit_packets": 8765432109,
+        "port_unicast_rcv_packets": 9876543198,
+        "port_multicast_xmit_packets": 0,
+        "port_multicast_rcv_packets": 12,
+    }
+    counters.update(values)
+    return counters
+
+
+def no_pma_counters() -> dict[str, str]:
+    """``counters/`` of a device without a performance-management agent (rxe, iWARP): every file reads ``N/A (no PMA)``."""
+    return {name: "N/A (no PMA)\n" for name in ib_counters(extended=False)}
+
+
+def down_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
+    """An InfiniBand port whose cage is empty or whose link is down: ``1: DOWN``, ``3: Disabled``, ``0 GB/sec``."""
+    return ib_port(port, **{"state": "1: DOWN", "phys_state": "3: Disabled", "rate": "0 GB/sec",
+                            "counters": ib_counters(**{name: 0 for name in ib_counters()}), **overrides})
+
+
 def ib_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
     """An ACTIVE/LinkUp 400 Gb/s NDR InfiniBand port with extended counters and mlx5 hw_counters."""
     desc: dict[str, Any] = {
@@ -180,7 +227,7 @@ def ib_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
 def roce_port(port: int = 1, **overrides: Any) -> dict[str, Any]:
     """An ACTIVE 200 Gb/s RoCE (Ethernet link layer) port with mlx5 hw_counters."""
     hw = dict(MLX5_HW_COUNTERS, np_cnp_sent=4711, rp_cnp_handled=4700, np_ecn_marked_roce_packets=5120)
-    return ib_port(port, rate="200 Gb/sec (4X HDR)", link_layer="Ethernet", hw_counters=hw, **overrides)
+    return ib_port(port, **{"rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet", "hw_counters": hw, **overrides})
 
 
 def hca(name: str, ports: list[dict[str, Any]] | None = None, hca_type: str = "MT4129") -> dict[str, Any]:
@@ -220,12 +267,19 @@ def _gbps(rate: str | None) -> int:
 
 
 def node(name: str, gpus: list[dict[str, Any]], hcas: list[dict[str, Any]], **extra: Any) -> Node:
-    """A node description with driver/fabric manager versions and a matching healthy ``inventory``."""
+    """A node description with driver/fabric manager versions and a matching healthy ``inventory``.
+
+    GPUs with NVLinks make an HGX board: four NVSwitches on the PCI bus and the
+    fabric manager running; without NVLinks (PCIe boards) neither.
+    """
+    hgx = any(g.get("nvlinks") for g in gpus)
     desc: Node = {
         "name": name,
         "epoch": 0.0,
         "driver_version": DRIVER_VERSION,
-        "fabric_manager_version": DRIVER_VERSION,
+        "fabric_manager_version": DRIVER_VERSION if hgx else None,
+        "nvswitches": list(HGX_NVSWITCHES) if hgx else [],
+        "services": {FABRIC_MANAGER_UNIT: "active"} if hgx else {},
         "nvml": "ok",
         "checkpoint_fs_type": "wekafs",
         "gpus": gpus,
@@ -243,7 +297,7 @@ def node(name: str, gpus: list[dict[str, Any]], hcas: list[dict[str, Any]], **ex
             "gpu_nvlink_count": max((len(g.get("nvlinks", [])) for g in gpus), default=0),
             "node_hcas": inventory_hcas(desc),
             "nvidia_driver_version": DRIVER_VERSION,
-            "nvidia_fabric_manager_version": DRIVER_VERSION,
+            "nvidia_fabric_manager_version": DRIVER_VERSION if hgx else None,
         },
     )
     return desc
@@ -325,9 +379,81 @@ def gpu_faults_node() -> Node:
 
 
 def missing_gpu_node() -> Node:
-    """Eight GPUs in the inventory, seven enumerated (one GPU gone from the bus entirely)."""
+    """Eight GPUs in the inventory and on the PCI bus, seven listed by the driver: the eighth
+    fell off the bus (XID 79 in the kernel log under its PCI address) and NVML no longer counts it."""
     desc = healthy_node("missing-gpu", gpus=8, hcas=1, nvlinks=18, roce=False)
-    desc["gpus"] = desc["gpus"][:7]
+    desc["gpus"][7].update(listed=False, xids=[79])
+    return desc
+
+
+def pcie_node(name: str = "pcie", gpus: int = 4) -> Node:
+    """A PCIe server: ``gpus`` L40S GPUs without NVLink, no NVSwitch, no fabric manager, one RoCE HCA."""
+    cards = []
+    for i in range(gpus):
+        cards.append(h100_gpu(i, nvlinks=0, name="NVIDIA L40S", pci_device_id=PCI_DEVICE_L40S, memory_temperature="[N/A]",
+                              uuid=f"GPU-4a0c{i:04x}-1b2c-4d5e-8f90-{i:012x}",
+                              pci_bus_id=f"00000000:{0x41 + 0x20 * i:02X}:00.0"))
+    desc = node(name, cards, [hca("mlx5_0", [roce_port()], hca_type="MT4125")])
+    desc["inventory"]["gpu_model"] = "L40S-48GB"
+    return desc
+
+
+def nvml_errors_node() -> Node:
+    """NVML errors other than "GPU is lost", on an HGX board: GPU 0 fine at exactly 78 C (not
+    above the threshold); GPU 1's device handle fails with "Unknown Error" (nvidia-smi exits
+    255); every value read of GPU 2 fails with "Unknown Error"; GPU 3 at 79 C; the fabric
+    manager has stopped (``failed``) although its version matches the pin; and the kernel log
+    holds an XID 79 for a PCI address no GPU of the node has any more."""
+    gpus = [h100_gpu(0, nvlinks=4, temperature=78), h100_gpu(1, nvlinks=4, handle_error="unknown"),
+            h100_gpu(2, nvlinks=4, read_error="unknown"), h100_gpu(3, nvlinks=4, temperature=79)]
+    desc = node("nvml-errors", gpus, [hca("mlx5_0")])
+    desc["services"][FABRIC_MANAGER_UNIT] = "failed"
+    desc["kernel_log"].append("2025-01-01T00:00:00+0000 node kernel: NVRM: Xid (PCI:0000:c1:00): 79, pid='<unknown>', "
+                              "name=<unknown>, GPU has fallen off the bus.")
+    return desc
+
+
+def no_driver_node() -> Node:
+    """Two GPUs on the PCI bus, the NVIDIA driver not loaded: NVML cannot start and nvidia-smi
+    fails as a whole ("couldn't communicate with the NVIDIA driver", exit 9)."""
+    desc = healthy_node("no-driver", gpus=2, hcas=1, nvlinks=2, roce=False)
+    desc["nvml"] = "driver_not_loaded"
+    return desc
+
+
+def ib_shapes_node() -> Node:
+    """Every InfiniBand shape of the kernel ABI and real drivers, on a node without GPUs:
+
+    * ``mlx5_0``: ConnectX-7 NDR with extended counters (64-bit ``counters/``);
+    * ``mlx5_1``: an older mlx5 without extended counters: 32-bit ``counters/``, the
+      64-bit ones in ``counters_ext/`` (MLNX OFED on pre-4.5 kernels), the 32-bit
+      data counter clamped at all-ones;
+    * ``mlx5_2``: 32-bit ``counters/`` with ``*_64`` twins beside them;
+    * ``mlx5_3``: a down port (empty cage): ``1: DOWN``, ``3: Disabled``, ``0 GB/sec``;
+    * ``mlx5_4``: a RoCE port (Ethernet link layer) with congestion counters;
+    * ``irdma0``: an Intel RoCE device without ``counters/`` (irdma has only ``hw_counters/``);
+    * ``rxe0``: soft RoCE without a PMA: every counter reads ``N/A (no PMA)``, no ``hw_counters/``.
+    """
+    clamped = (1 << 32) - 1
+    hcas = [
+        hca("mlx5_0"),
+        hca("mlx5_1", [ib_port(rate="100 Gb/sec (4X EDR)", hw_counters=None,
+                               counters=ib_counters(extended=False, port_xmit_data=clamped, port_rcv_data=clamped),
+                               counters_ext=ib_counters_ext())], hca_type="MT4115"),
+        hca("mlx5_2", [ib_port(rate="200 Gb/sec (4X HDR)",
+                               counters=ib_counters(extended=False, port_xmit_data=clamped, port_xmit_data_64=5000000000,
+                                                    port_rcv_data_64=6000000000))], hca_type="MT4123"),
+        hca("mlx5_3", [down_port()]),
+        hca("mlx5_4", [roce_port()], hca_type="MT4125"),
+        {**hca("irdma0", [roce_port(rate="100 Gb/sec (4X EDR)", counters=None,
+                                    hw_counters={"ip4InReceives": 1234, "ip4OutSegRqsts": 4321, "tcpInSegs": 0,
+                                                 "cnpHandled": 7, "cnpSent": 3, "RxECNMrkd": 11})]),
+         "board_id": None, "hca_type": None},
+        {**hca("rxe0", [roce_port(rate="10 Gb/sec (1X QDR)", counters=no_pma_counters(), hw_counters=None)]),
+         "board_id": None, "hca_type": None},
+    ]
+    desc = node("ib-shapes", [], hcas)
+    desc["nvml"] = "library_not_found"
     return desc
 
 
@@ -346,20 +472,49 @@ FIXTURE_NODES: dict[str, Callable[[], Node]] = {
     "gpu-faults": gpu_faults_node,
     "missing-gpu": missing_gpu_node,
     "no-nvml": no_nvml_node,
+    "nvml-errors": nvml_errors_node,
+    "no-driver": no_driver_node,
+    "pcie": pcie_node,
+    "ib-shapes": ib_shapes_node,
 }
 
 
 # --------------------------------------------------------------------------- writers
 
 
+def pci_address(bus_id: str) -> str:
+    """NVML's ``00000000:18:00.0`` as sysfs names the device: ``0000:18:00.0`` (lower case)."""
+    domain, rest = bus_id.split(":", 1)
+    return f"{domain[-4:]}:{rest}".lower()
+
+
+def build_pci(desc: Node, sysfs_root: str | os.PathLike[str]) -> Path:
+    """Write ``bus/pci/devices/<address>/{vendor,device,class}`` for the node's GPUs (unless
+    ``on_pci`` is false) and NVSwitches, as the kernel shows NVIDIA devices; returns the root."""
+    root = Path(sysfs_root)
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    entries = [(pci_address(g["pci_bus_id"]), g.get("pci_device_id", PCI_DEVICE_H100_SXM), PCI_CLASS_3D)
+               for g in desc.get("gpus", []) if g.get("on_pci", True)]
+    entries += [(address, PCI_DEVICE_NVSWITCH, PCI_CLASS_BRIDGE_OTHER) for address in desc.get("nvswitches", [])]
+    for address, device, klass in entries:
+        ddir = devices / address
+        ddir.mkdir(exist_ok=True)
+        for key, value in (("vendor", PCI_VENDOR_NVIDIA), ("device", device), ("class", klass)):
+            (ddir / key).write_text(f"{value}\n")
+    return root
+
+
 def build_sysfs(desc: Node, sysfs_root: str | os.PathLike[str]) -> Path:
-    """Write the node's ``class/infiniband`` tree under ``sysfs_root``; returns the root.
+    """Write the node's ``class/infiniband`` tree and its NVIDIA PCI devices under ``sysfs_root``; returns the root.
 
     Counter values are written as ``"<n>\\n"`` like the kernel; string values
-    verbatim; ``hw_counters: None`` omits the directory; ``unreadable`` paths
-    (relative to the port directory) become directories.
+    verbatim; ``counters``/``counters_ext``/``hw_counters: None`` omit the
+    directory; ``unreadable`` paths (relative to the port directory) become
+    directories.
     """
     root = Path(sysfs_root)
+    build_pci(desc, root)
     class_dir = root / "class" / "infiniband"
     class_dir.mkdir(parents=True, exist_ok=True)
     for dev in desc.get("hcas", []):
@@ -379,7 +534,7 @@ def write_port(pdir: Path, port: dict[str, Any]) -> None:
     for key in ("state", "phys_state", "rate", "link_layer"):
         if port.get(key) is not None:
             (pdir / key).write_text(f"{port[key]}\n")
-    for group in ("counters", "hw_counters"):
+    for group in ("counters", "counters_ext", "hw_counters"):
         values = port.get(group)
         if values is None:
             continue
@@ -405,7 +560,7 @@ class FakeNodePaths:
         proc_root: holds ``mounts`` (inventory ``node_proc_root``).
         checkpoint_dir: a real writable directory listed in ``proc/mounts``
             with the description's ``checkpoint_fs_type``.
-        nvidia_smi, nv_fabricmanager, kernel_log: stand-in executables.
+        nvidia_smi, nv_fabricmanager, systemctl, kernel_log: stand-in executables.
     """
 
     root: Path
@@ -415,6 +570,7 @@ class FakeNodePaths:
     checkpoint_dir: Path
     nvidia_smi: Path
     nv_fabricmanager: Path
+    systemctl: Path
     kernel_log: Path
 
 
@@ -423,7 +579,7 @@ def write_node(desc: Node, directory: str | os.PathLike[str], python: str = sys.
 
     Writes ``node.json`` (``epoch`` set to now unless the description has a
     non-zero one), the sysfs tree, ``proc/mounts``, a checkpoint directory and
-    three stand-in scripts run by ``python -S`` (standard library only).
+    the stand-in scripts run by ``python -S`` (standard library only).
 
     Returns:
         The :class:`FakeNodePaths`.
@@ -474,6 +630,7 @@ def write_node(desc: Node, directory: str | os.PathLike[str], python: str = sys.
         checkpoint_dir=checkpoint_dir,
         nvidia_smi=scripts["nvidia-smi"],
         nv_fabricmanager=scripts["nv-fabricmanager"],
+        systemctl=scripts["systemctl"],
         kernel_log=scripts["kernel-log"],
     )
 

@@ -1,4 +1,4 @@
-"""Stand-ins for ``nvidia-smi``, ``nv-fabricmanager`` and the kernel log on fixture nodes.
+"""Stand-ins for ``nvidia-smi``, ``nv-fabricmanager``, ``systemctl`` and the kernel log on fixture nodes.
 
 Standard library only: :func:`gpufleet.sim.node.write_node` copies
 this file's source into a fixture's ``bin/`` as self-contained scripts (run
@@ -27,10 +27,48 @@ from gpufleet.exporter.nodedesc import evaluate, node_now  # inlined when writte
 EXIT_GPU_LOST = 15
 #: nvidia-smi's exit code for an invalid argument/field.
 EXIT_INVALID = 2
+#: nvidia-smi's exit code for "other error or internal driver error" (nvidia-smi(1), RETURN VALUE 255).
+EXIT_OTHER = 255
+
+#: NVML error name (as in node descriptions) -> (``nvmlErrorString`` text, nvidia-smi exit code per
+#: nvidia-smi(1) RETURN VALUE; 255 "other error or internal driver error" for the rest).
+NVML_ERRORS: dict[str, tuple[str, int]] = {
+    "gpu_is_lost": ("GPU is lost", EXIT_GPU_LOST),
+    "unknown": ("Unknown Error", EXIT_OTHER),
+    "insufficient_power": ("Insufficient External Power", 8),
+    "no_permission": ("Insufficient Permissions", 4),
+    "driver_not_loaded": ("Driver Not Loaded", 9),
+    "library_not_found": ("NVML Shared Library Not Found", 12),
+    "corrupted_inforom": ("Corrupted infoROM", 14),
+    "timeout": ("Timeout", EXIT_OTHER),
+    "irq_issue": ("Interrupt Request Issue", 10),
+    "reset_required": ("GPU requires restart", EXIT_OTHER),
+    "lib_rm_version_mismatch": ("RM has detected an NVML/RM version mismatch.", 18),
+}
+
+#: What nvidia-smi prints when NVML cannot start, by the description's ``nvml`` error (the texts of
+#: R535-R550 drivers); anything else prints ``Failed to initialize NVML: <error text>``.
+NVML_INIT_FAILURES: dict[str, str] = {
+    "driver_not_loaded": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                         "Make sure that the latest NVIDIA driver is installed and running.",
+    "library_not_found": "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that "
+                         "the NVIDIA Display Driver is properly installed and present in your system.",
+    "lib_rm_version_mismatch": "Failed to initialize NVML: Driver/library version mismatch",
+}
+
+
+def error_text(name: str) -> tuple[str, int]:
+    """``(text, nvidia-smi exit code)`` of an NVML error name (``unknown`` -> ``("Unknown Error", 255)``)."""
+    return NVML_ERRORS.get(name, (name.replace("_", " ").capitalize(), EXIT_OTHER))
+
+
+def listed(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The GPUs the driver lists (``listed`` not false), in NVML index order, ``index`` renumbered as NVML does."""
+    return [{**g, "index": i} for i, g in enumerate(g for g in node.get("gpus", []) if g.get("listed", True))]
 
 def _fmt(value: Any, unit: str = "", nounits: bool = True) -> str:
     if isinstance(value, dict):
-        return "[Unknown Error]"
+        return f"[{error_text(value.get('nvml_error', 'unknown'))[0]}]"
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -48,12 +86,29 @@ def short_bus_id(bus_id: str) -> str:
     return f"{domain[-4:]}:{rest}"
 
 
+def handle_error(gpu: dict[str, Any]) -> str | None:
+    """The NVML error name of the GPU's device handle (``gpu_is_lost`` for a lost GPU), None when it works."""
+    if gpu.get("lost"):
+        return "gpu_is_lost"
+    return gpu.get("handle_error") or None
+
+
 def lost_line(gpu: dict[str, Any]) -> str:
-    """The line nvidia-smi prints for a GPU whose handle NVML reports lost."""
-    return (
-        f"Unable to determine the device handle for GPU{short_bus_id(gpu['pci_bus_id'])}: "
-        "GPU is lost.  Reboot the system to recover this GPU"
-    )
+    """The line nvidia-smi prints for a GPU whose device handle NVML refuses (lost, or another error)."""
+    name = handle_error(gpu) or "gpu_is_lost"
+    text = error_text(name)[0]
+    if name == "gpu_is_lost":
+        text += ".  Reboot the system to recover this GPU"
+    return f"Unable to determine the device handle for GPU{short_bus_id(gpu['pci_bus_id'])}: {text}"
+
+
+def nvml_init_failure(node: dict[str, Any]) -> tuple[str, int] | None:
+    """``(message, exit code)`` nvidia-smi gives when NVML cannot initialise on ``node``; None when it can."""
+    status = node.get("nvml", "ok")
+    if status == "ok":
+        return None
+    code = error_text(status)[1]
+    return NVML_INIT_FAILURES.get(status, f"Failed to initialize NVML: {error_text(status)[0]}"), code
 
 
 def _gpu_field(node: dict[str, Any], gpu: dict[str, Any], field: str, now: float) -> tuple[Any, str]:
@@ -61,9 +116,10 @@ def _gpu_field(node: dict[str, Any], gpu: dict[str, Any], field: str, now: float
     ecc = gpu.get("ecc", {})
     retired = gpu.get("retired_pages", {})
     rows = gpu.get("remapped_rows", {})
+    identity = {"index", "count", "pci.bus_id", "gpu_bus_id", "uuid", "gpu_uuid", "name", "gpu_name", "driver_version"}
     table: dict[str, tuple[Any, str]] = {
         "index": (gpu["index"], ""),
-        "count": (len(node.get("gpus", [])), ""),
+        "count": (len(listed(node)), ""),
         "pci.bus_id": (gpu["pci_bus_id"], ""),
         "gpu_bus_id": (gpu["pci_bus_id"], ""),
         "uuid": (gpu["uuid"], ""),
@@ -89,6 +145,8 @@ def _gpu_field(node: dict[str, Any], gpu: dict[str, Any], field: str, now: float
     if field not in table:
         raise KeyError(field)
     value, unit = table[field]
+    if gpu.get("read_error") and field not in identity:
+        return {"nvml_error": gpu["read_error"]}, unit  # every value read fails: nvidia-smi prints the error
     return evaluate(value, epoch, now), unit
 
 
@@ -96,10 +154,10 @@ def _csv_query(node: dict[str, Any], fields: list[str], fmt: set[str], out: list
     rc = 0
     if "noheader" not in fmt:
         out.append(", ".join(fields))
-    for gpu in node.get("gpus", []):
-        if gpu.get("lost"):
+    for gpu in listed(node):
+        if handle_error(gpu):
             out.append(lost_line(gpu))
-            rc = EXIT_GPU_LOST
+            rc = rc or error_text(handle_error(gpu))[1]
             continue
         values = []
         for field in fields:
@@ -110,7 +168,7 @@ def _csv_query(node: dict[str, Any], fields: list[str], fmt: set[str], out: list
 
 
 def _selected(node: dict[str, Any], index: str | None) -> list[dict[str, Any]]:
-    gpus = node.get("gpus", [])
+    gpus = listed(node)
     if index is None:
         return gpus
     return [g for g in gpus if str(g["index"]) == index]
@@ -128,9 +186,9 @@ def _nvlink(node: dict[str, Any], args: list[str], out: list[str], now: float) -
         return EXIT_INVALID
     rc = 0
     for gpu in _selected(node, index):
-        if gpu.get("lost"):
+        if handle_error(gpu):
             out.append(lost_line(gpu))
-            rc = EXIT_GPU_LOST
+            rc = rc or error_text(handle_error(gpu))[1]
             continue
         out.append(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})")
         for link, spec in enumerate(gpu.get("nvlinks", [])):
@@ -150,12 +208,21 @@ def _nvlink(node: dict[str, Any], args: list[str], out: list[str], now: float) -
 def nvidia_smi(node: dict[str, Any], args: list[str], out: list[str], now: float | None = None) -> int:
     """Emulate ``nvidia-smi ARGS`` for ``node``, appending output lines to ``out``; returns the exit code."""
     now = node_now(node) if now is None else now
+    failure = nvml_init_failure(node)
+    if failure is not None and args != ["--version"]:
+        out.append(failure[0])
+        return failure[1]
     if args and args[0] == "nvlink":
         return _nvlink(node, args[1:], out, now)
     if args == ["-L"] or args == ["--list-gpus"]:
-        for gpu in node.get("gpus", []):
+        rc = 0
+        for gpu in listed(node):
+            if handle_error(gpu):
+                out.append(lost_line(gpu))
+                rc = rc or error_text(handle_error(gpu))[1]
+                continue
             out.append(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})")
-        return 0
+        return rc
     if args == ["--version"]:
         out.append(f"DRIVER version                      : {node['driver_version']}")
         return 0
@@ -190,11 +257,31 @@ def nv_fabricmanager(node: dict[str, Any], args: list[str], out: list[str]) -> i
     return 0
 
 
+def systemctl(node: dict[str, Any], args: list[str], out: list[str]) -> int:
+    """Emulate ``systemctl is-active UNIT``: prints the description's ``services[UNIT]`` state.
+
+    Exit codes as systemctl(1): 0 active; 3 inactive, failed, activating...;
+    4 (with ``inactive``) for a unit the node does not have.
+    """
+    if len(args) != 2 or args[0] != "is-active":
+        out.append(f"systemctl stand-in: unsupported arguments {args!r}")
+        return EXIT_INVALID
+    unit = args[1].removesuffix(".service")
+    services = node.get("services") or {}
+    if unit not in services:
+        out.append("inactive")
+        return 4
+    state = str(services[unit])
+    out.append(state)
+    return 0 if state == "active" else 3
+
+
 def kernel_log(node: dict[str, Any], args: list[str], out: list[str]) -> int:
     """Print the node's kernel log lines (XID reports and the description's ``kernel_log`` extras).
 
     Arguments (e.g. ``--since``) are accepted and ignored: the fixture's log
-    is already "recent".
+    is already "recent". GPUs the driver no longer lists still have their
+    XIDs logged under their PCI address, as the kernel does.
     """
     for gpu in node.get("gpus", []):
         pci = short_bus_id(gpu["pci_bus_id"]).rsplit(".", 1)[0]
@@ -206,7 +293,7 @@ def kernel_log(node: dict[str, Any], args: list[str], out: list[str]) -> int:
     return 0
 
 
-TOOLS = {"nvidia-smi": nvidia_smi, "nv-fabricmanager": nv_fabricmanager, "kernel-log": kernel_log}
+TOOLS = {"nvidia-smi": nvidia_smi, "nv-fabricmanager": nv_fabricmanager, "systemctl": systemctl, "kernel-log": kernel_log}
 
 
 def main(tool: str, args: list[str], description_path: str) -> int:

@@ -97,6 +97,17 @@ def system_toleration() -> Obj:
     return {"key": key, "operator": "Equal", "value": value, "effect": effect}
 
 
+def system_placement(fleet: Any) -> Obj:
+    """Pod spec fields placing a gpufleet pod on ``fleet.gpufleet_node_selector`` (empty without one).
+
+    Placed on system nodes on purpose, the pod tolerates their taint there
+    (and only then): ``{"nodeSelector": {...}, "tolerations": [...]}``.
+    """
+    if not fleet.gpufleet_node_selector:
+        return {}
+    return {"nodeSelector": dict(fleet.gpufleet_node_selector), "tolerations": [system_toleration()]}
+
+
 #: Where gpufleet's pods find their inventory (``GPUFLEET_INVENTORIES``; one folder per environment).
 INVENTORY_MOUNT = "/etc/gpufleet/inventories"
 
@@ -165,11 +176,7 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container]}
-    if fleet.gpufleet_node_selector:
-        # Placed on system nodes on purpose: tolerate their taint there (and only then).
-        spec["nodeSelector"] = dict(fleet.gpufleet_node_selector)
-        spec["tolerations"] = [system_toleration()]
+    spec: Obj = {"serviceAccountName": name, "containers": [container], **system_placement(fleet)}
     if volumes:
         spec["volumes"] = volumes
     deployment = {

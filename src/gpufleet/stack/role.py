@@ -24,7 +24,7 @@ from gpufleet.stack.objects import labels
 #: Kinds declared in the first wave: others may live in or depend on them. Identities, RBAC and
 #: configuration come before the workloads that use them: a DaemonSet created before its
 #: ServiceAccount gets FailedCreate events until the controller retries.
-FIRST_WAVE = {"Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "ResourceFlavor",
+FIRST_WAVE = {"Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "Topology", "ResourceFlavor",
               "WorkloadPriorityClass", "ClusterQueue", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
               "Role", "RoleBinding", "ConfigMap", "Secret"}
 

@@ -4,16 +4,25 @@ What it shows, and where each figure comes from (all from the API server,
 read once):
 
 * GPUs: total (``status.allocatable`` of in-cluster nodes, virtual nodes
-  excluded), schedulable (nodes that count for quota,
-  :mod:`gpufleet.fleet.capacity`), held by training, held by inference in
-  the cluster and outside (pods on virtual nodes, label
+  excluded), schedulable for training and for inference (the one node
+  classifier, :mod:`gpufleet.fleet.classify`, as quota sync and the taint
+  controller count them), held by pods Kueue does not manage (subtracted
+  from quota, :mod:`gpufleet.fleet.capacity`), held by training, held by
+  inference in the cluster and outside (pods on virtual nodes, label
   ``type=virtual-kubelet``), held by other pods, and free. A pod holds
   the GPUs it requests while bound and not finished.
 * Per ClusterQueue and flavor: the nominal quota in the cluster, its
   share of the real schedulable capacity (what a resync would set), GPUs
   reserved by admitted workloads; a quota above its share is flagged stale.
-* Nodes out and why (swap/degraded taints, cordon, NotReady, lemon).
+* Nodes out (of training capacity) and why (swap/degraded taints, any
+  taint training pods do not tolerate, cordon, NotReady, GPU allocatable
+  below capacity, lemon), and whether inference may still use them.
 * Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
+* Per topology domain (each level of the inventory's fabric but the
+  hostname: block, rack): nodes, schedulable GPUs, GPUs held by training,
+  free (:mod:`gpufleet.fleet.topology`); and every training gang whose pods
+  run in more than one domain of a level. A gang is the pods of one job
+  (label ``gpufleet.io/job``, else the Kueue Workload annotation).
 
 Pod classification: training = the highest Kubernetes PriorityClass of the
 kueue role, or a Kueue podset/queue label; inference = the lowest
@@ -30,11 +39,15 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.fleet import nodes as nodeutil
+from gpufleet.fleet import topology
+from gpufleet.fleet.capacity import pod_gpus as capacity_pod_gpus
+from gpufleet.fleet.classify import INFERENCE, TRAINING, default_classes
+from gpufleet.fleet.classify import classify as classify_node
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
-from gpufleet.kube.quantity import parse_quantity
 from gpufleet.ops.kube import list_nodes
-from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
+from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
+                            KUEUE_WORKLOAD_ANNOTATION)
 
 Obj = dict[str, Any]
 
@@ -73,6 +86,8 @@ class FleetStatus:
     env: str
     gpus_total: int = 0
     gpus_schedulable: int = 0
+    gpus_schedulable_inference: int = 0
+    unmanaged: int = 0
     training: int = 0
     inference_in_cluster: int = 0
     inference_outside: int = 0
@@ -80,7 +95,17 @@ class FleetStatus:
     nodes_total: int = 0
     queues: list[QueueRow] = field(default_factory=list)
     nodes_out: list[nodeutil.NodeSummary] = field(default_factory=list)
+    #: names of nodes out of training capacity whose GPUs still count for inference (degraded tier).
+    inference_ok: set[str] = field(default_factory=set)
     virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
+    domains: list[topology.DomainRow] = field(default_factory=list)
+    gangs: list[topology.GangSpan] = field(default_factory=list)
+
+    @property
+    def spanning(self) -> list[topology.GangSpan]:
+        """Training gangs whose pods are in more than one domain of some level."""
+        levels = {r.level for r in self.domains}
+        return [g for g in self.gangs if any(g.spans(lv) for lv in levels)]
 
     @property
     def free(self) -> int:
@@ -88,16 +113,9 @@ class FleetStatus:
         return max(self.gpus_schedulable - self.training - self.inference_in_cluster - self.other, 0)
 
 
-def pod_gpus(pod: Obj) -> int:
-    """GPUs a pod requests (containers summed; an init container may need more), requests else limits."""
-    spec = pod.get("spec") or {}
-
-    def per(c: Obj) -> int:
-        r = c.get("resources") or {}
-        v = (r.get("requests") or {}).get(GPU_RESOURCE, (r.get("limits") or {}).get(GPU_RESOURCE))
-        return int(parse_quantity(v)) if v is not None else 0
-
-    return max([sum(per(c) for c in spec.get("containers") or [])] + [per(c) for c in spec.get("initContainers") or []])
+#: GPUs a pod requests (containers summed; an init container may need more), requests else limits;
+#: a fractional count is refused naming the pod (:func:`gpufleet.fleet.capacity.pod_gpus`).
+pod_gpus = capacity_pod_gpus
 
 
 def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
@@ -115,28 +133,38 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     """The :class:`FleetStatus` from objects already read (pure)."""
     from roles.kueue.manifests import quotas
 
-    from gpufleet.fleet.capacity import flavor_capacity, gpu_map
-    from gpufleet.quota.resync import quota_of, reserved_gpus
+    from gpufleet.fleet.capacity import gpu_map
+    from gpufleet.quota.resync import capacity_of, quota_of, reserved_gpus
 
     v = inv.role("kueue")
     pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
     training_pc, inference_pc = pcs[-1].name, pcs[0].name
+    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
     st = FleetStatus(env=inv.env)
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
     used_on: dict[str, int] = {}
+    held: dict[str, tuple[int, int]] = {}
+    placements: list[tuple[str, str]] = []
+    training_gpus: dict[str, int] = {}
     for n, obj in by_name.items():
         if n in virtual:
             continue
         if not nodeutil.gpus(obj, "capacity") and nodeutil.flavor(obj) is None:
             continue  # a system node (no GPUs, no ResourceFlavor): not part of the GPU fleet
-        s = nodeutil.summarize(obj)
+        nc = classify_node(obj, classes)
+        if nc.facts.allocatable and not nc.facts.problem:
+            training_gpus[n] = nc.gpus_for(TRAINING)
+        s = nodeutil.NodeSummary(n, nodeutil.flavor(obj), nc.facts.allocatable or 0, False, nc.reasons[TRAINING],
+                                 nodeutil.is_lemon(obj))
         st.nodes_total += 1
         st.gpus_total += s.gpus
-        if s.schedulable:
-            st.gpus_schedulable += s.gpus
-        elif s.gpus or nodeutil.is_out(obj):
+        st.gpus_schedulable += nc.gpus_for(TRAINING)
+        st.gpus_schedulable_inference += nc.gpus_for(INFERENCE)
+        if not s.schedulable and (s.gpus or nodeutil.is_out(obj) or nc.facts.problem):
             st.nodes_out.append(s)
+            if nc.counts(INFERENCE):
+                st.inference_ok.add(n)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -150,8 +178,12 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             if kind == "inference":
                 st.inference_outside += g
             continue
+        t, o = held.get(node, (0, 0))
+        held[node] = (t + g, o) if kind == "training" else (t, o + g)
         if kind == "training":
             st.training += g
+            if (gang := gang_of(pod)) is not None:
+                placements.append((gang, node))
         elif kind == "inference":
             st.inference_in_cluster += g
         else:
@@ -160,7 +192,9 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         obj = by_name[n]
         st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
-    real = quotas(inv, capacity=gpu_map(flavor_capacity(nodes, inv.flavors())))
+    capacity = capacity_of(inv, nodes, pods)
+    st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())
+    real = quotas(inv, capacity=gpu_map(capacity))
     cqs = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     for q, flavors in real.items():
         cq = cqs.get(q)
@@ -169,7 +203,17 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             nominal = quota_of(cq, f)["nominal"] if cq else None
             st.queues.append(QueueRow(q, f, int(nominal) if nominal is not None else None, r["gpu"], reserved.get(f, 0)))
     st.nodes_out.sort(key=lambda s: s.name)
+    levels = [(lv.name, lv.label) for lv in inv.topology_levels() if lv.name != "hostname"]
+    st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels, training_gpus)
+    st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     return st
+
+
+def gang_of(pod: Obj) -> str | None:
+    """``namespace/job`` of a training pod: label ``gpufleet.io/job``, else its Kueue Workload; None if neither."""
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(JOB_LABEL) or (meta.get("annotations") or {}).get(KUEUE_WORKLOAD_ANNOTATION)
+    return f"{meta.get('namespace', '')}/{name}" if name else None
 
 
 def gather(kube: Kube, inv: Inventory) -> FleetStatus:
@@ -186,10 +230,11 @@ def gather(kube: Kube, inv: Inventory) -> FleetStatus:
 def render(st: FleetStatus) -> Group:
     """The status screen as rich renderables (one Group)."""
     gpus = Table(title=f"GPUs — env {st.env}, {st.nodes_total} nodes", show_header=True)
-    for col in ("total", "schedulable", "training", "inference (cluster)", "inference (outside)", "other", "free"):
+    for col in ("total", "schedulable", "schedulable (inference)", "held outside Kueue", "training",
+                "inference (cluster)", "inference (outside)", "other", "free"):
         gpus.add_column(col, justify="right")
-    gpus.add_row(*(str(x) for x in (st.gpus_total, st.gpus_schedulable, st.training, st.inference_in_cluster,
-                                    st.inference_outside, st.other, st.free)))
+    gpus.add_row(*(str(x) for x in (st.gpus_total, st.gpus_schedulable, st.gpus_schedulable_inference, st.unmanaged,
+                                    st.training, st.inference_in_cluster, st.inference_outside, st.other, st.free)))
     queues = Table(title="ClusterQueue quota vs real capacity (GPUs)")
     for col, j in (("queue", "left"), ("flavor", "left"), ("nominal quota", "right"), ("share of real", "right"),
                    ("admitted", "right"), ("", "left")):
@@ -200,12 +245,13 @@ def render(st: FleetStatus) -> Group:
         over = Text(str(r.reserved), style="red") if r.nominal is not None and r.reserved > r.share_of_real else Text(str(r.reserved))
         queues.add_row(r.cluster_queue, r.flavor, "-" if r.nominal is None else str(r.nominal), str(r.share_of_real), over, flag)
     out = Table(title=f"Nodes out ({len(st.nodes_out)})")
-    for col in ("node", "flavor", "GPUs", "why", "lemon"):
+    for col in ("node", "flavor", "GPUs", "why", "inference", "lemon"):
         out.add_column(col)
     for s in st.nodes_out:
-        out.add_row(s.name, s.flavor or "-", str(s.gpus), "; ".join(s.reasons), "LEMON" if s.lemon else "")
+        out.add_row(s.name, s.flavor or "-", str(s.gpus), "; ".join(s.reasons),
+                    "still used" if s.name in st.inference_ok else "out", "LEMON" if s.lemon else "")
     if not st.nodes_out:
-        out.add_row("(none)", "", "", "", "")
+        out.add_row("(none)", "", "", "", "", "")
     virt = Table(title="Virtual nodes (outside capacity)")
     for col in ("node", "pool", "GPUs", "in use", "free-GPUs taint"):
         virt.add_column(col)
@@ -214,4 +260,28 @@ def render(st: FleetStatus) -> Group:
                      Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
     if not st.virtual_nodes:
         virt.add_row("(none)", "", "", "", "")
-    return Group(gpus, queues, out, virt)
+    return Group(gpus, queues, out, virt, *_topology_tables(st))
+
+
+def _topology_tables(st: FleetStatus) -> list[Table]:
+    """GPUs per topology domain, and gangs across domains (none when the inventory has no levels)."""
+    if not st.domains:
+        return []
+    doms = Table(title="GPUs per topology domain")
+    for col, j in (("level", "left"), ("domain", "left"), ("nodes", "right"), ("schedulable", "right"),
+                   ("training", "right"), ("free", "right")):
+        doms.add_column(col, justify=j)
+    for r in st.domains:
+        name = Text(r.domain, style="red") if r.domain == topology.UNLABELLED else r.domain
+        doms.add_row(r.level, name, str(r.nodes), str(r.schedulable), str(r.training), str(r.free))
+    levels = list(dict.fromkeys(r.level for r in st.domains))
+    spans = Table(title=f"Training gangs across domains ({len(st.spanning)} of {len(st.gangs)})")
+    for col in ("gang", "pods", *levels):
+        spans.add_column(col)
+    for g in st.spanning:
+        cells = [", ".join(f"{d} ({n})" for d, n in sorted(g.domains.get(lv, {}).items())) for lv in levels]
+        spans.add_row(g.gang, str(g.pods), *(Text(c, style="yellow") if g.spans(lv) else c
+                                             for c, lv in zip(cells, levels)))
+    if not st.spanning:
+        spans.add_row("(none)", "", *([""] * len(levels)))
+    return [doms, spans]

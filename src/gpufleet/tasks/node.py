@@ -52,7 +52,7 @@ def _pods_table(title: str, drain) -> Table:
     for p in drain.evicted:
         t.add_row(str(p), "would be evicted" if drain.dry_run else "evicted", "")
     for p, why in drain.blocked.items():
-        t.add_row(str(p), "[red]blocked[/red]", why)
+        t.add_row(str(p), "[red]blocked, never as configured[/red]" if p in drain.permanent else "[red]blocked[/red]", why)
     for p, why in drain.skipped.items():
         t.add_row(str(p), "skipped", why)
     if not (drain.evicted or drain.blocked or drain.skipped):
@@ -95,6 +95,9 @@ def swap_node(node: str, reason: str, *, dry_run: bool = False, yes: bool = Fals
         console.print(_pods_table(f"drain check (Eviction API, dryRun=All): {len(check.drain.evicted)} evictable now, "
                                   f"{len(check.drain.blocked)} blocked", check.drain))
         console.print(f"swap request: {check.request} (ConfigMap, label gpufleet.io/swap-request=true)")
+        if check.drain.permanent:
+            console.print(f"[bold red]{len(check.drain.permanent)} pods can never be evicted as configured[/bold red] "
+                          "(listed above): the drain will end with them still on the node unless their budgets change")
         if dry_run:
             console.print("[bold]dry run: nothing changed[/bold]")
             return check

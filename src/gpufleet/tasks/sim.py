@@ -1,4 +1,4 @@
-"""invoke tasks for simulations on the local cluster: ``sim.flip``.
+"""invoke tasks for simulations: ``sim.flip`` on the local cluster; ``sim.goodput`` (gpufleet.tasks.goodput).
 
 The task parses its flags and calls :func:`gpufleet.sim.flip.run`. Bad
 flags exit with code 2; a phase that does not finish in time exits with
@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
+from gpufleet.tasks import goodput
 from gpufleet.tasks.common import fail_on_inventory_error
 
 
@@ -84,4 +85,6 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
 
 
 sim = Collection("sim", flip)
+sim.add_task(goodput.simulate, name="goodput")
+sim.add_task(goodput.replay, name="goodput-replay")
 ns = sim

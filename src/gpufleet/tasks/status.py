@@ -35,12 +35,14 @@ def show_status(env: str, *, kubeconfig: str | None = None, context: str | None 
     "context": "kubeconfig context (default: the current one)",
 })
 def status(c: Context, env: str, kubeconfig: str = "", context: str = "") -> None:
-    """The fleet on one screen: GPUs by holder, quota vs real capacity, nodes out, virtual nodes.
+    """The fleet on one screen: GPUs by holder, quota vs real capacity, nodes out, virtual nodes, topology.
 
     GPUs total, schedulable, held by training, by inference in the cluster
     and outside (virtual nodes), free; each ClusterQueue's quota against its
     share of the real capacity; nodes out and why; the virtual nodes'
-    gpufleet.io/cluster-has-free-gpus taint. Example: invoke status --env local
+    gpufleet.io/cluster-has-free-gpus taint; per block and rack, GPUs
+    schedulable, held by training and free, and the training gangs that span
+    more than one. Example: invoke status --env local
     """
     with fail_on_inventory_error(), fail_on_ops_error("status"):
         show_status(env, kubeconfig=kubeconfig or None, context=context or None)

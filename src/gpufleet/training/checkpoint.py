@@ -242,10 +242,13 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def report_lines(a: Advice) -> list[str]:
-    """The advice as plain text lines (what ``invoke train.checkpoint-interval`` prints)."""
+def report_lines(a: Advice, source: str | None = None) -> list[str]:
+    """The advice as plain text lines (what ``invoke train.checkpoint-interval`` prints).
+
+    ``source`` says where a given MTTF came from (default ``MTTF given``).
+    """
     source = (f"MTTF = {MTTF_GPU_HOURS:,.0f} GPU-hours / {a.gpus:,} GPUs (Llama 3: 419 interruptions, "
-              f"54 days, 16,384 GPUs)" if a.mttf_from_model else "MTTF given")
+              f"54 days, 16,384 GPUs)" if a.mttf_from_model else source or "MTTF given")
     w, d2, k2 = a.waste, a.doubled_waste, a.doubled_kept_waste
     return [
         f"job: {a.gpus:,} GPUs, checkpoint {a.checkpoint_seconds:g} s, restart {a.restart_seconds:g} s",

@@ -18,19 +18,31 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import jinja2
+import yaml
 
 from gpufleet import paths
 from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
+from gpufleet.names import (CHECKPOINT_MARKER, JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY,
+                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT)
 
+from . import gang as native
 from .checkpoint import default_interval_seconds
 
 #: Where the training templates live (``<checkout>/templates/training``).
 TEMPLATE_DIR: Path = paths.TEMPLATES / "training"
 #: Label on every pod of a job (and the pod-affinity selector that keeps them in one rack).
-LABEL_JOB = "gpufleet.io/job"
+LABEL_JOB = JOB_LABEL
+#: ``--topology`` values: a level of the inventory's fabric, or none.
+TOPOLOGIES = ("block", "rack", "none")
+#: ``--topology-mode`` values: Kueue's podset-required-topology or podset-preferred-topology.
+TOPOLOGY_MODES = ("required", "preferred")
+#: ``--gang`` values (templates/training/README.md).
+GANG_MODES = ("kueue", "native", "both")
+#: Kueue PodSet group of a PyTorchJob's Master and Workers: one unit of topology placement.
+PODSET_GROUP = "trainer"
 #: Pod annotation the local (kwok) cluster reads to finish a pod after that many seconds.
 ANNOTATION_SIMULATED_DURATION = "gpufleet.io/simulated-duration-seconds"
 #: Kubernetes PriorityClass of training pods (declared by the kueue role); preempts inference.
@@ -72,6 +84,11 @@ class Template:
     api_version: str
     hostname: Callable[[str, int], str]
     description: str
+
+    @property
+    def group(self) -> str:
+        """API group of the job object (``""`` for the core group)."""
+        return self.api_version.rpartition("/")[0]
 
 
 TEMPLATES: dict[str, Template] = {
@@ -230,6 +247,10 @@ def build_context(
     flavor: str | None = None,
     gpus_per_node: int | None = None,
     sets: Sequence[str] = (),
+    topology: str | None = None,
+    topology_mode: str | None = None,
+    gang: str | None = None,
+    gang_api: native.GangApi | None = None,
 ) -> dict[str, Any]:
     """Check the inputs against the inventory and build the template variables.
 
@@ -242,6 +263,13 @@ def build_context(
         flavor: ResourceFlavor (GPU model); default the one with most GPUs.
         gpus_per_node: must equal the flavor's GPUs per node; default that.
         sets: ``key=value`` strings, keys from :data:`SETTINGS`.
+        topology: fabric level the gang is placed in (:data:`TOPOLOGIES`);
+            default ``training_topology``.
+        topology_mode: ``required`` or ``preferred``; default ``training_topology_mode``.
+        gang: who schedules the gang all-or-nothing (:data:`GANG_MODES`);
+            default ``training_gang``.
+        gang_api: the native gang API the target cluster serves (:func:`gang.choose`);
+            needed for ``native`` and ``both``.
 
     Returns:
         The variables every template uses (see ``templates/training/README.md``).
@@ -310,6 +338,43 @@ def build_context(
         problems.append(f"--name {name!r}: expected a DNS label (RFC 1035): lower-case letters, digits and '-', "
                         f"starting with a letter, at most {limit} characters{why}")
 
+    training = inv.role("training")
+    topo = topology if topology is not None else training.training_topology
+    mode = topology_mode if topology_mode is not None else training.training_topology_mode
+    gang_mode = gang if gang is not None else training.training_gang
+    levels = [lv.name for lv in inv.topology_levels() if lv.name != "hostname"]
+    if topo not in TOPOLOGIES:
+        problems.append(f"--topology {topo!r}: expected one of {', '.join(TOPOLOGIES)}")
+    elif topo != "none" and topo not in levels:
+        problems.append(f"--topology {topo}: expected {' or '.join(levels + ['none'])} (the hosts of "
+                        f"inventories/{inv.env} carry no node_{topo})")
+    elif topo != "none" and gang_mode != "native" and not kueue.kueue_topology_enabled:
+        problems.append(f"--topology {topo}: expected none: kueue_topology_enabled is false in inventories/{inv.env}, "
+                        "so Kueue has no Topology to place the gang in")
+    if mode not in TOPOLOGY_MODES:
+        problems.append(f"--topology-mode {mode!r}: expected one of {', '.join(TOPOLOGY_MODES)}")
+    elif (mode == "required" and topo in levels and hosts and isinstance(nodes, int) and not isinstance(nodes, bool)
+          and nodes >= 1):
+        sizes = {d: len([h for h in hs if h.vars.gpu_count == gpn])
+                 for d, hs in inv.domains(topo, flavor_name).items()}
+        biggest = max(sizes, key=lambda d: (sizes[d], d)) if sizes else None
+        if biggest is not None and nodes > sizes[biggest]:
+            problems.append(f"--nodes {nodes} --topology {topo} --topology-mode required: expected at most "
+                            f"{sizes[biggest]} nodes (the largest {topo} of flavor {flavor_name}, {biggest}, has "
+                            f"{sizes[biggest]}); use --topology-mode preferred or a coarser --topology")
+    if gang_mode not in GANG_MODES:
+        problems.append(f"--gang {gang_mode!r}: expected one of {', '.join(GANG_MODES)}")
+    elif gang_mode != "kueue":
+        if gang_api is None:
+            problems.append(f"--gang {gang_mode}: the cluster's {native.GROUP} version is unknown: expected a "
+                            f"cluster to discover it from, or --scheduling-api {'|'.join(native.SHAPES)}")
+        elif tpl is not None and tpl.group not in ("", "batch"):
+            kept = _pinned_crd_keeps(tpl, gang_api.pod_field)
+            if kept is False:
+                problems.append(f"--gang {gang_mode} --template {tpl.name}: the pinned {tpl.kind} CRD has no pod "
+                                f"spec.{gang_api.pod_field}, and the API server would drop it (pods outside the "
+                                f"gang): expected --template job, or a {tpl.kind} release whose CRD has it")
+
     parsed: dict[str, Any] = {}
     for key, raw in values.items():
         setting = SETTINGS[key]
@@ -330,7 +395,6 @@ def build_context(
         raise TrainingInputError(problems)
     assert tpl is not None and lq is not None and flavor_name is not None
 
-    training = inv.role("training")
     gpus = nodes * gpn
     wpcs = sorted(kueue.kueue_workload_priority_classes, key=lambda p: (p.value, p.name))
     node_cpu = min(h.vars.node_cpu for h in hosts)
@@ -372,6 +436,7 @@ def build_context(
         "checkpoint_seconds": training.training_checkpoint_seconds,
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
+        "checkpoint_marker": CHECKPOINT_MARKER,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
@@ -379,7 +444,59 @@ def build_context(
         "nccl_env": nccl_env(hcas, parsed.get("socket_ifname", "eth0"), training.training_nccl_env),
         "simulated_duration_seconds": parsed.get("simulated_duration_seconds"),
         "annotation_simulated_duration": ANNOTATION_SIMULATED_DURATION,
+        **_placement(inv, tpl, name, lq.namespace, nodes, topo, mode, gang_mode, gang_api),
     }
+
+
+def _pinned_crd_keeps(tpl: Template, field: str) -> bool | None:
+    """Whether the pinned CRD of ``tpl``'s kind keeps pod spec ``field`` (None: not known here)."""
+    from gpufleet.build.gobuild import GoError
+    from gpufleet.schemas import crd
+
+    try:
+        doc = crd(tpl.group, tpl.kind)
+    except (LookupError, OSError, GoError):  # no pin, or no Go module cache: the submit checks the cluster's CRD
+        return None
+    return native.crd_pod_spec_has(doc, tpl.api_version.rpartition("/")[2], field)
+
+
+def _placement(inv: Inventory, tpl: Template, name: str, namespace: str, nodes: int, topo: str, mode: str,
+               gang_mode: str, gang_api: native.GangApi | None) -> dict[str, Any]:
+    """Template variables of placement: Kueue, the topology request, pod affinity, the native gang.
+
+    * ``kueue``: the job goes through a LocalQueue (queue label, created suspended).
+    * ``topology_annotations``: Kueue's podset-required/preferred-topology with
+      the level's node label, on every pod template (``kueue`` and ``both``).
+    * ``podset_group``: Kueue PodSet group name joining a PyTorchJob's Master
+      and Workers into one placement unit (a leader of one pod and its workers).
+    * ``pod_affinity``: the scheduler's own preference (or rule) for one domain:
+      the rack, preferred, when no topology is asked; the level, as asked, for
+      ``native`` (no Kueue to place the gang).
+    * ``gang_field``/``gang_ref``: the pod spec field naming the native gang,
+      and ``gang_objects``: its Workload (and PodGroup), rendered after the job.
+    """
+    kueue = gang_mode != "native"
+    label = next((lv.label for lv in inv.topology_levels() if lv.name == topo), None)
+    annotations: dict[str, str] = {}
+    affinity: dict[str, str] | None = None
+    if topo == "none":
+        affinity = {"mode": "preferred", "label": LABEL_RACK}
+    elif kueue:
+        annotations[KUEUE_REQUIRED_TOPOLOGY if mode == "required" else KUEUE_PREFERRED_TOPOLOGY] = label
+    else:
+        affinity = {"mode": mode, "label": label}
+    group = PODSET_GROUP if annotations and tpl.name == "pytorchjob" and nodes > 1 else None
+    out: dict[str, Any] = {
+        "kueue": kueue, "gang": gang_mode, "topology": topo, "topology_mode": mode,
+        "topology_annotations": annotations, "podset_group": group, "podset_group_annotation": KUEUE_PODSET_GROUP,
+        "pod_affinity": affinity, "reserved_taint": RESERVED_TAINT,
+        "gang_field": None, "gang_ref": None, "gang_objects": [],
+    }
+    if gang_mode != "kueue" and gang_api is not None:
+        out["gang_field"], out["gang_ref"] = native.pod_reference(gang_api, name)
+        out["gang_objects"] = native.objects(gang_api, name, namespace, nodes, (tpl.group, tpl.kind),
+                                             {LABEL_JOB: name})
+    return out
 
 
 def _quote(value: Any) -> str:
@@ -403,6 +520,7 @@ def environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = _quote
+    env.filters["yaml"] = lambda obj: yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
     return env
 
 
@@ -427,6 +545,10 @@ def render(
     sets: Sequence[str] = (),
     inventory: Inventory | None = None,
     fleet_nodes: int | None = None,
+    topology: str | None = None,
+    topology_mode: str | None = None,
+    gang: str | None = None,
+    gang_api: native.GangApi | None = None,
 ) -> str:
     """Render one training job for environment ``env`` as YAML (one or more documents).
 
@@ -439,5 +561,5 @@ def render(
     """
     inv = inventory or load(env, nodes=fleet_nodes)
     ctx = build_context(inv, template, name, nodes, queue=queue, flavor=flavor, gpus_per_node=gpus_per_node,
-                        sets=sets)
+                        sets=sets, topology=topology, topology_mode=topology_mode, gang=gang, gang_api=gang_api)
     return render_context(ctx)

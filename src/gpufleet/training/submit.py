@@ -21,7 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.names import KUEUE_GROUP, KUEUE_QUEUE_LABEL as QUEUE_LABEL, KUEUE_VERSION
 
-from .render import LABEL_JOB
+from gpufleet.inventory.inventory import TOPOLOGY_LEVELS
+
+from .render import LABEL_JOB, TEMPLATES
 
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -53,6 +55,8 @@ class SubmitResult:
     pods_running: int = 0
     nodes: list[str] = field(default_factory=list)
     reason: str = ""
+    #: Pods per topology domain, by level (``{"rack": {"rack-a": 3, "rack-b": 1}}``), from the nodes' labels.
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -102,10 +106,16 @@ def pods_reason(pods: Sequence[dict[str, Any]]) -> str:
 
 
 def _main_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The job object: the one Kueue admits (queue label), else (``--gang native``) the labelled job of a template."""
     for obj in objects:
         if QUEUE_LABEL in (obj.get("metadata", {}).get("labels") or {}):
             return obj
-    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL}: nothing for Kueue to admit")
+    kinds = {t.kind for t in TEMPLATES.values()}
+    for obj in objects:
+        if obj.get("kind") in kinds and LABEL_JOB in (obj.get("metadata", {}).get("labels") or {}):
+            return obj
+    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL} or is a {'/'.join(sorted(kinds))} "
+                      f"labelled {LABEL_JOB}: nothing to follow")
 
 
 def preflight(kube: Kube, namespace: str, queue: str, priority_class: str | None) -> None:
@@ -132,8 +142,10 @@ def preflight(kube: Kube, namespace: str, queue: str, priority_class: str | None
 
 
 def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Create ``objects`` in order (any kind, CRDs included); returns the created queue-labelled object.
+    """Create ``objects`` in order (any kind, CRDs included); returns the created job object.
 
+    Objects after the job object (a native gang's Workload and PodGroup) are
+    owned by it (``ownerReferences``), so they go when the job is deleted.
     All or nothing: when one object fails, those created before it are deleted again.
 
     Raises:
@@ -152,6 +164,10 @@ def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, A
             except NotFound:
                 raise SubmitError(f"{ident}: the cluster does not serve {obj['apiVersion']} {obj['kind']} "
                                   "(are its controller and CRD installed?)") from None
+            if created_main and not meta.get("ownerReferences"):
+                owner = created_main["metadata"]
+                obj = {**obj, "metadata": {**meta, "ownerReferences": [{
+                    "apiVersion": main["apiVersion"], "kind": main["kind"], "name": owner["name"], "uid": owner["uid"]}]}}
             try:
                 out = kube.create_object(obj)
             except KubeError as e:
@@ -161,6 +177,7 @@ def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, A
             done.append(obj)
             if obj is main:
                 created_main = out
+                created_main.setdefault("apiVersion", main["apiVersion"])
     except SubmitError:
         for obj in reversed(done):
             try:
@@ -188,8 +205,11 @@ def follow(
     console: Console | None = None,
     poll_seconds: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
+    kueue: bool = True,
 ) -> SubmitResult:
     """Follow the Workload of ``main`` (a created object) until ``pods_expected`` pods run.
+
+    ``kueue=False`` (a native gang, no LocalQueue): only the pods are followed.
 
     Raises:
         SubmitError: not admitted, or pods not running, within ``timeout``
@@ -203,12 +223,14 @@ def follow(
     console = console or Console(stderr=True)
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
-        admission = progress.add_task(f"{kind} {ns}/{name}: waiting for its Kueue Workload", total=2)
+        admission = progress.add_task(f"{kind} {ns}/{name}: waiting for its Kueue Workload", total=2,
+                                      visible=kueue)
         running = progress.add_task("pods running", total=pods_expected)
         workload = None
         pods: list[dict[str, Any]] = []
+        result.admitted = not kueue
         while True:
-            workload = find_workload(kube, ns, uid)
+            workload = find_workload(kube, ns, uid) if kueue else None
             if workload is not None:
                 result.workload = workload["metadata"]["name"]
                 conds = _conditions(workload)
@@ -227,6 +249,7 @@ def follow(
             result.nodes = sorted({p["spec"]["nodeName"] for p in up})
             progress.update(running, completed=min(len(up), pods_expected))
             if result.admitted and len(up) >= pods_expected:
+                result.domains = _domains(kube, up)
                 return result
             if clock() >= deadline:
                 break
@@ -236,7 +259,8 @@ def follow(
         what = "was not admitted by Kueue"
     else:
         result.reason = pods_reason([p for p in pods if _phase(p) != "Running"] or pods)
-        what = f"was admitted but only {result.pods_running}/{pods_expected} pods run"
+        what = (f"was admitted but only {result.pods_running}/{pods_expected} pods run" if kueue else
+                f"has {result.pods_running}/{pods_expected} pods running (native gang: the scheduler binds all or none)")
     raise SubmitError(f"{kind} {ns}/{name} {what} within {timeout:g} s: {result.reason}\n"
                       f"It is still queued; delete it with: kubectl -n {ns} delete {kind.lower()} {name}",
                       workload=result.workload, created=True)
@@ -271,7 +295,27 @@ def submit(
     """
     main = _main_object(objects)
     labels = main["metadata"].get("labels") or {}
-    preflight(kube, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
+    kueue = QUEUE_LABEL in labels
+    if kueue:
+        preflight(kube, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
     created = create_objects(kube, objects)
     created.setdefault("kind", main["kind"])
-    return follow(kube, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds)
+    return follow(kube, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds,
+                  kueue=kueue)
+
+
+def _domains(kube: Kube, pods: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Pods per topology domain (block, rack) of the nodes they run on; levels the nodes lack are left out."""
+    nodes = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in kube.list_all(api_path("v1", "nodes"))[0]}
+    out: dict[str, dict[str, int]] = {}
+    for level in TOPOLOGY_LEVELS:
+        if level.name == "hostname":
+            continue
+        counts: dict[str, int] = {}
+        for p in pods:
+            value = nodes.get(p["spec"]["nodeName"], {}).get(level.label)
+            if value is not None:
+                counts[value] = counts.get(value, 0) + 1
+        if counts:
+            out[level.name] = counts
+    return out

@@ -33,13 +33,14 @@ from gpufleet.kube.retry import update_with_retry
 from gpufleet.kube.times import now_rfc3339
 
 from .provider import PRODUCT_LABEL, Capacity
+from gpufleet.names import VIRTUAL_NODE_TAINT
 
 log = logging.getLogger(__name__)
 
 LABEL_TYPE = ("type", "virtual-kubelet")
 LABEL_POOL = "gpufleet.io/pool"
 LABEL_PROVIDER = "gpufleet.io/provider"
-PROVIDER_TAINT = "virtual-kubelet.io/provider"
+PROVIDER_TAINT = VIRTUAL_NODE_TAINT
 STATUS_INTERVAL = 60.0
 VERSION = "gpufleet-vk/0.1.0"
 

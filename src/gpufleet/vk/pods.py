@@ -19,7 +19,11 @@ Per pod (:meth:`PodController.reconcile`):
    ``startTime`` and the first status. Refusals, "no provider has this GPU
    model", and non-retryable provider errors mark the pod **Failed** with
    the reason and an Event; retryable ones (capacity, network) are retried
-   with backoff for ``create_retry_seconds``, then Failed.
+   with backoff for ``create_retry_seconds``, then Failed. Retries leave one
+   Event per attempt class (the provider's reason, e.g. ``OutOfCapacity``),
+   updated in place with the attempt count (``count``, ``lastTimestamp`` and
+   ``attempt N`` in the message), so a pod retried a hundred times has one
+   Event, not a hundred; the final failure always records its own Event.
 4. **No remote pod, but started** (``startTime`` set; a pod created by
    this process counts once its remote pod was seen, or after
    ``lost_grace_seconds``): the provider lost it → **Failed**,
@@ -135,6 +139,8 @@ class PodController:
         self._seen_at: dict[str, float] = {}
         self._attempts: dict[str, tuple[float, int]] = {}
         self._events_sent: dict[str, set[str]] = {}
+        #: source UID -> attempt class (reason) -> (Event name, count): one Event per class, updated in place.
+        self._retry_events: dict[str, dict[str, tuple[str, int]]] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.running_since: dict[str, float] = {}
@@ -251,6 +257,7 @@ class PodController:
         self._seen_at.pop(uid, None)
         self.running_since.pop(uid, None)
         self._events_sent.pop(uid, None)
+        self._retry_events.pop(uid, None)
 
     def reconcile(self, key: str) -> float | None:
         """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.
@@ -370,11 +377,13 @@ class PodController:
         except ProviderError as exc:
             if exc.retryable and self.clock() - first < self.create_retry_seconds:
                 metrics.CREATES.labels(self.node, "retry").inc()
-                self._event(pod, exc.reason, f"{exc} (retrying)")
+                self._retry_event(pod, exc.reason, str(exc), attempts + 1)
                 return min(0.5 * 2 ** attempts, 10.0)
             metrics.CREATES.labels(self.node, "failed").inc()
-            self._fail(pod, exc.reason if not isinstance(exc, NoProvider) or not exc.retryable else "OutOfCapacity",
-                       str(exc))
+            why = str(exc)
+            if attempts:
+                why = f"gave up after {attempts + 1} attempts in {self.clock() - first:.0f}s: {why}"
+            self._fail(pod, exc.reason if not isinstance(exc, NoProvider) or not exc.retryable else "OutOfCapacity", why)
             return None
         metrics.CREATES.labels(self.node, "ok").inc()
         with self._lock:
@@ -429,7 +438,8 @@ class PodController:
                                  {"type": "ContainersReady", "status": "False", "reason": reason,
                                   "lastTransitionTime": now}],
                   "containerStatuses": containers}
-        self._event(pod, reason, message)  # first: whoever sees the Failed pod finds the Event already there
+        # First, so whoever sees the Failed pod finds it; its own Event, whatever retries of the same reason left.
+        self._event(pod, reason, message, key=f"failed:{reason}")
         # resourceVersion is a precondition: a write based on a stale view gets 409 and the worker retries.
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
@@ -440,14 +450,41 @@ class PodController:
         metrics.FAILED.labels(self.node, reason).inc()
         log.info("%s: pod %s/%s Failed: %s: %s", self.node, meta["namespace"], meta["name"], reason, message)
 
-    def _event(self, pod: Pod, reason: str, message: str, *, kind: str = "Warning", once: bool = True) -> None:
-        """Record a core/v1 Event on the pod (once per pod and reason unless ``once`` is false); never raises."""
+    def _retry_event(self, pod: Pod, reason: str, message: str, attempt: int) -> None:
+        """One Event per pod and attempt class (``reason``), its count and message updated on every attempt; never raises."""
+        uid = pod["metadata"]["uid"]
+        text = f"{message} (attempt {attempt}, retrying)"
+        known = self._retry_events.setdefault(uid, {}).get(reason)
+        if known is not None:
+            name, _ = known
+            try:
+                self.kube.patch("v1", "events", name, {"count": attempt, "lastTimestamp": now_rfc3339(),
+                                                       "message": text[:1024]}, pod["metadata"]["namespace"])
+                self._retry_events[uid][reason] = (name, attempt)
+                return
+            except NotFound:
+                pass  # expired (events have a TTL): record a new one
+            except KubeError as exc:
+                log.info("%s: event %s on %s not updated: %s", self.node, reason, pod["metadata"]["name"], exc)
+                return
+        name = self._event(pod, reason, text, once=False, count=attempt)
+        if name is not None:
+            self._retry_events[uid][reason] = (name, attempt)
+
+    def _event(self, pod: Pod, reason: str, message: str, *, kind: str = "Warning", once: bool = True,
+               key: str | None = None, count: int = 1) -> str | None:
+        """Record a core/v1 Event on the pod; returns its name (None when not recorded). Never raises.
+
+        With ``once``, at most one Event per pod and ``key`` (default: the reason).
+        """
         meta = pod["metadata"]
         if once:
             sent = self._events_sent.setdefault(meta["uid"], set())
-            if reason in sent:
-                return
-            sent.add(reason)
+            if (key or reason) in sent:
+                return None
+            sent.add(key or reason)
         # Listed pods carry no kind: name it, or the Event would not point at the pod.
-        record_event(self.kube, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason, message, type_=kind,
-                     component="gpufleet-virtual-kubelet", instance=self.node, host=self.node)
+        event = record_event(self.kube, {"apiVersion": "v1", "kind": "Pod", "metadata": meta}, reason, message,
+                             type_=kind, component="gpufleet-virtual-kubelet", instance=self.node, host=self.node,
+                             count=count)
+        return None if event is None else event["metadata"]["name"]

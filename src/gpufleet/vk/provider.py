@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from gpufleet.kube.quantity import number
+from gpufleet.kube.quantity import number, whole_gpus
 
 GPU = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -172,8 +172,13 @@ def pod_requests(pod: Pod) -> dict[str, float]:
 
 
 def pod_gpus(pod: Pod) -> int:
-    """GPUs (``nvidia.com/gpu``) the pod requests."""
-    return int(pod_requests(pod).get(GPU, 0))
+    """GPUs (``nvidia.com/gpu``) the pod requests.
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional count (naming the pod), never truncated.
+    """
+    meta = pod.get("metadata") or {}
+    return whole_gpus(pod_requests(pod).get(GPU, 0), f"pod {meta.get('namespace')}/{meta.get('name')}")
 
 
 # ------------------------------------------------------------------------------- choice

@@ -14,7 +14,7 @@ from nodecheck import NvLinkRef, parse_nvlink_errors
 
 def _skip_unreachable(ref: NvLinkRef) -> None:
     row = ref.node.gpu(ref.gpu)
-    if row is None or row.lost:
+    if row is None or row.lost or row.erroring:
         pytest.skip(f"{ref.node.name} GPU {ref.gpu} is not reachable: see test_gpu_reachable")
 
 

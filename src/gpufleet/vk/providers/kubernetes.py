@@ -21,6 +21,13 @@ is a non-retryable ``ProviderFailed`` carrying the remote message; 5xx and
 network errors are retryable (the pod side retries, then fails the pod).
 A remote pod with the same name but another source UID is a leftover of an
 earlier pod: it is deleted, and the create is retried.
+
+Deletes are by identity, never by name alone: every remote delete carries
+the remote pod's own UID as a precondition (``DeleteOptions.preconditions``),
+taken from the remote pod whose source-UID annotation is the source pod's.
+With a stale watch cache, a clean-up aimed at an orphan whose name a
+replacement now carries gets 409 Conflict from the remote API server and
+the replacement keeps serving.
 """
 
 from __future__ import annotations
@@ -190,7 +197,10 @@ class KubernetesProvider:
             live = self._call("read pod", self.kube.get, "v1", "pods", meta["name"], rns)
             if (live["metadata"].get("annotations") or {}).get(SOURCE_UID) == meta["uid"]:
                 return
-            self.kube.delete("v1", "pods", meta["name"], rns, grace_seconds=0)
+            try:  # exactly the leftover read: not a pod that took its name since
+                self.kube.delete("v1", "pods", meta["name"], rns, grace_seconds=0, uid=live["metadata"]["uid"])
+            except (NotFound, Conflict):
+                pass
             raise ProviderError(f"{self.name}: a leftover remote pod {rns}/{meta['name']} of an earlier source pod "
                                 "is being removed", reason="ProviderBusy", retryable=True) from None
 
@@ -204,15 +214,45 @@ class KubernetesProvider:
         except NotFound:
             raise PodNotFound(f"{self.name}: no remote pod for {meta['namespace']}/{meta['name']}") from None
 
-    def delete_pod(self, pod: Pod) -> None:
-        """Delete the remote pod with the source pod's grace period (no error if gone)."""
+    def _remote_of(self, pod: Pod) -> dict | None:
+        """The remote pod of source pod ``pod`` (its source-UID annotation matches), cached or live; None if none."""
         meta = pod["metadata"]
+        rns = self.remote_namespace(meta["namespace"])
+        for candidate in (lambda: self.pods.get(f"{rns}/{meta['name']}"),
+                          lambda: self._call("read pod", self.kube.get, "v1", "pods", meta["name"], rns)):
+            try:
+                remote = candidate()
+            except NotFound:
+                return None
+            if remote is not None and ((remote.get("metadata") or {}).get("annotations") or {}).get(SOURCE_UID) == meta["uid"]:
+                return remote
+        return None
+
+    def delete_pod(self, pod: Pod) -> None:
+        """Delete the remote pod of ``pod`` with the source pod's grace period (no error if gone).
+
+        The remote pod is the one annotated with the source pod's UID (from the
+        watch cache, else read live); the delete carries its UID as a
+        precondition, so a same-named pod of another source pod, created since
+        the cache was filled, is never deleted (409 from the remote API server).
+        """
+        meta = pod["metadata"]
+        if not meta.get("uid"):
+            log.warning("%s: not deleting remote pod %s/%s: no source UID to match", self.name, meta.get("namespace"),
+                        meta.get("name"))
+            return
+        remote = self._remote_of(pod)
+        if remote is None:
+            return
         grace = meta.get("deletionGracePeriodSeconds")
         try:
             self._call("delete pod", self.kube.delete, "v1", "pods", meta["name"],
-                       self.remote_namespace(meta["namespace"]), grace_seconds=grace, uid=None)
-        except (NotFound, Conflict):
+                       self.remote_namespace(meta["namespace"]), grace_seconds=grace, uid=remote["metadata"]["uid"])
+        except NotFound:
             pass
+        except Conflict:
+            log.info("%s: remote pod %s/%s is another pod now (UID precondition failed): left alone", self.name,
+                     self.remote_namespace(meta["namespace"]), meta["name"])
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The remote pod (as cached: metadata, containers, status) of source pod ``namespace/name``, or None."""

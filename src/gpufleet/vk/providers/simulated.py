@@ -190,11 +190,15 @@ class SimulatedProvider:
             sp.labels = dict(pod["metadata"].get("labels") or {})
 
     def delete_pod(self, pod: Pod) -> None:
-        """Stop renting for ``pod`` at once (no error if it is gone)."""
-        meta = pod["metadata"]
+        """Stop renting for ``pod`` at once (no error if it is gone).
+
+        By identity, as a real rental API's delete by rental id: only the
+        rental of the source pod's UID goes, never one that reuses its name;
+        a request without a UID deletes nothing.
+        """
+        uid = pod["metadata"].get("uid")
         with self._lock:
-            uid = meta.get("uid") or self._by_name.get((meta["namespace"], meta["name"]))
-            if uid in self._pods:
+            if uid and uid in self._pods:
                 self._drop(uid)
                 self.deletes += 1
 

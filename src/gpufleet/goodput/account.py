@@ -1,0 +1,380 @@
+"""One training job's account: ETTR and lost time by bucket, from its records alone (pure).
+
+Wall-clock time runs from the Workload's creation to its ``Finished``
+condition (or ``now``). Each moment belongs to exactly one state:
+
+* **run**: every pod of the gang (``spec.podSets[].count``) has its main
+  container running;
+* otherwise, when Kueue has not admitted the Workload: ``queued``;
+* otherwise ``waiting_for_hardware`` while a pod of the job is
+  unschedulable (``PodScheduled`` False, reason ``Unschedulable``: no
+  healthy node fits), ``other`` once the gang has succeeded and only
+  finishing remains, else ``starting`` (pods being created, scheduled,
+  started: admission or a gang restart to all pods running).
+
+A run is split with the job's checkpoints
+(:mod:`gpufleet.goodput.checkpoints`):
+
+* ``checkpoint_saving``: each save completed during the run;
+* ``starting`` again for the trainer's own start and checkpoint restore:
+  the time to the run's first save minus the compute the steps it made
+  need at the job's step rate (the median, over pairs of consecutive
+  checkpoints in one run, of steps over the time between them); a run
+  with no checkpoint of its own gets the median start-up of the others;
+* ``progress_lost``: when the run ends in an interruption (a pod failed,
+  was evicted or deleted), everything since its last completed checkpoint
+  (or since its start-up) is work the job must do again;
+* the rest is productive.
+
+ETTR = productive / wall-clock (Kokolis et al., arXiv:2410.21680); the
+buckets sum to wall-clock minus productive. Without checkpoints the whole
+run counts as productive: an upper bound (``checkpoints`` None: the job's
+checkpoint directory is unknown or unreadable).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gpufleet.goodput import BUCKETS
+from gpufleet.goodput.checkpoints import Checkpoint
+from gpufleet.goodput.history import PodRecord, WorkloadRecord
+
+#: Seconds within which pods ending together count as one ending (API times are whole seconds).
+SAME_MOMENT = 2.0
+PRODUCTIVE = "productive"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A stretch of the job's wall-clock time in one state (``productive`` or a bucket)."""
+
+    start: float
+    end: float
+    state: str
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A run that ended before the job did.
+
+    Attributes:
+        time: when the gang broke.
+        lost_seconds: work since the last checkpoint, lost.
+        resumed: when the gang ran again (None: not yet).
+    """
+
+    time: float
+    lost_seconds: float
+    resumed: float | None
+
+
+@dataclass(frozen=True)
+class Account:
+    """The account of one job (seconds; times are Unix seconds).
+
+    Attributes:
+        namespace, job, kind: the job (the Workload's owner).
+        start, end: its wall-clock window (Workload creation to finish or now).
+        productive_seconds: training progress kept.
+        badput: bucket -> seconds (:data:`gpufleet.goodput.BUCKETS`).
+        phases: the timeline, in order, covering ``start``..``end``.
+        interruptions: runs that ended early.
+        checkpoints: complete checkpoints seen.
+        step_rate: training steps per productive second, when two checkpoints of one run give it.
+        finished: the Workload has finished.
+        checkpoints_known: the job's checkpoints were readable (else nothing counts as lost).
+        reconstructed_runs: runs inferred from checkpoints because their pods are gone from the record.
+    """
+
+    namespace: str
+    job: str
+    kind: str
+    start: float
+    end: float
+    productive_seconds: float
+    badput: dict[str, float]
+    phases: tuple[Phase, ...] = ()
+    interruptions: tuple[Interruption, ...] = ()
+    checkpoints: int = 0
+    step_rate: float | None = None
+    finished: bool = False
+    checkpoints_known: bool = True
+    reconstructed_runs: int = 0
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds of the account."""
+        return max(0.0, self.end - self.start)
+
+    @property
+    def ettr(self) -> float:
+        """Productive / wall-clock time (0 for an empty window)."""
+        return self.productive_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+
+@dataclass
+class _Run:
+    start: float
+    end: float
+    interrupted: bool
+    cps: list[Checkpoint] = field(default_factory=list)
+    prior_step: int = 0
+    startup: float | None = None
+
+
+def _segments(wl: WorkloadRecord, pods: Sequence[PodRecord], t0: float, t1: float) -> list[tuple[float, float, str]]:
+    """The job's wall clock cut into ``(start, end, state)`` with state ``run`` or a bucket, merged."""
+    events: list[tuple[float, str, int]] = []
+    for p in pods:
+        for s, e in p.runs:
+            events.append((s, "running", 1))
+            if e is not None:
+                events.append((e, "running", -1))
+        if p.unschedulable_since is not None:
+            until = p.scheduled if p.scheduled is not None and p.scheduled >= p.unschedulable_since else p.ended
+            events.append((p.unschedulable_since, "unschedulable", 1))
+            if until is not None:
+                events.append((until, "unschedulable", -1))
+        if p.succeeded and p.ended is not None:
+            events.append((p.ended, "succeeded", 1))
+    for t, admitted in wl.admissions:
+        events.append((t, "admitted", 1 if admitted else 0))
+    events.sort(key=lambda e: e[0])
+    counts = {"running": 0, "unschedulable": 0, "succeeded": 0, "admitted": 0}
+    out: list[tuple[float, float, str]] = []
+    i, t = 0, t0
+    while t < t1:
+        while i < len(events) and events[i][0] <= t:
+            _apply(events[i], counts)
+            i += 1
+        nxt = min(events[i][0] if i < len(events) else t1, t1)
+        if counts["running"] >= wl.pods_expected:
+            state = "run"
+        elif not counts["admitted"]:
+            state = "queued"
+        elif counts["unschedulable"] > 0:
+            state = "waiting_for_hardware"
+        elif counts["succeeded"] >= wl.pods_expected and counts["running"] == 0:
+            state = "other"
+        else:
+            state = "starting"
+        if out and out[-1][2] == state:
+            out[-1] = (out[-1][0], nxt, state)
+        else:
+            out.append((t, nxt, state))
+        t = nxt
+    return out
+
+
+def _apply(event: tuple[float, str, int], counts: dict[str, int]) -> None:
+    _, kind, delta = event
+    if kind == "admitted":
+        counts[kind] = delta  # a state, not a count
+    else:
+        counts[kind] += delta
+
+
+def _interrupted(wl: WorkloadRecord, pods: Sequence[PodRecord], end: float, t1: float) -> bool:
+    """Whether the run that ended at ``end`` ended in an interruption (not success, not still going)."""
+    if end >= t1:
+        return wl.finished is not None and not wl.succeeded
+    ending = [p for p in pods for s, e in p.runs if e is not None and abs(e - end) <= SAME_MOMENT and s < end]
+    return not ending or not all(p.succeeded for p in ending)
+
+
+def _step_rate(runs: Sequence[_Run]) -> float | None:
+    """Median steps per compute second over consecutive checkpoints of one run."""
+    rates = []
+    for r in runs:
+        for a, b in zip(r.cps, r.cps[1:]):
+            compute = (b.started if b.started is not None else b.completed) - a.completed
+            if b.step > a.step and compute > 0:
+                rates.append((b.step - a.step) / compute)
+    return statistics.median(rates) if rates else None
+
+
+def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence[Checkpoint] | None,
+            now: float) -> Account:
+    """The account of job ``wl`` (module docstring) from its pods and checkpoints, as of ``now``.
+
+    Args:
+        wl: its Workload.
+        pods: every pod incarnation of the job known (deleted ones included).
+        checkpoints: its complete checkpoints (any order); None when they cannot be read.
+        now: Unix seconds; the window ends here unless the Workload finished earlier.
+
+    Returns:
+        :class:`Account`; ``productive_seconds + sum(badput) == wall_seconds``.
+    """
+    pods = list(pods)
+    t0 = wl.created
+    t1 = max(t0, min(now, wl.finished) if wl.finished is not None else now)
+    known = checkpoints is not None
+    cps = sorted(checkpoints or (), key=lambda c: (c.completed, c.step))
+    badput = dict.fromkeys(BUCKETS, 0.0)
+    segments = _segments(wl, pods, t0, t1)
+    ghosts = _reconstruct(wl, pods, cps, segments, t0, t1)
+    if ghosts:
+        pods += ghosts
+        segments = _segments(wl, pods, t0, t1)
+
+    runs: list[_Run] = []
+    for s, e, state in segments:
+        if state != "run":
+            continue
+        r = _Run(s, e, _interrupted(wl, pods, e, t1))
+        r.cps = [c for c in cps if s < c.completed <= e]
+        r.prior_step = max((c.step for c in cps if c.completed <= s), default=0)
+        runs.append(r)
+    rate = _step_rate(runs)
+    for r in runs:
+        if r.cps and rate:
+            first = r.cps[0]
+            before = (first.started if first.started is not None else first.completed) - r.start
+            r.startup = min(max(0.0, before - (first.step - r.prior_step) / rate), max(0.0, before))
+    measured = [r.startup for r in runs if r.startup is not None]
+    typical = statistics.median(measured) if measured else 0.0
+
+    phases: list[Phase] = []
+    interruptions: list[Interruption] = []
+    productive = 0.0
+    run_iter = iter(runs)
+    for idx, (s, e, state) in enumerate(segments):
+        if state != "run":
+            badput[state] += e - s
+            phases.append(Phase(s, e, state))
+            continue
+        r = next(run_iter)
+        length = e - s
+        startup = r.startup if r.startup is not None else min(typical, length)
+        saving = sum(c.completed - max(c.started if c.started is not None else c.completed, s) for c in r.cps)
+        last_kept = r.cps[-1].completed if r.cps else s + startup
+        lost = max(0.0, e - last_kept) if r.interrupted and known else 0.0
+        startup = max(0.0, min(startup, length - saving - lost))
+        badput["starting"] += startup
+        badput["checkpoint_saving"] += saving
+        badput["progress_lost"] += lost
+        productive += length - startup - saving - lost
+        phases.extend(_run_phases(s, e, startup, r.cps, lost))
+        if r.interrupted:
+            resumed = next((seg[0] for seg in segments[idx + 1:] if seg[2] == "run"), None)
+            interruptions.append(Interruption(e, lost, resumed))
+    return Account(namespace=wl.namespace, job=wl.job_name, kind=wl.job_kind, start=t0, end=t1,
+                   productive_seconds=productive, badput=badput, phases=tuple(_merge(phases)),
+                   interruptions=tuple(interruptions), checkpoints=len(cps), step_rate=rate,
+                   finished=wl.finished is not None and wl.finished <= now, checkpoints_known=known,
+                   reconstructed_runs=len({g.uid.rsplit("-", 1)[0] for g in ghosts}))
+
+
+def _start(c: Checkpoint) -> float:
+    return c.started if c.started is not None else c.completed
+
+
+def _pair_rates(cps: Sequence[Checkpoint]) -> list[float]:
+    return [(b.step - a.step) / compute for a, b in zip(cps, cps[1:])
+            if b.step > a.step and (compute := _start(b) - a.completed) > 0]
+
+
+#: A gap between two checkpoints longer than their steps' compute by this much (seconds, and share of the
+#: compute) is an interruption hidden from a record without the pods of that time.
+HIDDEN_GAP_SECONDS = 5.0
+HIDDEN_GAP_SHARE = 0.25
+
+
+def _reconstruct(wl: WorkloadRecord, pods: Sequence[PodRecord], cps: Sequence[Checkpoint],
+                 segments: Sequence[tuple[float, float, str]], t0: float, t1: float) -> list[PodRecord]:
+    """Stand-in pods for runs whose pods are gone from the record but whose checkpoints are on disk.
+
+    A checkpoint completed while no known gang ran proves the gang ran then
+    (the one-shot view, or an accountant that restarted, lacks deleted pods).
+    Such checkpoints are cut into runs at the creation of later pods (a gang
+    restart creates new pods once the old ones are gone) and where the time
+    between two of them exceeds the compute their steps take at the job's
+    step rate (median over consecutive checkpoints) by more than
+    :data:`HIDDEN_GAP_SECONDS` and :data:`HIDDEN_GAP_SHARE`: there the job
+    stopped and restarted. A rebuilt run starts the compute of its first
+    checkpoint's steps (and the job's typical start-up, after a hidden
+    restart) before that checkpoint's save, and ends at the next pods'
+    creation or the next rebuilt run: the kept work is exact; the lost work
+    of a hidden interruption absorbs its restart time.
+    """
+    runs = [(s, e) for s, e, state in segments if state == "run"]
+    orphans = [c for c in cps if t0 < c.completed <= t1 and not any(s < c.completed <= e for s, e in runs)]
+    if not orphans:
+        return []
+    boundaries = sorted({p.created for p in pods} | {s for s, _ in runs})
+    groups: list[list[Checkpoint]] = []
+    for c in orphans:
+        if groups and not any(groups[-1][-1].completed < b < c.completed for b in boundaries):
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    in_runs = [[c for c in cps if s < c.completed <= e] for s, e in runs]
+    rates = [x for g in [*groups, *in_runs] for x in _pair_rates(g)]
+    rate = statistics.median(rates) if rates else None
+
+    def prior(c: Checkpoint) -> int:
+        return max((x.step for x in cps if x.completed < c.completed), default=0)
+
+    startups = [max(0.0, _start(r[0]) - s - (r[0].step - prior(r[0])) / rate)
+                for (s, _), r in zip(runs, in_runs) if r and rate]
+    typical = statistics.median(startups) if startups else 0.0
+    ghosts: list[PodRecord] = []
+    n = 0
+    for g in groups:
+        pieces: list[list[Checkpoint]] = [[g[0]]]
+        for a, b in zip(g, g[1:]):
+            compute = (b.step - a.step) / rate if rate else 0.0
+            gap = _start(b) - a.completed - compute
+            if rate and gap > HIDDEN_GAP_SECONDS and gap > HIDDEN_GAP_SHARE * compute:
+                pieces.append([b])
+            else:
+                pieces[-1].append(b)
+        floor = max([t0] + [b for b in boundaries if b <= _start(g[0])] + [e for _, e in runs if e <= _start(g[0])])
+        starts = []
+        for i, piece in enumerate(pieces):
+            compute = (piece[0].step - prior(piece[0])) / rate if rate else 0.0
+            begin = _start(piece[0]) - compute - (typical if i else 0.0)
+            starts.append(max(floor, begin) if i == 0 else max(pieces[i - 1][-1].completed, begin))
+        end_of_group = min((b for b in boundaries if b >= g[-1].completed), default=t1 + 1e-3) - 1e-3
+        for i, piece in enumerate(pieces):
+            # a millisecond apart: two rebuilt runs are two runs, not one
+            end = starts[i + 1] - 1e-3 if i + 1 < len(pieces) else end_of_group
+            ghosts += [PodRecord(uid=f"ghost-{n}-{k}", name=f"(run {n + 1}, pods gone)", created=starts[i],
+                                 runs=((starts[i], end),), ended=end) for k in range(wl.pods_expected)]
+            n += 1
+    return ghosts
+
+
+def _run_phases(s: float, e: float, startup: float, cps: Sequence[Checkpoint], lost: float) -> list[Phase]:
+    out = [Phase(s, s + startup, "starting")] if startup > 0 else []
+    t = s + startup
+    for c in cps:
+        begin = max(t, c.started if c.started is not None else c.completed)
+        if begin > t:
+            out.append(Phase(t, begin, PRODUCTIVE))
+        if c.completed > begin:
+            out.append(Phase(begin, c.completed, "checkpoint_saving"))
+        t = max(t, c.completed)
+    tail_lost = e - lost
+    if tail_lost > t:
+        out.append(Phase(t, tail_lost, PRODUCTIVE))
+    if lost > 0:
+        out.append(Phase(max(t, tail_lost), e, "progress_lost"))
+    return out
+
+
+def _merge(phases: Iterable[Phase]) -> list[Phase]:
+    out: list[Phase] = []
+    for p in phases:
+        if p.end <= p.start:
+            continue
+        if out and out[-1].state == p.state and math.isclose(out[-1].end, p.start):
+            out[-1] = Phase(out[-1].start, p.end, p.state)
+        else:
+            out.append(p)
+    return out
