@@ -45,6 +45,8 @@ ENV = "local"
 VARIABLE, VALUE = "kueue_reserve_gpus", 8
 #: Objects nobody declares that come and go on their own (ComponentStatus: computed on each read, no uid).
 VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event"), ("v1", "ComponentStatus")}
+#: Namespaces whose objects their owners renew on their own (kube-node-lease: each kubelet's heartbeat Lease).
+VOLATILE_NAMESPACES = {"kube-node-lease"}
 
 Ident = tuple[str, str, str, str, str]  # apiVersion, kind, namespace, name, uid
 
@@ -60,6 +62,8 @@ def snapshot(kube: Kube) -> set[Ident]:
                 continue
             for item in kube.list_all(f"{base}/{res['name']}")[0]:
                 md = item["metadata"]
+                if md.get("namespace") in VOLATILE_NAMESPACES:
+                    continue
                 out.add((gv, res["kind"], md.get("namespace") or "", md["name"], md.get("uid", "")))  # not every kind's items carry a uid
     return out
 

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.cluster
 RBAC_KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 SYSTEM = "gpufleet-system"
 
-# (verb, group, resource, namespace, name): namespace "" = cluster-wide; name "" = any.
+# (verb, group, resource, namespace, name): namespace "" = cluster-wide, OWN = the ServiceAccount's own; name "" = any.
 Ask = tuple[str, str, str, str, str]
+OWN = "<own namespace>"
 
 
 def _ask(verb: str, resource: str, namespace: str = "", name: str = "", group: str = "") -> Ask:
@@ -63,6 +64,9 @@ NEEDED: dict[str, list[Ask]] = {
     "vk-other": [_ask("get", "nodes"), _ask("create", "nodes"), _ask("update", "nodes/status"),
                  _ask("list", "pods"), _ask("update", "pods/status", "inference"),
                  _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig")],
+    # goodput/: one accountant per team namespace reads that namespace's Workloads, pods and Events.
+    "gpufleet-goodput": [*(_ask(v, "workloads", OWN, group="kueue.x-k8s.io") for v in ("get", "list", "watch")),
+                         *(_ask(v, r, OWN) for r in ("pods", "events") for v in ("get", "list", "watch"))],
     # exporter/: reads sysfs and NVML, serves /metrics; asks the API server nothing.
     "gpufleet-fabric-exporter": [],
 }
@@ -92,6 +96,7 @@ def accounts(local_cluster) -> dict[str, str]:
 
 def _allowed(k: Kube, sa: str, namespace: str, ask: Ask) -> bool:
     verb, group, resource, ns, name = ask
+    ns = namespace if ns == OWN else ns
     resource, _, sub = resource.partition("/")
     attributes = {"verb": verb, "group": group, "resource": resource, "subresource": sub or None,
                   "namespace": ns or None, "name": name or None}
