@@ -10,7 +10,7 @@ have one rule per source under the same alert name, told apart by ``source``.
 Every alert carries ``severity`` (``critical``: the node_health controller
 takes the node out; ``warning``: a person looks), ``fault`` (a short stable
 name the remediation controller maps to a taint reason) and ``component``.
-Behaviour is pinned by ``promtool test rules`` in ``tests/rules/``.
+Behaviour is pinned by ``promtool test rules`` in ``tests/roles/gpu_metrics/``.
 """
 
 from __future__ import annotations
