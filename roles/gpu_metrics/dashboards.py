@@ -21,6 +21,7 @@ panels filter on the ``node`` label the role's scrape config sets.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from grafana_foundation_sdk.builders import common as common_builders
@@ -159,9 +160,17 @@ def _base(uid: str, title: str, description: str, tags: list[str], node_variable
     return board
 
 
+def _with_rows(board: dashboard.Dashboard,
+               *rows: Callable[[dashboard.Dashboard, _Ids], dashboard.Dashboard]) -> dashboard.Dashboard:
+    """``board`` with each row added in order, panel ids numbered from 1 across them."""
+    ids = _Ids()
+    for row in rows:
+        board = row(board, ids)
+    return board
+
+
 def gpus_dashboard() -> dashboard.Dashboard:
     """``gpufleet-gpus``: activity, temperatures and health of every GPU."""
-    ids = _Ids()
     board = _base(
         "gpufleet-gpus",
         "gpufleet / GPUs",
@@ -169,11 +178,7 @@ def gpus_dashboard() -> dashboard.Dashboard:
         ["gpu", "dcgm"],
         "gpufleet_gpu_devices",
     )
-
-    board = _gpu_activity_row(board, ids)
-    board = _gpu_temperature_row(board, ids)
-    board = _gpu_health_row(board, ids)
-    return board
+    return _with_rows(board, _gpu_activity_row, _gpu_temperature_row, _gpu_health_row)
 
 
 def _gpu_activity_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
@@ -313,7 +318,6 @@ def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboar
 
 def fabric_dashboard() -> dashboard.Dashboard:
     """``gpufleet-fabric``: InfiniBand throughput and errors, NVLink errors."""
-    ids = _Ids()
     board = _base(
         "gpufleet-fabric",
         "gpufleet / Fabric",
@@ -321,11 +325,7 @@ def fabric_dashboard() -> dashboard.Dashboard:
         ["infiniband", "nvlink"],
         "gpufleet_infiniband_port_state_id",
     )
-
-    board = _fabric_throughput_row(board, ids)
-    board = _fabric_errors_row(board, ids)
-    board = _nvlink_row(board, ids)
-    return board
+    return _with_rows(board, _fabric_throughput_row, _fabric_errors_row, _nvlink_row)
 
 
 def _fabric_throughput_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
@@ -464,7 +464,6 @@ def _nvlink_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
 
 def queues_dashboard() -> dashboard.Dashboard:
     """``gpufleet-queues``: Kueue ClusterQueue state (pending, admitted, GPU usage against quota)."""
-    ids = _Ids()
     board = _base(
         "gpufleet-queues",
         "gpufleet / Queues",
@@ -481,10 +480,7 @@ def queues_dashboard() -> dashboard.Dashboard:
         .all_value(".*")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
-    board = _queue_workloads_row(board, ids)
-    board = _queue_gpu_quota_row(board, ids)
-    board = _goodput_row(board, ids)
-    return board
+    return _with_rows(board, _queue_workloads_row, _queue_gpu_quota_row, _goodput_row)
 
 
 def _queue_workloads_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
