@@ -21,6 +21,7 @@ panels filter on the ``node`` label the role's scrape config sets.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from grafana_foundation_sdk.builders import common as common_builders
@@ -37,6 +38,11 @@ MEMORY_TEMP_THRESHOLD_CELSIUS = 85
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
 RATE = "$__rate_interval"
+#: Legend of a per-port series (fabric dashboard).
+PORT = "{{node}} {{hca}}/{{port}}"
+#: Selectors of the queues dashboard: GPU resource series, the chosen ClusterQueues.
+GPU = 'resource="nvidia.com/gpu"'
+CQ = 'cluster_queue=~"$cluster_queue"'
 
 
 class _Ids:
@@ -154,18 +160,31 @@ def _base(uid: str, title: str, description: str, tags: list[str], node_variable
     return board
 
 
+def _with_rows(board: dashboard.Dashboard,
+               *rows: Callable[[dashboard.Dashboard, _Ids], dashboard.Dashboard]) -> dashboard.Dashboard:
+    """``board`` with each row added in order, panel ids numbered from 1 across them."""
+    ids = _Ids()
+    for row in rows:
+        board = row(board, ids)
+    return board
+
+
 def gpus_dashboard() -> dashboard.Dashboard:
     """``gpufleet-gpus``: activity, temperatures and health of every GPU."""
-    ids = _Ids()
+    board = _base(
+        "gpufleet-gpus",
+        "gpufleet / GPUs",
+        "Tensor-core activity next to GPU utilisation, temperatures against the alert thresholds, GPU health.",
+        ["gpu", "dcgm"],
+        "gpufleet_gpu_devices",
+    )
+    return _with_rows(board, _gpu_activity_row, _gpu_temperature_row, _gpu_health_row)
+
+
+def _gpu_activity_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Activity": Tensor-core activity next to GPU utilisation, per GPU and over the fleet."""
     return (
-        _base(
-            "gpufleet-gpus",
-            "gpufleet / GPUs",
-            "Tensor-core activity next to GPU utilisation, temperatures against the alert thresholds, GPU health.",
-            ["gpu", "dcgm"],
-            "gpufleet_gpu_devices",
-        )
-        .with_row(_row(ids, "Activity"))
+        board.with_row(_row(ids, "Activity"))
         .with_panel(
             _timeseries(
                 ids,
@@ -205,7 +224,13 @@ def gpus_dashboard() -> dashboard.Dashboard:
                 max_value=1,
             )
         )
-        .with_row(_row(ids, "Temperatures"))
+    )
+
+
+def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Temperatures": GPU and HBM temperatures (Celsius) against the alert thresholds, thermal throttling."""
+    return (
+        board.with_row(_row(ids, "Temperatures"))
         .with_panel(
             _timeseries(
                 ids,
@@ -251,7 +276,13 @@ def gpus_dashboard() -> dashboard.Dashboard:
                 min_value=0,
             )
         )
-        .with_row(_row(ids, "Health"))
+    )
+
+
+def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, power draw (watts)."""
+    return (
+        board.with_row(_row(ids, "Health"))
         .with_panel(_stat(ids, "GPUs lost", "GPUs NVML reports fallen off the bus.", f"sum(gpufleet_gpu_lost{{{NODE}}})"))
         .with_panel(
             _stat(
@@ -287,23 +318,26 @@ def gpus_dashboard() -> dashboard.Dashboard:
 
 def fabric_dashboard() -> dashboard.Dashboard:
     """``gpufleet-fabric``: InfiniBand throughput and errors, NVLink errors."""
-    ids = _Ids()
-    port = "{{node}} {{hca}}/{{port}}"
+    board = _base(
+        "gpufleet-fabric",
+        "gpufleet / Fabric",
+        "InfiniBand/RoCE throughput and errors from sysfs, NVLink errors from NVML (gpufleet fabric exporter).",
+        ["infiniband", "nvlink"],
+        "gpufleet_infiniband_port_state_id",
+    )
+    return _with_rows(board, _fabric_throughput_row, _fabric_errors_row, _nvlink_row)
+
+
+def _fabric_throughput_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "InfiniBand throughput": Transmit and receive bytes per second, link utilisation, transmit wait per port."""
     return (
-        _base(
-            "gpufleet-fabric",
-            "gpufleet / Fabric",
-            "InfiniBand/RoCE throughput and errors from sysfs, NVLink errors from NVML (gpufleet fabric exporter).",
-            ["infiniband", "nvlink"],
-            "gpufleet_infiniband_port_state_id",
-        )
-        .with_row(_row(ids, "InfiniBand throughput"))
+        board.with_row(_row(ids, "InfiniBand throughput"))
         .with_panel(
             _timeseries(
                 ids,
                 "Transmit",
                 "rate(gpufleet_infiniband_port_transmit_bytes_total): bytes per second (sysfs port_xmit_data x 4).",
-                [(f"rate(gpufleet_infiniband_port_transmit_bytes_total{{{NODE}}}[{RATE}])", port)],
+                [(f"rate(gpufleet_infiniband_port_transmit_bytes_total{{{NODE}}}[{RATE}])", PORT)],
                 "Bps",
             )
         )
@@ -312,7 +346,7 @@ def fabric_dashboard() -> dashboard.Dashboard:
                 ids,
                 "Receive",
                 "rate(gpufleet_infiniband_port_receive_bytes_total): bytes per second (sysfs port_rcv_data x 4).",
-                [(f"rate(gpufleet_infiniband_port_receive_bytes_total{{{NODE}}}[{RATE}])", port)],
+                [(f"rate(gpufleet_infiniband_port_receive_bytes_total{{{NODE}}}[{RATE}])", PORT)],
                 "Bps",
             )
         )
@@ -325,7 +359,7 @@ def fabric_dashboard() -> dashboard.Dashboard:
                     (
                         f"rate(gpufleet_infiniband_port_transmit_bytes_total{{{NODE}}}[{RATE}])"
                         f" / gpufleet_infiniband_port_rate_bytes_per_second{{{NODE}}}",
-                        port,
+                        PORT,
                     )
                 ],
                 "percentunit",
@@ -338,21 +372,27 @@ def fabric_dashboard() -> dashboard.Dashboard:
                 ids,
                 "Transmit wait",
                 "rate(gpufleet_infiniband_port_transmit_wait_total): ticks per second with data queued but not sent (congestion).",
-                [(f"rate(gpufleet_infiniband_port_transmit_wait_total{{{NODE}}}[{RATE}])", port)],
+                [(f"rate(gpufleet_infiniband_port_transmit_wait_total{{{NODE}}}[{RATE}])", PORT)],
                 "short",
             )
         )
-        .with_row(_row(ids, "InfiniBand errors"))
+    )
+
+
+def _fabric_errors_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "InfiniBand errors": IB link errors per 5m, ports not ACTIVE, saturated counters, exporter read errors."""
+    return (
+        board.with_row(_row(ids, "InfiniBand errors"))
         .with_panel(
             _timeseries(
                 ids,
                 "Link errors (per 5m)",
                 "New symbol errors, link-downed events, link error recoveries and receive errors per port.",
                 [
-                    (f"increase(gpufleet_infiniband_port_symbol_errors_total{{{NODE}}}[5m]) > 0", f"symbol_error {port}"),
-                    (f"increase(gpufleet_infiniband_port_link_downed_total{{{NODE}}}[5m]) > 0", f"link_downed {port}"),
-                    (f"increase(gpufleet_infiniband_port_link_error_recovery_total{{{NODE}}}[5m]) > 0", f"link_error_recovery {port}"),
-                    (f"increase(gpufleet_infiniband_port_receive_errors_total{{{NODE}}}[5m]) > 0", f"port_rcv_errors {port}"),
+                    (f"increase(gpufleet_infiniband_port_symbol_errors_total{{{NODE}}}[5m]) > 0", f"symbol_error {PORT}"),
+                    (f"increase(gpufleet_infiniband_port_link_downed_total{{{NODE}}}[5m]) > 0", f"link_downed {PORT}"),
+                    (f"increase(gpufleet_infiniband_port_link_error_recovery_total{{{NODE}}}[5m]) > 0", f"link_error_recovery {PORT}"),
+                    (f"increase(gpufleet_infiniband_port_receive_errors_total{{{NODE}}}[5m]) > 0", f"port_rcv_errors {PORT}"),
                 ],
                 "short",
                 span=24,
@@ -387,7 +427,13 @@ def fabric_dashboard() -> dashboard.Dashboard:
                 span=6,
             )
         )
-        .with_row(_row(ids, "NVLink"))
+    )
+
+
+def _nvlink_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "NVLink": NVLink errors per 5m and NVLinks down per node."""
+    return (
+        board.with_row(_row(ids, "NVLink"))
         .with_panel(
             _timeseries(
                 ids,
@@ -418,9 +464,6 @@ def fabric_dashboard() -> dashboard.Dashboard:
 
 def queues_dashboard() -> dashboard.Dashboard:
     """``gpufleet-queues``: Kueue ClusterQueue state (pending, admitted, GPU usage against quota)."""
-    ids = _Ids()
-    gpu = 'resource="nvidia.com/gpu"'
-    cq = 'cluster_queue=~"$cluster_queue"'
     board = _base(
         "gpufleet-queues",
         "gpufleet / Queues",
@@ -437,6 +480,11 @@ def queues_dashboard() -> dashboard.Dashboard:
         .all_value(".*")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
+    return _with_rows(board, _queue_workloads_row, _queue_gpu_quota_row, _goodput_row)
+
+
+def _queue_workloads_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Workloads": Pending and admitted Kueue workloads per ClusterQueue."""
     return (
         board.with_row(_row(ids, "Workloads"))
         .with_panel(
@@ -444,7 +492,7 @@ def queues_dashboard() -> dashboard.Dashboard:
                 ids,
                 "Pending workloads",
                 "kueue_pending_workloads by ClusterQueue and status (active: waiting for quota; inadmissible: cannot be admitted as is).",
-                [(f"sum by (cluster_queue, status) (kueue_pending_workloads{{{cq}}})", "{{cluster_queue}} {{status}}")],
+                [(f"sum by (cluster_queue, status) (kueue_pending_workloads{{{CQ}}})", "{{cluster_queue}} {{status}}")],
                 "short",
                 min_value=0,
             )
@@ -454,12 +502,18 @@ def queues_dashboard() -> dashboard.Dashboard:
                 ids,
                 "Admitted active workloads",
                 "kueue_admitted_active_workloads by ClusterQueue.",
-                [(f"sum by (cluster_queue) (kueue_admitted_active_workloads{{{cq}}})", "{{cluster_queue}}")],
+                [(f"sum by (cluster_queue) (kueue_admitted_active_workloads{{{CQ}}})", "{{cluster_queue}}")],
                 "short",
                 min_value=0,
             )
         )
-        .with_row(_row(ids, "GPU quota"))
+    )
+
+
+def _queue_gpu_quota_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "GPU quota": GPU usage against nominalQuota per ClusterQueue and flavor."""
+    return (
+        board.with_row(_row(ids, "GPU quota"))
         .with_panel(
             _timeseries(
                 ids,
@@ -468,8 +522,8 @@ def queues_dashboard() -> dashboard.Dashboard:
                 "ClusterQueue and flavor. Above 1 means borrowing from the cohort.",
                 [
                     (
-                        f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{cq},{gpu}}})"
-                        f" / sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{cq},{gpu}}})",
+                        f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{CQ},{GPU}}})"
+                        f" / sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{CQ},{GPU}}})",
                         "{{cluster_queue}} {{flavor}}",
                     )
                 ],
@@ -483,14 +537,20 @@ def queues_dashboard() -> dashboard.Dashboard:
                 "GPUs used and nominal quota",
                 "Absolute GPU usage and nominal quota per ClusterQueue and flavor.",
                 [
-                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{cq},{gpu}}})", "used {{cluster_queue}} {{flavor}}"),
-                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{cq},{gpu}}})", "quota {{cluster_queue}} {{flavor}}"),
+                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_resource_usage{{{CQ},{GPU}}})", "used {{cluster_queue}} {{flavor}}"),
+                    (f"sum by (cluster_queue, flavor) (kueue_cluster_queue_nominal_quota{{{CQ},{GPU}}})", "quota {{cluster_queue}} {{flavor}}"),
                 ],
                 "short",
                 min_value=0,
             )
         )
-        .with_row(_row(ids, "Goodput"))
+    )
+
+
+def _goodput_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Goodput": Training goodput: ETTR per job, lost time by cause, interruptions."""
+    return (
+        board.with_row(_row(ids, "Goodput"))
         .with_panel(
             _timeseries(
                 ids,

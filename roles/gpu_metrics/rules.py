@@ -10,7 +10,7 @@ have one rule per source under the same alert name, told apart by ``source``.
 Every alert carries ``severity`` (``critical``: the node_health controller
 takes the node out; ``warning``: a person looks), ``fault`` (a short stable
 name the remediation controller maps to a taint reason) and ``component``.
-Behaviour is pinned by ``promtool test rules`` in ``tests/rules/``.
+Behaviour is pinned by ``promtool test rules`` in ``tests/roles/gpu_metrics/``.
 """
 
 from __future__ import annotations
@@ -123,10 +123,23 @@ def build_rules(
         raise ValueError("temperature thresholds must be positive (Celsius)")
     if for_seconds < 0:
         raise ValueError("for_seconds must be >= 0")
+    return {
+        "groups": [
+            {"name": "gpufleet-gpu",
+             "rules": _temperature_rules(gpu_temp_threshold_celsius, memory_temp_threshold_celsius, for_seconds)
+             + _gpu_fault_rules(for_seconds)},
+            {"name": "gpufleet-nvlink", "rules": _nvlink_rules(for_seconds)},
+            {"name": "gpufleet-fabric", "rules": _fabric_rules(for_seconds)},
+        ]
+    }
+
+
+def _temperature_rules(gpu_temp_threshold_celsius: float, memory_temp_threshold_celsius: float,
+                       for_seconds: int) -> list[dict[str, Any]]:
+    """GPU die and HBM temperature alerts (Celsius), one rule per source (gpufleet exporter, dcgm-exporter)."""
     gpu_t = _number(gpu_temp_threshold_celsius)
     mem_t = _number(memory_temp_threshold_celsius)
     hold = f"{int(for_seconds)}s"
-
     gpu_rules: list[dict[str, Any]] = []
     for source, metric in (
         ("gpufleet-exporter", "gpufleet_gpu_temperature_celsius"),
@@ -167,7 +180,12 @@ def build_rules(
                 ),
             )
         )
-    gpu_rules += [
+    return gpu_rules
+
+
+def _gpu_fault_rules(for_seconds: int) -> list[dict[str, Any]]:
+    """GPU faults NVML reports: lost or erroring GPUs, uncorrectable ECC, row remap failure, XID, NVML down."""
+    return [
         _alert(
             "GpufleetGPULost",
             "gpufleet_gpu_lost == 1",
@@ -225,7 +243,11 @@ def build_rules(
         ),
     ]
 
-    nvlink_rules = [
+
+def _nvlink_rules(for_seconds: int) -> list[dict[str, Any]]:
+    """The ``gpufleet-nvlink`` group: NVLink errors rising, a link down for ``for_seconds``."""
+    hold = f"{int(for_seconds)}s"
+    return [
         _alert(
             "GpufleetNVLinkErrorsRising",
             f"increase(gpufleet_gpu_nvlink_errors_total[{ERROR_WINDOW}]) > 0",
@@ -248,6 +270,10 @@ def build_rules(
         ),
     ]
 
+
+def _fabric_rules(for_seconds: int) -> list[dict[str, Any]]:
+    """The ``gpufleet-fabric`` group: InfiniBand error counters, port states, RoCE loss, saturation, read errors."""
+    hold = f"{int(for_seconds)}s"
     fabric_rules = [
         _alert(
             alert,
@@ -323,13 +349,7 @@ def build_rules(
             ),
         ),
     ]
-    return {
-        "groups": [
-            {"name": "gpufleet-gpu", "rules": gpu_rules},
-            {"name": "gpufleet-nvlink", "rules": nvlink_rules},
-            {"name": "gpufleet-fabric", "rules": fabric_rules},
-        ]
-    }
+    return fabric_rules
 
 
 def alert_names(rules: dict[str, Any]) -> list[str]:

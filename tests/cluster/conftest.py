@@ -21,7 +21,8 @@ cluster tests on one machine. Certificates and ports persist under
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +86,29 @@ def local_queues(local_cluster):
     inventory = load("local")
     ensure_kueue_objects(local_cluster.kube, inventory)
     return inventory
+
+
+@pytest.fixture
+def train(local_cluster, invoke_cli) -> Callable[..., tuple[int, str, str]]:
+    """``train(task, *argv) -> (exit code, stdout, stderr)``: ``invoke train.<task> ... --kubeconfig <cluster>`` in-process."""
+    from gpufleet.tasks.train import train as collection
+
+    cli = invoke_cli(collection)
+    return lambda task, *argv: cli(f"train.{task}", *argv, "--kubeconfig", str(local_cluster.kubeconfig))
+
+
+@pytest.fixture
+def scratch(local_cluster, local_queues):
+    """``(namespace, jobs)``: a namespace for filler pods, and the jobs a test submits in ``TEAM_NAMESPACE``
+    (deleted afterwards, with the fillers)."""
+    from .helpers import TEAM_NAMESPACE, delete_job, wait
+
+    api = local_cluster.kube
+    ns = f"fill-{uuid.uuid4().hex[:6]}"
+    api.create("v1", "namespaces", {"metadata": {"name": ns}})
+    jobs: list[str] = []
+    yield ns, jobs
+    for name in jobs:
+        delete_job(api, TEAM_NAMESPACE, name)
+    api.delete("v1", "namespaces", ns)
+    wait("filler pods gone", lambda: not api.list("v1", "pods", ns)["items"], timeout=90)

@@ -10,6 +10,8 @@ import pytest
 
 from gpufleet.kube import Kube, NotFound
 
+#: The namespace of the local inventory's pretraining team (LocalQueue ``pretrain``), where tests submit jobs.
+TEAM_NAMESPACE = "team-pretrain"
 #: Kinds of the kueue role that tests need present (not its quota-sync controller).
 KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
                "LocalQueue")
@@ -90,29 +92,6 @@ def fill(kube: Kube, namespace: str, nodes, name: str = "filler") -> list[str]:
     wait(f"{len(names)} filler pods Running", lambda: all(
         (kube.get("v1", "pods", p, namespace).get("status") or {}).get("phase") == "Running" for p in names), timeout=60)
     return names
-
-
-def train_cli(kubeconfig, capsys):
-    """``run(task, *argv) -> (exit code, stdout, stderr)``: ``invoke train.<task> ... --kubeconfig`` in-process."""
-    from invoke import Collection, Program
-
-    from gpufleet.tasks.train import train as collection
-
-    ns = Collection()
-    ns.add_collection(collection)
-    program = Program(namespace=ns, version="test")
-
-    def run(task: str, *argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            program.run(["invoke", f"train.{task}", *argv, "--kubeconfig", str(kubeconfig)])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def delete_job(kube: Kube, namespace: str, name: str) -> None:

@@ -18,46 +18,52 @@ from gpufleet.prom.client import PromClient
 
 pytestmark = pytest.mark.cluster
 
-OTHER = "gpufleet-test-other"
 
 
-def test_down_then_up_again_beside_the_session_cluster(local_cluster):
+@pytest.fixture
+def other(local_cluster) -> str:
+    """A second cluster's name, derived from the session cluster's (``$GPUFLEET_TEST_CLUSTER``), so that
+    two test sessions on one machine each have their own."""
+    return f"{local_cluster.name}-other"
+
+
+def test_down_then_up_again_beside_the_session_cluster(local_cluster, other):
     specs = node_specs("local", 2)
     try:
-        first = local.up(OTHER, specs=specs)
+        first = local.up(other, specs=specs)
         assert first.ports.base != local_cluster.cluster.ports.base
-        assert local.status(OTHER).up
+        assert local.status(other).up
         with first.kube() as k:
             apply_changed(k, [{"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "survives-restart", "namespace": "default"}}])
             _running_pod_on_real_node(first, k)
 
-        stopped = local.down(OTHER)
+        stopped = local.down(other)
         assert set(stopped) == set(local.COMPONENTS)
         # The real node leaves no process, cgroup, mount or interface behind, though a pod ran.
-        assert realnode.leftovers(OTHER, realnode.NodePaths.of(first.layout)) == []
-        assert local.main_pids(OTHER) == {}
+        assert realnode.leftovers(other, realnode.NodePaths.of(first.layout)) == []
+        assert local.main_pids(other) == {}
         assert portblocks.busy_ports(first.ports) == []
         assert local.status(local_cluster.name).up  # the session cluster is untouched
 
-        again = local.up(OTHER, specs=specs)
+        again = local.up(other, specs=specs)
         assert again.ports == first.ports
-        st = local.status(OTHER)
+        st = local.status(other)
         assert st.up and st.nodes == (2, 2)
         # up is idempotent: nothing restarts
-        pids = local.main_pids(OTHER)
-        local.up(OTHER, specs=specs)
-        assert local.main_pids(OTHER) == pids
+        pids = local.main_pids(other)
+        local.up(other, specs=specs)
+        assert local.main_pids(other) == pids
         assert _configmaps(again) == {"kube-root-ca.crt", "survives-restart"}
 
         with pytest.raises(ValueError, match="run local.down first"):
-            local.up(OTHER, specs=specs, fresh=True)
-        local.down(OTHER)
-        fresh = local.up(OTHER, specs=specs, fresh=True)
+            local.up(other, specs=specs, fresh=True)
+        local.down(other)
+        fresh = local.up(other, specs=specs, fresh=True)
         assert "survives-restart" not in _configmaps(fresh)
     finally:
-        local.down(OTHER, purge=True)
-    assert portblocks.lookup(OTHER) is None
+        local.down(other, purge=True)
+    assert portblocks.lookup(other) is None
 
 
 def _running_pod_on_real_node(c: local.Cluster, k) -> None:
@@ -113,15 +119,15 @@ def test_prometheus_scrapes_file_sd_targets_and_control_plane(local_cluster):
     assert found.get("kube-apiserver") == "up", json.dumps(found)
 
 
-def test_a_failing_component_stops_up_with_its_log_tail(local_cluster):
+def test_a_failing_component_stops_up_with_its_log_tail(local_cluster, other):
     broken = {"apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
               "profiles": [{"name": "broken", "plugins": {"deschedule": {"enabled": ["NoSuchPlugin"]}}}]}
     try:
         with pytest.raises(local.ComponentFailed) as err:
-            local.up(OTHER, specs=node_specs("local", 1), descheduler_policy=broken)
+            local.up(other, specs=node_specs("local", 1), descheduler_policy=broken)
         assert err.value.component == "descheduler"
         assert "NoSuchPlugin" in str(err.value)  # from the descheduler's own log
     finally:
-        local.down(OTHER, purge=True)
-    assert portblocks.lookup(OTHER) is None
+        local.down(other, purge=True)
+    assert portblocks.lookup(other) is None
 

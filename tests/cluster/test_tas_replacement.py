@@ -35,21 +35,16 @@ from gpufleet.prom.client import PromClient
 from gpufleet.prom.server import running_prometheus
 from gpufleet.sim.fleet import scrape_config, start_node
 
-from .helpers import busy_nodes, delete_job, gpu_nodes_by, train_cli, wait
+from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, gpu_nodes_by, wait
 
 pytestmark = pytest.mark.cluster
 
-NS = "team-pretrain"
+NS = TEAM_NAMESPACE
 RACK = "gpufleet.io/rack"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 RULES = Rules(hot_samples=3, gpu_temp_celsius=78, memory_temp_celsius=85, scrape_interval_seconds=1)
 # The production default tiers: a hot GPU degrades the node (inference only), it is not swapped.
 SETTINGS = Settings(rules=RULES, max_nodes_out=2, namespace="gpufleet-system", degraded_clear_seconds=3600)
-
-
-@pytest.fixture
-def train(local_cluster, capsys):
-    return train_cli(local_cluster.kubeconfig, capsys)
 
 
 @pytest.fixture

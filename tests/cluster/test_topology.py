@@ -16,31 +16,12 @@ import pytest
 from gpufleet.inventory import load
 from gpufleet.tasks import fleet_status as st
 
-from .helpers import busy_nodes, delete_job, fill, gpu_nodes_by, train_cli, wait
+from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, fill, gpu_nodes_by, wait
 
 pytestmark = pytest.mark.cluster
 
-NS = "team-pretrain"
+NS = TEAM_NAMESPACE
 RACK, BLOCK = "gpufleet.io/rack", "gpufleet.io/block"
-
-
-@pytest.fixture
-def train(local_cluster, capsys):
-    return train_cli(local_cluster.kubeconfig, capsys)
-
-
-@pytest.fixture
-def scratch(local_cluster, local_queues):
-    """A namespace for filler pods, and the jobs a test submits (deleted afterwards, with the fillers)."""
-    api = local_cluster.kube
-    ns = f"fill-{uuid.uuid4().hex[:6]}"
-    api.create("v1", "namespaces", {"metadata": {"name": ns}})
-    jobs: list[str] = []
-    yield ns, jobs
-    for name in jobs:
-        delete_job(api, NS, name)
-    api.delete("v1", "namespaces", ns)
-    wait("filler pods gone", lambda: not api.list("v1", "pods", ns)["items"], timeout=90)
 
 
 def pods_of(api, name: str) -> list[dict]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from invoke import Collection, Program
 
 from gpufleet.kube import NotFound
 
@@ -27,28 +26,6 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 def queues(local_cluster, local_queues):
     """The local inventory's Kueue objects present (see ``local_queues``)."""
     return local_queues
-
-
-@pytest.fixture
-def train(local_cluster, capsys):
-    """Run ``invoke train.<task> ... --kubeconfig <cluster>`` in-process: ``(exit code, stdout, stderr)``."""
-    from gpufleet.tasks.train import train as collection
-
-    ns = Collection()
-    ns.add_collection(collection)
-    program = Program(namespace=ns, version="test")
-
-    def run(task: str, *argv: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            program.run(["invoke", f"train.{task}", *argv, "--kubeconfig", str(local_cluster.kubeconfig)])
-            code = 0
-        except SystemExit as e:
-            code = int(e.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture

@@ -24,16 +24,20 @@ BYTES_PER_SECOND = 4 * UNITS_PER_SECOND
 
 
 class GrowingCounter(threading.Thread):
-    """Rewrites a sysfs counter file every 20 ms as ``base + rate * elapsed`` (atomic rename)."""
+    """Rewrites a sysfs counter file every 20 ms as ``base + rate * elapsed`` (atomic rename).
 
-    def __init__(self, path, base: int, per_second: int) -> None:
+    The new content is written in ``scratch`` (same filesystem), not beside the counter: the
+    exporter reads every file of ``counters/``, and would read a half-written one there.
+    """
+
+    def __init__(self, path, scratch, base: int, per_second: int) -> None:
         super().__init__(daemon=True)
-        self.path, self.base, self.per_second = path, base, per_second
+        self.path, self.scratch, self.base, self.per_second = path, scratch, base, per_second
         self.stop = threading.Event()
         self.start_time = time.monotonic()
 
     def run(self) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp = self.scratch / f"{self.path.name}.tmp"
         while not self.stop.is_set():
             value = self.base + int(self.per_second * (time.monotonic() - self.start_time))
             tmp.write_text(f"{value}\n")
@@ -45,7 +49,7 @@ class GrowingCounter(threading.Thread):
 def exporter(tmp_path):
     paths = write_node(healthy_node(gpus=2, hcas=1, nvlinks=4, roce=False), tmp_path / "node")
     counter = paths.sysfs_root / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data"
-    grower = GrowingCounter(counter, base=10_000, per_second=UNITS_PER_SECOND)
+    grower = GrowingCounter(counter, tmp_path, base=10_000, per_second=UNITS_PER_SECOND)
     grower.start()
     port = free_port()
     proc = subprocess.Popen(

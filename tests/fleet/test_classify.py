@@ -17,7 +17,7 @@ from gpufleet.names import DEGRADED_TAINT, RESERVED_TAINT, SWAP_TAINT
 from gpufleet.quota.resync import capacity_of
 from gpufleet.tasks import fleet_status
 
-from ops.builders import FLAVOR, node, pod
+from ..builders import FLAVOR, node, pod
 
 NOW = 1_800_000_000.0
 TRAINING_PC, INFERENCE_PC = 100000, 1000  # the local inventory's PriorityClass values

@@ -13,7 +13,7 @@ from gpufleet.names import (ANN_CORDONED_BY_SWAP, ANN_HEALTH_HISTORY, ANN_SWAP_R
                                 REPLACEMENT_LABEL, SWAP_TAINT)
 from gpufleet.ops.swap import LemonNode, NotOut, plan_degrade, plan_return, plan_swap, slug
 
-from .builders import node, pod
+from ..builders import node, pod
 
 SWAP = {"key": SWAP_TAINT, "value": "hot", "effect": "NoSchedule"}
 

@@ -111,16 +111,27 @@ def components() -> dict[str, Component]:
     """Every component of the local cluster, keyed by name, in build order.
 
     Order: cheap builds first, so a cold install makes visible progress
-    early; Kubernetes (the longest) last but one; Prometheus (apt) last.
+    early; Kubernetes (the longest) last of the Go builds; the Debian
+    packages (apt: Prometheus, image tools, node runtime, CNI plugins) after.
 
     Raises:
         KeyError: a needed pin is missing from ``versions.yaml``.
     """
+    items = [*_go_components(), *_debian_components()]
+    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
+               "node_runtime", "cni_plugins"} - set(versions())
+    if missing:  # pragma: no cover - pin() above already raised
+        raise KeyError(f"versions.yaml: missing {sorted(missing)}")
+    return {c.name: c for c in items}
+
+
+def _go_components() -> list[Component]:
+    """The components built from Go sources at their pinned versions, cheap builds first, Kubernetes last."""
     k8s = pin("kubernetes")
     etcd = pin("etcd")
     kwok, kueue, jobset, desched = pin("kwok"), pin("kueue"), pin("jobset"), pin("descheduler")
     etcd_root = pin("etcd", "module").removesuffix("/server/v3")
-    items = [
+    return [
         Component(
             name="etcd",
             version=etcd,
@@ -193,6 +204,12 @@ def components() -> dict[str, Component]:
             version_text=f"Kubernetes {k8s}",
             staging_version=pin("kubernetes", "staging_version"),
         ),
+    ]
+
+
+def _debian_components() -> list[Component]:
+    """The components installed from Debian packages (apt): Prometheus, the image tools, the real node's runtime."""
+    return [
         Component(
             name="prometheus",
             version="debian",
@@ -227,11 +244,6 @@ def components() -> dict[str, Component]:
             apt_dir="/usr/lib/cni",
         ),
     ]
-    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
-               "node_runtime", "cni_plugins"} - set(versions())
-    if missing:  # pragma: no cover - pin() above already raised
-        raise KeyError(f"versions.yaml: missing {sorted(missing)}")
-    return {c.name: c for c in items}
 
 
 def component(name: str) -> Component:

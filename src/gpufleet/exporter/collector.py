@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from gpufleet.exporter import sysfs
-from gpufleet.exporter.nvml import CLOCKS_EVENT_REASONS, NvmlSampler
+from gpufleet.exporter.nvml import CLOCKS_EVENT_REASONS, GpuSample, NvmlSampler
 
 NAMESPACE = "gpufleet"
 
@@ -160,99 +160,119 @@ class InfiniBandCollector(Collector):
                 self._read_errors[(error.path, error.reason)] += 1
             read_errors = sorted(self._read_errors.items())
 
-        info = InfoMetricFamily(_name("infiniband_hca"), "HCA identification from sysfs (board_id, fw_ver, hca_type, node_guid); value 1.", labels=["hca"])
-        port_info = InfoMetricFamily(
+        families = _InfiniBandFamilies()
+        for device in data.devices:
+            families.add_device(device)
+        errors = _read_errors_family(read_errors)
+        self.last_duration_seconds = time.perf_counter() - start
+        yield from _nonempty([*families.in_order(), errors])
+
+
+class _InfiniBandFamilies:
+    """The ``gpufleet_infiniband_*`` families of one scrape, filled one HCA at a time."""
+
+    def __init__(self) -> None:
+        self.info = InfoMetricFamily(_name("infiniband_hca"), "HCA identification from sysfs (board_id, fw_ver, hca_type, node_guid); value 1.", labels=["hca"])
+        self.port_info = InfoMetricFamily(
             _name("infiniband_port"),
             "Port rate text as the kernel prints it and the per-lane speed name (NDR, HDR...; '' when not printed); value 1.",
             labels=_PORT_LABELS,
         )
-        width = GaugeMetricFamily(
+        self.width = GaugeMetricFamily(
             _name("infiniband_port_active_width_lanes"),
             "Active link width in lanes from sysfs 'rate' (the 4 of '(4X NDR)'); absent when the kernel prints none "
             "(a down port). A port trained at fewer lanes than cabled runs at a fraction of its rate.",
             labels=_PORT_LABELS,
         )
-        unsupported = GaugeMetricFamily(
+        self.unsupported = GaugeMetricFamily(
             _name("infiniband_port_unsupported_files"),
             "Files of the port that exist but offer no value this scrape ('N/A (no PMA)' of devices without a "
             "performance-management agent, reads refused with EINVAL/EOPNOTSUPP/ENOSYS/ENODATA, e.g. the rate of a "
             "down port). Their series are absent; not read errors.",
             labels=_PORT_LABELS,
         )
-        state = GaugeMetricFamily(_name("infiniband_port_state_id"), PORT_STATE_HELP, labels=_PORT_LABELS)
-        phys = GaugeMetricFamily(_name("infiniband_port_physical_state_id"), PHYS_STATE_HELP, labels=_PORT_LABELS)
-        rate = GaugeMetricFamily(
+        self.state = GaugeMetricFamily(_name("infiniband_port_state_id"), PORT_STATE_HELP, labels=_PORT_LABELS)
+        self.phys = GaugeMetricFamily(_name("infiniband_port_physical_state_id"), PHYS_STATE_HELP, labels=_PORT_LABELS)
+        self.rate = GaugeMetricFamily(
             _name("infiniband_port_rate_bytes_per_second"),
             "Port data rate from sysfs 'rate' (e.g. '400 Gb/sec (4X NDR)'), in bytes per second (Gb/s * 1e9 / 8); "
             "0 for a port reading '0 GB/sec' (no link).",
             labels=_PORT_LABELS,
         )
-        named = {
+        self.named = {
             file: CounterMetricFamily(_name(metric), help_text, labels=_PORT_LABELS)
             for file, (metric, help_text, _) in PORT_COUNTERS.items()
         }
-        other = CounterMetricFamily(
+        self.other = CounterMetricFamily(
             _name("infiniband_port_pma_stat_total"),
             "Files under ports/<port>/counters/ (IBA PMA) without a named metric here (raw value, unit as the file counts).",
             labels=[*_PORT_LABELS, "counter"],
         )
-        hw = CounterMetricFamily(
+        self.hw = CounterMetricFamily(
             _name("infiniband_port_hw_stat_total"),
             "Driver statistics under ports/<port>/hw_counters/ (kernel rdma_hw_stats, e.g. mlx5 out_of_buffer, np_cnp_sent), raw values.",
             labels=[*_PORT_LABELS, "counter"],
         )
-        saturated = GaugeMetricFamily(
+        self.saturated = GaugeMetricFamily(
             _name("infiniband_counter_saturated"),
             "1 when an IBA PMA counter sits at its width's maximum (all-ones; IB counters stop there instead "
             "of wrapping: 4/8/16-bit error counters, 32-bit data counters without extended counters), so its rate "
             "reads flat while errors may continue; reset the counters (perfquery -x -R). 0 otherwise.",
             labels=[*_PORT_LABELS, "counter"],
         )
-        for device in data.devices:
-            info.add_metric(
-                [device.name],
-                {
-                    "board_id": device.board_id or "",
-                    "fw_ver": device.fw_ver or "",
-                    "hca_type": device.hca_type or "",
-                    "node_guid": device.node_guid or "",
-                },
-            )
-            for port in device.ports:
-                labels = [device.name, str(port.port), port.link_layer or ""]
-                if port.link_layer is not None or port.rate_text is not None:
-                    port_info.add_metric(labels, {"rate": port.rate_text or "", "speed": port.speed or ""})
-                if port.width is not None:
-                    width.add_metric(labels, port.width)
-                unsupported.add_metric(labels, len(port.unsupported))
-                if port.state is not None:
-                    state.add_metric(labels, port.state.code)
-                if port.phys_state is not None:
-                    phys.add_metric(labels, port.phys_state.code)
-                if port.rate_bytes_per_second is not None:
-                    rate.add_metric(labels, port.rate_bytes_per_second)
-                for file, value in port.counters.items():
-                    if file in named:
-                        named[file].add_metric(labels, value * PORT_COUNTERS[file][2])
-                    else:
-                        other.add_metric([*labels, file], value)
-                    flag = sysfs.is_saturated(file, value, port)
-                    if flag is not None:
-                        saturated.add_metric([*labels, file], 1 if flag else 0)
-                for file, value in (port.hw_counters or {}).items():
-                    hw.add_metric([*labels, file], value)
 
-        errors = CounterMetricFamily(
-            _name("infiniband_read_errors_total"),
-            "Scrapes in which a sysfs file existed but could not be read or parsed; 'file' is relative to the "
-            "sysfs root, 'reason' the OS error or 'malformed'. The file's own series is absent meanwhile.",
-            labels=["file", "reason"],
+    def add_device(self, device: sysfs.InfiniBandDevice) -> None:
+        """Add one HCA's identification and each of its ports' state, rate, counters and saturation."""
+        self.info.add_metric(
+            [device.name],
+            {
+                "board_id": device.board_id or "",
+                "fw_ver": device.fw_ver or "",
+                "hca_type": device.hca_type or "",
+                "node_guid": device.node_guid or "",
+            },
         )
-        for (path, reason), count in read_errors:
-            errors.add_metric([path, reason], count)
-        self.last_duration_seconds = time.perf_counter() - start
-        yield from _nonempty([info, port_info, state, phys, rate, width, *named.values(), other, hw, saturated,
-                              unsupported, errors])
+        for port in device.ports:
+            labels = [device.name, str(port.port), port.link_layer or ""]
+            if port.link_layer is not None or port.rate_text is not None:
+                self.port_info.add_metric(labels, {"rate": port.rate_text or "", "speed": port.speed or ""})
+            if port.width is not None:
+                self.width.add_metric(labels, port.width)
+            self.unsupported.add_metric(labels, len(port.unsupported))
+            if port.state is not None:
+                self.state.add_metric(labels, port.state.code)
+            if port.phys_state is not None:
+                self.phys.add_metric(labels, port.phys_state.code)
+            if port.rate_bytes_per_second is not None:
+                self.rate.add_metric(labels, port.rate_bytes_per_second)
+            for file, value in port.counters.items():
+                if file in self.named:
+                    self.named[file].add_metric(labels, value * PORT_COUNTERS[file][2])
+                else:
+                    self.other.add_metric([*labels, file], value)
+                flag = sysfs.is_saturated(file, value, port)
+                if flag is not None:
+                    self.saturated.add_metric([*labels, file], 1 if flag else 0)
+            for file, value in (port.hw_counters or {}).items():
+                self.hw.add_metric([*labels, file], value)
+
+    def in_order(self) -> list[Metric]:
+        """The families in exposition order."""
+        return [self.info, self.port_info, self.state, self.phys, self.rate, self.width, *self.named.values(),
+                self.other, self.hw, self.saturated, self.unsupported]
+
+
+def _read_errors_family(read_errors: list[tuple[tuple[str, str], int]]) -> CounterMetricFamily:
+    """``gpufleet_infiniband_read_errors_total`` from the cumulative ``((file, reason), count)`` pairs."""
+    errors = CounterMetricFamily(
+        _name("infiniband_read_errors_total"),
+        "Scrapes in which a sysfs file existed but could not be read or parsed; 'file' is relative to the "
+        "sysfs root, 'reason' the OS error or 'malformed'. The file's own series is absent meanwhile.",
+        labels=["file", "reason"],
+    )
+    for (path, reason), count in read_errors:
+        errors.add_metric([path, reason], count)
+    return errors
 
 
 class GpuCollector(Collector):
@@ -292,143 +312,149 @@ class GpuCollector(Collector):
             xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), kv[0][1:]))
             errors = sorted(self._errors.items())
 
-        available = GaugeMetricFamily(
+        families = _GpuFamilies(sample.available, sample.device_count)
+        for gpu in sample.gpus:
+            families.add_gpu(gpu)
+        xid, nvml_errors = _event_families(xids, errors)
+        self.last_duration_seconds = time.perf_counter() - start
+        yield from _nonempty([*families.in_order(), xid, nvml_errors])
+
+
+class _GpuFamilies:
+    """The ``gpufleet_gpu_*`` families of one NVML sample, filled one GPU at a time.
+
+    Args:
+        available: whether NVML initialised.
+        device_count: GPUs the driver enumerates (None: not read).
+    """
+
+    def __init__(self, available: bool, device_count: int | None) -> None:
+        self.available = GaugeMetricFamily(
             _name("gpu_nvml_available"),
             "1 when NVML initialised (driver and libnvidia-ml present), 0 otherwise; without it no other gpufleet_gpu_* series exist.",
         )
-        available.add_metric([], 1 if sample.available else 0)
-        devices = GaugeMetricFamily(_name("gpu_devices"), "GPUs the driver enumerates (nvmlDeviceGetCount), lost ones included.")
-        if sample.device_count is not None:
-            devices.add_metric([], sample.device_count)
-        lost = GaugeMetricFamily(
+        self.available.add_metric([], 1 if available else 0)
+        self.devices = GaugeMetricFamily(_name("gpu_devices"), "GPUs the driver enumerates (nvmlDeviceGetCount), lost ones included.")
+        if device_count is not None:
+            self.devices.add_metric([], device_count)
+        self.lost = GaugeMetricFamily(
             _name("gpu_lost"),
             "1 when NVML returns GPU_IS_LOST for the GPU (fallen off the bus, XID 79; needs a reset or reboot), 0 otherwise.",
             labels=_GPU_LABELS,
         )
-        erroring = GaugeMetricFamily(
+        self.erroring = GaugeMetricFamily(
             _name("gpu_erroring"),
             "1 when NVML answers the GPU with errors: its device handle fails (nvidia-smi: 'Unable to determine the "
             "device handle ... Unknown Error') or every value read fails; 0 otherwise. Which errors: "
             "gpufleet_gpu_nvml_errors_total.",
             labels=_GPU_LABELS,
         )
-        info = InfoMetricFamily(_name("gpu"), "GPU identification from NVML (name; uuid and pci_bus_id as on every GPU series); value 1.",
+        self.info = InfoMetricFamily(_name("gpu"), "GPU identification from NVML (name; uuid and pci_bus_id as on every GPU series); value 1.",
                                 labels=_GPU_LABELS)
-        temp = GaugeMetricFamily(_name("gpu_temperature_celsius"), "GPU die temperature in Celsius (NVML_TEMPERATURE_GPU).", labels=_GPU_LABELS)
-        mem_temp = GaugeMetricFamily(
+        self.temp = GaugeMetricFamily(_name("gpu_temperature_celsius"), "GPU die temperature in Celsius (NVML_TEMPERATURE_GPU).", labels=_GPU_LABELS)
+        self.mem_temp = GaugeMetricFamily(
             _name("gpu_memory_temperature_celsius"), "GPU memory (HBM) temperature in Celsius (NVML field NVML_FI_DEV_MEMORY_TEMP).", labels=_GPU_LABELS
         )
-        power = GaugeMetricFamily(_name("gpu_power_watts"), "Board power draw in watts (nvmlDeviceGetPowerUsage milliwatts / 1000).", labels=_GPU_LABELS)
-        reasons = GaugeMetricFamily(
+        self.power = GaugeMetricFamily(_name("gpu_power_watts"), "Board power draw in watts (nvmlDeviceGetPowerUsage milliwatts / 1000).", labels=_GPU_LABELS)
+        self.reasons = GaugeMetricFamily(
             _name("gpu_clocks_event_reason"),
             "1 when the clocks-event (throttle) reason is active (nvmlDeviceGetCurrentClocksEventReasons): "
             + "; ".join(f"{name}: {meaning}" for name, (_, meaning) in CLOCKS_EVENT_REASONS.items())
             + ".",
             labels=[*_GPU_LABELS, "reason"],
         )
-        ecc = CounterMetricFamily(
+        self.ecc = CounterMetricFamily(
             _name("gpu_ecc_errors_total"),
             "Aggregate (lifetime, survives reboots) ECC error count by type corrected/uncorrected (nvmlDeviceGetTotalEccErrors).",
             labels=[*_GPU_LABELS, "type"],
         )
-        retired = GaugeMetricFamily(
+        self.retired = GaugeMetricFamily(
             _name("gpu_retired_pages"),
             "Retired framebuffer pages by cause single_bit_ecc/double_bit_ecc (nvmlDeviceGetRetiredPages; pre-Ampere).",
             labels=[*_GPU_LABELS, "cause"],
         )
-        retired_pending = GaugeMetricFamily(
+        self.retired_pending = GaugeMetricFamily(
             _name("gpu_retired_pages_pending"), "1 when a page retirement waits for the next GPU reset.", labels=_GPU_LABELS
         )
-        remapped = GaugeMetricFamily(
+        self.remapped = GaugeMetricFamily(
             _name("gpu_remapped_rows"),
             "Memory rows remapped by type correctable/uncorrectable (nvmlDeviceGetRemappedRows; Ampere and later).",
             labels=[*_GPU_LABELS, "type"],
         )
-        remap_pending = GaugeMetricFamily(_name("gpu_remapped_rows_pending"), "1 when a row remap waits for the next GPU reset.", labels=_GPU_LABELS)
-        remap_failure = GaugeMetricFamily(
+        self.remap_pending = GaugeMetricFamily(_name("gpu_remapped_rows_pending"), "1 when a row remap waits for the next GPU reset.", labels=_GPU_LABELS)
+        self.remap_failure = GaugeMetricFamily(
             _name("gpu_remapped_rows_failure"), "1 when a row remap failed (no spare rows left: replace the GPU).", labels=_GPU_LABELS
         )
-        nvlink_up = GaugeMetricFamily(
+        self.nvlink_up = GaugeMetricFamily(
             _name("gpu_nvlink_up"), "1 when the NVLink is active (nvmlDeviceGetNvLinkState enabled), 0 when inactive.", labels=[*_GPU_LABELS, "link"]
         )
-        nvlink_errors = CounterMetricFamily(
+        self.nvlink_errors = CounterMetricFamily(
             _name("gpu_nvlink_errors_total"),
             "NVLink data-link error counters (nvmlDeviceGetNvLinkErrorCounter) by type: replay, recovery, "
             "crc_flit, crc_data, ecc_data.",
             labels=[*_GPU_LABELS, "link", "type"],
         )
-        for gpu in sample.gpus:
-            g = [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or ""]
-            lost.add_metric(g, 1 if gpu.lost else 0)
-            if gpu.lost:
-                continue
-            erroring.add_metric(g, 1 if gpu.erroring else 0)
-            if gpu.name is not None:
-                info.add_metric(g, {"name": gpu.name})
-            if gpu.temperature_celsius is not None:
-                temp.add_metric(g, gpu.temperature_celsius)
-            if gpu.memory_temperature_celsius is not None:
-                mem_temp.add_metric(g, gpu.memory_temperature_celsius)
-            if gpu.power_watts is not None:
-                power.add_metric(g, gpu.power_watts)
-            if gpu.clocks_event_reasons is not None:
-                for reason, (bit, _) in CLOCKS_EVENT_REASONS.items():
-                    reasons.add_metric([*g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
-            for type_name, count in gpu.ecc_errors.items():
-                ecc.add_metric([*g, type_name], count)
-            for cause, count in gpu.retired_pages.items():
-                retired.add_metric([*g, cause], count)
-            if gpu.retired_pages_pending is not None:
-                retired_pending.add_metric(g, 1 if gpu.retired_pages_pending else 0)
-            for type_name, count in gpu.remapped_rows.items():
-                remapped.add_metric([*g, type_name], count)
-            if gpu.remapped_rows_pending is not None:
-                remap_pending.add_metric(g, 1 if gpu.remapped_rows_pending else 0)
-            if gpu.remapped_rows_failure is not None:
-                remap_failure.add_metric(g, 1 if gpu.remapped_rows_failure else 0)
-            for link in gpu.nvlinks:
-                if link.up is not None:
-                    nvlink_up.add_metric([*g, str(link.link)], 1 if link.up else 0)
-                for type_name, count in link.errors.items():
-                    nvlink_errors.add_metric([*g, str(link.link), type_name], count)
 
-        xid = CounterMetricFamily(
-            _name("gpu_xid_events_total"),
-            "Critical XID events NVML delivered (nvmlEventTypeXidCriticalError) since the exporter started, by XID code "
-            "(see NVIDIA's XID catalogue: e.g. 48 double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC).",
-            labels=[*_GPU_LABELS, "xid"],
-        )
-        for key, count in xids:
-            xid.add_metric(list(key), count)
-        nvml_errors = CounterMetricFamily(
-            _name("gpu_nvml_errors_total"),
-            "Unexpected NVML errors by GPU ('' for node-wide calls), call and error name ('exception_<type>' when the "
-            "binding itself raised); 'not supported' is not counted.",
-            labels=[*_GPU_LABELS, "call", "error"],
-        )
-        for key, count in errors:
-            nvml_errors.add_metric(list(key), count)
-        self.last_duration_seconds = time.perf_counter() - start
-        yield from _nonempty(
-            [
-                available,
-                devices,
-                lost,
-                erroring,
-                info,
-                temp,
-                mem_temp,
-                power,
-                reasons,
-                ecc,
-                retired,
-                retired_pending,
-                remapped,
-                remap_pending,
-                remap_failure,
-                nvlink_up,
-                nvlink_errors,
-                xid,
-                nvml_errors,
-            ]
-        )
+    def add_gpu(self, gpu: GpuSample) -> None:
+        """Add one GPU's series; a lost GPU gets ``gpufleet_gpu_lost 1`` and nothing else."""
+        g = [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or ""]
+        self.lost.add_metric(g, 1 if gpu.lost else 0)
+        if gpu.lost:
+            return
+        self.erroring.add_metric(g, 1 if gpu.erroring else 0)
+        if gpu.name is not None:
+            self.info.add_metric(g, {"name": gpu.name})
+        if gpu.temperature_celsius is not None:
+            self.temp.add_metric(g, gpu.temperature_celsius)
+        if gpu.memory_temperature_celsius is not None:
+            self.mem_temp.add_metric(g, gpu.memory_temperature_celsius)
+        if gpu.power_watts is not None:
+            self.power.add_metric(g, gpu.power_watts)
+        if gpu.clocks_event_reasons is not None:
+            for reason, (bit, _) in CLOCKS_EVENT_REASONS.items():
+                self.reasons.add_metric([*g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
+        for type_name, count in gpu.ecc_errors.items():
+            self.ecc.add_metric([*g, type_name], count)
+        for cause, count in gpu.retired_pages.items():
+            self.retired.add_metric([*g, cause], count)
+        if gpu.retired_pages_pending is not None:
+            self.retired_pending.add_metric(g, 1 if gpu.retired_pages_pending else 0)
+        for type_name, count in gpu.remapped_rows.items():
+            self.remapped.add_metric([*g, type_name], count)
+        if gpu.remapped_rows_pending is not None:
+            self.remap_pending.add_metric(g, 1 if gpu.remapped_rows_pending else 0)
+        if gpu.remapped_rows_failure is not None:
+            self.remap_failure.add_metric(g, 1 if gpu.remapped_rows_failure else 0)
+        for link in gpu.nvlinks:
+            if link.up is not None:
+                self.nvlink_up.add_metric([*g, str(link.link)], 1 if link.up else 0)
+            for type_name, count in link.errors.items():
+                self.nvlink_errors.add_metric([*g, str(link.link), type_name], count)
+
+    def in_order(self) -> list[Metric]:
+        """The families in exposition order."""
+        return [self.available, self.devices, self.lost, self.erroring, self.info, self.temp, self.mem_temp,
+                self.power, self.reasons, self.ecc, self.retired, self.retired_pending, self.remapped,
+                self.remap_pending, self.remap_failure, self.nvlink_up, self.nvlink_errors]
+
+
+def _event_families(xids: list[tuple[tuple[str, ...], int]],
+                    errors: list[tuple[tuple[str, ...], int]]) -> tuple[CounterMetricFamily, CounterMetricFamily]:
+    """``gpufleet_gpu_xid_events_total`` and ``gpufleet_gpu_nvml_errors_total`` from their cumulative counts."""
+    xid = CounterMetricFamily(
+        _name("gpu_xid_events_total"),
+        "Critical XID events NVML delivered (nvmlEventTypeXidCriticalError) since the exporter started, by XID code "
+        "(see NVIDIA's XID catalogue: e.g. 48 double-bit ECC, 79 fallen off the bus, 94/95 contained/uncontained ECC).",
+        labels=[*_GPU_LABELS, "xid"],
+    )
+    for key, count in xids:
+        xid.add_metric(list(key), count)
+    nvml_errors = CounterMetricFamily(
+        _name("gpu_nvml_errors_total"),
+        "Unexpected NVML errors by GPU ('' for node-wide calls), call and error name ('exception_<type>' when the "
+        "binding itself raised); 'not supported' is not counted.",
+        labels=[*_GPU_LABELS, "call", "error"],
+    )
+    for key, count in errors:
+        nvml_errors.add_metric(list(key), count)
+    return xid, nvml_errors

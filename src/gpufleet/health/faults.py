@@ -247,50 +247,89 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
     Returns:
         node -> faults (at most one per kind: the first found, GPUs/ports in label order).
     """
-    returned_at = returned_at or {}
-    out: dict[str, dict[str, Fault]] = {}
+    ev = _Evaluation(results, rules, now, returned_at or {})
+    ev.temperatures()
+    ev.gpu_events()
+    ev.error_counters()
+    ev.links_down()
+    ev.missing_gpus(expected_gpus or {})
+    return {n: list(f.values()) for n, f in sorted(ev.faults.items())}
 
-    def add(node: str, kind: str, detail: str, since: float) -> None:
-        out.setdefault(node, {}).setdefault(kind, Fault(node, kind, detail, since))
 
-    def cutoff(node: str, window: float) -> float:
-        return max(now - window, returned_at.get(node, 0.0))
+class _Evaluation:
+    """One :func:`evaluate` run: the query results and the faults found so far, one per node and kind.
 
-    def by_label(name: str) -> list[tuple[str, Series]]:
-        rows = [(n, s) for s in results.get(name, []) if (n := _node(s, rules))]
+    The steps run in :func:`evaluate`'s order; a kind keeps the first fault found (``add``).
+    """
+
+    def __init__(self, results: dict[str, list[Series]], rules: Rules, now: float, returned_at: dict[str, float]):
+        self.results, self.rules, self.now, self.returned_at = results, rules, now, returned_at
+        self.faults: dict[str, dict[str, Fault]] = {}
+
+    def add(self, node: str, kind: str, detail: str, since: float) -> None:
+        self.faults.setdefault(node, {}).setdefault(kind, Fault(node, kind, detail, since))
+
+    def cutoff(self, node: str, window: float) -> float:
+        """Start of a window ending now (seconds), never before the node's last return."""
+        return max(self.now - window, self.returned_at.get(node, 0.0))
+
+    def by_label(self, name: str) -> list[tuple[str, Series]]:
+        """``(node, series)`` of query ``name``, in node then label order; series without a node left out."""
+        rows = [(n, s) for s in self.results.get(name, []) if (n := _node(s, self.rules))]
         return sorted(rows, key=lambda r: (r[0], sorted((r[1].get("metric") or {}).items())))
 
-    for name, kind, threshold in (("gpu_temp", "gpu_temp", rules.gpu_temp_celsius),
-                                  ("memory_temp", "memory_temp", rules.memory_temp_celsius)):
-        for node, s in by_label(name):
-            streak = hot_streak(_samples(s, cutoff(node, rules.hot_window_seconds)), threshold, rules.hot_samples)
-            if streak:
-                t, vals = streak
-                gpu = s["metric"].get("gpu", "?")
-                add(node, kind, f"GPU {gpu}: {', '.join(f'{v:g}' for v in vals)} C > {threshold:g} C "
-                                f"({rules.hot_samples} samples)", t)
-    for node, s in by_label("xid"):
-        xid = s["metric"].get("xid", "")
-        if not xid.isdigit() or int(xid) not in rules.fatal_xids:
-            continue
-        start = cutoff(node, rules.event_window_seconds)
-        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds, count_new_series=True)
-        if g > 0 and t is not None:
-            add(node, "xid", f"GPU {s['metric'].get('gpu', '?')}: fatal XID {xid} ({g:g} events)", t)
-    for node, s in by_label("ecc"):
-        start = cutoff(node, rules.event_window_seconds)
-        g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
-        if g > 0 and t is not None:
-            add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: {g:g} uncorrectable ECC errors", t)
-    for node, s in by_label("remap_failure"):
-        pts = _samples(s, returned_at.get(node, 0.0))
-        if pts:
-            add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: row remapping failed (no spare rows)", pts[-1][0])
+    def since_return(self, node: str, s: Series) -> list[tuple[float, float]]:
+        """The series' samples since the node's last return."""
+        return _samples(s, self.returned_at.get(node, 0.0))
 
-    def counter_growth(name: str, kind: str, threshold: int, what: str) -> None:
+    def temperatures(self) -> None:
+        """GPU die and HBM temperatures above their thresholds for ``hot_samples`` samples in a row (Celsius)."""
+        rules = self.rules
+        for name, kind, threshold in (("gpu_temp", "gpu_temp", rules.gpu_temp_celsius),
+                                      ("memory_temp", "memory_temp", rules.memory_temp_celsius)):
+            for node, s in self.by_label(name):
+                streak = hot_streak(_samples(s, self.cutoff(node, rules.hot_window_seconds)), threshold,
+                                    rules.hot_samples)
+                if streak:
+                    t, vals = streak
+                    gpu = s["metric"].get("gpu", "?")
+                    self.add(node, kind, f"GPU {gpu}: {', '.join(f'{v:g}' for v in vals)} C > {threshold:g} C "
+                                         f"({rules.hot_samples} samples)", t)
+
+    def gpu_events(self) -> None:
+        """Fatal XIDs and uncorrectable ECC errors within the event window; a failed row remap since return."""
+        rules = self.rules
+        for node, s in self.by_label("xid"):
+            xid = s["metric"].get("xid", "")
+            if not xid.isdigit() or int(xid) not in rules.fatal_xids:
+                continue
+            start = self.cutoff(node, rules.event_window_seconds)
+            g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds, count_new_series=True)
+            if g > 0 and t is not None:
+                self.add(node, "xid", f"GPU {s['metric'].get('gpu', '?')}: fatal XID {xid} ({g:g} events)", t)
+        for node, s in self.by_label("ecc"):
+            start = self.cutoff(node, rules.event_window_seconds)
+            g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
+            if g > 0 and t is not None:
+                self.add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: {g:g} uncorrectable ECC errors", t)
+        for node, s in self.by_label("remap_failure"):
+            pts = self.since_return(node, s)
+            if pts:
+                self.add(node, "ecc_uncorrectable", f"GPU {s['metric'].get('gpu', '?')}: row remapping failed (no spare rows)", pts[-1][0])
+
+    def error_counters(self) -> None:
+        """NVLink, InfiniBand and RoCE packet-loss counters that grew past their thresholds in the error window."""
+        rules = self.rules
+        self.counter_growth("nvlink_errors", "nvlink_errors", rules.nvlink_error_threshold, "NVLink")
+        self.counter_growth("ib_errors", "ib_errors", rules.ib_error_threshold, "InfiniBand")
+        self.counter_growth("roce_errors", "roce_errors", rules.roce_error_threshold, "RoCE packet-loss")
+
+    def counter_growth(self, name: str, kind: str, threshold: int, what: str) -> None:
+        """A ``kind`` fault where query ``name``'s counters of a node grew by more than ``threshold`` in total."""
+        rules = self.rules
         per: dict[str, tuple[float, float, list[str]]] = {}
-        for node, s in by_label(name):
-            start = cutoff(node, rules.error_window_seconds)
+        for node, s in self.by_label(name):
+            start = self.cutoff(node, rules.error_window_seconds)
             g, t = growth(_samples(s, start), start, rules.scrape_interval_seconds)
             if g > 0 and t is not None:
                 total, first, where = per.get(node, (0.0, t, []))
@@ -300,35 +339,36 @@ def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, retu
                 per[node] = (total + g, min(first, t), where)
         for node, (total, first, where) in per.items():
             if total > threshold:
-                add(node, kind, f"{total:g} {what} errors in {int(rules.error_window_seconds)}s "
-                                f"(threshold {threshold}): {'; '.join(where[:4])}", first)
+                self.add(node, kind, f"{total:g} {what} errors in {int(rules.error_window_seconds)}s "
+                                     f"(threshold {threshold}): {'; '.join(where[:4])}", first)
 
-    counter_growth("nvlink_errors", "nvlink_errors", rules.nvlink_error_threshold, "NVLink")
-    counter_growth("ib_errors", "ib_errors", rules.ib_error_threshold, "InfiniBand")
-    counter_growth("roce_errors", "roce_errors", rules.roce_error_threshold, "RoCE packet-loss")
-    for node, s in by_label("nvlink_down"):
-        pts = _samples(s, returned_at.get(node, 0.0))
-        if pts:
-            add(node, "nvlink_errors", f"GPU {s['metric'].get('gpu', '?')} NVLink {s['metric'].get('link', '?')} down", pts[-1][0])
-    for node, s in by_label("ib_down"):
-        pts = _samples(s, returned_at.get(node, 0.0))
-        if pts:
-            add(node, "ib_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} state "
-                                   f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
-    for node, s in by_label("roce_down"):
-        pts = _samples(s, returned_at.get(node, 0.0))
-        if pts:
-            add(node, "roce_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} (RoCE) state "
-                                     f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
-    for name, what in (("gpu_lost", "lost (NVML GPU_IS_LOST)"),
-                       ("gpu_erroring", "answers NVML with errors (device handle or every read)")):
-        for node, s in by_label(name):
-            pts = _samples(s, returned_at.get(node, 0.0))
+    def links_down(self) -> None:
+        """NVLinks down, InfiniBand and RoCE ports not ACTIVE, since the node's last return."""
+        for node, s in self.by_label("nvlink_down"):
+            pts = self.since_return(node, s)
             if pts:
-                add(node, "gpu_missing", f"GPU {_gpu_name(s)} {what}", pts[-1][0])
-    for node, s in by_label("gpu_devices"):
-        pts = _samples(s, returned_at.get(node, 0.0))
-        want = (expected_gpus or {}).get(node)
-        if pts and want is not None and pts[-1][1] < want:
-            add(node, "gpu_missing", f"{pts[-1][1]:g} GPUs visible to NVML, {want} expected", pts[-1][0])
-    return {n: list(f.values()) for n, f in sorted(out.items())}
+                self.add(node, "nvlink_errors", f"GPU {s['metric'].get('gpu', '?')} NVLink {s['metric'].get('link', '?')} down", pts[-1][0])
+        for node, s in self.by_label("ib_down"):
+            pts = self.since_return(node, s)
+            if pts:
+                self.add(node, "ib_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} state "
+                                            f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
+        for node, s in self.by_label("roce_down"):
+            pts = self.since_return(node, s)
+            if pts:
+                self.add(node, "roce_errors", f"{s['metric'].get('hca', '?')} port {s['metric'].get('port', '?')} (RoCE) state "
+                                              f"{pts[-1][1]:g} (not ACTIVE)", pts[-1][0])
+
+    def missing_gpus(self, expected_gpus: dict[str, int]) -> None:
+        """GPUs lost or erroring, and fewer GPUs visible to NVML than the node's ``expected_gpus``."""
+        for name, what in (("gpu_lost", "lost (NVML GPU_IS_LOST)"),
+                           ("gpu_erroring", "answers NVML with errors (device handle or every read)")):
+            for node, s in self.by_label(name):
+                pts = self.since_return(node, s)
+                if pts:
+                    self.add(node, "gpu_missing", f"GPU {_gpu_name(s)} {what}", pts[-1][0])
+        for node, s in self.by_label("gpu_devices"):
+            pts = self.since_return(node, s)
+            want = expected_gpus.get(node)
+            if pts and want is not None and pts[-1][1] < want:
+                self.add(node, "gpu_missing", f"{pts[-1][1]:g} GPUs visible to NVML, {want} expected", pts[-1][0])

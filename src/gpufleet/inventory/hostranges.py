@@ -4,7 +4,7 @@ The inventory must mean to gpufleet what it means to Ansible (testinfra reads
 it with ``--ansible-inventory``), but the controllers that load it run from
 gpufleet's image, which carries no Ansible. This is the grammar of
 ``ansible.plugins.inventory.expand_hostname_range`` (ansible-core 2.19), and
-``tests/foundation/test_hostranges.py`` checks it against Ansible's own:
+``tests/inventory/test_hostranges.py`` checks it against Ansible's own:
 
 - ``head[beg:end]tail`` or ``head[beg:end:step]tail``; the first ``[...]`` is
   expanded first, then the rest recursively (``db[1:2]-[a:b]``);

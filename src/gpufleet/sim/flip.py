@@ -412,6 +412,67 @@ def _up(name: str, specs: list, say, **kwargs):
     return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), fresh=fresh, **kwargs)
 
 
+def _pool_clusters(kube: Kube, opts: Options, pools: list, namespace: str, gpus_per_node: int, say) -> None:
+    """A second local cluster for each ``kubernetes`` pool, sized to its GPUs, and its kubeconfig Secret in ``namespace``."""
+    from gpufleet.inventory import node_specs
+
+    for p in pools:
+        if p.provider == "kubernetes":
+            name = opts.other_clusters.get(p.name, p.name)
+            say(f"second cluster [bold]{name}[/] for pool {p.name}")
+            rc = _up(name, node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))), say, env=opts.env)
+            apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+            apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
+                                                                           "namespace": namespace},
+                         "data": {"kubeconfig": base64.b64encode(rc.kubeconfig.read_bytes()).decode()}})
+
+
+def _apply_objects(kube: Kube, inv) -> None:
+    """The kueue role's queues and priorities (training's PriorityClass included) and the inference role's objects."""
+    from roles.inference.manifests import objects as inference_objects
+    from roles.kueue.manifests import objects as kueue_objects
+
+    for obj in training_priority_class(kueue_objects(inv)):
+        # Queues and priorities only: the kueue role's quota-sync controller objects belong to
+        # the stack (`invoke up`), and applying them here would take their fields from it.
+        if obj["kind"] not in QUEUE_KINDS:
+            continue
+        try:
+            apply(kube, obj)
+        except KubeError as exc:
+            if obj["kind"] == "PriorityClass" and exc.status == 422:  # preemptionPolicy is immutable
+                kube.delete_object(obj)
+                apply(kube, obj)
+            else:
+                raise
+    for obj in inference_objects(inv):
+        apply(kube, obj)
+
+
+def _start_controllers(kube: Kube, inv, pools: list, training_pc: str):
+    """A virtual kubelet per pool and the taint controller with its caches, started; ``(vks, controller, caches)``.
+
+    The controller's settings are the inventory's (taint_controller, descheduler roles); it flips
+    out pods of ``training_pc``, the PriorityClass training runs at.
+    """
+    from gpufleet.vk.providers import build as build_provider
+
+    namespace = inv.role("virtual_kubelet").virtual_kubelet_namespace
+    vks: list[VirtualKubelet] = []
+    for p in pools:
+        prov = build_provider(p, node_name=node_name_for(p.name), kube=kube, namespace=namespace)
+        vks.append(VirtualKubelet(Kube(kube.config, user_agent=f"gpufleet-vk/{p.name}"), p.name, p.provider,
+                                  {p.name: prov}).start())
+    tc = inv.role("taint_controller")
+    settings = Settings(high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
+                        hold_seconds=tc.taint_controller_hold_seconds, pools=tuple(p.name for p in pools),
+                        flip_out_classes=(training_pc,),
+                        pods_per_minute=inv.role("descheduler").descheduler_migration_pods_per_minute)
+    ctl, caches = build_controller(Kube(kube.config, user_agent="gpufleet-taint-controller"), settings)
+    caches.start()
+    return vks, ctl, caches
+
+
 def run(opts: Options, *, console=None) -> dict[str, Any]:
     """Run the flip (module docstring); returns the summary dict.
 
@@ -421,10 +482,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     """
     from rich.console import Console
 
-    from gpufleet.inventory import load, node_specs
-    from gpufleet.vk.providers import build as build_provider
-    from roles.inference.manifests import objects as inference_objects
-    from roles.kueue.manifests import objects as kueue_objects
+    from gpufleet.inventory import load
 
     console = console or Console(stderr=True, highlight=False)
     say = console.print
@@ -460,47 +518,14 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
-    for p in pools:
-        if p.provider == "kubernetes":
-            name = opts.other_clusters.get(p.name, p.name)
-            say(f"second cluster [bold]{name}[/] for pool {p.name}")
-            rc = _up(name, node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))), say, env=opts.env)
-            apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": vk_vars.virtual_kubelet_namespace}})
-            apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
-                                                                           "namespace": vk_vars.virtual_kubelet_namespace},
-                         "data": {"kubeconfig": base64.b64encode(rc.kubeconfig.read_bytes()).decode()}})
+    _pool_clusters(kube, opts, pools, vk_vars.virtual_kubelet_namespace, gpus_per_node, say)
 
     # 2. objects
     _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, [], fresh=True)
-    for obj in training_priority_class(kueue_objects(inv)):
-        # Queues and priorities only: the kueue role's quota-sync controller objects belong to
-        # the stack (`invoke up`), and applying them here would take their fields from it.
-        if obj["kind"] not in QUEUE_KINDS:
-            continue
-        try:
-            apply(kube, obj)
-        except KubeError as exc:
-            if obj["kind"] == "PriorityClass" and exc.status == 422:  # preemptionPolicy is immutable
-                kube.delete_object(obj)
-                apply(kube, obj)
-            else:
-                raise
-    for obj in inference_objects(inv):
-        apply(kube, obj)
+    _apply_objects(kube, inv)
 
     # 3. controllers
-    vks: list[VirtualKubelet] = []
-    for p in pools:
-        prov = build_provider(p, node_name=node_name_for(p.name), kube=kube, namespace=vk_vars.virtual_kubelet_namespace)
-        vks.append(VirtualKubelet(Kube(kube.config, user_agent=f"gpufleet-vk/{p.name}"), p.name, p.provider,
-                                  {p.name: prov}).start())
-    tc = inv.role("taint_controller")
-    settings = Settings(high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
-                        hold_seconds=tc.taint_controller_hold_seconds, pools=tuple(p.name for p in pools),
-                        flip_out_classes=(training_pc,),
-                        pods_per_minute=inv.role("descheduler").descheduler_migration_pods_per_minute)
-    ctl, caches = build_controller(Kube(kube.config, user_agent="gpufleet-taint-controller"), settings)
-    caches.start()
+    vks, ctl, caches = _start_controllers(kube, inv, pools, training_pc)
     ctl_thread = threading.Thread(target=ctl.run, daemon=True, name="taint-controller")
     ctl_thread.start()
     vnodes = [node_name_for(p.name) for p in pools]
@@ -533,22 +558,32 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         caches.stop()
         for vk in vks:
             vk.close()
-        samples = rec.samples
-        summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
-                                    pdb_min_available=pdb, training_pods=nodes)
-        timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
-                    "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
-                    "transitions": [t.__dict__ for t in ctl.transitions],
-                    "samples": [s.__dict__ for s in samples]}
-        (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
-        if samples:
-            plot(samples, phases, out / "flip.png", f"gpufleet flip: {nodes} nodes, {replicas} inference replicas")
-        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        summary, phases = _write_results(out, opts, rec.samples, ctl, submitted, nodes=nodes,
+                                         gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools)
         if not opts.keep:
             _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, vnodes)
         # The clusters (this one and the pools' second ones) stay up: `invoke local.down [--name]` stops them.
     _print_summary(console, summary, phases, ctl)
     return summary
+
+
+def _write_results(out: Path, opts: Options, samples: list, ctl, submitted: float | None, *, nodes: int,
+                   gpus_per_node: int, replicas: int, pdb: int, pools: list) -> tuple[dict[str, Any], dict[str, float | None]]:
+    """Summarise the samples; write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
+
+    Returns ``(summary, phases)`` as :func:`summarize` does.
+    """
+    summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
+                                pdb_min_available=pdb, training_pods=nodes)
+    timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
+                "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
+                "transitions": [t.__dict__ for t in ctl.transitions],
+                "samples": [s.__dict__ for s in samples]}
+    (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
+    if samples:
+        plot(samples, phases, out / "flip.png", f"gpufleet flip: {nodes} nodes, {replicas} inference replicas")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary, phases
 
 
 def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, vnodes: list[str], *,

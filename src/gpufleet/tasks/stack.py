@@ -17,7 +17,7 @@ cluster runs Kueue, JobSet and the descheduler itself, so
 ``inventories/local`` switches their chart installs off
 (``kueue_install: false``, ``descheduler_install: false``) and the stack
 only declares their configuration objects. Chart installs are covered by the
-render tests (``tests/foundation/test_render.py``: each release's chart,
+render tests (``tests/stack/test_render.py``: each release's chart,
 pinned version and values); a real chart install needs the chart
 registries (``registry.k8s.io``, ``*.github.io``), which this machine
 cannot reach.

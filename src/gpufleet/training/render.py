@@ -280,13 +280,32 @@ def build_context(
     problems: list[str] = []
     values, set_problems = parse_sets(sets)
     problems += set_problems
-
     tpl = TEMPLATES.get(template)
     if tpl is None or not (TEMPLATE_DIR / tpl.file).exists():
         problems.append(f"--template {template!r}: expected one of {', '.join(TEMPLATES)}")
+    lq = _check_queue(inv, queue, problems)
+    flavor_name, hosts, gpn = _check_flavor(inv, flavor, gpus_per_node, problems)
+    _check_nodes_and_name(inv, tpl, name, nodes, flavor_name, hosts, problems)
+    training = inv.role("training")
+    topo = topology if topology is not None else training.training_topology
+    mode = topology_mode if topology_mode is not None else training.training_topology_mode
+    gang_mode = gang if gang is not None else training.training_gang
+    _check_placement(inv, nodes, flavor_name, hosts, gpn, topo, mode, gang_mode, problems)
+    _check_gang(tpl, gang_mode, gang_api, problems)
+    parsed = _parse_settings(inv, values, problems)
+    _check_roles(inv, problems)
+    if problems:
+        raise TrainingInputError(problems)
+    assert tpl is not None and lq is not None and flavor_name is not None
+    return {
+        **_variables(inv, tpl, name, nodes, lq, flavor_name, hosts, gpn, parsed),
+        **_placement(inv, tpl, name, lq.namespace, nodes, topo, mode, gang_mode, gang_api),
+    }
 
-    kueue = inv.role("kueue")
-    local_queues = list(kueue.kueue_local_queues)
+
+def _check_queue(inv: Inventory, queue: str | None, problems: list[str]) -> Any:
+    """The LocalQueue ``queue`` names (default: the inventory's first); None, with a problem added, when there is none."""
+    local_queues = list(inv.role("kueue").kueue_local_queues)
     known_queues = ", ".join(f"{q.namespace}/{q.name}" for q in local_queues) or "(none)"
     lq = None
     if queue is None:
@@ -303,7 +322,15 @@ def build_context(
             lq = next((q for q in local_queues if (q.namespace, q.name) == (ns, qname)), None)
             if lq is None:
                 problems.append(f"--queue {queue!r}: expected a LocalQueue of inventories/{inv.env}: {known_queues}")
+    return lq
 
+
+def _check_flavor(inv: Inventory, flavor: str | None, gpus_per_node: int | None,
+                  problems: list[str]) -> tuple[str | None, list[Host], int]:
+    """``(flavor, its hosts with gpus_per_node GPUs, GPUs per node)``; problems added for an unknown flavor or size.
+
+    The flavor defaults to the one with most GPUs, GPUs per node to the flavor's largest count.
+    """
     flavors = inv.flavors()
     flavor_name = flavor if flavor is not None else _default_flavor(inv)
     hosts: list[Host] = []
@@ -321,7 +348,15 @@ def build_context(
             problems.append(f"--gpus-per-node {gpus_per_node}: expected {shown} (GPUs per node of flavor "
                             f"{flavor_name}): training jobs take whole nodes")
         hosts = [h for h in all_hosts if h.vars.gpu_count == gpn] or all_hosts
+    return flavor_name, hosts, gpn
 
+
+def _check_nodes_and_name(inv: Inventory, tpl: Template | None, name: str, nodes: int, flavor_name: str | None,
+                          hosts: Sequence[Host], problems: list[str]) -> None:
+    """Add problems for a node count outside 1..len(hosts) and a job name that is no DNS label or too long.
+
+    The name must leave room for the template's pod hostnames (63 characters, RFC 1035).
+    """
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         shown = "0 (or not given)" if nodes == 0 and not isinstance(nodes, bool) else repr(nodes)
         problems.append(f"--nodes {shown}: expected an integer >= 1")
@@ -338,10 +373,12 @@ def build_context(
         problems.append(f"--name {name!r}: expected a DNS label (RFC 1035): lower-case letters, digits and '-', "
                         f"starting with a letter, at most {limit} characters{why}")
 
-    training = inv.role("training")
-    topo = topology if topology is not None else training.training_topology
-    mode = topology_mode if topology_mode is not None else training.training_topology_mode
-    gang_mode = gang if gang is not None else training.training_gang
+
+def _check_placement(inv: Inventory, nodes: int, flavor_name: str | None, hosts: Sequence[Host], gpn: int,
+                     topo: str, mode: str, gang_mode: str, problems: list[str]) -> None:
+    """Add problems for a topology level the hosts do not carry or Kueue cannot place in, a bad mode,
+    or a ``required`` gang larger than the largest domain of that level."""
+    kueue = inv.role("kueue")
     levels = [lv.name for lv in inv.topology_levels() if lv.name != "hostname"]
     if topo not in TOPOLOGIES:
         problems.append(f"--topology {topo!r}: expected one of {', '.join(TOPOLOGIES)}")
@@ -362,6 +399,11 @@ def build_context(
             problems.append(f"--nodes {nodes} --topology {topo} --topology-mode required: expected at most "
                             f"{sizes[biggest]} nodes (the largest {topo} of flavor {flavor_name}, {biggest}, has "
                             f"{sizes[biggest]}); use --topology-mode preferred or a coarser --topology")
+
+
+def _check_gang(tpl: Template | None, gang_mode: str, gang_api: native.GangApi | None, problems: list[str]) -> None:
+    """Add problems for an unknown gang mode, a native gang without a known API version, or a template whose
+    pinned CRD would drop the pods' gang field."""
     if gang_mode not in GANG_MODES:
         problems.append(f"--gang {gang_mode!r}: expected one of {', '.join(GANG_MODES)}")
     elif gang_mode != "kueue":
@@ -375,6 +417,9 @@ def build_context(
                                 f"spec.{gang_api.pod_field}, and the API server would drop it (pods outside the "
                                 f"gang): expected --template job, or a {tpl.kind} release whose CRD has it")
 
+
+def _parse_settings(inv: Inventory, values: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+    """Each ``--set key=value`` parsed by its :data:`SETTINGS` entry; a problem added for each bad value."""
     parsed: dict[str, Any] = {}
     for key, raw in values.items():
         setting = SETTINGS[key]
@@ -382,7 +427,12 @@ def build_context(
             parsed[key] = setting.parse(raw, inv)
         except ValueError:
             problems.append(f"--set {key}={raw}: expected {setting.expected}")
+    return parsed
 
+
+def _check_roles(inv: Inventory, problems: list[str]) -> None:
+    """Add problems for what the inventory's roles must give training: its PriorityClass, a parallel filesystem."""
+    kueue = inv.role("kueue")
     if POD_PRIORITY_CLASS not in {p.name for p in kueue.kueue_priority_classes}:
         problems.append(f"kueue_priority_classes (inventories/{inv.env}): expected a PriorityClass "
                         f"{POD_PRIORITY_CLASS} for training pods")
@@ -391,10 +441,12 @@ def build_context(
         problems.append(f"parallel_fs_enabled (inventories/{inv.env}): false: expected true, training jobs "
                         "checkpoint to the parallel filesystem")
 
-    if problems:
-        raise TrainingInputError(problems)
-    assert tpl is not None and lq is not None and flavor_name is not None
 
+def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, flavor_name: str, hosts: Sequence[Host],
+               gpn: int, parsed: Mapping[str, Any]) -> dict[str, Any]:
+    """The template variables of checked inputs, placement apart: job, queue, sizes (GPUs, CPU, bytes),
+    image, checkpointing, NCCL environment; ``--set`` values win over the inventory's defaults."""
+    kueue, training, pfs = inv.role("kueue"), inv.role("training"), inv.role("parallel_fs")
     gpus = nodes * gpn
     wpcs = sorted(kueue.kueue_workload_priority_classes, key=lambda p: (p.value, p.name))
     node_cpu = min(h.vars.node_cpu for h in hosts)
@@ -416,7 +468,7 @@ def build_context(
         "gpus": gpus,
         "flavor": flavor_name,
         "flavor_label": LABEL_FLAVOR,
-        "gpu_product": flavors[flavor_name].gpu_model.product,
+        "gpu_product": inv.flavors()[flavor_name].gpu_model.product,
         "gpu_resource": GPU_RESOURCE,
         "rack_label": LABEL_RACK,
         "job_label": LABEL_JOB,
@@ -444,7 +496,6 @@ def build_context(
         "nccl_env": nccl_env(hcas, parsed.get("socket_ifname", "eth0"), training.training_nccl_env),
         "simulated_duration_seconds": parsed.get("simulated_duration_seconds"),
         "annotation_simulated_duration": ANNOTATION_SIMULATED_DURATION,
-        **_placement(inv, tpl, name, lq.namespace, nodes, topo, mode, gang_mode, gang_api),
     }
 
 

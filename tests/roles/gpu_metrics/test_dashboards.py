@@ -12,7 +12,7 @@ from gpufleet.prom.server import running_prometheus
 from roles.gpu_metrics.dashboards import build_dashboards
 from roles.gpu_metrics.rules import build_rules
 
-EXPOSITIONS = Path(__file__).parents[1] / "exporter" / "fixtures"
+EXPOSITIONS = Path(__file__).parents[2] / "exporter" / "fixtures"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from gpufleet.health.faults import Queries, Rules, evaluate, growth, hot_streak
 from gpufleet.health.remediate import Settings, decide
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
 
-from .builders import node
+from ..builders import node
 
 NOW = 1_800_000_000.0
 RULES = Rules(hot_samples=3, gpu_temp_celsius=78, scrape_interval_seconds=15)

@@ -8,7 +8,7 @@ from gpufleet.fleet import topology
 from gpufleet.inventory import load
 from gpufleet.tasks import fleet_status as st
 
-from .builders import node, pod
+from ..builders import node, pod
 
 LEVELS = [("block", "gpufleet.io/block"), ("rack", "gpufleet.io/rack")]
 

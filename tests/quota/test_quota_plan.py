@@ -12,7 +12,7 @@ from gpufleet.fleet.capacity import flavor_capacity, gpu_map
 from gpufleet.quota.resync import (find_cannot_fit, find_drift, max_admittable, plan_from, rebuild_resource_groups,
                                    workload_gpus, zero_message)
 
-from .builders import FLAVOR, cluster_queue, local_queue, node, workload
+from ..builders import FLAVOR, cluster_queue, local_queue, node, workload
 
 SWAP = {"key": SWAP_TAINT, "value": "hot", "effect": "NoSchedule"}
 

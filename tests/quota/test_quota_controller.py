@@ -6,7 +6,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.names import SWAP_TAINT
 from gpufleet.quota.controller import NodeCache, signature, slim
 
-from .builders import node
+from ..builders import node
 
 
 def test_slim_keeps_what_capacity_needs():
