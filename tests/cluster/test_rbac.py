@@ -59,9 +59,14 @@ NEEDED: dict[str, list[Ask]] = {
                   *(_ask(v, "pods") for v in ("get", "list", "watch", "update", "patch", "delete")),
                   _ask("update", "pods/status", "inference"), _ask("patch", "pods/status", "inference"),
                   *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("get", "create", "update")),
+                  # vk/endpoints.py: Services watched; its EndpointSlices watched, applied (create/patch), deleted.
+                  _ask("list", "services"), _ask("watch", "services"),
+                  *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),
+                  *(_ask(v, "endpointslices", "inference", group="discovery.k8s.io") for v in ("create", "patch", "delete")),
                   *EVENTS],
     "vk-other": [_ask("get", "nodes"), _ask("create", "nodes"), _ask("update", "nodes/status"),
-                 _ask("list", "pods"), _ask("update", "pods/status", "inference"),
+                 _ask("list", "pods"), _ask("update", "pods/status", "inference"), _ask("watch", "services"),
+                 _ask("patch", "endpointslices", "inference", group="discovery.k8s.io"),
                  _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig")],
     # exporter/: reads sysfs and NVML, serves /metrics; asks the API server nothing.
     "gpufleet-fabric-exporter": [],
