@@ -186,6 +186,13 @@ def test_inference_flipped_outside_is_published_at_its_reachable_address(kube, l
             wait("its endpoint gone, its replacement published", lambda: (got := published(kube, ns, name))
                  and uid not in {e["targetRef"]["uid"] for e in got.values()}
                  and len([e for e in got.values() if e["conditions"]["ready"]]) == 2, timeout=60)
+
+            # A pod IP mirrored by an earlier version is taken away (else the standard controller publishes it too).
+            survivor = outside[1]["metadata"]["name"]
+            kube.patch("v1", "pods", survivor, {"status": {"podIP": "10.99.0.1", "podIPs": [{"ip": "10.99.0.1"}]}}, ns,
+                       subresource="status", patch="strategic")
+            wait("the stale pod IP cleared", lambda: "podIP" not in kube.get("v1", "pods", survivor, ns)["status"],
+                 timeout=30)
     finally:
         vk.close()
         delete_namespace(kube, ns)
