@@ -54,7 +54,9 @@ are, and names no pod (no ``targetRef``).
 Order on removal (:meth:`EndpointPublisher.sync_pod`): the pod side
 publishes a deleted pod as terminating and not ready before it stops the
 remote pod, and drops the endpoint once the pod is gone; a pod that
-finished (Succeeded/Failed) is dropped at once.
+finished (Succeeded/Failed) is dropped at once. As under a real kubelet,
+the remote pod then still gets its grace period (SIGTERM, preStop hooks),
+which covers the time data planes take to apply the change.
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ probability that a create fails (``ProviderFailed``, as a rental API
 refusing or timing out), drawn from a seeded RNG so runs are reproducible.
 Every rental is an instance with its own endpoint, as a rental API
 reports it: a public IP (from 198.18.0.0/15, the range RFC 2544 sets aside
-for tests, so nothing routes it off the machine) on which each container
+for benchmark tests, never routed on the internet) on which each container
 port is exposed at a port of its own (:data:`PUBLIC_PORT_BASE` + its index
 among the pod's ports, as rental APIs map ports); :meth:`pod_address`
-reports it while the instance runs. Tests inject faults directly: :meth:`SimulatedProvider.fail_pod` (the remote
-pod fails) and :meth:`SimulatedProvider.lose_pod` (it vanishes).
+reports it while the instance runs. Tests inject faults directly:
+:meth:`SimulatedProvider.fail_pod` (the remote pod fails) and
+:meth:`SimulatedProvider.lose_pod` (it vanishes).
 
 Time comes from an injected ``clock`` (seconds, monotonic) so unit tests
 drive it by hand; status is computed from it on every read. With a
