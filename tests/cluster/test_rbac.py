@@ -8,7 +8,7 @@ user and groups, answered by the API server's RBAC authorizer.
 ``NEEDED`` is what each controller's code calls (read from the code, not from
 the roles): a missing verb would break production. ``NEVER`` is what none
 of them may do: read Secrets cluster-wide, delete Nodes or Namespaces,
-create Pods, bind or escalate RBAC, impersonate.
+create Pods, change Services, bind or escalate RBAC, impersonate.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ NEVER: list[Ask] = [
     _ask("get", "secrets", SYSTEM, "some-other-secret"),
     _ask("delete", "nodes"), _ask("delete", "namespaces"), _ask("delete", "namespaces", name="team-pretrain"),
     _ask("create", "pods", "default"), _ask("create", "pods", "kube-system"), _ask("create", "pods", SYSTEM),
+    _ask("patch", "services", "inference"), _ask("delete", "services", "inference"),
     _ask("create", "clusterrolebindings", group="rbac.authorization.k8s.io"),
     _ask("create", "rolebindings", SYSTEM, group="rbac.authorization.k8s.io"),
     _ask("bind", "clusterroles", group="rbac.authorization.k8s.io"),
