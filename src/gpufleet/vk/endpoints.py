@@ -277,6 +277,9 @@ class EndpointPublisher:
                                               params={"labelSelector": selector}, name=f"endpointslices-{node_name}")
         self.queue: WorkQueue[str] = WorkQueue()
         self._lock = threading.Lock()
+        #: namespace -> names of its Services (a pod's candidates, without scanning every Service of the cluster).
+        self._by_namespace: dict[str, set[str]] = {}
+        self._index_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.writes = 0
@@ -308,12 +311,24 @@ class EndpointPublisher:
 
     def _on_service(self, kind: str, new: Any, old: Any) -> None:
         meta = (new or old)["metadata"]
+        with self._index_lock:
+            names = self._by_namespace.setdefault(meta["namespace"], set())
+            if kind == "DELETED":
+                names.discard(meta["name"])
+            else:
+                names.add(meta["name"])
         self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
     def services_of(self, namespace: str, name: str, pod: Obj | None) -> set[str]:
         """Keys of the Services that select ``pod`` now, or whose slices here name it (its labels may have changed)."""
-        keys = {f"{namespace}/{s['metadata']['name']}" for s in self.services.items()
-                if pod is not None and selects(s, pod)}
+        keys = set()
+        if pod is not None:
+            with self._index_lock:
+                names = sorted(self._by_namespace.get(namespace, ()))
+            for svc_name in names:
+                svc = self.services.get(f"{namespace}/{svc_name}")
+                if svc is not None and selects(svc, pod):
+                    keys.add(f"{namespace}/{svc_name}")
         for s in self.slices.items():
             meta = s["metadata"]
             if meta.get("namespace") == namespace and (
