@@ -4,7 +4,7 @@ from gpufleet.stack.role import RoleComponent
 
 
 class Inference(RoleComponent):
-    """Inference Deployments with HPA and PodDisruptionBudget."""
+    """Inference Deployments with Service, HPA and PodDisruptionBudget."""
 
     TOKEN = "gpufleet:workloads:Inference"
     ROLE = "inference"

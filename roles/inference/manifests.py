@@ -1,4 +1,11 @@
-"""What the inference role declares: Deployments with HPA and PodDisruptionBudget.
+"""What the inference role declares: Deployments with a Service, HPA and PodDisruptionBudget.
+
+Each Deployment has a ClusterIP Service of its own name: the Deployment's
+pod labels as selector, one port per container port of the pod template
+(same name and number, ``targetPort`` by name). In-cluster pods reach it
+through kube-controller-manager's EndpointSlices; pods that run outside
+through the virtual kubelets' (:mod:`gpufleet.vk.endpoints`), so requests
+follow the pods wherever they run.
 
 Pods get the low PriorityClass (training preempts them), prefer in-cluster
 nodes (soft node affinity against ``type=virtual-kubelet``), tolerate the
@@ -62,8 +69,26 @@ def pod_metadata(inv: Inventory, selector: dict[str, str]) -> Obj:
     return out
 
 
+def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Obj:
+    """The Service of one inference Deployment: ``selector`` (its pod labels), a port per container port of ``pod`` (module doc).
+
+    Raises:
+        ValueError: a container port has no name (a Service port needs one when there are several).
+    """
+    ports = []
+    for c in pod.get("containers") or []:
+        for p in c.get("ports") or []:
+            if not p.get("name"):
+                raise ValueError(f"inference Deployment {name}: container {c.get('name')!r} port {p.get('containerPort')} "
+                                 "has no name (the Service names its ports after them)")
+            ports.append({"name": p["name"], "protocol": p.get("protocol", "TCP"), "port": p["containerPort"],
+                          "targetPort": p["name"]})
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(name, namespace, component="inference"),
+            "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": ports}}
+
+
 def objects(inv: Inventory) -> list[Obj]:
-    """Namespace, and per deployment: Deployment, HorizontalPodAutoscaler, PodDisruptionBudget."""
+    """Namespace, and per deployment: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget."""
     from gpufleet.stack.objects import namespace
 
     v = inv.role("inference")
@@ -73,10 +98,12 @@ def objects(inv: Inventory) -> list[Obj]:
     out: list[Obj] = [namespace(ns)]
     for d in v.inference_deployments:
         sel = {"app.kubernetes.io/name": d.name}
+        spec = pod_spec(inv, d)
         out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
-                             "template": {"metadata": pod_metadata(inv, sel), "spec": pod_spec(inv, d)}}})
+                             "template": {"metadata": pod_metadata(inv, sel), "spec": spec}}})
+        out.append(service(d.name, ns, sel, spec))
         out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
                              "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,

@@ -2,8 +2,8 @@
 
 Each runs ``gpufleet virtual-kubelet --pool NAME`` as a single replica (a
 node has one kubelet; Recreate so two never overlap), with RBAC to own its
-Node and Lease, to watch and update the pods bound to it, and to record
-events. The kubernetes provider reads the other cluster's kubeconfig from
+Node and Lease, to watch and update the pods bound to it, to publish them
+into the Services selecting them (EndpointSlices), and to record events. The kubernetes provider reads the other cluster's kubeconfig from
 the pool's Secret, mounted read-only.
 """
 
@@ -23,6 +23,9 @@ def objects(inv: Inventory) -> list[Obj]:
              rule([""], ["pods"], ["get", "list", "watch", "update", "patch", "delete"]),
              rule([""], ["pods/status"], ["update", "patch"]),
              rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "patch"]),
+             # gpufleet.vk.endpoints: Services watched, its own EndpointSlices watched, applied, deleted.
+             rule([""], ["services"], ["list", "watch"]),
+             rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "create", "patch", "delete"]),
              EVENT_RULE]
     out: list[Obj] = [namespace(ns)]
     for pool in v.virtual_kubelet_pools:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from gpufleet.inventory.types import STRICT, DnsLabel, KnownGpuModel, NonNegativeInt, PositiveInt
 
@@ -23,6 +23,17 @@ class PoolVars(BaseModel):
     start_latency_seconds: float = Field(default=0, ge=0)
     failure_rate: float = Field(default=0, ge=0, le=1)
     max_pods: NonNegativeInt = 1000
+    #: kubernetes pools: how the main cluster reaches their pods (pod_ip: the clusters share a pod
+    #: network; load_balancer: a remote LoadBalancer Service per workload); default pod_ip.
+    address_mode: Literal["pod_ip", "load_balancer"] | None = None
+
+    @model_validator(mode="after")
+    def _address_mode_for_kubernetes(self) -> "PoolVars":
+        if self.address_mode is not None and self.provider != "kubernetes":
+            raise ValueError(f"address_mode {self.address_mode!r} applies to provider kubernetes only "
+                             f"(pool {self.name!r} has provider {self.provider!r}, whose pods are reached at "
+                             "the endpoints the provider reports)")
+        return self
 
 
 class Vars(BaseModel):

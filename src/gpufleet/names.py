@@ -100,3 +100,10 @@ KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
 KUEUE_TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 #: Pod annotation naming the pod's Kueue Workload.
 KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+
+#: EndpointSlices (discovery.k8s.io/v1): the label naming a slice's Service, the label naming who manages
+#: a slice, and gpufleet's value of it (the virtual kubelets publish pods that run outside through slices
+#: of their own; kube-controller-manager's are ``endpointslice-controller.k8s.io``).
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+ENDPOINTSLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+ENDPOINTSLICE_MANAGED_BY = "endpointslice.gpufleet.io"

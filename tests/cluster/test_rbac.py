@@ -8,7 +8,7 @@ user and groups, answered by the API server's RBAC authorizer.
 ``NEEDED`` is what each controller's code calls (read from the code, not from
 the roles): a missing verb would break production. ``NEVER`` is what none
 of them may do: read Secrets cluster-wide, delete Nodes or Namespaces,
-create Pods, bind or escalate RBAC, impersonate.
+create Pods, change Services, bind or escalate RBAC, impersonate.
 """
 
 from __future__ import annotations
@@ -60,9 +60,14 @@ NEEDED: dict[str, list[Ask]] = {
                   *(_ask(v, "pods") for v in ("get", "list", "watch", "update", "patch", "delete")),
                   _ask("update", "pods/status", "inference"), _ask("patch", "pods/status", "inference"),
                   *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("get", "create", "update")),
+                  # vk/endpoints.py: Services watched; its EndpointSlices watched, applied (create/patch), deleted.
+                  _ask("list", "services"), _ask("watch", "services"),
+                  *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),
+                  *(_ask(v, "endpointslices", "inference", group="discovery.k8s.io") for v in ("create", "patch", "delete")),
                   *EVENTS],
     "vk-other": [_ask("get", "nodes"), _ask("create", "nodes"), _ask("update", "nodes/status"),
-                 _ask("list", "pods"), _ask("update", "pods/status", "inference"),
+                 _ask("list", "pods"), _ask("update", "pods/status", "inference"), _ask("watch", "services"),
+                 _ask("patch", "endpointslices", "inference", group="discovery.k8s.io"),
                  _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig")],
     # goodput/: one accountant per team namespace reads that namespace's Workloads, pods and Events.
     "gpufleet-goodput": [*(_ask(v, "workloads", OWN, group="kueue.x-k8s.io") for v in ("get", "list", "watch")),
@@ -75,6 +80,7 @@ NEVER: list[Ask] = [
     _ask("get", "secrets", SYSTEM, "some-other-secret"),
     _ask("delete", "nodes"), _ask("delete", "namespaces"), _ask("delete", "namespaces", name="team-pretrain"),
     _ask("create", "pods", "default"), _ask("create", "pods", "kube-system"), _ask("create", "pods", SYSTEM),
+    _ask("patch", "services", "inference"), _ask("delete", "services", "inference"),
     _ask("create", "clusterrolebindings", group="rbac.authorization.k8s.io"),
     _ask("create", "rolebindings", SYSTEM, group="rbac.authorization.k8s.io"),
     _ask("bind", "clusterroles", group="rbac.authorization.k8s.io"),

@@ -107,7 +107,8 @@ def test_pod_lifecycle_create_status_delete(kube, vk, other, ns):
         assert r["metadata"]["name"] == pod["metadata"]["name"]
         assert r["spec"]["nodeName"] not in (None, NODE)  # really scheduled in the other cluster
         assert "serviceAccountName" not in r["spec"] or r["spec"]["serviceAccountName"] == "default"
-        assert pod["status"]["phase"] == "Running" and pod["status"]["podIP"] == r["status"]["podIP"]
+        # The remote pod's IP is not mirrored (gpufleet.vk.endpoints publishes the pod at its reachable address).
+        assert pod["status"]["phase"] == "Running" and r["status"].get("podIP") and "podIP" not in pod["status"]
         assert parse_time(pod["status"]["startTime"]) is not None
         assert pod["status"]["containerStatuses"][0]["state"].get("running")
     # Scale down: the deleted pod goes here and there; the VK finishes the graceful deletion itself.

@@ -7,7 +7,8 @@ Seams as in virtual-kubelet/virtual-kubelet: the node side
 (:mod:`~gpufleet.vk.provider`) that the two sides alone see. Providers live
 in :mod:`gpufleet.vk.providers` (``kubernetes``, ``simulated``);
 :mod:`~gpufleet.vk.translate` says what of a pod is kept, dropped or
-refused remotely. It talks to the API server through :mod:`gpufleet.kube` (client, watch
+refused remotely; :mod:`~gpufleet.vk.endpoints` publishes the node's pods
+into the Services that select them, at the addresses the providers report. It talks to the API server through :mod:`gpufleet.kube` (client, watch
 cache, work queue). Entry point: ``gpufleet virtual-kubelet``
 (:mod:`~gpufleet.vk.main`). See README.md.
 """

@@ -29,9 +29,15 @@ Per pod (:meth:`PodController.reconcile`):
    ``lost_grace_seconds``): the provider lost it → **Failed**,
    reason ``ProviderLost``; the ReplicaSet replaces the pod. No heroics.
 5. **Remote pod exists**: mirror its status (phase, conditions,
-   containerStatuses, startTime, podIP; :func:`gpufleet.vk.translate.mirror_status`)
-   when it changed; copy label changes (``update_pod``); when the remote
-   pod is terminal, mirror it and then delete the remote pod.
+   containerStatuses, startTime; not its IP:
+   :func:`gpufleet.vk.translate.mirror_status`) when it changed; copy label
+   changes (``update_pod``); when the remote pod is terminal, mirror it and
+   then delete the remote pod.
+
+Endpoints (:mod:`gpufleet.vk.endpoints`): after every reconcile the
+Services selecting the pod are queued for publishing at the address the
+provider reports; a deleted pod is published as terminating, not ready,
+*before* its remote pod is stopped (rule 1), so requests leave it first.
 
 Restarts: nothing is kept on disk. Remote pods carry the source pod UID;
 on start the loop lists every provider's pods, adopts those whose source
@@ -57,8 +63,9 @@ from gpufleet.kube.times import now_rfc3339
 from gpufleet.kube.workqueue import WorkQueue
 
 from . import metrics
+from .endpoints import EndpointPublisher
 from .provider import (
-    PRODUCT_LABEL, SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, Pod, Provider, ProviderError, choose,
+    PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
 from .translate import Refused, mirror_status
 
@@ -112,12 +119,14 @@ class PodController:
         create_retry_seconds: how long retryable create errors are retried before the pod fails.
         lost_grace_seconds: how long after a create a remote pod never seen yet is not "lost"
             (a remote watch may lag the create); once seen, a missing remote pod is lost at once.
+        publish_endpoints: publish the pods into the Services selecting them (:mod:`gpufleet.vk.endpoints`).
         clock: monotonic seconds.
     """
 
     def __init__(self, kube: Kube, node_name: str, providers: dict[str, Provider], *, host_ip: str = "127.0.0.1",
                  workers: int = 8, resync_seconds: float = 10.0, create_retry_seconds: float = 60.0,
-                 lost_grace_seconds: float = 30.0, clock: Callable[[], float] = time.monotonic):
+                 lost_grace_seconds: float = 30.0, publish_endpoints: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.node = node_name
         self.providers = providers
@@ -144,6 +153,7 @@ class PodController:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.running_since: dict[str, float] = {}
+        self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address) if publish_endpoints else None
         for prov in providers.values():
             if callable(getattr(prov, "notify_pods", None)):
                 prov.notify_pods(lambda ns, name: self.queue.add(f"{ns}/{name}"))
@@ -160,6 +170,8 @@ class PodController:
         if not self.pods.wait_synced(sync_timeout):
             raise TimeoutError(f"{self.node}: pods not listed within {sync_timeout:.0f}s")
         self.resync()
+        if self.endpoints is not None:
+            self.endpoints.start(sync_timeout)
         for i in range(self.workers):
             t = threading.Thread(target=self._work, daemon=True, name=f"vk-{self.node}-{i}")
             t.start()
@@ -174,6 +186,8 @@ class PodController:
         self._stop.set()
         self.pods.stop()
         self.queue.shutdown()
+        if self.endpoints is not None:
+            self.endpoints.stop()
 
     def _on_pod(self, kind: str, new: Any, old: Any) -> None:
         self.queue.add(f"{new['metadata']['namespace']}/{new['metadata']['name']}")
@@ -259,12 +273,28 @@ class PodController:
         self._events_sent.pop(uid, None)
         self._retry_events.pop(uid, None)
 
+    def address(self, pod: Pod) -> Address | None:
+        """Where the main cluster reaches ``pod``'s remote pod (its provider's :meth:`pod_address`), or None."""
+        prov, remote = self._remote(pod)
+        if prov is None or remote is None:
+            return None
+        return prov.pod_address(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
     def reconcile(self, key: str) -> float | None:
         """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.
+
+        Then queue its Services for publishing (module docstring: Endpoints).
 
         Raises:
             KubeError / ProviderError: transient failures (the worker retries).
         """
+        try:
+            return self._reconcile(key)
+        finally:
+            if self.endpoints is not None:
+                self.endpoints.pod_changed(key, self.pods.get(key))
+
+    def _reconcile(self, key: str) -> float | None:
         pod = self.pods.get(key)
         old_uid = self._uid_by_key.get(key)
         if pod is None:
@@ -282,6 +312,8 @@ class PodController:
 
         if meta.get("deletionTimestamp"):
             if remote is not None:
+                if self.endpoints is not None:
+                    self.endpoints.sync_pod(pod)  # terminating, not ready, before the remote pod stops
                 prov.delete_pod(pod)
                 metrics.DELETES.labels(self.node, "deleted").inc()
                 _, remote = self._remote(pod)
@@ -327,7 +359,7 @@ class PodController:
         self._observed.add(uid)
         if prov is not None:
             rlabels = (remote.get("metadata") or {}).get("labels") or {}
-            if {k: v for k, v in rlabels.items() if k != VIRTUAL_NODE_LABEL} != (meta.get("labels") or {}):
+            if {k: v for k, v in rlabels.items() if k not in TAG_LABELS} != (meta.get("labels") or {}):
                 try:
                     prov.update_pod(pod)
                 except ProviderError as exc:
@@ -410,6 +442,8 @@ class PodController:
         new = mirror_status(rstatus, host_ip=self.host_ip)
         new["startTime"] = current.get("startTime") or new.get("startTime") or now_rfc3339()
         new.setdefault("phase", "Pending")
+        if current.get("podIP") or current.get("podIPs"):  # mirrored by an earlier version: unpublish it
+            new["podIP"], new["podIPs"] = None, None
         merged = {**current, **new}
         if status_digest(merged) == status_digest(current):
             return

@@ -12,6 +12,14 @@ Identity: every remote pod is tagged with the source pod's UID
 pods to source pods by UID, adopts them instead of creating duplicates, and
 garbage-collects the ones whose source pod is gone.
 
+Addresses: :meth:`Provider.pod_address` says where the main cluster
+reaches a pod running outside (an :class:`Address`: one IP and, where the
+provider maps ports, the port each container port is reached at); the pod
+side publishes it into the Services selecting the pod
+(:mod:`gpufleet.vk.endpoints`). The remote pod's own IP is not mirrored
+as the source pod's ``status.podIP``: outside a shared pod network nothing
+here reaches it.
+
 Errors: :class:`ProviderError` for anything a provider cannot do (the pod
 side marks the pod Failed with its ``reason`` and message);
 :class:`PodNotFound` when the remote pod does not exist.
@@ -37,6 +45,10 @@ SOURCE_UID = "gpufleet.io/source-uid"
 SOURCE_NAMESPACE = "gpufleet.io/source-namespace"
 SOURCE_NAME = "gpufleet.io/source-name"
 VIRTUAL_NODE_LABEL = "gpufleet.io/virtual-node"
+#: Label on remote pods of a kubernetes pool reached through a load balancer: their workload's remote Service.
+REMOTE_SERVICE_LABEL = "gpufleet.io/remote-service"
+#: Labels a provider adds to remote pods (not the source pod's: label sync leaves them out).
+TAG_LABELS = (VIRTUAL_NODE_LABEL, REMOTE_SERVICE_LABEL)
 
 Pod = dict[str, Any]
 #: Called by a provider when a remote pod's status changed: ``(source namespace, source name)``.
@@ -92,6 +104,30 @@ class RemotePod:
     status: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Address:
+    """Where the main cluster reaches a pod that runs outside.
+
+    Attributes:
+        ip: an IPv4 or IPv6 address (EndpointSlices carry IPs; data planes ignore FQDN slices).
+        ports: ``{(protocol, containerPort): port}`` where the provider maps
+            ports (a rental's public ports); None: every container port is
+            reached at its own number.
+        shared: the address serves several pods (a load balancer in front
+            of a workload's remote pods), not this pod alone.
+    """
+
+    ip: str
+    ports: dict[tuple[str, int], int] | None = field(default=None, hash=False)
+    shared: bool = False
+
+    def port_for(self, protocol: str, container_port: int) -> int | None:
+        """The port ``container_port``/``protocol`` is reached at, or None if the provider does not expose it."""
+        if self.ports is None:
+            return container_port
+        return self.ports.get((protocol, container_port))
+
+
 @runtime_checkable
 class Provider(Protocol):
     """A backend that runs pods for one virtual node (see the module docstring)."""
@@ -123,6 +159,14 @@ class Provider(Protocol):
 
     def get_pods(self) -> list[RemotePod]:
         """Every remote pod this provider runs for this virtual node (for resync and orphan GC)."""
+
+    def pod_address(self, namespace: str, name: str) -> Address | None:
+        """Where the main cluster reaches the remote pod of source pod ``namespace/name``.
+
+        None while there is none (not started, no IP yet, load balancer not
+        provisioned, pod gone); readiness is not its business (the pod's
+        mirrored conditions are).
+        """
 
     def capacity(self) -> Capacity:
         """What the provider offers (the virtual node's capacity and allocatable)."""

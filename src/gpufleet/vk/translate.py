@@ -154,9 +154,10 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
 
 #: Pod condition types mirrored back from the remote side.
 MIRRORED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
-#: Pod status fields mirrored back.
-MIRRORED_STATUS = ("phase", "reason", "message", "startTime", "podIP", "podIPs", "containerStatuses",
-                   "initContainerStatuses", "qosClass")
+#: Pod status fields mirrored back. Not ``podIP``/``podIPs``: the remote pod's IP is the remote side's, and a
+#: pod with an IP would be published by kube-controller-manager's EndpointSlice controller at that address;
+#: the virtual kubelet publishes it at the address its provider reports instead (:mod:`gpufleet.vk.endpoints`).
+MIRRORED_STATUS = ("phase", "reason", "message", "startTime", "containerStatuses", "initContainerStatuses", "qosClass")
 
 
 def mirror_status(remote_status: dict[str, Any], *, host_ip: str | None = None) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
     Args:
         pool: the pool's variables (name, provider, gpu_model, capacity_gpus,
             price_per_gpu_hour, kubeconfig_secret, start_latency_seconds,
-            failure_rate, max_pods).
+            failure_rate, max_pods, address_mode).
         node_name: the virtual node's name.
         kube: client of the local cluster (to read the kubeconfig Secret).
         namespace: where the Secret lives (``virtual_kubelet_namespace``).
@@ -98,6 +98,7 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
             cfg = from_text(text, source=source) if source.startswith("Secret") else from_kubeconfig(source)
         except ConfigError as exc:
             raise ProviderConfigError(f"pool {pool.name}: {exc}") from None
+        overrides.setdefault("address_mode", pool.address_mode or "pod_ip")
         prov = KubernetesProvider(pool.name, Kube(cfg, user_agent=f"gpufleet-vk/{pool.name}"), **common, **overrides)
         return prov.start() if start else prov
     raise ProviderConfigError(f"pool {pool.name}: unknown provider {pool.provider!r} (kubernetes or simulated)")

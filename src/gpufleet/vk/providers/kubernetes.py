@@ -12,6 +12,20 @@ State comes from one watch (an :class:`~gpufleet.kube.informer.Informer`) on
 the remote pods labelled with this virtual node, in every namespace: no
 polling, and status changes reach the notifier at once.
 
+Addresses (:meth:`KubernetesProvider.pod_address`, the pool's
+``address_mode``): ``pod_ip`` reports the remote pod's IP, for clusters
+that share one pod network (routed pod CIDRs, a flat VPC, a cluster mesh);
+``load_balancer`` gives each workload (the source pod's Deployment, else
+its owner, else the pod) one remote Service of type LoadBalancer named
+``gf-<workload>``, selecting its remote pods by the label
+``gpufleet.io/remote-service`` and exposing every container port at its own
+number, and reports the first IP of its ``status.loadBalancer.ingress``
+(None until the remote cloud provisions it; a hostname-only ingress is not
+reported: EndpointSlices carry IPs). The Service is created with the
+workload's first remote pod and deleted with its last (one that vanished
+in between is created again when its address is asked for); the remote
+kubeconfig then also needs get/list/watch/create/delete on services.
+
 Capacity is the pool's (``capacity_gpus``; CPU and memory per GPU as in the
 simulated provider); the remote scheduler still decides where pods run, and
 a pod that stays unschedulable remotely stays Pending here too.
@@ -32,15 +46,16 @@ the replacement keeps serving.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.retry import retryable
 from gpufleet.vk.provider import (
-    GPU, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
+    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
     ProviderError, RemotePod, pod_requests,
 )
 from gpufleet.vk.providers.simulated import CPU_PER_GPU, MEMORY_PER_GPU
@@ -51,6 +66,37 @@ log = logging.getLogger(__name__)
 MANAGED_LABEL = ("gpufleet.io/managed-by", "virtual-kubelet")
 DEFAULT_TOLERATIONS = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
 TERMINAL = ("Succeeded", "Failed")
+#: How the main cluster reaches remote pods (a pool's ``address_mode``; see the module docstring).
+ADDRESS_MODES = ("pod_ip", "load_balancer")
+AddressMode = Literal["pod_ip", "load_balancer"]
+
+
+def workload_name(pod: dict) -> str:
+    """The workload a source pod belongs to: its Deployment (ReplicaSet name less ``-<pod-template-hash>``),
+    else its controller's name, else the pod's own name."""
+    meta = pod.get("metadata") or {}
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else None)
+    if owner is None:
+        return meta.get("name", "")
+    name, suffix = owner.get("name", ""), (meta.get("labels") or {}).get("pod-template-hash")
+    if owner.get("kind") == "ReplicaSet" and suffix and name.endswith(f"-{suffix}"):
+        return name[: -len(suffix) - 1]
+    return name
+
+
+def remote_service_name(workload: str) -> str:
+    """``gf-<workload>`` as a Service name (DNS-1035 label: dots become dashes, at most 63 characters)."""
+    name = f"gf-{workload.replace('.', '-')}".rstrip("-")
+    if len(name) <= 63:
+        return name
+    return f"{name[:52].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def container_ports(pod: dict) -> list[dict]:
+    """``[{"protocol", "containerPort"}]`` of every container of ``pod``, in spec order."""
+    return [{"protocol": p.get("protocol", "TCP"), "containerPort": int(p["containerPort"])}
+            for c in (pod.get("spec") or {}).get("containers") or [] for p in c.get("ports") or []]
 
 
 def _slim(pod: dict) -> dict:
@@ -60,7 +106,8 @@ def _slim(pod: dict) -> dict:
         "requests": pod_requests(pod),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "annotations", "labels", "deletionTimestamp")
                      if k in meta},
-        "spec": {"containers": [{"name": c.get("name")} for c in (pod.get("spec") or {}).get("containers") or []]},
+        "spec": {"containers": [{"name": c.get("name"), "ports": c.get("ports") or []}
+                                for c in (pod.get("spec") or {}).get("containers") or []]},
         "status": pod.get("status") or {},
     }
 
@@ -76,13 +123,21 @@ class KubernetesProvider:
         namespace_prefix: remote namespace = prefix + source namespace.
         tolerations / node_selector: set on every remote pod.
         max_pods: pods at most.
+        address_mode: ``pod_ip`` or ``load_balancer`` (module docstring).
+
+    Raises:
+        ValueError: an unknown ``address_mode``.
     """
 
     def __init__(self, name: str, kube: Kube, *, node_name: str, gpus: int, gpu_product: str,
                  price_per_gpu_hour: float, namespace_prefix: str = "", tolerations: list[dict] | None = None,
                  node_selector: dict[str, str] | None = None, max_pods: int = 1000,
-                 cpu_per_gpu: int = CPU_PER_GPU, memory_per_gpu: int = MEMORY_PER_GPU):
+                 cpu_per_gpu: int = CPU_PER_GPU, memory_per_gpu: int = MEMORY_PER_GPU,
+                 address_mode: AddressMode = "pod_ip"):
+        if address_mode not in ADDRESS_MODES:
+            raise ValueError(f"provider {name}: address_mode {address_mode!r}: expected one of {', '.join(ADDRESS_MODES)}")
         self.name = name
+        self.address_mode = address_mode
         self.kube = kube
         self.node_name = node_name
         self.prefix = namespace_prefix
@@ -95,6 +150,11 @@ class KubernetesProvider:
         self._notifier: Notifier | None = None
         self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{VIRTUAL_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
+        self.services: Informer[dict] | None = None
+        if address_mode == "load_balancer":
+            self.services = Informer(kube, api_path("v1", "services"),
+                                     params={"labelSelector": f"{VIRTUAL_NODE_LABEL}={node_name}"},
+                                     handlers=[self._on_service], name=f"remote-services-{name}")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -105,7 +165,9 @@ class KubernetesProvider:
             ProviderError: the remote cluster did not answer within ``timeout`` s.
         """
         self.pods.start()
-        if not self.pods.wait_synced(timeout):
+        if self.services is not None:
+            self.services.start()
+        if not self.pods.wait_synced(timeout) or (self.services is not None and not self.services.wait_synced(timeout)):
             raise ProviderError(f"{self.name}: the remote cluster {self.kube.server} did not list pods "
                                 f"within {timeout:.0f}s", reason="ProviderUnavailable", retryable=True)
         return self
@@ -113,6 +175,8 @@ class KubernetesProvider:
     def close(self) -> None:
         """Stop the watch and close connections."""
         self.pods.stop()
+        if self.services is not None:
+            self.services.stop()
         self.kube.close()
 
     def _on_event(self, kind: str, new: Any, old: Any) -> None:
@@ -121,6 +185,19 @@ class KubernetesProvider:
         ann = ((new or old).get("metadata") or {}).get("annotations") or {}
         if ann.get(SOURCE_NAMESPACE) and ann.get(SOURCE_NAME):
             self._notifier(ann[SOURCE_NAMESPACE], ann[SOURCE_NAME])
+
+    def _on_service(self, kind: str, new: Any, old: Any) -> None:
+        """A load balancer's address changed: every remote pod behind it has a new address."""
+        if self._notifier is None:
+            return
+        meta = (new or old).get("metadata") or {}
+        for p in self.pods.items():
+            pmeta = p["metadata"]
+            if (pmeta.get("namespace") == meta.get("namespace")
+                    and (pmeta.get("labels") or {}).get(REMOTE_SERVICE_LABEL) == meta.get("name")):
+                ann = pmeta.get("annotations") or {}
+                if ann.get(SOURCE_NAMESPACE) and ann.get(SOURCE_NAME):
+                    self._notifier(ann[SOURCE_NAMESPACE], ann[SOURCE_NAME])
 
     def notify_pods(self, callback: Notifier) -> None:
         """Register ``callback(source_namespace, source_name)`` for remote status changes."""
@@ -183,6 +260,8 @@ class KubernetesProvider:
         rns = self.remote_namespace(meta["namespace"])
         body = translate(pod, node_name=self.node_name, namespace=rns, tolerations=self.tolerations,
                          node_selector=self.node_selector)
+        if self.address_mode == "load_balancer":
+            body["metadata"]["labels"][REMOTE_SERVICE_LABEL] = remote_service_name(workload_name(pod))
         existing = self.pods.get(f"{rns}/{meta['name']}")
         if existing is not None and (existing["metadata"].get("annotations") or {}).get(SOURCE_UID) == meta["uid"]:
             return
@@ -191,6 +270,8 @@ class KubernetesProvider:
             raise ProviderError(f"{self.name}: out of capacity ({used[GPU]:g}/{cap.gpus} GPUs in use, "
                                 f"{req.get(GPU, 0):g} asked)", reason="OutOfCapacity", retryable=True)
         self._call("create namespace", self._ensure_namespace, rns)
+        if self.address_mode == "load_balancer":
+            self._ensure_service(rns, body["metadata"]["labels"][REMOTE_SERVICE_LABEL], container_ports(pod))
         try:
             self._call("create pod", self.kube.create, "v1", "pods", body, rns)
         except Conflict:
@@ -204,10 +285,68 @@ class KubernetesProvider:
             raise ProviderError(f"{self.name}: a leftover remote pod {rns}/{meta['name']} of an earlier source pod "
                                 "is being removed", reason="ProviderBusy", retryable=True) from None
 
+    def _ensure_service(self, rns: str, name: str, ports: list[dict]) -> None:
+        """Create the workload's remote LoadBalancer Service ``rns/name`` unless it exists (module docstring)."""
+        if not ports or (self.services is not None and self.services.get(f"{rns}/{name}") is not None):
+            return  # no port: nothing to reach (a Service needs one)
+        body = {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": rns, "labels": {VIRTUAL_NODE_LABEL: self.node_name,
+                                                                       MANAGED_LABEL[0]: MANAGED_LABEL[1]}},
+                "spec": {"type": "LoadBalancer",
+                         "selector": {REMOTE_SERVICE_LABEL: name, VIRTUAL_NODE_LABEL: self.node_name},
+                         "ports": [{"name": f"{p['protocol'].lower()}-{p['containerPort']}", "protocol": p["protocol"],
+                                    "port": p["containerPort"], "targetPort": p["containerPort"]} for p in ports]}}
+        try:
+            self._call("create service", self.kube.create, "v1", "services", body, rns)
+        except Conflict:
+            pass
+
+    def pod_address(self, namespace: str, name: str) -> Address | None:
+        """Where the main cluster reaches the remote pod (module docstring: ``address_mode``), or None."""
+        remote = self.get_pod(namespace, name)
+        if remote is None or (remote.get("status") or {}).get("phase") in TERMINAL:
+            return None
+        if self.address_mode == "pod_ip":
+            ip = (remote.get("status") or {}).get("podIP")
+            return Address(ip) if ip else None
+        rns = self.remote_namespace(namespace)
+        svc_name = ((remote.get("metadata") or {}).get("labels") or {}).get(REMOTE_SERVICE_LABEL)
+        if not svc_name or self.services is None:
+            return None
+        svc = self.services.get(f"{rns}/{svc_name}")
+        if svc is None:  # removed with an earlier last pod while this one was being created
+            ports = [{"protocol": p.get("protocol", "TCP"), "containerPort": int(p["containerPort"])}
+                     for c in remote["spec"]["containers"] for p in c.get("ports") or []]
+            self._ensure_service(rns, svc_name, ports)
+            return None
+        for ingress in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []:
+            if ingress.get("ip"):
+                return Address(ingress["ip"], shared=True)
+        return None
+
+    def _release_service(self, pod: Pod, remote: dict) -> None:
+        """Delete the workload's remote Service once ``remote`` was its last remote pod (load_balancer mode)."""
+        svc_name = ((remote.get("metadata") or {}).get("labels") or {}).get(REMOTE_SERVICE_LABEL)
+        if self.address_mode != "load_balancer" or not svc_name:
+            return
+        rns = self.remote_namespace(pod["metadata"]["namespace"])
+        uid = remote["metadata"].get("uid")
+        for p in self.pods.items():
+            m = p["metadata"]
+            if (m.get("namespace") == rns and m.get("uid") != uid and not m.get("deletionTimestamp")
+                    and (m.get("labels") or {}).get(REMOTE_SERVICE_LABEL) == svc_name):
+                return
+        try:
+            self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns)
+        except NotFound:
+            pass
+
     def update_pod(self, pod: Pod) -> None:
         """Copy the source pod's labels to the remote pod (keeping our tag)."""
         meta = pod["metadata"]
         labels = {**(meta.get("labels") or {}), VIRTUAL_NODE_LABEL: self.node_name}
+        if self.address_mode == "load_balancer":
+            labels[REMOTE_SERVICE_LABEL] = remote_service_name(workload_name(pod))
         try:
             self._call("update pod", self.kube.patch, "v1", "pods", meta["name"], {"metadata": {"labels": labels}},
                        self.remote_namespace(meta["namespace"]))
@@ -253,6 +392,8 @@ class KubernetesProvider:
         except Conflict:
             log.info("%s: remote pod %s/%s is another pod now (UID precondition failed): left alone", self.name,
                      self.remote_namespace(meta["namespace"]), meta["name"])
+            return
+        self._release_service(pod, remote)
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The remote pod (as cached: metadata, containers, status) of source pod ``namespace/name``, or None."""

@@ -7,8 +7,14 @@ seconds later. Capacity (GPUs, CPU, memory, pods) is enforced: a create that
 does not fit raises a retryable ``OutOfCapacity``. ``failure_rate`` is the
 probability that a create fails (``ProviderFailed``, as a rental API
 refusing or timing out), drawn from a seeded RNG so runs are reproducible.
-Tests inject faults directly: :meth:`SimulatedProvider.fail_pod` (the remote
-pod fails) and :meth:`SimulatedProvider.lose_pod` (it vanishes).
+Every rental is an instance with its own endpoint, as a rental API
+reports it: a public IP (from 198.18.0.0/15, the range RFC 2544 sets aside
+for benchmark tests, never routed on the internet) on which each container
+port is exposed at a port of its own (:data:`PUBLIC_PORT_BASE` + its index
+among the pod's ports, as rental APIs map ports); :meth:`pod_address`
+reports it while the instance runs. Tests inject faults directly:
+:meth:`SimulatedProvider.fail_pod` (the remote pod fails) and
+:meth:`SimulatedProvider.lose_pod` (it vanishes).
 
 Time comes from an injected ``clock`` (seconds, monotonic) so unit tests
 drive it by hand; status is computed from it on every read. With a
@@ -30,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.vk.provider import (
-    GPU, Capacity, Notifier, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, pod_requests,
+    GPU, Address, Capacity, Notifier, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, pod_requests,
 )
 from gpufleet.vk.translate import translate
 
@@ -38,6 +44,8 @@ DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 #: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
 CPU_PER_GPU = 28
 MEMORY_PER_GPU = 256 * 2**30
+#: An instance exposes its pod's n-th container port (in spec order) at this port + n on its endpoint.
+PUBLIC_PORT_BASE = 40000
 
 
 @dataclass
@@ -52,6 +60,8 @@ class _SimPod:
     start_at: float
     end_at: float | None
     ip: str
+    endpoint: str = ""
+    ports: list[tuple[str, int]] = field(default_factory=list)  # (protocol, containerPort), spec order
     failed: tuple[str, str] | None = None  # (reason, message)
     failed_at: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -170,7 +180,11 @@ class SimulatedProvider:
             sp = _SimPod(uid=uid, namespace=ns, name=name, requests=req,
                          containers=[(c.get("name", ""), c.get("image", "")) for c in pod["spec"].get("containers") or []],
                          created=now, created_wall=self.wall(), start_at=start_at, end_at=end_at,
-                         ip=f"100.64.{(self._ip >> 8) & 255}.{self._ip & 255}", labels=dict(meta.get("labels") or {}))
+                         ip=f"100.64.{(self._ip >> 8) & 255}.{self._ip & 255}",
+                         endpoint=f"198.{18 + ((self._ip >> 16) & 1)}.{(self._ip >> 8) & 255}.{self._ip & 255}",
+                         ports=[(p.get("protocol", "TCP"), int(p["containerPort"]))
+                                for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []],
+                         labels=dict(meta.get("labels") or {}))
             self._pods[uid] = sp
             self._by_name[(ns, name)] = uid
             self.creates += 1
@@ -227,6 +241,15 @@ class SimulatedProvider:
         now = self.clock()
         with self._lock:
             return [RemotePod(sp.uid, sp.namespace, sp.name, self._status(sp, now)) for sp in self._pods.values()]
+
+    def pod_address(self, namespace: str, name: str) -> Address | None:
+        """The instance's endpoint while it runs: its public IP and each container port's public port; else None."""
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            sp = self._pods.get(uid) if uid else None
+            if sp is None or self._phase(sp, self.clock()) != "Running":
+                return None
+            return Address(sp.endpoint, {port: PUBLIC_PORT_BASE + i for i, port in enumerate(sp.ports)})
 
     def notify_pods(self, callback: Notifier) -> None:
         """Register ``callback(namespace, name)``, called on every status transition."""
