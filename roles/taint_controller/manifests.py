@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
+from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 NAMESPACE = "gpufleet-system"
 
@@ -21,12 +21,21 @@ def objects(inv: Inventory) -> list[Obj]:
              LEASE_RULE, EVENT_RULE]
     args = ["taint-controller", "--env", inv.env,
             "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),
-            "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal]
+            "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal,
+            "--flip-mode", v.taint_controller_flip_mode,
+            "--surge-max-wait", str(v.taint_controller_surge_max_wait_seconds)]
     for flag, value in (("--add-hold-seconds", v.taint_controller_add_hold_seconds),
                         ("--remove-hold-seconds", v.taint_controller_remove_hold_seconds)):
         if value is not None:
             args += [flag, str(value)]
     if v.taint_controller_signal == "prometheus":
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
+    surge = []
+    if v.taint_controller_flip_mode == "make_before_break" and inv.role("inference").inference_enabled:
+        # Surge ReplicaSets (gpufleet.flip.surge) only where inference runs: creating
+        # ReplicaSets is running pods, so it stops at that namespace.
+        surge = namespaced_rbac("taint-controller", inv.role("inference").inference_namespace,
+                                [rule(["apps"], ["replicasets"], ["get", "create", "delete"]),
+                                 rule(["apps"], ["deployments"], ["get"])], account_namespace=NAMESPACE)
     return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,
-                                                  fleet=inv.fleet, inventory=inv)]
+                                                  fleet=inv.fleet, inventory=inv), *surge]

@@ -23,6 +23,8 @@ class Vars(BaseModel):
     taint_controller_signal: Literal["prometheus", "apiserver"]
     taint_controller_promql: str
     taint_controller_prometheus_url: str
+    taint_controller_flip_mode: Literal["make_before_break", "evict_first"]
+    taint_controller_surge_max_wait_seconds: NonNegativeInt
 
     @model_validator(mode="after")
     def _hysteresis(self) -> "Vars":

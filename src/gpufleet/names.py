@@ -29,6 +29,10 @@ RESERVED_TAINT = "gpufleet.io/reserved-for"
 #: Label the flip-back puts on a pod outside it releases for eviction (the descheduler's
 #: DefaultEvictor ``labelSelector`` selects it).
 RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
+#: Label on a make-before-break replacement (its ReplicaSet and pod): the UID of the pod it replaces.
+SURGE_FOR_LABEL = "gpufleet.io/surge-for"
+#: Flip-out modes: a replacement outside is Ready before the pod is evicted, or today's evict first.
+FLIP_MODES = ("make_before_break", "evict_first")
 #: Taint of virtual nodes (the virtual-kubelet convention); pods that may run outside tolerate it.
 VIRTUAL_NODE_TAINT = "virtual-kubelet.io/provider"
 

@@ -42,7 +42,10 @@ NEEDED: dict[str, list[Ask]] = {
     "taint-controller": [*(_ask(v, "nodes") for v in ("get", "list", "watch", "patch", "update")),
                          *(_ask(v, "pods") for v in ("list", "watch", "get")),
                          _ask("patch", "pods", "team-pretrain"), _ask("delete", "pods", "inference"),
-                         _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS],
+                         _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS,
+                         # flip/surge.py: make-before-break replacements, only where inference runs.
+                         *(_ask(v, "replicasets", "inference", group="apps") for v in ("get", "create", "delete")),
+                         _ask("get", "deployments", "inference", group="apps")],
     # quota/controller.py, resync.py: capacity from nodes and pods, nominalQuota patched.
     "quota-sync": [_ask("list", "nodes"), _ask("watch", "nodes"), _ask("list", "pods"),
                    *(_ask(v, "clusterqueues", group="kueue.x-k8s.io") for v in ("get", "list", "watch", "patch")),
@@ -81,6 +84,7 @@ NEVER: list[Ask] = [
     _ask("delete", "nodes"), _ask("delete", "namespaces"), _ask("delete", "namespaces", name="team-pretrain"),
     _ask("create", "pods", "default"), _ask("create", "pods", "kube-system"), _ask("create", "pods", SYSTEM),
     _ask("patch", "services", "inference"), _ask("delete", "services", "inference"),
+    _ask("create", "replicasets", "kube-system", group="apps"), _ask("create", "replicasets", "team-pretrain", group="apps"),
     _ask("create", "clusterrolebindings", group="rbac.authorization.k8s.io"),
     _ask("create", "rolebindings", SYSTEM, group="rbac.authorization.k8s.io"),
     _ask("bind", "clusterroles", group="rbac.authorization.k8s.io"),

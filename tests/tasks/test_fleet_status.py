@@ -82,3 +82,13 @@ def test_domain_rows_skip_virtual_and_gpu_less_nodes():
     vk = node("vk-rental", labels={"type": "virtual-kubelet"})
     cpu = placed("cpu-1", "rack-a", "block-1", gpus=0)
     assert topology.domain_rows([vk, cpu], {}, LEVELS, {}) == []
+
+
+def test_status_screen_shows_the_flip_out_mode():
+    nodes, pods = scene()
+    console = Console(width=160, record=True)
+    console.print(st.render(st.build(load("local", overrides={"taint_controller_flip_mode": "evict_first"}), nodes, pods, [])))
+    assert "flip-out mode: evict_first" in " ".join(console.export_text().split())
+    console = Console(width=160, record=True)
+    console.print(st.render(st.build(load("local"), nodes, pods, [])))
+    assert "flip-out mode: make_before_break" in " ".join(console.export_text().split())

@@ -31,7 +31,7 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
 from gpufleet.fleet.classify import tolerated
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL, SURGE_FOR_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ def candidates(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], 
         meta = p["metadata"]
         if p["node"] not in tainted or meta.get("deletionTimestamp") or p["phase"] in ("Succeeded", "Failed"):
             continue
-        if tolerated(p["tolerations"], taint):
-            continue
+        if tolerated(p["tolerations"], taint) or SURGE_FOR_LABEL in (meta.get("labels") or {}):
+            continue  # a make-before-break surge pod goes with its ReplicaSet (gpufleet.flip.surge)
         released = (meta.get("labels") or {}).get(RELEASE_LABEL[0]) == RELEASE_LABEL[1] or meta["uid"] in attempted
         out.append(Candidate(meta["namespace"], meta["name"], meta["uid"], p["priority"],
                              workload_of({"metadata": meta}), p["created"], p["node"], released))

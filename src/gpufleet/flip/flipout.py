@@ -22,8 +22,11 @@ preempts for them, PDB-respecting:
    taint controller opens the virtual nodes.
 4. Victims are evicted through the Eviction API, lowest priority first; a
    PDB refusal (429) is retried on the next tick, once the replacement runs
-   outside. After ``max_wait_seconds`` the remaining victims are deleted
-   (training always wins, just not at once).
+   outside. In mode ``make_before_break`` (the default) each victim of a
+   Deployment is evicted only once a replacement outside is Ready
+   (:mod:`gpufleet.flip.surge`), or once ``surge_max_wait_seconds`` passed
+   (then as in mode ``evict_first``). After ``max_wait_seconds`` the
+   remaining victims are deleted (training always wins, just not at once).
 5. When the preemptor is bound (or gone) the reservation taint is removed.
 
 Pure planning (:func:`plan`) is separate from the I/O (:class:`FlipOut`).
@@ -42,7 +45,9 @@ from prometheus_client import Counter, Gauge
 from gpufleet.fleet.classify import tolerated
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.names import RESERVED_TAINT
+from gpufleet.names import FLIP_MODES, RESERVED_TAINT
+
+from .surge import SURGES, Surges
 
 log = logging.getLogger(__name__)
 
@@ -149,24 +154,42 @@ class FlipOut:
         nodes / pods: informers of node and pod views (shared with the signal).
         priority_classes: PriorityClass names of preemptors.
         max_wait_seconds: after this long, victims are deleted instead of evicted.
+        mode: ``make_before_break`` (a replacement outside is Ready before each eviction) or ``evict_first``.
+        surge_max_wait_seconds: in ``make_before_break``, evict anyway this long after the reservation
+            (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
         clock: monotonic seconds.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`gpufleet.names.FLIP_MODES`.
     """
 
     def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *, max_wait_seconds: float = 300.0,
+                 mode: str = "make_before_break", surge_max_wait_seconds: float = 180.0,
                  clock: Callable[[], float] = time.monotonic):
+        if mode not in FLIP_MODES:
+            raise ValueError(f"flip-out mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
         self.kube = kube
         self.nodes = nodes
         self.pods = pods
         self.classes = set(priority_classes)
         self.max_wait = max_wait_seconds
+        self.mode = mode
+        self.surge_max_wait = surge_max_wait_seconds
         self.clock = clock
         self.reserved_at: dict[str, float] = {}
+        self.surges = Surges(kube, pods, clock=clock) if mode == "make_before_break" else None
+        self._recovered = False
+        self.wanted: set[str] = set()
 
     def tick(self) -> None:
         """One pass: drop stale reservations, push existing ones, make new ones. Never raises for API errors."""
         nodes, pods = self.nodes.items(), self.pods.items()
+        if self.surges is not None and not self._recovered:
+            self.surges.recover()
+            self._recovered = True
         by_uid = {p["metadata"]["uid"]: p for p in pods}
         reserved = reservations_of(nodes)
+        self.wanted = set()
         for uid, node in reserved.items():
             pod = by_uid.get(uid)
             if pod is None or pod["node"] or pod["metadata"].get("deletionTimestamp"):
@@ -179,6 +202,8 @@ class FlipOut:
             if self._guard(self._reserve, r) is not None:
                 self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
                 self._push(r.pod, r.node, pods)
+        if self.surges is not None:
+            self.surges.reconcile(self.wanted)
         RESERVATIONS.set(len(reservations_of(self.nodes.items())))
 
     def _guard(self, fn, *args):
@@ -190,11 +215,17 @@ class FlipOut:
 
     def _push(self, pod: dict, node: str, pods: list[dict]) -> None:
         """Evict (or after the deadline delete) the lower-priority GPU pods still on ``node``."""
-        late = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock()) > self.max_wait
+        waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
+        late = waited > self.max_wait
         victims = sorted((p for p in pods if p["node"] == node and p["gpus"] and p["priority"] < pod["priority"]
                           and not p["metadata"].get("deletionTimestamp")), key=lambda p: (p["priority"], p["metadata"]["name"]))
+        self.wanted.update(v["metadata"]["uid"] for v in victims)
         for v in victims:
             ns, name = v["metadata"]["namespace"], v["metadata"]["name"]
+            if self.surges is not None and not late and not self.surges.ready(v):
+                if waited <= self.surge_max_wait:
+                    continue  # its replacement outside is not Ready yet: the next tick looks again
+                SURGES.labels("bound passed").inc()
             try:
                 if late:
                     self.kube.delete("v1", "pods", name, ns, uid=v["metadata"]["uid"])

@@ -24,7 +24,7 @@ from gpufleet import cliargs
 from gpufleet.controllers import flags, runtime
 from gpufleet.controllers.serve import Liveness
 from gpufleet.kube import ConfigError, Kube, KubeError
-from gpufleet.names import SYSTEM_NAMESPACE
+from gpufleet.names import FLIP_MODES, SYSTEM_NAMESPACE
 
 from .budget import MigrationBudget
 from .controller import TaintController
@@ -57,6 +57,8 @@ class Settings:
     flip_out: bool = True
     flip_out_classes: tuple[str, ...] = ("gpufleet-training",)
     flip_out_max_wait: float = 300.0
+    flip_mode: str = "make_before_break"
+    surge_max_wait: float = 180.0
     flip_back: str = "release"
     pods_per_minute: float = 10.0
     max_in_flight: int = 1
@@ -91,7 +93,8 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
         remove_hold_seconds=tc.taint_controller_remove_hold_seconds, signal=tc.taint_controller_signal,
         prometheus_url=tc.taint_controller_prometheus_url, promql=tc.taint_controller_promql,
         pools=tuple(p.name for p in vk.virtual_kubelet_pools), flip_out_classes=(top,),
-        pods_per_minute=ds.descheduler_migration_pods_per_minute,
+        pods_per_minute=ds.descheduler_migration_pods_per_minute, flip_mode=tc.taint_controller_flip_mode,
+        surge_max_wait=tc.taint_controller_surge_max_wait_seconds,
     )
     base.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("hold_seconds") is not None:  # --hold-seconds sets both, unless one is given apart
@@ -108,6 +111,7 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
               "--remove-hold-seconds": (s.remove_hold if s.remove_hold_seconds is None else s.remove_hold_seconds,
                                         cliargs.nonnegative_seconds),
               "--flip-out-max-wait": (s.flip_out_max_wait, cliargs.nonnegative_seconds),
+              "--surge-max-wait": (s.surge_max_wait, cliargs.nonnegative_seconds),
               "--pods-per-minute": (s.pods_per_minute, cliargs.positive_number)}
     for flag, (value, kind) in checks.items():
         cliargs.check(flag, kind, value)
@@ -120,6 +124,8 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
                     ", ".join(unknown), env, ", ".join(known) or "none")
     if s.low_water >= s.high_water:
         raise ValueError(f"--low-water {s.low_water:g} must be below --high-water {s.high_water:g}")
+    if s.flip_mode not in FLIP_MODES:
+        raise ValueError(f"--flip-mode {s.flip_mode!r}: expected one of {', '.join(FLIP_MODES)}")
     if s.flip_back not in MODES:
         raise ValueError(f"--flip-back {s.flip_back!r}: expected one of {', '.join(MODES)}")
     return s
@@ -135,7 +141,7 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
     machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds, add_hold=s.add_hold, remove_hold=s.remove_hold)
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
-                  clock=clock) if s.flip_out else None
+                  mode=s.flip_mode, surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_out else None
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
                     mode=s.flip_back, clock=clock) if s.flip_back != "off" else None
     ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, clock=clock)
@@ -168,6 +174,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PriorityClass of pods the flip-out makes room for (default: the highest of the inventory)")
     parser.add_argument("--flip-out-max-wait", type=cliargs.nonnegative_seconds, default=None,
                         help="seconds (>= 0) of PDB refusals after which flip-out deletes victims (default 300)")
+    parser.add_argument("--flip-mode", choices=FLIP_MODES, default=None,
+                        help="make_before_break: a replacement outside is Ready before each flip-out eviction "
+                             "(default); evict_first: evict within the PDB, the replacement starts afterwards")
+    parser.add_argument("--surge-max-wait", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) after a reservation past which make_before_break evicts without a Ready "
+                             "replacement (default 180)")
     parser.add_argument("--flip-back", choices=MODES, default=None,
                         help="release: label pods for the descheduler (default); evict: Eviction API here; off")
     parser.add_argument("--pods-per-minute", type=cliargs.positive_number, default=None,
@@ -194,7 +206,8 @@ def run(args: argparse.Namespace) -> int:
             signal=args.signal, prometheus_url=args.prometheus_url, promql=args.promql,
             pools=tuple(args.pools) if args.pools else None, flip_out=args.flip_out,
             flip_out_classes=tuple(args.flip_out_classes) if args.flip_out_classes else None,
-            flip_out_max_wait=args.flip_out_max_wait, flip_back=args.flip_back, pods_per_minute=args.pods_per_minute)
+            flip_out_max_wait=args.flip_out_max_wait, flip_mode=args.flip_mode, surge_max_wait=args.surge_max_wait,
+            flip_back=args.flip_back, pods_per_minute=args.pods_per_minute)
         timings = flags.timings(args)
         kube = runtime.kube_from_args(args, user_agent="gpufleet-taint-controller")
     except (InventoryError, ValueError, ConfigError) as exc:

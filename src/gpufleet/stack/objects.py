@@ -60,14 +60,15 @@ def cluster_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
     return [role, binding]
 
 
-def namespaced_rbac(name: str, namespace: str, rules: list[Obj]) -> list[Obj]:
-    """Role with ``rules`` in ``namespace`` bound to ServiceAccount ``namespace/name``: rights that stop at one namespace."""
+def namespaced_rbac(name: str, namespace: str, rules: list[Obj], *, account_namespace: str | None = None) -> list[Obj]:
+    """Role with ``rules`` in ``namespace`` bound to ServiceAccount ``<account_namespace or namespace>/name``:
+    rights that stop at one namespace."""
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": meta(f"gpufleet:{name}", namespace, component=name), "rules": rules}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": meta(f"gpufleet:{name}", namespace, component=name),
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"gpufleet:{name}"},
-               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": account_namespace or namespace}]}
     return [role, binding]
 
 

@@ -84,6 +84,8 @@ class FleetStatus:
     """The figures :func:`render` shows (see the module docstring). GPUs are counts of ``nvidia.com/gpu``."""
 
     env: str
+    #: how the flip-out moves inference off a node training needs (``taint_controller_flip_mode``).
+    flip_mode: str = ""
     gpus_total: int = 0
     gpus_schedulable: int = 0
     gpus_schedulable_inference: int = 0
@@ -140,7 +142,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
     training_pc, inference_pc = pcs[-1].name, pcs[0].name
     classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
-    st = FleetStatus(env=inv.env)
+    st = FleetStatus(env=inv.env, flip_mode=inv.role("taint_controller").taint_controller_flip_mode)
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
     used_on: dict[str, int] = {}
@@ -252,7 +254,7 @@ def render(st: FleetStatus) -> Group:
                     "still used" if s.name in st.inference_ok else "out", "LEMON" if s.lemon else "")
     if not st.nodes_out:
         out.add_row("(none)", "", "", "", "", "")
-    virt = Table(title="Virtual nodes (outside capacity)")
+    virt = Table(title=f"Virtual nodes (outside capacity) — flip-out mode: {st.flip_mode or '-'}")
     for col in ("node", "pool", "GPUs", "in use", "free-GPUs taint"):
         virt.add_column(col)
     for r in st.virtual_nodes:

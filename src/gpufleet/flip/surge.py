@@ -1,0 +1,233 @@
+"""Make before break: a replacement of an inference pod starts outside, and is Ready, before the pod is evicted.
+
+Why: evicting first drops serving capacity to the PodDisruptionBudget's
+floor on every flip-out (a PDB is a floor for emergencies, not the service
+level). kube-scheduler preemption, Kueue and the descheduler all evict
+first; nothing in Kubernetes starts the replacement first.
+
+How: for a victim owned by a ReplicaSet (a Deployment's), the flip-out
+creates a *surge* ReplicaSet of one replica from the victim's own
+ReplicaSet's pod template, placed on virtual nodes only:
+
+- its pods keep the workload's labels but not ``pod-template-hash``, so the
+  Deployment's ReplicaSet never adopts them (its selector carries the hash),
+  while a Service selecting the workload's labels sends them requests;
+- they carry :data:`gpufleet.names.SURGE_FOR_LABEL` = the victim's UID (the
+  surge ReplicaSet's selector), and the ReplicaSet is owned (not
+  controlled) by the Deployment, so deleting the Deployment removes it;
+- a controller (the surge ReplicaSet) and a scale keep PodDisruptionBudgets
+  with ``maxUnavailable`` or a percentage working: the disruption controller
+  refuses to compute a budget over pods without a scalable controller.
+
+The victim is evicted (through the Eviction API, its PDB still in force)
+once its surge pod is Ready, or once ``max_wait_seconds`` passed since the
+reservation (training always wins; today's path). The surge ReplicaSet is
+deleted when the Deployment is back to its available replicas after the
+eviction (its own replacement runs), when the victim needs no eviction any
+more (training ended, reservation gone), or ``cleanup_seconds`` after the
+victim left. The user's Deployment is never changed: the HPA and GitOps
+tools see the object they wrote.
+
+The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound
+from gpufleet.names import SURGE_FOR_LABEL, VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
+
+log = logging.getLogger(__name__)
+
+SURGES = Counter("gpufleet_flip_out_surges_total",
+                 "Make-before-break replacements, by event (created; removed; bound passed: a tick that "
+                 "evicted without a Ready replacement).", ["event"])
+
+#: Label the Deployment controller puts on a ReplicaSet's pods and selector.
+TEMPLATE_HASH_LABEL = "pod-template-hash"
+
+
+def surge_name(victim_name: str, victim_uid: str) -> str:
+    """The surge ReplicaSet's name: ``<victim name>-surge-<uid[:5]>``, at most 63 characters (a label value)."""
+    suffix = f"-surge-{victim_uid[:5]}"
+    return victim_name[: 63 - len(suffix)].rstrip("-.") + suffix
+
+
+def owner_of(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The controller ownerReference of kind ``kind`` in ``meta`` (None if none)."""
+    return next((o for o in meta.get("ownerReferences") or []
+                 if o.get("kind") == kind and o.get("controller")), None)
+
+
+def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any]) -> dict[str, Any]:
+    """The surge ReplicaSet for ``victim`` (a pod's ``metadata``) from its ReplicaSet ``owner_rs``; pure.
+
+    One replica of the ReplicaSet's pod template without ``pod-template-hash``,
+    labelled :data:`SURGE_FOR_LABEL` = the victim's UID, selecting virtual
+    nodes and tolerating their taint.
+
+    Raises:
+        ValueError: ``owner_rs`` has no template or is not owned by a Deployment.
+    """
+    uid = victim["uid"]
+    deployment = owner_of(owner_rs["metadata"], "Deployment")
+    template = (owner_rs.get("spec") or {}).get("template")
+    if not template or deployment is None:
+        raise ValueError(f"ReplicaSet {owner_rs['metadata'].get('namespace')}/{owner_rs['metadata'].get('name')}: "
+                         "expected a pod template and a Deployment owner")
+    labels = {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+              if k != TEMPLATE_HASH_LABEL}
+    labels[SURGE_FOR_LABEL] = uid
+    spec = dict(template.get("spec") or {})
+    key, value = VIRTUAL_NODE_LABEL
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
+    tolerations = list(spec.get("tolerations") or [])
+    if not any(t.get("key") == VIRTUAL_NODE_TAINT for t in tolerations):
+        tolerations.append({"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"})
+    spec["tolerations"] = tolerations
+    ns = victim["namespace"]
+    return {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": surge_name(victim["name"], uid), "namespace": ns,
+                     "labels": {SURGE_FOR_LABEL: uid, "app.kubernetes.io/managed-by": "gpufleet"},
+                     "annotations": {"gpufleet.io/surge-of": f"{ns}/{victim['name']}"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["name"],
+                                          "uid": deployment["uid"]}]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {SURGE_FOR_LABEL: uid}},
+                 "template": {"metadata": {"labels": labels, "annotations": dict((template.get("metadata") or {})
+                                                                                  .get("annotations") or {})},
+                              "spec": spec}},
+    }
+
+
+@dataclass
+class Surge:
+    """One surge in flight: the victim it replaces and where its ReplicaSet lives."""
+
+    victim_uid: str
+    namespace: str
+    name: str
+    deployment: str
+    created: float
+    victim_gone_at: float | None = None
+
+
+class Surges:
+    """Creates, watches and removes surge ReplicaSets (module docstring).
+
+    Args:
+        kube: client.
+        pods: informer of pod views (:func:`gpufleet.flip.signal.pod_view`); surge pods are found there.
+        cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, kube: Kube, pods, *, cleanup_seconds: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.kube = kube
+        self.pods = pods
+        self.cleanup_seconds = cleanup_seconds
+        self.clock = clock
+        self.live: dict[str, Surge] = {}
+        self.unsurgeable: set[str] = set()
+
+    def recover(self) -> None:
+        """Take over surges an earlier instance created (from their pods' labels and owners)."""
+        for p in self.pods.items():
+            uid = (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL)
+            rs = owner_of(p["metadata"], "ReplicaSet")
+            if uid and rs and uid not in self.live:
+                self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
+
+    def ready(self, victim: dict[str, Any]) -> bool:
+        """Whether ``victim`` (a pod view) may be evicted now: its surge pod is Ready, or it cannot have one.
+
+        Creates the surge ReplicaSet on first call. A victim not owned by a
+        Deployment's ReplicaSet gets no surge (True: evict as before).
+        """
+        meta = victim["metadata"]
+        uid = meta["uid"]
+        if uid in self.unsurgeable:
+            return True
+        if uid not in self.live:
+            created = self._create(meta)
+            if created is None:
+                self.unsurgeable.add(uid)
+                return True
+            self.live[uid] = created
+            return False
+        if any((p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid and p["ready"] and p["node"]
+               and not p["metadata"].get("deletionTimestamp") for p in self.pods.items()):
+            return True
+        return False
+
+    def _create(self, meta: dict[str, Any]) -> Surge | None:
+        rs_ref = owner_of(meta, "ReplicaSet")
+        if rs_ref is None:
+            return None
+        ns = meta["namespace"]
+        try:
+            owner_rs = self.kube.get("apps/v1", "replicasets", rs_ref["name"], ns)
+            body = surge_replicaset(meta, owner_rs)
+        except (KubeError, ValueError) as exc:
+            log.info("flip-out: no surge for %s/%s (%s): evicting first", ns, meta["name"], exc)
+            return None
+        try:
+            self.kube.create("apps/v1", "replicasets", body, ns)
+            SURGES.labels("created").inc()
+            log.info("flip-out: surge %s/%s started outside for %s before its eviction", ns,
+                     body["metadata"]["name"], meta["name"])
+        except Conflict:
+            pass  # created by an earlier tick or instance
+        except KubeError as exc:
+            log.warning("flip-out: creating surge for %s/%s: %s: evicting first", ns, meta["name"], exc)
+            return None
+        deployment = body["metadata"]["ownerReferences"][0]["name"]
+        return Surge(meta["uid"], ns, body["metadata"]["name"], deployment, self.clock())
+
+    def reconcile(self, wanted: Iterable[str]) -> None:
+        """Remove surges no longer needed; ``wanted``: UIDs of victims a reservation still has to move."""
+        wanted = set(wanted)
+        live_uids = {p["metadata"]["uid"] for p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
+        now = self.clock()
+        for uid, s in list(self.live.items()):
+            if uid in live_uids:
+                if uid not in wanted:
+                    self._remove(s, "its pod needs no eviction any more")
+                continue
+            if s.victim_gone_at is None:
+                s.victim_gone_at = now
+            if now - s.victim_gone_at >= self.cleanup_seconds or self._deployment_available(s):
+                self._remove(s, "the workload is back to its available replicas")
+        self.unsurgeable &= live_uids
+
+    def _deployment_available(self, s: Surge) -> bool:
+        if not s.deployment:
+            return True  # recovered without its owner: its replacement had time to start
+        try:
+            d = self.kube.get("apps/v1", "deployments", s.deployment, s.namespace)
+        except NotFound:
+            return True
+        except KubeError:
+            return False
+        want = (d.get("spec") or {}).get("replicas", 1)
+        return ((d.get("status") or {}).get("availableReplicas") or 0) >= want
+
+    def _remove(self, s: Surge, why: str) -> None:
+        try:
+            self.kube.delete("apps/v1", "replicasets", s.name, s.namespace, propagation="Background")
+        except NotFound:
+            pass
+        except KubeError as exc:
+            log.warning("flip-out: removing surge %s/%s: %s", s.namespace, s.name, exc)
+            return
+        self.live.pop(s.victim_uid, None)
+        SURGES.labels("removed").inc()
+        log.info("flip-out: surge %s/%s removed: %s", s.namespace, s.name, why)

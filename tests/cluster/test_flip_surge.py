@@ -1,0 +1,153 @@
+"""Make before break on the local cluster: each inference pod's replacement outside is Ready before its eviction.
+
+The flip-out runs in the test process against the real API server, its
+caches on real watches. The virtual node is a kwok node labelled as a
+virtual-kubelet node (kwok reports its pods Running and Ready, as a
+provider would). The order of events is read from a watch of the
+namespace's pods: the API server's own order.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gpufleet.flip.flipout import FlipOut
+from gpufleet.flip.signal import ApiServerSignal
+from gpufleet.kube import Kube, KubeError, NotFound, api_path
+from gpufleet.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
+
+from .helpers import busy_nodes, wait
+from .vk_helpers import delete_namespace, deployment, namespace, pods, ready
+
+pytestmark = pytest.mark.cluster
+
+MARK = ("gpufleet.io/surge-test", "yes")
+TRAINING_CLASS = "surge-test-training"
+VNODE = "vk-surge-test"
+
+
+def virtual_node() -> dict:
+    conditions = [{"type": "Ready", "status": "True", "reason": "Test", "message": "",
+                   "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": VNODE, "labels": {"type": "virtual-kubelet", MARK[0]: MARK[1]},
+                         "annotations": {KWOK_MANAGED[0]: KWOK_MANAGED[1]}},
+            "spec": {"taints": [{"key": VIRTUAL_NODE_TAINT, "value": "simulated", "effect": "NoSchedule"},
+                                {"key": FREE_GPUS_TAINT, "value": "true", "effect": FREE_GPUS_EFFECT}]},
+            "status": {"capacity": {"nvidia.com/gpu": "32", "pods": "20", "cpu": "64", "memory": "256Gi"},
+                       "allocatable": {"nvidia.com/gpu": "32", "pods": "20", "cpu": "64", "memory": "256Gi"},
+                       "conditions": conditions}}
+
+
+@pytest.fixture
+def setup(local_cluster):
+    kube = local_cluster.kube
+    node = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
+                   ["items"]} - busy_nodes(kube))[0]
+    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
+    try:
+        kube.delete("v1", "nodes", VNODE)
+    except NotFound:
+        pass
+    kube.create("v1", "nodes", virtual_node())
+    kube.create("scheduling.k8s.io/v1", "priorityclasses", {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
+        "value": 1000000, "preemptionPolicy": "Never"}) if not _exists(kube, TRAINING_CLASS) else None
+    ns = namespace(kube, "surge")
+    caches = ApiServerSignal(kube).start()
+    yield kube, ns, node, caches
+    caches.stop()
+    delete_namespace(kube, ns)
+    for name in (VNODE,):
+        try:
+            kube.delete("v1", "nodes", name)
+        except NotFound:
+            pass
+    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
+    live = kube.get("v1", "nodes", node)
+    taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
+    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None}})
+
+
+def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
+    """Start recording the watch events of ``ns``'s pods in the API server's order; the list they go into."""
+    events: list[tuple[str, dict]] = []
+    rv = kube.list("v1", "pods", ns)["metadata"]["resourceVersion"]
+
+    def run() -> None:
+        try:
+            for kind, obj in kube.watch(api_path("v1", "pods", ns), resource_version=rv, timeout_seconds=600):
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    events.append((kind, obj))
+        except KubeError:
+            pass  # the cluster stops at the end of the session; the events were read by then
+
+    threading.Thread(target=run, daemon=True, name="surge-test-watch").start()
+    return events
+
+
+def _exists(kube: Kube, name: str) -> bool:
+    try:
+        kube.get("scheduling.k8s.io/v1", "priorityclasses", name)
+        return True
+    except NotFound:
+        return False
+
+
+def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
+    kube, ns, node, caches = setup
+    kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=4), ns)
+    kube.create("policy/v1", "poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
+    wait("2 inference pods Ready on the in-cluster node", lambda: sum(
+        ready(p) and p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv")) == 2)
+    victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
+    events = record(kube, ns)
+    kube.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": ns},
+                               "spec": {"priorityClassName": TRAINING_CLASS, "nodeSelector": dict([MARK]),
+                                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                                        "containers": [{"name": "t", "image": "registry.invalid/train:1",
+                                                        "resources": {"requests": {"nvidia.com/gpu": "8"},
+                                                                      "limits": {"nvidia.com/gpu": "8"}}}]}}, ns)
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+                  mode="make_before_break", surge_max_wait_seconds=600)
+    serving: list[int] = []
+
+    def step() -> None:
+        out.tick()
+        serving.append(sum(ready(p) for p in pods(kube, ns, "app=srv")))
+
+    # The trainer is Unschedulable; the flip-out reserves the node and starts one surge per victim, evicting none.
+    wait("two surge ReplicaSets", lambda: (step(), len(kube.list("apps/v1", "replicasets", ns,
+                                                                  labelSelector=SURGE_FOR_LABEL)["items"]) == 2)[1])
+    assert {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv") if not p["metadata"].get("labels", {})
+            .get(SURGE_FOR_LABEL)} == victims, "a pod was evicted before its replacement ran"
+    # The taint controller opens the virtual node once the reservation took the free GPUs.
+    kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
+    wait("the trainer bound to the in-cluster node",
+         lambda: (step(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1], timeout=120)
+    wait("the surges removed once the Deployment is available again",
+         lambda: (step(), not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"])[1],
+         timeout=120)
+    assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
+    surge_ready, evicted = {}, {}
+    for i, (kind, pod) in enumerate(list(events)):
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(SURGE_FOR_LABEL) and ready(pod):
+            surge_ready.setdefault(meta["labels"][SURGE_FOR_LABEL], i)
+        if meta["uid"] in victims and (kind == "DELETED" or meta.get("deletionTimestamp")):
+            evicted.setdefault(meta["uid"], i)
+    assert set(evicted) == victims
+    assert all(surge_ready.get(uid, len(events)) < evicted[uid] for uid in victims), \
+        f"evicted before its replacement was Ready (event index): ready {surge_ready}, evicted {evicted}"
+    now = pods(kube, ns, "app=srv")
+    assert not victims & {p["metadata"]["uid"] for p in now}
+    assert sum(ready(p) and p["spec"].get("nodeName") == VNODE for p in now) >= 2
+    rs = kube.list("apps/v1", "replicasets", ns)["items"]
+    assert [r["spec"]["replicas"] for r in rs if not r["metadata"].get("labels", {}).get(SURGE_FOR_LABEL)] == [2], \
+        "the user's Deployment was changed"

@@ -1,0 +1,60 @@
+"""The make-before-break surge ReplicaSet built from a victim's ReplicaSet (pure), and the mode's settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.flip.flipout import FlipOut
+from gpufleet.flip.main import settings_from_inventory
+from gpufleet.flip.surge import surge_name, surge_replicaset
+from gpufleet.names import SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
+
+VICTIM = {"name": "srv-7d9f-abcde", "namespace": "inference", "uid": "0a1b2c3d-0000-0000-0000-000000000000"}
+
+
+def owner_rs(**spec) -> dict:
+    return {"metadata": {"name": "srv-7d9f", "namespace": "inference",
+                         "ownerReferences": [{"kind": "Deployment", "name": "srv", "uid": "dep-uid", "controller": True}]},
+            "spec": {"template": {"metadata": {"labels": {"app": "srv", "pod-template-hash": "7d9f"},
+                                               "annotations": {"prometheus.io/scrape": "true"}},
+                                  "spec": {"containers": [{"name": "c", "image": "x"}], **spec}}}}
+
+
+def test_the_surge_keeps_the_workload_labels_but_never_the_replicasets():
+    rs = surge_replicaset(VICTIM, owner_rs(nodeSelector={"gpufleet.io/flavor": "H100"}))
+    labels = rs["spec"]["template"]["metadata"]["labels"]
+    assert labels == {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"]}  # a Service on app=srv selects it
+    assert rs["spec"]["selector"] == {"matchLabels": {SURGE_FOR_LABEL: VICTIM["uid"]}}
+    assert rs["spec"]["replicas"] == 1
+    spec = rs["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpufleet.io/flavor": "H100", "type": "virtual-kubelet"}
+    assert [t["key"] for t in spec["tolerations"]] == [VIRTUAL_NODE_TAINT]
+    owner = rs["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner.get("controller")) == ("Deployment", "srv", None)
+    assert rs["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+
+
+def test_an_existing_virtual_toleration_is_not_repeated():
+    tol = [{"key": VIRTUAL_NODE_TAINT, "operator": "Equal", "value": "rental", "effect": "NoSchedule"}]
+    assert surge_replicaset(VICTIM, owner_rs(tolerations=tol))["spec"]["template"]["spec"]["tolerations"] == tol
+
+
+def test_a_replicaset_without_a_deployment_gets_no_surge():
+    rs = owner_rs()
+    rs["metadata"]["ownerReferences"] = []
+    with pytest.raises(ValueError, match="inference/srv-7d9f: expected a pod template and a Deployment owner"):
+        surge_replicaset(VICTIM, rs)
+
+
+def test_surge_names_are_label_values():
+    name = surge_name("a" * 80, VICTIM["uid"])
+    assert len(name) == 63 and name.endswith("-surge-0a1b2")
+
+
+def test_the_mode_is_checked_and_comes_from_the_inventory():
+    with pytest.raises(ValueError, match="flip-out mode 'later': expected one of make_before_break, evict_first"):
+        FlipOut(None, None, None, [], mode="later")
+    assert settings_from_inventory("local").flip_mode == "make_before_break"
+    assert settings_from_inventory("local", flip_mode="evict_first").flip_mode == "evict_first"
+    with pytest.raises(ValueError, match="--flip-mode 'x'"):
+        settings_from_inventory("local", flip_mode="x")
