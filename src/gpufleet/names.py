@@ -31,6 +31,8 @@ RESERVED_TAINT = "gpufleet.io/reserved-for"
 RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
 #: Label on a make-before-break replacement (its ReplicaSet and pod): the UID of the pod it replaces.
 SURGE_FOR_LABEL = "gpufleet.io/surge-for"
+#: Label on a surge: ``out`` (a replacement on virtual nodes, flip-out) or ``back`` (in-cluster, flip-back).
+SURGE_DIRECTION_LABEL = "gpufleet.io/surge-direction"
 #: Flip-out modes: a replacement outside is Ready before the pod is evicted, or today's evict first.
 FLIP_MODES = ("make_before_break", "evict_first")
 #: Taint of virtual nodes (the virtual-kubelet convention); pods that may run outside tolerate it.

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from gpufleet.flip.budget import MigrationBudget
+from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import FlipOut
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
@@ -70,7 +72,7 @@ def setup(local_cluster):
     kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
     live = kube.get("v1", "nodes", node)
     taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
-    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None}})
+    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
 
 
 def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
@@ -88,6 +90,22 @@ def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
 
     threading.Thread(target=run, daemon=True, name="surge-test-watch").start()
     return events
+
+
+def replaced_before_evicted(events: list[tuple[str, dict]], victims: set[str]) -> None:
+    """Assert that every victim was evicted, each after its surge pod was Ready (in watch order)."""
+    surge_ready, evicted = {}, {}
+    for i, (kind, pod) in enumerate(list(events)):
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(SURGE_FOR_LABEL) and ready(pod):
+            surge_ready.setdefault(meta["labels"][SURGE_FOR_LABEL], i)
+        if meta["uid"] in victims and (kind == "DELETED" or meta.get("deletionTimestamp")):
+            evicted.setdefault(meta["uid"], i)
+    trail = [(i, kind, pod["metadata"]["name"], pod["spec"].get("nodeName"), ready(pod),
+              bool(pod["metadata"].get("deletionTimestamp"))) for i, (kind, pod) in enumerate(list(events))]
+    assert set(evicted) == victims, trail
+    assert all(surge_ready.get(uid, len(events)) < evicted[uid] for uid in victims), \
+        f"evicted before its replacement was Ready (event index): ready {surge_ready}, evicted {evicted}: {trail}"
 
 
 def _exists(kube: Kube, name: str) -> bool:
@@ -135,19 +153,41 @@ def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
          lambda: (step(), not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"])[1],
          timeout=120)
     assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
-    surge_ready, evicted = {}, {}
-    for i, (kind, pod) in enumerate(list(events)):
-        meta = pod["metadata"]
-        if (meta.get("labels") or {}).get(SURGE_FOR_LABEL) and ready(pod):
-            surge_ready.setdefault(meta["labels"][SURGE_FOR_LABEL], i)
-        if meta["uid"] in victims and (kind == "DELETED" or meta.get("deletionTimestamp")):
-            evicted.setdefault(meta["uid"], i)
-    assert set(evicted) == victims
-    assert all(surge_ready.get(uid, len(events)) < evicted[uid] for uid in victims), \
-        f"evicted before its replacement was Ready (event index): ready {surge_ready}, evicted {evicted}"
+    replaced_before_evicted(events, victims)
     now = pods(kube, ns, "app=srv")
     assert not victims & {p["metadata"]["uid"] for p in now}
     assert sum(ready(p) and p["spec"].get("nodeName") == VNODE for p in now) >= 2
     rs = kube.list("apps/v1", "replicasets", ns)["items"]
     assert [r["spec"]["replicas"] for r in rs if not r["metadata"].get("labels", {}).get(SURGE_FOR_LABEL)] == [2], \
         "the user's Deployment was changed"
+
+
+def test_on_the_way_back_each_in_cluster_replacement_is_ready_before_the_pod_outside_goes(setup):
+    kube, ns, node, caches = setup
+    kube.patch("v1", "nodes", node, {"spec": {"unschedulable": True}})
+    kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
+    kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=2), ns)
+    kube.create("policy/v1", "poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
+    wait("2 inference pods Ready outside", lambda: sum(
+        ready(p) and p["spec"].get("nodeName") == VNODE for p in pods(kube, ns, "app=srv")) == 2)
+    outside = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
+    events = record(kube, ns)
+    # GPUs free again: the taint controller taints the virtual node; the in-cluster node takes pods again.
+    kube.patch("v1", "nodes", node, {"spec": {"unschedulable": None}})
+    kube.patch("v1", "nodes", VNODE, {"spec": {"taints": virtual_node()["spec"]["taints"]}})
+    back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(600, max_in_flight=1), mode="evict",
+                    make_before_break=True, surge_max_wait_seconds=600)
+    serving: list[int] = []
+
+    def step() -> None:
+        back.tick()
+        serving.append(sum(ready(p) for p in pods(kube, ns, "app=srv")))
+
+    wait("both pods back in-cluster and the surges removed", lambda: (step(), all(
+        p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv") if not p["metadata"].get("deletionTimestamp"))
+        and not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+        and not outside & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")})[1], timeout=180)
+    assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
+    replaced_before_evicted(events, outside)

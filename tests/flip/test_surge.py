@@ -23,7 +23,7 @@ def owner_rs(**spec) -> dict:
 def test_the_surge_keeps_the_workload_labels_but_never_the_replicasets():
     rs = surge_replicaset(VICTIM, owner_rs(nodeSelector={"gpufleet.io/flavor": "H100"}))
     labels = rs["spec"]["template"]["metadata"]["labels"]
-    assert labels == {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"]}  # a Service on app=srv selects it
+    assert labels == {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"], "gpufleet.io/surge-direction": "out"}  # a Service on app=srv selects it
     assert rs["spec"]["selector"] == {"matchLabels": {SURGE_FOR_LABEL: VICTIM["uid"]}}
     assert rs["spec"]["replicas"] == 1
     spec = rs["spec"]["template"]["spec"]
@@ -58,3 +58,18 @@ def test_the_mode_is_checked_and_comes_from_the_inventory():
     assert settings_from_inventory("local", flip_mode="evict_first").flip_mode == "evict_first"
     with pytest.raises(ValueError, match="--flip-mode 'x'"):
         settings_from_inventory("local", flip_mode="x")
+
+
+def test_a_surge_back_stays_off_virtual_nodes_in_every_required_term():
+    terms = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, {"matchFields": []}]
+    rs = surge_replicaset(VICTIM, owner_rs(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}), "back")
+    spec = rs["spec"]["template"]["spec"]
+    got = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    notin = {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}
+    assert all(notin in t["matchExpressions"] for t in got) and len(got) == 2
+    assert terms[0]["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}]  # input untouched
+    assert "nodeSelector" not in spec and "tolerations" not in spec
+    assert rs["metadata"]["labels"]["gpufleet.io/surge-direction"] == "back"
+    with pytest.raises(ValueError, match="surge direction 'up'"):
+        surge_replicaset(VICTIM, owner_rs(), "up")

@@ -15,6 +15,12 @@ may go now (pods per minute per workload, lowest priority first, at most
   Eviction API here. A PDB refusal (429) gives the token back; the pod is
   tried again on a later tick.
 
+With ``make_before_break`` (the taint controller's flip mode), a pod of a
+Deployment is released or evicted only once a replacement of it runs
+in-cluster and is Ready (:mod:`gpufleet.flip.surge`, direction ``back``),
+or once ``surge_max_wait_seconds`` passed since that replacement was
+started; until then its token is given back.
+
 See README.md in this folder for the split with the descheduler.
 """
 
@@ -30,6 +36,7 @@ from prometheus_client import Counter, Gauge
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
+from .surge import Surges
 from gpufleet.fleet.classify import tolerated
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL, SURGE_FOR_LABEL
 
@@ -68,10 +75,13 @@ class FlipBack:
         nodes / pods: informers of node and pod views.
         budget: the migration budget.
         mode: ``release``, ``evict`` or ``off``.
+        make_before_break: wait for a Ready in-cluster replacement before each release or eviction.
+        surge_max_wait_seconds: release or evict anyway this long after the replacement was started.
         clock: monotonic seconds (the budget's time base).
     """
 
     def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = "release",
+                 make_before_break: bool = False, surge_max_wait_seconds: float = 180.0,
                  clock: Callable[[], float] = time.monotonic):
         if mode not in MODES:
             raise ValueError(f"flip-back mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -82,6 +92,9 @@ class FlipBack:
         self.mode = mode
         self.clock = clock
         self.attempted: dict[str, float] = {}  # evict mode: UID -> when evicted
+        self.surges = Surges(kube, pods, direction="back", clock=clock) if make_before_break else None
+        self.surge_max_wait = surge_max_wait_seconds
+        self._recovered = False
 
     def tick(self) -> list[Candidate]:
         """One pass; returns the candidates acted on. Never raises for API errors."""
@@ -93,6 +106,8 @@ class FlipBack:
         cands = candidates(self.nodes.items(), self.pods.items(), set(self.attempted))
         CANDIDATES.set(len(cands))
         chosen = self.budget.plan(cands, now)
+        if self.surges is not None:
+            chosen = self._replaced_first(cands, chosen, now)
         for c in chosen:
             try:
                 if self.mode == "release":
@@ -117,3 +132,22 @@ class FlipBack:
                 RELEASES.labels(self.mode, "error").inc()
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)
         return chosen
+
+    def _replaced_first(self, cands: list[Candidate], chosen: list[Candidate], now: float) -> list[Candidate]:
+        """Of ``chosen``, those whose in-cluster replacement is Ready (or waited for long enough); the
+        others' tokens go back. Surges no candidate needs any more are removed."""
+        if not self._recovered:
+            self.surges.recover()
+            self._recovered = True
+        by_uid = {p["metadata"]["uid"]: p for p in self.pods.items()}
+        go = []
+        for c in chosen:
+            pod = by_uid.get(c.uid)
+            if pod is not None and not self.surges.ready(pod):
+                started = self.surges.live[c.uid].created if c.uid in self.surges.live else now
+                if now - started <= self.surge_max_wait:
+                    self.budget.refund(c)
+                    continue
+            go.append(c)
+        self.surges.reconcile({c.uid for c in cands})
+        return go

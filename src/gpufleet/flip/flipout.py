@@ -177,7 +177,7 @@ class FlipOut:
         self.surge_max_wait = surge_max_wait_seconds
         self.clock = clock
         self.reserved_at: dict[str, float] = {}
-        self.surges = Surges(kube, pods, clock=clock) if mode == "make_before_break" else None
+        self.surges = Surges(kube, pods, direction="out", clock=clock) if mode == "make_before_break" else None
         self._recovered = False
         self.wanted: set[str] = set()
 

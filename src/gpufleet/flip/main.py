@@ -143,7 +143,8 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
                   mode=s.flip_mode, surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_out else None
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
-                    mode=s.flip_back, clock=clock) if s.flip_back != "off" else None
+                    mode=s.flip_back, make_before_break=s.flip_mode == "make_before_break",
+                    surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_back != "off" else None
     ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, clock=clock)
     return ctl, caches
 

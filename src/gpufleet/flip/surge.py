@@ -19,6 +19,10 @@ ReplicaSet's pod template, placed on virtual nodes only:
   with ``maxUnavailable`` or a percentage working: the disruption controller
   refuses to compute a budget over pods without a scalable controller.
 
+The way back is the same with the surge placed in-cluster (required node
+affinity ``type NotIn [virtual-kubelet]``): the flip-back releases or
+evicts a pod outside only once its in-cluster replacement is Ready.
+
 The victim is evicted (through the Eviction API, its PDB still in force)
 once its surge pod is Ready, or once ``max_wait_seconds`` passed since the
 reservation (training always wins; today's path). The surge ReplicaSet is
@@ -41,8 +45,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gpufleet.kube import Conflict, Kube, KubeError, NotFound
-from gpufleet.names import SURGE_FOR_LABEL, VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
+from gpufleet.names import SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +70,49 @@ def owner_of(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
                  if o.get("kind") == kind and o.get("controller")), None)
 
 
-def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any]) -> dict[str, Any]:
+def _outside(spec: dict[str, Any]) -> None:
+    """Place on virtual nodes: their label selected, their taint tolerated."""
+    key, value = VIRTUAL_NODE_LABEL
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
+    tolerations = list(spec.get("tolerations") or [])
+    if not any(t.get("key") == VIRTUAL_NODE_TAINT for t in tolerations):
+        tolerations.append({"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"})
+    spec["tolerations"] = tolerations
+
+
+def _in_cluster(spec: dict[str, Any]) -> None:
+    """Keep off virtual nodes: ``type NotIn [virtual-kubelet]`` added to every required node selector term
+    (terms are ORed, so each needs it), or one term of its own."""
+    key, value = VIRTUAL_NODE_LABEL
+    expr = {"key": key, "operator": "NotIn", "values": [value]}
+    affinity = dict(spec.get("affinity") or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for t in terms:
+        t["matchExpressions"] = [*(t.get("matchExpressions") or []), expr]
+    required["nodeSelectorTerms"] = terms
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node
+    spec["affinity"] = affinity
+
+
+DIRECTIONS = ("out", "back")
+
+
+def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction: str = "out") -> dict[str, Any]:
     """The surge ReplicaSet for ``victim`` (a pod's ``metadata``) from its ReplicaSet ``owner_rs``; pure.
 
     One replica of the ReplicaSet's pod template without ``pod-template-hash``,
-    labelled :data:`SURGE_FOR_LABEL` = the victim's UID, selecting virtual
-    nodes and tolerating their taint.
+    labelled :data:`SURGE_FOR_LABEL` = the victim's UID; ``direction``
+    ``out``: on virtual nodes (their label selected, their taint tolerated),
+    ``back``: off them (required node affinity).
 
     Raises:
-        ValueError: ``owner_rs`` has no template or is not owned by a Deployment.
+        ValueError: ``owner_rs`` has no template or is not owned by a Deployment; an unknown ``direction``.
     """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
     uid = victim["uid"]
     deployment = owner_of(owner_rs["metadata"], "Deployment")
     template = (owner_rs.get("spec") or {}).get("template")
@@ -85,18 +122,15 @@ def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any]) -> dict[s
     labels = {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
               if k != TEMPLATE_HASH_LABEL}
     labels[SURGE_FOR_LABEL] = uid
+    labels[SURGE_DIRECTION_LABEL] = direction
     spec = dict(template.get("spec") or {})
-    key, value = VIRTUAL_NODE_LABEL
-    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
-    tolerations = list(spec.get("tolerations") or [])
-    if not any(t.get("key") == VIRTUAL_NODE_TAINT for t in tolerations):
-        tolerations.append({"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"})
-    spec["tolerations"] = tolerations
+    (_outside if direction == "out" else _in_cluster)(spec)
     ns = victim["namespace"]
     return {
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
         "metadata": {"name": surge_name(victim["name"], uid), "namespace": ns,
-                     "labels": {SURGE_FOR_LABEL: uid, "app.kubernetes.io/managed-by": "gpufleet"},
+                     "labels": {SURGE_FOR_LABEL: uid, SURGE_DIRECTION_LABEL: direction,
+                                "app.kubernetes.io/managed-by": "gpufleet"},
                      "annotations": {"gpufleet.io/surge-of": f"{ns}/{victim['name']}"},
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["name"],
                                           "uid": deployment["uid"]}]},
@@ -125,12 +159,16 @@ class Surges:
     Args:
         kube: client.
         pods: informer of pod views (:func:`gpufleet.flip.signal.pod_view`); surge pods are found there.
+        direction: ``out`` (flip-out: replacements on virtual nodes) or ``back`` (flip-back: in-cluster).
         cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
         clock: monotonic seconds.
     """
 
-    def __init__(self, kube: Kube, pods, *, cleanup_seconds: float = 300.0,
+    def __init__(self, kube: Kube, pods, *, direction: str = "out", cleanup_seconds: float = 300.0,
                  clock: Callable[[], float] = time.monotonic):
+        if direction not in DIRECTIONS:
+            raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
+        self.direction = direction
         self.kube = kube
         self.pods = pods
         self.cleanup_seconds = cleanup_seconds
@@ -141,23 +179,31 @@ class Surges:
     def recover(self) -> None:
         """Take over surges an earlier instance created (from their pods' labels and owners)."""
         for p in self.pods.items():
-            uid = (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL)
+            labels = p["metadata"].get("labels") or {}
+            uid = labels.get(SURGE_FOR_LABEL)
             rs = owner_of(p["metadata"], "ReplicaSet")
-            if uid and rs and uid not in self.live:
+            if uid and rs and uid not in self.live and labels.get(SURGE_DIRECTION_LABEL, "out") == self.direction:
                 self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
 
     def ready(self, victim: dict[str, Any]) -> bool:
         """Whether ``victim`` (a pod view) may be evicted now: its surge pod is Ready, or it cannot have one.
 
         Creates the surge ReplicaSet on first call. A victim not owned by a
-        Deployment's ReplicaSet gets no surge (True: evict as before).
+        Deployment's ReplicaSet, or whose surge the API server refuses for
+        good (forbidden, invalid), gets no surge (True: evict as before); a
+        passing failure (timeout, 5xx, 429) is tried again on the next call.
         """
         meta = victim["metadata"]
         uid = meta["uid"]
         if uid in self.unsurgeable:
             return True
         if uid not in self.live:
-            created = self._create(meta)
+            try:
+                created = self._create(meta)
+            except (Unreachable, ServerError, TooManyRequests) as exc:
+                log.info("flip-%s: surge for %s/%s not created yet: %s", self.direction, meta["namespace"],
+                         meta["name"], exc)
+                return False
             if created is None:
                 self.unsurgeable.add(uid)
                 return True
@@ -169,25 +215,34 @@ class Surges:
         return False
 
     def _create(self, meta: dict[str, Any]) -> Surge | None:
+        """The surge started for ``meta``'s pod; None when it can have none.
+
+        Raises:
+            Unreachable, ServerError, TooManyRequests: a passing failure (try again).
+        """
         rs_ref = owner_of(meta, "ReplicaSet")
         if rs_ref is None:
             return None
         ns = meta["namespace"]
         try:
             owner_rs = self.kube.get("apps/v1", "replicasets", rs_ref["name"], ns)
-            body = surge_replicaset(meta, owner_rs)
+            body = surge_replicaset(meta, owner_rs, self.direction)
+        except (Unreachable, ServerError, TooManyRequests):
+            raise
         except (KubeError, ValueError) as exc:
-            log.info("flip-out: no surge for %s/%s (%s): evicting first", ns, meta["name"], exc)
+            log.info("flip-%s: no surge for %s/%s (%s): evicting first", self.direction, ns, meta["name"], exc)
             return None
         try:
             self.kube.create("apps/v1", "replicasets", body, ns)
             SURGES.labels("created").inc()
-            log.info("flip-out: surge %s/%s started outside for %s before its eviction", ns,
-                     body["metadata"]["name"], meta["name"])
+            log.info("flip-%s: surge %s/%s started %s for %s before its eviction", self.direction, ns,
+                     body["metadata"]["name"], "outside" if self.direction == "out" else "in-cluster", meta["name"])
         except Conflict:
             pass  # created by an earlier tick or instance
+        except (Unreachable, ServerError, TooManyRequests):
+            raise
         except KubeError as exc:
-            log.warning("flip-out: creating surge for %s/%s: %s: evicting first", ns, meta["name"], exc)
+            log.warning("flip-%s: creating surge for %s/%s: %s: evicting first", self.direction, ns, meta["name"], exc)
             return None
         deployment = body["metadata"]["ownerReferences"][0]["name"]
         return Surge(meta["uid"], ns, body["metadata"]["name"], deployment, self.clock())
@@ -226,8 +281,8 @@ class Surges:
         except NotFound:
             pass
         except KubeError as exc:
-            log.warning("flip-out: removing surge %s/%s: %s", s.namespace, s.name, exc)
+            log.warning("flip-%s: removing surge %s/%s: %s", self.direction, s.namespace, s.name, exc)
             return
         self.live.pop(s.victim_uid, None)
         SURGES.labels("removed").inc()
-        log.info("flip-out: surge %s/%s removed: %s", s.namespace, s.name, why)
+        log.info("flip-%s: surge %s/%s removed: %s", self.direction, s.namespace, s.name, why)
