@@ -18,9 +18,11 @@ from gpufleet.flip.budget import MigrationBudget
 from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import FlipOut
 from gpufleet.flip.signal import ApiServerSignal
+from gpufleet.inventory import load
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
+from gpufleet.sim.flip import gated_policy, use_descheduler_policy
 
 from .helpers import busy_nodes, wait
 from .vk_helpers import delete_namespace, deployment, namespace, pods, ready
@@ -92,6 +94,16 @@ def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
     return events
 
 
+def serve(kube: Kube, ns: str, gpus: int, node: str) -> None:
+    """Two inference replicas of ``gpus`` GPUs each under a PDB of maxUnavailable 1, both Ready on ``node``."""
+    kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=gpus), ns)
+    kube.create("policy/v1", "poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
+    wait(f"2 inference pods Ready on {node}", lambda: sum(
+        ready(p) and p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv")) == 2)
+
+
 def replaced_before_evicted(events: list[tuple[str, dict]], victims: set[str]) -> None:
     """Assert that every victim was evicted, each after its surge pod was Ready (in watch order)."""
     surge_ready, evicted = {}, {}
@@ -118,12 +130,7 @@ def _exists(kube: Kube, name: str) -> bool:
 
 def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
     kube, ns, node, caches = setup
-    kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=4), ns)
-    kube.create("policy/v1", "poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
-    wait("2 inference pods Ready on the in-cluster node", lambda: sum(
-        ready(p) and p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv")) == 2)
+    serve(kube, ns, 4, node)
     victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
     events = record(kube, ns)
     kube.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": ns},
@@ -162,22 +169,20 @@ def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
         "the user's Deployment was changed"
 
 
-def test_on_the_way_back_each_in_cluster_replacement_is_ready_before_the_pod_outside_goes(setup):
+def test_on_the_way_back_each_in_cluster_replacement_is_ready_before_the_pod_outside_goes(setup, local_cluster):
+    """Release mode: the descheduler (gated to released pods) evicts; the flip-back releases each pod only once
+    its replacement in-cluster is Ready."""
     kube, ns, node, caches = setup
+    use_descheduler_policy(local_cluster.cluster, gated_policy(load("local")))
     kube.patch("v1", "nodes", node, {"spec": {"unschedulable": True}})
     kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
-    kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=2), ns)
-    kube.create("policy/v1", "poddisruptionbudgets", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
-    wait("2 inference pods Ready outside", lambda: sum(
-        ready(p) and p["spec"].get("nodeName") == VNODE for p in pods(kube, ns, "app=srv")) == 2)
+    serve(kube, ns, 2, VNODE)
     outside = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
     events = record(kube, ns)
     # GPUs free again: the taint controller taints the virtual node; the in-cluster node takes pods again.
     kube.patch("v1", "nodes", node, {"spec": {"unschedulable": None}})
     kube.patch("v1", "nodes", VNODE, {"spec": {"taints": virtual_node()["spec"]["taints"]}})
-    back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(600, max_in_flight=1), mode="evict",
+    back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(600, max_in_flight=1), mode="release",
                     make_before_break=True, surge_max_wait_seconds=600)
     serving: list[int] = []
 

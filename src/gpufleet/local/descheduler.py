@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.files import yaml_problem
 from gpufleet.local.certs import Pki
 from gpufleet.build.components import component
 
-#: Taint on virtual nodes while the cluster has free GPUs (DESIGN.md).
-FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
 #: Seconds between descheduling runs locally (production uses minutes).
 INTERVAL = "10s"
 
