@@ -227,8 +227,8 @@ _TRANSITION = re.compile(r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S
                          r"\(apply (?P<ms>\d+) ms\): (?P<reason>.*)$")
 
 
-def transitions(texts: list[str], wall_t0: float) -> list[Transition]:
-    """The taint controller's transitions from its pods' logs, in time order.
+def transitions(texts: list[str], wall_t0: float, since: float = 0.0) -> list[Transition]:
+    """The taint controller's transitions from its pods' logs, in time order, from wall-clock ``since`` on.
 
     ``at`` is in seconds since ``wall_t0`` (wall-clock seconds; the pods log
     in UTC), the other fields as the controller measured them.
@@ -238,6 +238,8 @@ def transitions(texts: list[str], wall_t0: float) -> list[Transition]:
         for line in text.splitlines():
             if m := _TRANSITION.match(line.strip()):
                 when = dt.datetime.strptime(m["at"], "%Y-%m-%d %H:%M:%S,%f").replace(tzinfo=dt.timezone.utc)
+                if when.timestamp() < since:
+                    continue
                 out.append(Transition(round(when.timestamp() - wall_t0, 2), m["to"] == "tainted",
                                       float(m["reaction"]), int(m["ms"]) / 1000, m["reason"]))
     return sorted(out, key=lambda t: t.at)
