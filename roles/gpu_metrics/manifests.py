@@ -8,8 +8,8 @@ import json
 import yaml
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import Obj, config_map, meta, namespace, service_account
-from gpufleet.stack.role import HelmRelease
+from gpufleet.names import VIRTUAL_NODE_LABEL
+from gpufleet.stack.objects import HelmRelease, Obj, config_map, meta, namespace, service_account
 from gpufleet.versions import pin
 
 #: dcgm-exporter counters (DCGM field names, DCGM 4 / dcgm-exporter 4.x).
@@ -70,20 +70,25 @@ def rule_file(inv: Inventory) -> Obj:
 
 
 def fabric_exporter(inv: Inventory) -> list[Obj]:
-    """The gpufleet fabric exporter DaemonSet on every GPU node, reading the host's /sys."""
+    """The gpufleet fabric exporter DaemonSet on every node but virtual ones, reading the host's /sys and NVML
+    (or, with ``gpu_metrics_exporter_fixture_node``, a fixture node's folder on the host and its fake NVML)."""
     v = inv.role("gpu_metrics")
     ns, port = v.gpu_metrics_namespace, v.gpu_metrics_exporter_port
     pod_labels = {"app.kubernetes.io/name": EXPORTER}
+    # A fixture node (the local environment's real node) stands in for the host's /sys and NVML, read the same way.
+    fixture = v.gpu_metrics_exporter_fixture_node
+    source = ["--sysfs-root", "/host/sys"] if not fixture else [
+        "--sysfs-root", "/host/fixture/sys", "--nvml-fake", "/host/fixture/node.json"]
     container = {
         "name": "exporter", "image": inv.fleet.gpufleet_image,
-        "args": ["exporter", "--sysfs-root", "/host/sys", "--metrics-port", str(port)],
+        "args": ["exporter", *source, "--metrics-port", str(port)],
         # NVML through the NVIDIA container runtime: utility capability only, all GPUs visible.
         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"}],
         "ports": [{"name": "metrics", "containerPort": port}],
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
         "livenessProbe": {"httpGet": {"path": "/metrics", "port": port}, "periodSeconds": 30},
-        "volumeMounts": [{"name": "sys", "mountPath": "/host/sys", "readOnly": True}],
+        "volumeMounts": [{"name": "sys", "mountPath": "/host/fixture" if fixture else "/host/sys", "readOnly": True}],
         "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
     }
     ds = {
@@ -93,9 +98,13 @@ def fabric_exporter(inv: Inventory) -> list[Obj]:
                  "template": {"metadata": {"labels": pod_labels}, "spec": {
                      "serviceAccountName": EXPORTER,
                      "tolerations": [{"operator": "Exists"}],
+                     # Every node but virtual ones: a virtual kubelet has no host to read.
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                         {"matchExpressions": [{"key": VIRTUAL_NODE_LABEL[0], "operator": "NotIn",
+                                                "values": [VIRTUAL_NODE_LABEL[1]]}]}]}}},
                      "priorityClassName": "system-node-critical",
                      "containers": [container],
-                     "volumes": [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}]}}},
+                     "volumes": [{"name": "sys", "hostPath": {"path": fixture or "/sys", "type": "Directory"}}]}}},
     }
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": meta(EXPORTER, ns),
            "spec": {"clusterIP": "None", "selector": pod_labels, "ports": [{"name": "metrics", "port": port}]}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, Field
 
 from gpufleet.inventory.types import STRICT, Celsius, DnsLabel, PositiveInt
@@ -19,6 +21,7 @@ class Vars(BaseModel):
     gpu_metrics_memory_temp_threshold_celsius: Celsius
     gpu_metrics_alert_for_seconds: PositiveInt
     gpu_metrics_exporter_port: int = Field(ge=1, le=65535)
+    gpu_metrics_exporter_fixture_node: Annotated[str, Field(pattern=r"^/")] | None = None
     gpu_metrics_scrape_interval_seconds: PositiveInt
     gpu_metrics_prometheus_operator: bool
     gpu_metrics_grafana_dashboards: bool

@@ -14,8 +14,7 @@ from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
 from gpufleet.kube.quantity import canonical
 from gpufleet.fleet.shares import gpu_quotas, split
-from gpufleet.stack.objects import Obj, meta, namespace
-from gpufleet.stack.role import HelmRelease
+from gpufleet.stack.objects import HelmRelease, Obj, meta, namespace
 from gpufleet.versions import pin
 
 API = "kueue.x-k8s.io/v1beta2"

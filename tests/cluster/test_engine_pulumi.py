@@ -17,9 +17,11 @@ touched). The tests share one stack and run in file order:
 The stack is destroyed at the end of the module even when a test fails.
 
 The controllers' Deployments need a node without the GPU taint (the engine
-waits for them to become available). ``inventories/local`` has only GPU
-nodes so far; until it has untainted system nodes, the module adds one kwok
-node of its own (outside the snapshots) and removes it at the end.
+waits for them to become available). ``inventories/local`` places them on
+the real node, which needs stack config of its cluster
+(``test_in_cluster_stack.py`` runs that); this module keeps the engine's
+checks apart from it (``gpufleet_node_selector: {}``), adds one kwok node
+of its own (outside the snapshots) and removes it at the end.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ pytestmark = pytest.mark.cluster
 
 ENV = "local"
 VARIABLE, VALUE = "kueue_reserve_gpus", 8
+#: Stack config of every run of this module: the controllers on the module's kwok node, not the real node.
+BASE = {"gpufleet_node_selector": {}}
+BASE_CONFIG = {"gpufleet:gpufleet_node_selector": "{}"}
 #: Objects nobody declares that come and go on their own (ComponentStatus: computed on each read, no uid).
 VOLATILE = {("v1", "Event"), ("events.k8s.io/v1", "Event"), ("v1", "ComponentStatus")}
 #: Namespaces whose objects their owners renew on their own (kube-node-lease: each kubelet's heartbeat Lease).
@@ -70,7 +75,7 @@ def snapshot(kube: Kube) -> set[Ident]:
 
 def declared_ids(overrides: dict | None = None) -> dict[str, dict]:
     """``object_id`` -> manifest of every object the stack declares (render under mocks)."""
-    return {object_id(o): o for o in render(load(ENV, overrides=overrides)).objects}
+    return {object_id(o): o for o in render(load(ENV, overrides={**BASE, **(overrides or {})})).objects}
 
 
 def urn_name(urn: str) -> str:
@@ -168,7 +173,7 @@ def deployed(local_cluster, system_node, tmp_path_factory) -> Iterator[Deployed]
     tools.ensure_all(progress=print)
     root: Path = tmp_path_factory.mktemp("pulumi")
     target = engine.Target(env=ENV, kubeconfig=local_cluster.kubeconfig, work_dir=root / "project",
-                           backend=root / "backend")
+                           backend=root / "backend", config=dict(BASE_CONFIG))
     target.work_dir.mkdir()
     remove_leftovers(local_cluster.kube)
     before = snapshot(local_cluster.kube)
@@ -210,7 +215,7 @@ def test_one_variable_updates_only_its_dependents(deployed, local_cluster):
     before, after = declared_ids(), declared_ids({VARIABLE: VALUE})
     expected = {oid for oid in before if before[oid] != after[oid]}
     assert expected, f"{VARIABLE}={VALUE} changes no object; pick another value"
-    changed = dataclasses.replace(deployed.target, config={f"gpufleet:{VARIABLE}": str(VALUE)})
+    changed = dataclasses.replace(deployed.target, config={**BASE_CONFIG, f"gpufleet:{VARIABLE}": str(VALUE)})
 
     preview = engine.preview(changed, printer=print)
     assert {urn_name(u): op for u, op in preview.changes.items()} == {oid: "update" for oid in expected}
@@ -238,7 +243,7 @@ def test_quota_sync_rewrites_do_not_block_a_later_up(deployed, local_cluster):
         res["nominalQuota"] = "40"  # what quota-sync writes with nodes out
     api.request("PATCH", f"{rs.CQ_PATH}/training", body={"spec": {"resourceGroups": groups}})
     value = VALUE // 2
-    again = dataclasses.replace(deployed.target, config={f"gpufleet:{VARIABLE}": str(value)})
+    again = dataclasses.replace(deployed.target, config={**BASE_CONFIG, f"gpufleet:{VARIABLE}": str(value)})
     engine.up(again, printer=print)
     want = next(o for o in declared_ids({VARIABLE: value}).values()
                 if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")

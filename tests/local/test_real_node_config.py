@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import tomllib
 from pathlib import Path
 
@@ -53,3 +55,7 @@ def test_pod_network_has_no_gateway_and_no_masquerade():
     assert bridge["isGateway"] is False and bridge["ipMasq"] is False and bridge["isDefaultGateway"] is False
     assert len(bridge["bridge"]) <= 15 and bridge["ipam"]["dataDir"].startswith("/state/c/node/")
     assert realnode.pod_subnet(PORTS) != realnode.pod_subnet(Ports(20020))
+    # One route: to the other local clusters' pod networks (their forwards), through the host's end of the bridge.
+    assert bridge["ipam"]["routes"] == [{"dst": realnode.POD_NETWORKS, "gw": realnode.gateway_ip(PORTS)}]
+    assert all(ipaddress.ip_network(realnode.pod_subnet(Ports(b))).subnet_of(ipaddress.ip_network(realnode.POD_NETWORKS))
+               for b in (20000, 20020, 25100))

@@ -65,3 +65,59 @@ def test_the_inventory_travels_with_the_controllers_and_loads_the_same(tmp_path:
     mounted, original = load("local", root=root), load("local")
     assert mounted.hosts == original.hosts
     assert mounted.role("taint_controller") == original.role("taint_controller")
+
+
+def test_every_controller_has_a_writable_tmp_on_its_read_only_root():
+    # The Kubernetes client writes a kubeconfig's embedded certificates (a kubernetes pool's) to temporary files.
+    objs = _objects()
+    for name in CONTROLLERS:
+        pod = _deployment(objs, name)["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], name
+        assert next(v for v in pod["volumes"] if v["name"] == "tmp")["emptyDir"], name
+
+
+def _exporter(objs: list[dict]) -> dict:
+    return next(o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "gpufleet-fabric-exporter")
+
+
+def test_the_exporter_stays_off_virtual_nodes():
+    pod = _exporter(_objects())["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    key, value = names.VIRTUAL_NODE_LABEL
+    assert terms == [{"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]}]}]
+
+
+def test_a_fixture_node_replaces_the_hosts_sys_and_nvml_for_the_exporter():
+    plain = _exporter(_objects())["spec"]["template"]["spec"]
+    assert plain["volumes"] == [{"name": "sys", "hostPath": {"path": "/sys", "type": "Directory"}}]
+    assert "--nvml-fake" not in plain["containers"][0]["args"]
+    pod = _exporter(_objects(gpu_metrics_exporter_fixture_node="/state/c/node/fixture"))["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "sys", "hostPath": {"path": "/state/c/node/fixture", "type": "Directory"}}]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--sysfs-root") + 1] == "/host/fixture/sys"
+    assert args[args.index("--nvml-fake") + 1] == "/host/fixture/node.json"
+    assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == "/host/fixture"
+    with pytest.raises(InventoryError, match="gpu_metrics_exporter_fixture_node"):
+        load("local", overrides={"gpu_metrics_exporter_fixture_node": "relative/path"})
+
+
+def test_the_local_inventory_places_gpufleet_on_the_real_node():
+    assert load("local").fleet.gpufleet_node_selector == dict([names.SYSTEM_NODE_LABEL])
+
+
+def test_what_gpufleet_runs_in_its_image_needs_no_pulumi():
+    # The image carries the runtime dependencies only: each command, and the roles' manifests the
+    # controllers read (quota sync plans from the kueue role's), import without Pulumi.
+    import subprocess
+    import sys
+
+    from gpufleet.cli import COMMANDS
+
+    modules = [m for m, _ in COMMANDS.values()] + [f"roles.{r}.manifests" for r in (
+        "kueue", "descheduler", "gpu_metrics", "taint_controller", "virtual_kubelet", "node_health", "inference")]
+    code = ("import sys\nfor m in ('pulumi', 'pulumi_kubernetes'): sys.modules[m] = None\n"
+            + "".join(f"import {m}\n" for m in modules))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

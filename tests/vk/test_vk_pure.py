@@ -252,3 +252,25 @@ def test_provider_configuration_errors_are_clear(tmp_path):
         build(SimpleNamespace(**base, provider="kubernetes"), node_name="vk-p", remote_kubeconfig=str(bad))
     sim = build(SimpleNamespace(**base, provider="simulated"), node_name="vk-p", start=False)
     assert sim.capacity().gpus == 8 and sim.capacity().gpu_product == H100
+
+
+def test_status_write_replaces_host_ips_after_a_restart_on_another_address():
+    # The strategic merge key of hostIPs is ip: a plain list would be merged into the old address's.
+    from gpufleet.vk.pods import PodController
+
+    class Kube:
+        patches: list = []
+
+        def patch(self, *args, **kwargs):
+            self.patches.append((args, kwargs))
+
+    kube = Kube()
+    ctl = PodController(kube, "vk-x", {}, host_ip="10.244.1.9")
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+           "status": {"phase": "Running", "hostIP": "10.244.1.8", "hostIPs": [{"ip": "10.244.1.8"}]}}
+    ctl._write_status(pod, {"phase": "Running", "podIP": "10.1.0.5", "startTime": "2026-01-01T00:00:00Z"})
+    ((args, kwargs),) = kube.patches
+    status = args[3]["status"]
+    assert status["hostIP"] == "10.244.1.9"
+    assert status["hostIPs"] == [{"$patch": "replace"}, {"ip": "10.244.1.9"}]
+    assert kwargs["patch"] == "strategic" and kwargs["subresource"] == "status"

@@ -80,6 +80,11 @@ VNODES = Gauge("gpufleet_taint_controller_virtual_nodes", "Virtual nodes of the 
 FREE_TAINT = {"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}
 
 
+#: The log line of each transition (to, reaction seconds, apply milliseconds, reason): readers of the
+#: controller's log (``sim.flip``, :func:`gpufleet.sim.incluster.transitions`) rebuild the transitions from it.
+TRANSITION_LOG = "taint controller: %s virtual nodes after %.2fs (apply %.0f ms): %s"
+
+
 @dataclass
 class Transition:
     """One applied state change: when (clock), to what, reaction and latency (seconds), why."""
@@ -226,8 +231,8 @@ class TaintController:
                 TRANSITIONS.labels("tainted" if decision.tainted else "untainted").inc()
                 LATENCY.observe(t.latency_seconds)
                 REACTION.observe(t.reaction_seconds)
-                log.info("taint controller: %s virtual nodes (%s)", "tainted" if decision.tainted else "untainted",
-                         decision.reason)
+                log.info(TRANSITION_LOG, "tainted" if decision.tainted else "untainted", t.reaction_seconds,
+                         t.latency_seconds * 1000, decision.reason)
         TAINTED.set(-1 if decision.tainted is None else int(decision.tainted))
         vn = self.virtual_nodes()
         on = sum(self.has_taint(n) for n in vn)

@@ -61,12 +61,13 @@ COMPONENTS = (
     "prometheus",
     "containerd",
     "api-forward",
+    "prometheus-forward",
     "kubelet",
 )
-_ADDONS = COMPONENTS[2:-3]
+_ADDONS = COMPONENTS[2:-4]
 #: The real node's processes (:mod:`gpufleet.local.node`), started last and stopped first.
-NODE_COMPONENTS = COMPONENTS[-3:]
-_NOT_NODE = COMPONENTS[:-3]
+NODE_COMPONENTS = COMPONENTS[-4:]
+_NOT_NODE = COMPONENTS[:-4]
 
 
 @dataclass
@@ -165,6 +166,7 @@ class Cluster:
             # containerd has no HTTP endpoint: up waits for its socket (node.wait_containerd).
             "containerd": spec("containerd", realnode.containerd_argv(npaths), None),
             "api-forward": spec("api-forward", realnode.api_forward_argv(p), None),
+            "prometheus-forward": spec("prometheus-forward", realnode.prometheus_forward_argv(p), None),
             "kubelet": spec("kubelet", realnode.kubelet_argv(self.name, npaths, self.node_ip),
                             http(p.kubelet_healthz, "/healthz")),
         }
@@ -173,6 +175,20 @@ class Cluster:
     def in_cluster_api(self) -> str:
         """The API endpoint of pods on the real node (``https://<bridge address>:6443``, forwarded to the apiserver)."""
         return realnode.in_cluster_api(self.ports)
+
+    def pod_kubeconfig(self) -> str:
+        """The admin kubeconfig (YAML) with :attr:`in_cluster_api` as its server: what pods on any local cluster's
+        real node can use (a ``kubernetes`` pool's Secret for its virtual kubelet; the pod networks route to
+        each other's forwards, :data:`gpufleet.local.node.POD_NETWORKS`)."""
+        doc = yaml.safe_load(self.kubeconfig.read_text())
+        for entry in doc["clusters"]:
+            entry["cluster"]["server"] = self.in_cluster_api
+        return yaml.safe_dump(doc, sort_keys=False)
+
+    @property
+    def in_cluster_prometheus(self) -> str:
+        """The Prometheus URL of pods on the real node (``http://<bridge address>:9090``, forwarded to Prometheus)."""
+        return realnode.in_cluster_prometheus(self.ports)
 
     @property
     def node_ip(self) -> str:
@@ -460,7 +476,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     built = images.build(say=log)
     imported = realnode.import_image(npaths, built.archive, built.reference, built.digest)
     phase(f"images ({'imported' if imported else 'present'}: {built.digest[:19]})")
-    _ensure([specs["api-forward"]], timeout, log)
+    _ensure([specs["api-forward"], specs["prometheus-forward"]], timeout, log)
     kl = specs["kubelet"]
     started_before = running(kl.pidfile)
     _ensure([kl], timeout, log)
@@ -635,8 +651,9 @@ def _down_node(name: str, lay: Layout, timeout: float) -> list[str]:
     npaths = realnode.NodePaths.of(lay)
     if processes.stop(lay.pid("kubelet"), timeout):
         stopped.append("kubelet")
-    if processes.stop(lay.pid("api-forward"), timeout):
-        stopped.append("api-forward")
+    for forward in ("api-forward", "prometheus-forward"):
+        if processes.stop(lay.pid(forward), timeout):
+            stopped.append(forward)
     if running(lay.pid("containerd")) is not None:
         try:
             realnode.remove_containers(npaths)

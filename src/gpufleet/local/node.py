@@ -20,10 +20,12 @@ Nothing leaves the machine:
 - pods get a ``resolv.conf`` naming 127.0.0.1; pods that are not
   ``hostNetwork`` join a bridge with no masquerade and no default route;
   the bridge's own address (:func:`gateway_ip`) is the host's end of it,
-  where ``socat`` forwards one port to the apiserver on loopback: the API
+  where ``socat`` forwards a port to the apiserver on loopback, the API
   endpoint of in-cluster clients (:func:`in_cluster_api`), as there is no
-  service network; a blackhole route covers the service range, which no
-  kube-proxy serves.
+  service network, and one to Prometheus (:func:`in_cluster_prometheus`);
+  pods route :data:`POD_NETWORKS` (every local cluster's bridge, all
+  host addresses) through it; a blackhole route covers the service range,
+  which no kube-proxy serves.
 
 Host state it makes, all named after the cluster and removed by
 :func:`teardown`: cgroups ``gpufleet-<cluster>`` in every hierarchy (the
@@ -73,6 +75,11 @@ class NodePaths:
     def of(cls, layout: Layout) -> "NodePaths":
         """The node paths of a cluster layout."""
         return cls(layout.root / "node")
+
+    @property
+    def fixture(self) -> Path:
+        """A fixture GPU node's files (``node.json``, ``sys/``) that the exporter on this node reads: it has no GPUs."""
+        return self.root / "fixture"
 
     @property
     def containerd_root(self) -> Path:
@@ -182,6 +189,22 @@ def in_cluster_api(ports: Ports) -> str:
     return f"https://{gateway_ip(ports)}:{API_FORWARD_PORT}"
 
 
+#: The port of the Prometheus forward on :func:`gateway_ip` (Prometheus' own default port).
+PROMETHEUS_FORWARD_PORT = 9090
+
+
+def in_cluster_prometheus(ports: Ports) -> str:
+    """The Prometheus URL of pods on the real node: ``http://<gateway_ip>:9090`` (forwarded to the cluster's Prometheus)."""
+    return f"http://{gateway_ip(ports)}:{PROMETHEUS_FORWARD_PORT}"
+
+
+def prometheus_forward_argv(ports: Ports) -> list[str]:
+    """socat forwarding :func:`gateway_ip`:9090 to the cluster's Prometheus on 127.0.0.1."""
+    return [str(binary("node_runtime", "socat")), "-d",
+            f"TCP-LISTEN:{PROMETHEUS_FORWARD_PORT},bind={gateway_ip(ports)},reuseaddr,fork",
+            f"TCP:127.0.0.1:{ports.prometheus}"]
+
+
 def api_forward_argv(ports: Ports) -> list[str]:
     """socat forwarding :func:`gateway_ip`:6443 to the apiserver on 127.0.0.1 (TLS passes through untouched)."""
     return [str(binary("node_runtime", "socat")), "-d",
@@ -262,8 +285,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 """
 
 
+#: Every local cluster's pod subnet (:func:`pod_subnet`) lies in it.
+POD_NETWORKS = "10.244.0.0/16"
+
+
 def cni_config(cluster: str, ports: Ports, paths: NodePaths) -> dict:
-    """The conflist: a bridge with no gateway and no masquerade (pods get no default route), loopback."""
+    """The conflist: a bridge with no gateway and no masquerade (pods get no default route), loopback.
+
+    One route, :data:`POD_NETWORKS` through the host's end of the bridge:
+    a pod reaches the forwards of the other local clusters' real nodes
+    (their bridge addresses are the host's own), as a virtual kubelet of a
+    ``kubernetes`` pool reaches the pool's cluster; nothing else is routed.
+    """
     return {
         "cniVersion": "1.0.0",
         "name": f"gpufleet-{cluster}",
@@ -271,7 +304,8 @@ def cni_config(cluster: str, ports: Ports, paths: NodePaths) -> dict:
             # The bridge and its address are made by ensure_network; the plugin only plugs pods in.
             {"type": "bridge", "bridge": bridge_name(cluster), "isGateway": False, "isDefaultGateway": False,
              "ipMasq": False, "hairpinMode": True,
-             "ipam": {"type": "host-local", "dataDir": str(paths.ipam), "routes": [],
+             "ipam": {"type": "host-local", "dataDir": str(paths.ipam),
+                      "routes": [{"dst": POD_NETWORKS, "gw": gateway_ip(ports)}],
                       "ranges": [[{"subnet": pod_subnet(ports), "gateway": gateway_ip(ports)}]]}},
             {"type": "loopback"},
         ],

@@ -7,15 +7,21 @@ What it does (:func:`run`):
    on the flip-back release label (:func:`gated_policy`); starts the second
    cluster for every ``kubernetes`` pool (named after the pool, as
    ``invoke local.up --name other`` does) with enough nodes for the pool,
-   and stores its kubeconfig in the pool's Secret.
+   and stores its kubeconfig (reachable from the real node's pods) in the
+   pool's Secret.
 2. Applies the kueue role's queues and priority classes and the inference
    role's Deployment, HPA and PodDisruptionBudget (``replicas`` replicas),
    from the inventory. The training PriorityClass gets
    ``preemptionPolicy: Never`` (the flip-out preempts for it, PDB-respecting;
    see ``src/gpufleet/flip/README.md``).
-3. Starts, in this process (threads), one virtual kubelet per pool and the
-   taint controller (with flip-out and flip-back); waits until inference is
-   Ready in-cluster and the virtual nodes are tainted.
+3. Uses the taint controller (with flip-out and flip-back) and one virtual
+   kubelet per pool as production runs them: the roles' Deployments, from
+   gpufleet's image, on the cluster's real node (:mod:`gpufleet.sim.incluster`).
+   Those a stack deployed (``invoke up --env local``, the demo) are used as
+   they are; missing ones are applied here and removed at the end (unless
+   ``keep``). Waits until they are Available, inference is Ready in-cluster
+   and the virtual nodes are tainted. The timeline's transitions come from
+   the taint controller's log (the kubelet serves it).
 4. Submits a JobSet through Kueue (LocalQueue of the ``training`` cluster
    queue, PriorityClass ``gpufleet-training``, the highest
    WorkloadPriorityClass) with one 8-GPU pod per node: every GPU. Its pods
@@ -45,10 +51,8 @@ which and what the cluster looked like; the timeline is still written).
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -56,11 +60,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.flip.controller import TaintController
-from gpufleet.flip.main import Settings, build as build_controller
+from gpufleet.flip.controller import Transition
+from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.vk.main import VirtualKubelet
+from gpufleet.sim import incluster
 from gpufleet.vk.node import node_name_for
 
 log = logging.getLogger(__name__)
@@ -187,9 +191,9 @@ class Sample:
 
 @dataclass
 class Recorder:
-    """Samples the controller's caches once per ``interval`` seconds in a thread."""
+    """Samples the node and pod caches (those the taint controller reads) once per ``interval`` seconds in a thread."""
 
-    ctl: TaintController
+    caches: ApiServerSignal
     inference_ns: str
     training_ns: str
     virtual_nodes: list[str]
@@ -201,7 +205,7 @@ class Recorder:
 
     def sample(self) -> Sample:
         """Take one sample now from the watch caches."""
-        caches = self.ctl.caches
+        caches = self.caches
         nodes = {n["name"]: n for n in caches.nodes.items()}
         pods = caches.pods.items()
         virtual = {n for n, v in nodes.items() if v["virtual"]}
@@ -237,7 +241,7 @@ class Recorder:
         present = {p["metadata"]["uid"] for p in pods}
         finished = len(self.started - present)
         return Sample(round(time.monotonic() - self.t0, 2), tr_gpus, tr_run, len(self.started), finished, ready_in + sum(ready_out.values()), ready_in,
-                      ready_out, gpus_in, gpus_out, tainted, reserved, pending, self.ctl.last_value)
+                      ready_out, gpus_in, gpus_out, tainted, reserved, pending, caches.value())
 
     def run(self) -> None:
         """Sample until :meth:`stop`."""
@@ -412,21 +416,6 @@ def _up(name: str, specs: list, say, **kwargs):
     return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), fresh=fresh, **kwargs)
 
 
-def _pool_clusters(kube: Kube, opts: Options, pools: list, namespace: str, gpus_per_node: int, say) -> None:
-    """A second local cluster for each ``kubernetes`` pool, sized to its GPUs, and its kubeconfig Secret in ``namespace``."""
-    from gpufleet.inventory import node_specs
-
-    for p in pools:
-        if p.provider == "kubernetes":
-            name = opts.other_clusters.get(p.name, p.name)
-            say(f"second cluster [bold]{name}[/] for pool {p.name}")
-            rc = _up(name, node_specs(opts.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node))), say, env=opts.env)
-            apply(kube, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-            apply(kube, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": p.kubeconfig_secret or f"{p.name}-kubeconfig",
-                                                                           "namespace": namespace},
-                         "data": {"kubeconfig": base64.b64encode(rc.kubeconfig.read_bytes()).decode()}})
-
-
 def _apply_objects(kube: Kube, inv) -> None:
     """The kueue role's queues and priorities (training's PriorityClass included) and the inference role's objects."""
     from roles.inference.manifests import objects as inference_objects
@@ -449,29 +438,24 @@ def _apply_objects(kube: Kube, inv) -> None:
         apply(kube, obj)
 
 
-def _start_controllers(kube: Kube, inv, pools: list, training_pc: str):
-    """A virtual kubelet per pool and the taint controller with its caches, started; ``(vks, controller, caches)``.
+def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
+    """The roles' taint-controller and virtual-kubelet Deployments on the real node, Available, and the
+    recorder's caches (started).
 
-    The controller's settings are the inventory's (taint_controller, descheduler roles); it flips
-    out pods of ``training_pc``, the PriorityClass training runs at.
+    A stack's Deployments are used as they are; missing ones are applied
+    here (and removed after the run). Returns ``(objects, created, caches)``.
     """
-    from gpufleet.vk.providers import build as build_provider
+    from gpufleet.inventory import load
 
-    namespace = inv.role("virtual_kubelet").virtual_kubelet_namespace
-    vks: list[VirtualKubelet] = []
-    for p in pools:
-        prov = build_provider(p, node_name=node_name_for(p.name), kube=kube, namespace=namespace)
-        vks.append(VirtualKubelet(Kube(kube.config, user_agent=f"gpufleet-vk/{p.name}"), p.name, p.provider,
-                                  {p.name: prov}).start())
-    tc = inv.role("taint_controller")
-    settings = Settings(high_water=tc.taint_controller_high_water_gpus, low_water=tc.taint_controller_low_water_gpus,
-                        hold_seconds=tc.taint_controller_hold_seconds, pools=tuple(p.name for p in pools),
-                        flip_out_classes=(training_pc,),
-                        pods_per_minute=inv.role("descheduler").descheduler_migration_pods_per_minute)
-    ctl, caches = build_controller(Kube(kube.config, user_agent="gpufleet-taint-controller"), settings)
+    objs = incluster.controller_objects(load(opts.env, overrides=incluster.overrides(incluster.stack_config(cluster))),
+                                        [p.name for p in pools])
+    created = incluster.deploy(kube, objs)
+    say(f"controllers in-cluster: {', '.join(n for _, n in incluster.deployments(objs))}"
+        f" ({'deployed' if created else 'already there'}); waiting until Available")
+    incluster.wait_available(kube, incluster.deployments(objs), opts.timeout)
+    caches = ApiServerSignal(Kube(kube.config, user_agent="gpufleet-sim-recorder"))
     caches.start()
-    return vks, ctl, caches
-
+    return objs, created, caches
 
 def run(opts: Options, *, console=None) -> dict[str, Any]:
     """Run the flip (module docstring); returns the summary dict.
@@ -518,18 +502,19 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
-    _pool_clusters(kube, opts, pools, vk_vars.virtual_kubelet_namespace, gpus_per_node, say)
+    incluster.pool_clusters(kube, inv, pools, names=opts.other_clusters, say=say)
 
     # 2. objects
-    _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, [], fresh=True)
+    _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, incluster.orphan_virtual_nodes(kube, inv), fresh=True)
     _apply_objects(kube, inv)
 
-    # 3. controllers
-    vks, ctl, caches = _start_controllers(kube, inv, pools, training_pc)
-    ctl_thread = threading.Thread(target=ctl.run, daemon=True, name="taint-controller")
-    ctl_thread.start()
+    # 3. controllers: the roles' Deployments on the real node (a stack's when there, else applied here)
+    began = time.time()  # transitions logged before this belong to an earlier run
+    objs, created, caches = _start_controllers(kube, c, opts, pools, say)
     vnodes = [node_name_for(p.name) for p in pools]
-    rec = Recorder(ctl, inf.inference_namespace, lq.namespace, vnodes).start()
+    rec = Recorder(caches, inf.inference_namespace, lq.namespace, vnodes).start()
+    wall_t0 = time.time() - (time.monotonic() - rec.t0)
+    transitions: list[Transition] = []
     submitted = None
     try:
         say("waiting for inference Ready in-cluster and the virtual nodes tainted")
@@ -554,20 +539,23 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         time.sleep(2)
     finally:
         rec.stop()
-        ctl.stop()
         caches.stop()
-        for vk in vks:
-            vk.close()
-        summary, phases = _write_results(out, opts, rec.samples, ctl, submitted, nodes=nodes,
+        tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
+        transitions = incluster.transitions(list(incluster.logs(kube, tc_ns, "taint-controller").values()), wall_t0,
+                                            since=began)
+        summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools)
         if not opts.keep:
-            _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, vnodes)
+            # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
+            incluster.remove(kube, created)
+            _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name,
+                     [node_name_for(n.removeprefix("vk-")) for _, n in created if n.startswith("vk-")])
         # The clusters (this one and the pools' second ones) stay up: `invoke local.down [--name]` stops them.
-    _print_summary(console, summary, phases, ctl)
+    _print_summary(console, summary, phases, transitions)
     return summary
 
 
-def _write_results(out: Path, opts: Options, samples: list, ctl, submitted: float | None, *, nodes: int,
+def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,
                    gpus_per_node: int, replicas: int, pdb: int, pools: list) -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples; write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
 
@@ -577,7 +565,7 @@ def _write_results(out: Path, opts: Options, samples: list, ctl, submitted: floa
                                 pdb_min_available=pdb, training_pods=nodes)
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
-                "transitions": [t.__dict__ for t in ctl.transitions],
+                "transitions": [t.__dict__ for t in transitions],
                 "samples": [s.__dict__ for s in samples]}
     (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
     if samples:
@@ -626,7 +614,7 @@ def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, v
         time.sleep(0.5)
 
 
-def _print_summary(console, summary: dict, phases: dict, ctl: TaintController) -> None:
+def _print_summary(console, summary: dict, phases: dict, transitions: list[Transition]) -> None:
     from rich.table import Table
 
     table = Table(title="sim.flip summary")
@@ -637,6 +625,6 @@ def _print_summary(console, summary: dict, phases: dict, ctl: TaintController) -
     console.print(table)
     phase_line = ", ".join(f"{k} {v:.0f}s" for k, v in phases.items() if v is not None)
     console.print(f"phases: {phase_line}")
-    for t in ctl.transitions:
+    for t in transitions:
         console.print(f"  taint {'on ' if t.tainted else 'off'} after {t.reaction_seconds:.1f}s "
                       f"(apply {t.latency_seconds * 1000:.0f} ms): {t.reason}")

@@ -6,6 +6,7 @@ roles compose them and tests check them without a Pulumi engine.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,23 @@ from gpufleet.names import SYSTEM_NODE_TAINT
 
 
 Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HelmRelease:
+    """A pinned Helm chart install: ``chart`` from ``repo`` (or an ``oci://`` chart) at ``version``.
+
+    Declared by :class:`gpufleet.stack.role.RoleComponent`; defined here because
+    the roles' manifests, which gpufleet's controllers import, must not need Pulumi.
+    """
+
+    name: str
+    namespace: str
+    chart: str
+    version: str
+    values: dict[str, Any] = field(default_factory=dict)
+    repo: str | None = None
+
 
 #: Labels on every object gpufleet declares (Kubernetes recommended labels).
 def labels(component: str, part_of: str = "gpufleet") -> dict[str, str]:
@@ -146,7 +164,8 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     service network (``gpufleet_api_server``) and the nodes to run on
     (``gpufleet_node_selector``; with one, the system-node taint is tolerated).
     The container runs ``gpufleet <args>`` from that image, with
-    resource requests, a liveness probe on ``/healthz`` and metrics on ``port``.
+    resource requests, a liveness probe on ``/healthz`` and metrics on ``port``,
+    on a read-only root filesystem with a small writable ``/tmp``.
     Two replicas: one is active at a time through a Lease (leader election).
     ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
     ``namespace`` (a Role): whatever can stop at the controller's own
@@ -175,11 +194,11 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
     }
-    if mounts:
-        container["volumeMounts"] = mounts
-    spec: Obj = {"serviceAccountName": name, "containers": [container], **system_placement(fleet)}
-    if volumes:
-        spec["volumes"] = volumes
+    # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded
+    # certificates (a kubernetes pool's) to temporary files.
+    container["volumeMounts"] = [*(mounts or []), {"name": "tmp", "mountPath": "/tmp"}]
+    volumes = [*(volumes or []), {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}]
+    spec: Obj = {"serviceAccountName": name, "containers": [container], **system_placement(fleet), "volumes": volumes}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name, namespace),
         "spec": {"replicas": 2, "selector": {"matchLabels": pod_labels},

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import copy
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import labels
+from gpufleet.stack.objects import HelmRelease, labels
 
 #: Kinds declared in the first wave: others may live in or depend on them. Identities, RBAC and
 #: configuration come before the workloads that use them: a DaemonSet created before its
@@ -27,18 +27,6 @@ from gpufleet.stack.objects import labels
 FIRST_WAVE = {"Namespace", "CustomResourceDefinition", "PriorityClass", "StorageClass", "Topology", "ResourceFlavor",
               "WorkloadPriorityClass", "ClusterQueue", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
               "Role", "RoleBinding", "ConfigMap", "Secret"}
-
-
-@dataclass(frozen=True)
-class HelmRelease:
-    """A pinned Helm chart install: ``chart`` from ``repo`` (or an ``oci://`` chart) at ``version``."""
-
-    name: str
-    namespace: str
-    chart: str
-    version: str
-    values: dict[str, Any] = field(default_factory=dict)
-    repo: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,8 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 
-#: Stack config of the demo's ``pulumi up``: the roles whose workloads sim.flip runs itself.
-DEMO_CONFIG = {f"gpufleet:{key}": "false" for key in (
-    "inference_enabled", "taint_controller_enabled", "virtual_kubelet_enabled", "node_health_enabled",
-    "kueue_quota_sync_enabled")}
+#: Stack config of the demo's ``pulumi up``: sim.flip brings its own inference workload (its replicas, its PDB).
+DEMO_CONFIG = {"gpufleet:inference_enabled": "false"}
 
 
 @task(help={"force": "rebuild every component even if cached and verified"})
@@ -48,19 +46,21 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
     1. ``invoke local.up``: a real control plane with kwok GPU nodes, Kueue,
        JobSet, the descheduler and Prometheus on loopback.
     2. ``pulumi up --stack local`` (``invoke up --env local --yes``): every
-       role's objects. The flip simulation brings its own inference workload
-       and runs the controllers (taint controller, virtual kubelets) in its
-       own process, so those roles' Deployments are switched off here by
-       stack config (``DEMO_CONFIG``); the local fleet has only GPU nodes,
-       where controller pods would not schedule.
+       role's objects; gpufleet's controllers (taint controller, a virtual
+       kubelet per pool, quota sync, node health) and the exporter run from
+       gpufleet's image on the cluster's real node, and the ``other`` pool's
+       cluster is started. The flip simulation brings its own inference
+       workload, so that role is switched off here (``DEMO_CONFIG``).
     3. ``invoke status --env local``.
     4. ``invoke sim.flip``: training takes every GPU, inference flips to the
-       virtual nodes and comes back; prints the summary and the chart's path.
+       virtual nodes and comes back, driven by those in-cluster controllers;
+       prints the summary and the chart's path.
     """
     from gpufleet.local import cluster as local_cluster
     from gpufleet.sim.flip import Options, run
     from gpufleet.stack import engine
     from gpufleet.tasks.sim import flip_errors
+    from gpufleet.tasks.stack import local_environment
     from gpufleet.tasks.status import show_status
 
     console = Console(highlight=False)
@@ -76,7 +76,7 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
         console.print(f"kubeconfig: {cl.kubeconfig}")
         console.rule("2. pulumi up --stack local")
         target = engine.Target(env="local", kubeconfig=cl.kubeconfig, backend=engine.default_backend(),
-                               config={**DEMO_CONFIG, "gpufleet:gpufleet_api_server": cl.in_cluster_api},
+                               config={**local_environment(cl), **DEMO_CONFIG},
                                refresh=True)
         try:
             result = engine.up(target, printer=lambda line: console.print(line, markup=False, highlight=False))

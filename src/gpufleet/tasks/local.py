@@ -111,8 +111,10 @@ def status(c: Context, name: str = local_cluster.DEFAULT_NAME) -> None:
         "kube-scheduler": "scheduler", "kwok": "kwok", "kueue": "kueue_webhook", "jobset": "jobset_webhook",
         "descheduler": "descheduler", "prometheus": "prometheus", "kubelet": "kubelet",
     }
-    # The apiserver forward listens on the real node's pod-network gateway, not on loopback.
-    shown = {"api-forward": local_cluster.get(name).in_cluster_api.removeprefix("https://")}
+    # The forwards listen on the real node's pod-network gateway, not on loopback.
+    lc = local_cluster.get(name)
+    shown = {"api-forward": lc.in_cluster_api.removeprefix("https://"),
+             "prometheus-forward": lc.in_cluster_prometheus.removeprefix("http://")}
     for comp in st.components:
         if st.real_node is None and comp.name in local_cluster.NODE_COMPONENTS:
             continue

@@ -57,8 +57,9 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
-    kubernetes pool), deploys inference (HPA, PDB), starts the taint
-    controller and a virtual kubelet per pool in-process, submits a
+    kubernetes pool), deploys inference (HPA, PDB), uses the taint
+    controller and a virtual kubelet per pool running on the real node
+    (deploying them there when no stack did), submits a
     JobSet through Kueue that needs every GPU, records a per-second
     timeline and prints a summary. Example:
     invoke sim.flip --env local --nodes 16 --replicas 4 --out out/sim-flip

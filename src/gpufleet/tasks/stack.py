@@ -60,9 +60,7 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
         except (LookupError, ValueError) as exc:
             raise Exit(f"local cluster: {exc} (start it with `invoke local.up`)", code=2) from None
         path = lc.kubeconfig
-        # No service network: gpufleet's pods on the real node (with gpufleet_node_selector
-        # gpufleet.io/node-role: system) reach the apiserver through its forward.
-        config["gpufleet:gpufleet_api_server"] = lc.in_cluster_api
+        config.update(local_environment(lc, env))
     elif os.environ.get("KUBECONFIG"):
         path = Path(os.environ["KUBECONFIG"].split(os.pathsep)[0])
     else:
@@ -77,6 +75,23 @@ def _target(env: str, kubeconfig: str, cluster: str, backend: str):
     # Local clusters are recreated often (local.up --fresh, local.down --purge): read the live objects first.
     return Target(env=env, kubeconfig=path.resolve(), backend=Path(backend) if backend else default_backend(),
                   config=config, refresh=env == "local")
+
+
+def local_environment(lc, env: str = "local") -> dict[str, str]:
+    """Make the local cluster ``lc`` ready for the stack of ``env`` and return the stack config it needs.
+
+    gpufleet's pods go to ``lc``'s real node (:func:`gpufleet.sim.incluster.stack_config`);
+    each ``kubernetes`` pool's cluster is started and its Secret written
+    (:func:`gpufleet.sim.incluster.pool_clusters`), so that every virtual kubelet can start.
+    """
+    from gpufleet.inventory import load
+    from gpufleet.sim import incluster
+
+    inv = load(env)
+    with lc.kube() as kube:
+        incluster.pool_clusters(kube, inv, inv.role("virtual_kubelet").virtual_kubelet_pools,
+                                say=lambda m: print(m, flush=True))
+    return incluster.stack_config(lc)
 
 
 def _print(line: str) -> None:

@@ -447,8 +447,13 @@ class PodController:
         merged = {**current, **new}
         if status_digest(merged) == status_digest(current):
             return
-        self.kube.patch("v1", "pods", meta["name"], {"status": _normalize_states(copy.deepcopy(new))},
-                        meta["namespace"], subresource="status", patch="strategic")
+        body = _normalize_states(copy.deepcopy(new))
+        if "hostIPs" in body:
+            # A strategic merge would add to the list (merge key ip): a virtual kubelet restarted on another
+            # address would write two IPs of one family, which the API server refuses.
+            body["hostIPs"] = [{"$patch": "replace"}, *body["hostIPs"]]
+        self.kube.patch("v1", "pods", meta["name"], {"status": body}, meta["namespace"], subresource="status",
+                        patch="strategic")
         metrics.STATUS_WRITES.labels(self.node).inc()
         uid = meta["uid"]
         if new.get("phase") == "Running" and uid not in self.running_since:
