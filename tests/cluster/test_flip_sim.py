@@ -17,6 +17,10 @@ def test_sim_flip_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
                           timeout=180))
     assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
     assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0
+    # Make before break (the inventory's mode): every replacement was Ready before its pod left, both ways.
+    assert summary["flip_mode"] == "make_before_break"
+    assert summary["serving_capacity_min_ratio"] == 1.0
+    assert summary["seconds_training_waited_for_flip"] is not None and summary["external_gpu_seconds_during_flip"] > 0
     assert summary["seconds_to_served_outside"] is not None
     assert summary["seconds_to_back_in_cluster"] is not None and summary["seconds_to_back_in_cluster"] < 300
     timeline = json.loads((tmp_path / "timeline.json").read_text())

@@ -70,7 +70,8 @@ from gpufleet.vk.node import node_name_for
 log = logging.getLogger(__name__)
 
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
-                "external_gpu_seconds_after_training")
+                "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
+                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip")
 JOBSET_NAME = "gpufleet-sim-flip"
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 
@@ -265,8 +266,16 @@ class Recorder:
 
 
 def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min_available: int,
-              training_pods: int) -> tuple[dict[str, Any], dict[str, float | None]]:
+              training_pods: int, flip_mode: str = "") -> tuple[dict[str, Any], dict[str, float | None]]:
     """The summary (:data:`SUMMARY_KEYS`) and the phase times from the samples (seconds since the start).
+
+    ``serving_capacity_min_ratio``: fewest Ready inference pods (a surge
+    replacement counts: it serves) over the desired replicas, from the
+    training's submission to the end. ``seconds_training_waited_for_flip``:
+    submission to every training pod started (Kueue admits at once here, so
+    this is admission to running as the samples see it).
+    ``external_gpu_seconds_during_flip``: GPUs of inference pods outside,
+    integrated from the submission until inference is back in-cluster.
 
     Returns:
         ``(summary, phases)``; phases: ``submitted``, ``served_outside``,
@@ -282,21 +291,27 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
         back = next((s.t for s in after if s.t >= end and s.inference_ready_in_cluster >= replicas
                      and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0),
                     None)
-    ext = 0.0
-    if end is not None:
-        tail = [s for s in after if s.t >= end]
-        for a, b in zip(tail, tail[1:]):
-            ext += sum(a.inference_gpus_outside.values()) * (b.t - a.t)
+    ext = _gpu_seconds_outside([s for s in after if s.t >= end]) if end is not None else 0.0
+    during = _gpu_seconds_outside([s for s in after if back is None or s.t <= back])
     summary = {
         "seconds_to_served_outside": None if served is None else round(served - submitted, 1),
         "seconds_to_back_in_cluster": None if back is None or end is None else round(back - end, 1),
         "min_ready_replicas": min((s.inference_ready for s in after), default=0),
         "pdb_min_available": pdb_min_available,
         "external_gpu_seconds_after_training": round(ext, 1),
+        "flip_mode": flip_mode,
+        "serving_capacity_min_ratio": round(min((s.inference_ready for s in after), default=0) / replicas, 3),
+        "seconds_training_waited_for_flip": None if running is None else round(running - submitted, 1),
+        "external_gpu_seconds_during_flip": round(during, 1),
     }
     phases = {"submitted": submitted, "served_outside": served, "training_running": running, "training_end": end,
               "back_in_cluster": back}
     return summary, phases
+
+
+def _gpu_seconds_outside(samples: list[Sample]) -> float:
+    """GPU-seconds of inference outside over consecutive ``samples`` (left Riemann sum)."""
+    return sum(sum(a.inference_gpus_outside.values()) * (b.t - a.t) for a, b in zip(samples, samples[1:]))
 
 
 def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, title: str) -> Path:
@@ -354,6 +369,8 @@ class Options:
         out: output folder.
         timeout: seconds each phase may take.
         keep: leave the inference, the JobSet and the virtual nodes behind.
+        mode: the flip-out mode (``make_before_break`` or ``evict_first``; None: the inventory's
+            ``taint_controller_flip_mode``).
     """
 
     env: str = "local"
@@ -366,6 +383,7 @@ class Options:
     timeout: float = 300.0
     keep: bool = False
     other_clusters: dict[str, str] = field(default_factory=dict)
+    mode: str | None = None
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
@@ -447,8 +465,11 @@ def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
     """
     from gpufleet.inventory import load
 
-    objs = incluster.controller_objects(load(opts.env, overrides=incluster.overrides(incluster.stack_config(cluster))),
-                                        [p.name for p in pools])
+    overrides = incluster.overrides(incluster.stack_config(cluster))
+    if opts.mode:
+        overrides["taint_controller_flip_mode"] = opts.mode
+    objs = incluster.controller_objects(load(opts.env, overrides=overrides), [p.name for p in pools])
+    _check_mode(kube, objs)
     created = incluster.deploy(kube, objs)
     say(f"controllers in-cluster: {', '.join(n for _, n in incluster.deployments(objs))}"
         f" ({'deployed' if created else 'already there'}); waiting until Available")
@@ -543,8 +564,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
         transitions = incluster.transitions(list(incluster.logs(kube, tc_ns, "taint-controller").values()), wall_t0,
                                             since=began)
+        mode = next((_flip_mode(o) for o in objs if o["kind"] == "Deployment"
+                     and o["metadata"]["name"] == "taint-controller"), "")
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
-                                         gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools)
+                                         gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
+                                         mode=mode)
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
             incluster.remove(kube, created)
@@ -555,14 +579,34 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     return summary
 
 
+def _flip_mode(deployment: dict) -> str:
+    """The ``--flip-mode`` a taint-controller Deployment runs with ("" when it has none)."""
+    args = deployment["spec"]["template"]["spec"]["containers"][0].get("args") or []
+    return args[args.index("--flip-mode") + 1] if "--flip-mode" in args[:-1] else ""
+
+
+def _check_mode(kube: Kube, objs: list[dict]) -> None:
+    """Refuse a run whose flip mode differs from that of a taint controller a stack already runs.
+
+    Raises:
+        ValueError: names the mode asked for, the one running, and what to do.
+    """
+    want = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "taint-controller")
+    live = kube.get_or_none("apps/v1", "deployments", "taint-controller", want["metadata"]["namespace"])
+    if live is not None and _flip_mode(live) != _flip_mode(want):
+        raise ValueError(f"--mode {_flip_mode(want)}: the taint controller deployed in "
+                         f"{want['metadata']['namespace']} runs --flip-mode {_flip_mode(live) or '(none)'}; run "
+                         f"`invoke up` with taint_controller_flip_mode={_flip_mode(want)} or leave --mode out")
+
+
 def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,
-                   gpus_per_node: int, replicas: int, pdb: int, pools: list) -> tuple[dict[str, Any], dict[str, float | None]]:
+                   gpus_per_node: int, replicas: int, pdb: int, pools: list, mode: str = "") -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples; write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
 
     Returns ``(summary, phases)`` as :func:`summarize` does.
     """
     summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
-                                pdb_min_available=pdb, training_pods=nodes)
+                                pdb_min_available=pdb, training_pods=nodes, flip_mode=mode)
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
                 "transitions": [t.__dict__ for t in transitions],

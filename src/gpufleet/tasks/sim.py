@@ -17,6 +17,7 @@ from invoke.exceptions import Exit
 
 from gpufleet.tasks import goodput
 from gpufleet.tasks.common import fail_on_inventory_error
+from gpufleet.names import FLIP_MODES
 
 
 @contextmanager
@@ -50,10 +51,11 @@ def flip_errors() -> Iterator[None]:
     "timeout": "seconds each phase may take (default 300)",
     "keep": "leave the inference Deployment, the JobSet and the virtual nodes behind",
     "verbose": "log what the controllers do",
+    "mode": "flip-out mode: make_before_break or evict_first (default: the inventory's taint_controller_flip_mode)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
-         keep: bool = False, verbose: bool = False) -> None:
+         keep: bool = False, verbose: bool = False, mode: str = "") -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
@@ -72,6 +74,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
                  if value <= 0]
     if pools and not pools.strip(", "):
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
+    if mode and mode not in FLIP_MODES:
+        problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
     if problems:
         raise Exit("\n".join(problems), code=2)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -79,7 +83,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
-                   keep=keep)
+                   keep=keep, mode=mode or None)
     with flip_errors():
         summary = run(opts)
     print(json.dumps(summary))
