@@ -94,6 +94,15 @@ def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
     return events
 
 
+def trainer(ns: str) -> dict:
+    """A pod of the training PriorityClass (preemptionPolicy Never) needing the marked node's 8 GPUs."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": ns},
+            "spec": {"priorityClassName": TRAINING_CLASS, "nodeSelector": dict([MARK]),
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                     "containers": [{"name": "t", "image": "registry.invalid/train:1",
+                                     "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}
+
+
 def serve(kube: Kube, ns: str, gpus: int, node: str) -> None:
     """Two inference replicas of ``gpus`` GPUs each under a PDB of maxUnavailable 1, both Ready on ``node``."""
     kube.create("apps/v1", "deployments", deployment("srv", ns, 2, node_selector=dict([MARK]), gpus=gpus), ns)
@@ -133,12 +142,7 @@ def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
     serve(kube, ns, 4, node)
     victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
     events = record(kube, ns)
-    kube.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer", "namespace": ns},
-                               "spec": {"priorityClassName": TRAINING_CLASS, "nodeSelector": dict([MARK]),
-                                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                                        "containers": [{"name": "t", "image": "registry.invalid/train:1",
-                                                        "resources": {"requests": {"nvidia.com/gpu": "8"},
-                                                                      "limits": {"nvidia.com/gpu": "8"}}}]}}, ns)
+    kube.create("v1", "pods", trainer(ns), ns)
     out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=600)
     serving: list[int] = []
@@ -196,3 +200,33 @@ def test_on_the_way_back_each_in_cluster_replacement_is_ready_before_the_pod_out
         and not outside & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")})[1], timeout=180)
     assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
     replaced_before_evicted(events, outside)
+
+
+def test_a_replacement_that_never_becomes_ready_is_given_up_at_the_bound(setup):
+    """The virtual node never opens, so no surge pod runs: nothing is evicted before the bound; at the bound the
+    surges go (a pending surge would count against the PDB's maxUnavailable) and the flip-out evicts as before;
+    past its deadline the rest is deleted and the trainer binds."""
+    kube, ns, node, caches = setup
+    serve(kube, ns, 4, node)
+    victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
+    kube.create("v1", "pods", trainer(ns), ns)
+    bound, deadline = 5.0, 20.0
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=deadline,
+                  mode="make_before_break", surge_max_wait_seconds=bound)
+    started = time.monotonic()
+    early: list[int] = []
+
+    def surges() -> list[dict]:
+        return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+
+    def step() -> None:
+        out.tick()
+        if time.monotonic() - started < bound:
+            early.append(len(victims & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")
+                                        if not p["metadata"].get("deletionTimestamp")}))
+
+    wait("two surge ReplicaSets", lambda: (step(), len(surges()) == 2)[1])
+    wait("the surges given up at the bound", lambda: (step(), not surges())[1], timeout=60)
+    assert time.monotonic() - started >= bound and early and min(early) == 2, "a pod went before the bound"
+    wait("the trainer bound", lambda: (step(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1],
+         timeout=120)

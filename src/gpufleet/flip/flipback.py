@@ -148,6 +148,7 @@ class FlipBack:
                 if now - started <= self.surge_max_wait:
                     self.budget.refund(c)
                     continue
+                self.surges.abandon(pod)
             go.append(c)
         self.surges.reconcile({c.uid for c in cands})
         return go

@@ -47,7 +47,7 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, 
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import FLIP_MODES, RESERVED_TAINT
 
-from .surge import SURGES, Surges
+from .surge import Surges
 
 log = logging.getLogger(__name__)
 
@@ -220,12 +220,12 @@ class FlipOut:
         victims = sorted((p for p in pods if p["node"] == node and p["gpus"] and p["priority"] < pod["priority"]
                           and not p["metadata"].get("deletionTimestamp")), key=lambda p: (p["priority"], p["metadata"]["name"]))
         self.wanted.update(v["metadata"]["uid"] for v in victims)
+        if self.surges is not None and waited > self.surge_max_wait:
+            self.surges.give_up(victims)
         for v in victims:
             ns, name = v["metadata"]["namespace"], v["metadata"]["name"]
             if self.surges is not None and not late and not self.surges.ready(v):
-                if waited <= self.surge_max_wait:
-                    continue  # its replacement outside is not Ready yet: the next tick looks again
-                SURGES.labels("bound passed").inc()
+                continue  # its replacement outside is not Ready yet: the next tick looks again
             try:
                 if late:
                     self.kube.delete("v1", "pods", name, ns, uid=v["metadata"]["uid"])

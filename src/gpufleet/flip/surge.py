@@ -51,8 +51,8 @@ from gpufleet.names import SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, VIRTUAL_NODE_
 log = logging.getLogger(__name__)
 
 SURGES = Counter("gpufleet_flip_out_surges_total",
-                 "Make-before-break replacements, by event (created; removed; bound passed: a tick that "
-                 "evicted without a Ready replacement).", ["event"])
+                 "Make-before-break replacements, by event (created; removed; bound passed: given up, the pod "
+                 "goes without a Ready replacement).", ["event"])
 
 #: Label the Deployment controller puts on a ReplicaSet's pods and selector.
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -209,10 +209,35 @@ class Surges:
                 return True
             self.live[uid] = created
             return False
-        if any((p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid and p["ready"] and p["node"]
-               and not p["metadata"].get("deletionTimestamp") for p in self.pods.items()):
-            return True
-        return False
+        return self._surge_ready(uid)
+
+    def _surge_ready(self, uid: str) -> bool:
+        return any((p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid and p["ready"] and p["node"]
+                   and not p["metadata"].get("deletionTimestamp") for p in self.pods.items())
+
+    def give_up(self, victims: Iterable[dict[str, Any]]) -> None:
+        """Past the bound: :meth:`abandon` every victim (pod views) whose surge is not Ready, before any eviction.
+
+        All at once, because one pending surge left would keep the PDB from
+        allowing the others' evictions.
+        """
+        for v in victims:
+            uid = v["metadata"]["uid"]
+            if uid not in self.unsurgeable and not (uid in self.live and self._surge_ready(uid)):
+                self.abandon(v)
+
+    def abandon(self, victim: dict[str, Any]) -> None:
+        """Give up the surge of ``victim`` (a pod view) past the bound: remove it, then let the victim go without one.
+
+        A surge pod that is not Ready still counts among a PodDisruptionBudget's
+        expected pods (its ReplicaSet's scale) but not among the healthy ones,
+        so with ``maxUnavailable`` it would block the very eviction it was for.
+        """
+        uid = victim["metadata"]["uid"]
+        self.unsurgeable.add(uid)
+        if uid in self.live:
+            self._remove(self.live[uid], "no Ready replacement within the bound")
+        SURGES.labels("bound passed").inc()
 
     def _create(self, meta: dict[str, Any]) -> Surge | None:
         """The surge started for ``meta``'s pod; None when it can have none.
