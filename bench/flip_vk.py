@@ -18,12 +18,22 @@ Figures:
 * ``rss``: the virtual kubelet's resident memory with all of them Running
   (VmRSS, and its peak VmHWM).
 
+``--in-cluster`` measures the roles' virtual kubelet as the cluster runs it
+instead: the pool's Deployment (``vk-rental``, from gpufleet's image, its
+ServiceAccount and RBAC) on the local cluster's real node, applied as
+``invoke sim.flip`` applies it (kept as it is when a stack deployed it,
+removed afterwards otherwise). Memory then comes from the kubelet's Summary
+API (``bench/in_cluster_memory.py``): the pod's working set (what its
+memory limit is held against), sampled every 2 s, idle, with the pods
+Running, and its peak over the burst (the kubelet refreshes these figures
+every 10-15 s, so the peak is a lower bound).
+
 Targets (virtual-kubelet issue): >= 1,000 pods/min per virtual kubelet;
 1,000 pods under 256 MiB RSS.
 
 Usage::
 
-    .venv/bin/python bench/flip_vk.py [--cluster gpufleet] [--pods 1000] [--json]
+    .venv/bin/python bench/flip_vk.py [--cluster gpufleet] [--pods 1000] [--in-cluster] [--json]
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -41,8 +52,11 @@ from pathlib import Path
 
 from gpufleet.inventory import load
 from gpufleet.local import cluster as local
+from gpufleet.local import node as realnode
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
+from gpufleet.sim import incluster
+from in_cluster_memory import sample
 
 POOL = "rental"
 NODE = f"vk-{POOL}"
@@ -61,6 +75,96 @@ def pod(name: str, ns: str) -> dict:
                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}
 
 
+class HostProcess:
+    """The virtual kubelet as a host process (``gpufleet virtual-kubelet``); memory from /proc (KiB)."""
+
+    def __init__(self, kubeconfig: Path):
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--env", "local",
+                                      "--pool", POOL, "--kubeconfig", str(kubeconfig), "--metrics-port", "0",
+                                      "--log-level", "WARNING"],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.removed = True
+
+    def failed(self) -> str | None:
+        """Why it is gone (its stderr), or None while it runs."""
+        return self.proc.stderr.read() if self.proc.poll() is not None else None
+
+    def memory(self, out: dict, when: str) -> None:
+        rss, hwm = rss_kib(self.proc.pid)
+        if when == "idle":
+            out["rss_idle_mib"] = round(rss / 1024, 1)
+            return
+        out["rss_mib_with_pods"] = round(rss / 1024, 1)
+        out["rss_peak_mib"] = round(hwm / 1024, 1)
+        out["meets_256_mib"] = hwm / 1024 < 256
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class InCluster:
+    """The roles' virtual-kubelet Deployment of the pool on the real node; memory from the kubelet's Summary API.
+
+    A background thread samples the pod's working set every 2 s for the peak.
+    """
+
+    def __init__(self, kube: Kube, cluster, timeout: float = 300.0):
+        from roles.virtual_kubelet.manifests import objects as virtual_kubelet
+
+        inv = load("local", overrides=incluster.overrides(incluster.stack_config(cluster)))
+        vk = inv.role("virtual_kubelet")
+        inv.roles["virtual_kubelet"] = vk.model_copy(update={
+            "virtual_kubelet_pools": [p for p in vk.virtual_kubelet_pools if p.name == POOL]})
+        objs = virtual_kubelet(inv)
+        self.kube, self.node = kube, realnode.node_name(cluster.name)
+        self.deployment = next(d for d in incluster.deployments(objs) if d[1] == f"vk-{POOL}")
+        self.created = incluster.deploy(kube, objs)
+        self.removed = bool(self.created)
+        self.limit = next(o for o in objs if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0] \
+            .get("resources", {}).get("limits", {}).get("memory")
+        incluster.wait_available(kube, [self.deployment], timeout)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample_loop, daemon=True)
+        self._sampler.start()
+
+    def failed(self) -> str | None:
+        return None if incluster.available(self.kube, *self.deployment) else incluster.pod_states(self.kube, *self.deployment)
+
+    def working_set(self) -> int:
+        """Bytes: the working set of the Deployment's pod(s) in the kubelet's latest figures (0 before the first)."""
+        names = {f"{self.deployment[0]}/{p['metadata']['name']}" for p in incluster.pods(self.kube, *self.deployment)}
+        return sum(ws for pod, ws in sample(self.kube, self.node).items() if pod in names)
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(2.0):
+            try:
+                self.peak = max(self.peak, self.working_set())
+            except Exception:  # a missed sample only lowers the peak's resolution
+                pass
+
+    def memory(self, out: dict, when: str) -> None:
+        ws = self.working_set()
+        self.peak = max(self.peak, ws)
+        if when == "idle":
+            out["working_set_idle_mib"] = round(ws / 2**20, 1)
+            return
+        out["working_set_mib_with_pods"] = round(ws / 2**20, 1)
+        out["working_set_peak_mib"] = round(self.peak / 2**20, 1)
+        out["memory_limit"] = self.limit
+        out["meets_256_mib"] = self.peak / 2**20 < 256
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._sampler.join(5)
+        incluster.remove(self.kube, self.created)
+
+
 def stats(values: list[float]) -> dict[str, float]:
     values = sorted(values)
     if not values:
@@ -75,6 +179,8 @@ def main() -> int:
     ap.add_argument("--pods", type=int, default=1000)
     ap.add_argument("--idle", type=int, default=10, help="pods created one at a time for the idle latency")
     ap.add_argument("--create-workers", type=int, default=16)
+    ap.add_argument("--in-cluster", action="store_true",
+                    help="the roles' virtual-kubelet Deployment on the real node instead of a host process")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -101,21 +207,19 @@ def main() -> int:
 
     watch = Informer(kube, api_path("v1", "pods", ns), handlers=[on_pod], name="bench").start()
     watch.wait_synced()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--env", "local", "--pool", POOL,
-                             "--kubeconfig", str(c.kubeconfig), "--metrics-port", "0", "--log-level", "WARNING"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    out: dict = {"provider_start_latency_seconds": latency, "pods": args.pods}
+    out: dict = {"provider_start_latency_seconds": latency, "pods": args.pods,
+                 "virtual_kubelet": "in-cluster" if args.in_cluster else "host process"}
+    vk = InCluster(kube, c) if args.in_cluster else HostProcess(c.kubeconfig)
     try:
         deadline = time.monotonic() + 60
         while True:
             node = kube.get_or_none("v1", "nodes", NODE)
             if node and any(c_["type"] == "Ready" and c_["status"] == "True" for c_ in node["status"]["conditions"]):
                 break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"virtual kubelet did not come up: {proc.stderr.read() if proc.poll() is not None else ''}")
+            if (why := vk.failed()) is not None or time.monotonic() > deadline:
+                raise SystemExit(f"virtual kubelet did not come up: {why or ''}")
             time.sleep(0.2)
-        out["rss_idle_mib"] = round(rss_kib(proc.pid)[0] / 1024, 1)
+        vk.memory(out, "idle")
 
         # Idle latency: one at a time.
         for i in range(args.idle):
@@ -144,7 +248,7 @@ def main() -> int:
         t_created = time.monotonic()
         deadline = time.monotonic() + 600
         while sum(1 for n in names if n in running) < len(names):
-            if time.monotonic() > deadline or proc.poll() is not None:
+            if time.monotonic() > deadline or vk.failed() is not None:
                 break
             time.sleep(0.2)
         done = [n for n in names if n in running]
@@ -153,31 +257,27 @@ def main() -> int:
         out["burst_running"] = len(done)
         out["burst_pods_per_minute"] = round(len(done) / ((t_last - t0) / 60), 0)
         out["burst_latency_beyond_provider_seconds"] = stats([running[n] - created[n] - latency for n in done])
-        time.sleep(2)
-        rss, hwm = rss_kib(proc.pid)
-        out["rss_mib_with_pods"] = round(rss / 1024, 1)
-        out["rss_peak_mib"] = round(hwm / 1024, 1)
+        # The kubelet's figures lag (cAdvisor's housekeeping); a host process's are current.
+        time.sleep(20 if args.in_cluster else 2)
         out["meets_1000_pods_per_minute"] = out["burst_pods_per_minute"] >= 1000
-        out["meets_256_mib"] = hwm / 1024 < 256
+        vk.memory(out, "with pods")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        vk.stop()
         watch.stop()
         try:
             kube.delete("v1", "namespaces", ns)
         except NotFound:
             pass
-        # The pods are bound to a node no kubelet serves any more: remove them and the node at once.
-        for p in kube.list("v1", "pods", ns)["items"]:
+        # The pods are bound to a node no kubelet serves any more: remove them and the node at once
+        # (a stack's virtual kubelet stays, and deletes its pods itself).
+        for p in kube.list("v1", "pods", ns)["items"] if vk.removed else []:
             try:
                 kube.delete("v1", "pods", p["metadata"]["name"], ns, grace_seconds=0)
             except NotFound:
                 pass
         try:
-            kube.delete("v1", "nodes", NODE)
+            if vk.removed:
+                kube.delete("v1", "nodes", NODE)
         except NotFound:
             pass
     if args.json:

@@ -7,17 +7,32 @@
   in the pool's cluster: once its replacement runs, every pod bound to the
   virtual node has exactly one remote pod (its source UID) and every remote
   pod has its source: none lost, none duplicated, on either side.
+* The real node's containerd, then its kubelet, are killed (SIGKILL) for a
+  few seconds in the middle of the flip and restarted as ``invoke local.up``
+  restarts a stopped component: the flip completes within the
+  PodDisruptionBudget, every controller Deployment is Available again with
+  exactly its replicas (one Lease holder among them), their logs show no 403
+  and no traceback after the restart, and the virtual node carries the taint
+  exactly as the taint controller last decided.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import re
+import signal
 import threading
 import time
 
 import pytest
 from gpufleet.flip.constants import LEASE_NAME
+from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local import cluster as local
+from gpufleet.local.processes import running
+from gpufleet.names import FREE_GPUS_TAINT
+from gpufleet.sim import incluster
 from gpufleet.sim.flip import JOBSET_NAME, Options, run
 from gpufleet.sim.incluster import pods
 from gpufleet.vk.node import node_name_for
@@ -145,3 +160,92 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
             flip.thread.join(900)
         if started_other:
             local.down(other)
+
+
+#: The controllers' log lines start with their UTC time (``logging``'s default ``asctime``).
+_LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _lines_since(text: str, since: float) -> list[str]:
+    """The lines of a controller log written at wall-clock ``since`` or later (a traceback goes with its record)."""
+    out, after = [], False
+    for line in text.splitlines():
+        if m := _LOG_TIME.match(line):
+            after = dt.datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S,%f").replace(
+                tzinfo=dt.timezone.utc).timestamp() >= since
+        if after:
+            out.append(line)
+    return out
+
+
+def _kill_and_restart(local_cluster, component: str, down_seconds: float = 5.0) -> None:
+    """SIGKILL the real node's ``component`` (its main process only, as a crash would), leave it down
+    ``down_seconds``, then restart it the way ``invoke local.up`` does."""
+    pidfile = local_cluster.cluster.layout.pid(component)
+    pid = running(pidfile)
+    assert pid is not None, f"{component} is not running"
+    os.kill(pid, signal.SIGKILL)
+    _wait(f"{component} gone", lambda: running(pidfile) is None, timeout=30, interval=0.1)
+    killed = time.monotonic()
+    time.sleep(down_seconds)  # the outage itself
+    local.up(local_cluster.name, env="local", timeout=300)
+    assert running(pidfile) not in (None, pid)
+    print(f"{component} killed, back after {time.monotonic() - killed:.1f}s")
+
+
+def test_containerd_and_kubelet_killed_mid_flip_the_controllers_come_back_and_nothing_is_half_applied(
+        local_cluster, tmp_path):
+    k = local_cluster.kube
+    # Deployed before the flip (as a stack would), so they outlive it and are checked after the restarts.
+    objs = incluster.controller_objects(
+        load("local", overrides=incluster.overrides(incluster.stack_config(local_cluster.cluster))), ["rental"])
+    deps = incluster.deployments(objs)
+    for ns in sorted({o["metadata"]["namespace"] for o in objs if o["metadata"].get("namespace")}):
+        if k.get_or_none("v1", "namespaces", ns) is None:  # sim.flip's own objects come later
+            k.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    created = incluster.deploy(k, objs)
+    flip = None
+    try:
+        incluster.wait_available(k, deps, timeout=300)
+        before = {d: {p["metadata"]["uid"] for p in pods(k, *d)} for d in deps}
+        flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=30, out=tmp_path,
+                            timeout=600))
+        _wait("the training submitted", lambda: not flip.alive() or k.get_or_none(
+            "jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, TRAINING_NS) is not None)
+        for component in ("containerd", "kubelet"):
+            _kill_and_restart(local_cluster, component)
+        restarted = time.time()
+        summary = flip.result()
+        assert summary["seconds_to_served_outside"] is not None and summary["seconds_to_back_in_cluster"] is not None
+        assert summary["min_ready_replicas"] >= summary["pdb_min_available"], summary
+
+        # The controllers are back: Available, exactly their replicas (the same pods: nothing restarted them
+        # as new pods), one Lease holder among them.
+        incluster.wait_available(k, deps, timeout=300)
+        for ns, name in deps:
+            live = [p for p in pods(k, ns, name) if not p["metadata"].get("deletionTimestamp")]
+            want = k.get("apps/v1", "deployments", name, ns)["spec"]["replicas"]
+            assert len(live) == want and all(_ready(p) for p in live), incluster.pod_states(k, ns, name)
+            assert {p["metadata"]["uid"] for p in live} == before[(ns, name)], f"{ns}/{name}: pods replaced"
+            print(f"{ns}/{name}: container restarts {[c['restartCount'] for p in live for c in p['status']['containerStatuses']]}")
+        names = [p["metadata"]["name"] for p in pods(k, NS, "taint-controller")]
+        assert sum(n in _holder(k) for n in names) == 1, (_holder(k), names)
+
+        # No 403 and no traceback once the node is back.
+        for ns, name in deps:
+            for pod, text in incluster.logs(k, ns, name).items():
+                lines = "\n".join(_lines_since(text, restarted))
+                assert " 403" not in lines and "Forbidden" not in lines and "Traceback" not in lines, \
+                    f"{ns}/{pod} after the restarts:\n{lines[-3000:]}"
+
+        # Nothing half-applied: the virtual node carries the taint exactly as the controller last decided.
+        decided = incluster.transitions(list(incluster.logs(k, NS, "taint-controller").values()), 0.0)
+        assert decided, "the taint controller logged no transition"
+        node = k.get("v1", "nodes", node_name_for("rental"))
+        tainted = any(t["key"] == FREE_GPUS_TAINT for t in node["spec"].get("taints") or [])
+        assert tainted == decided[-1].tainted, (decided[-1], node["spec"].get("taints"))
+    finally:
+        if flip is not None and flip.alive():
+            flip.thread.join(900)
+        incluster.remove(k, created)
+        incluster.orphan_virtual_nodes(k, load("local"))
