@@ -44,6 +44,16 @@ REPLACEMENT_LABEL = "gpufleet.io/replacement-requested"
 LEMON_LABEL = "gpufleet.io/lemon"
 #: Label of virtual nodes (the virtual-kubelet convention).
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
+#: Annotations on a pod the virtual kubelet runs at a provider: the source pod's UID, namespace and name.
+SOURCE_UID = "gpufleet.io/source-uid"
+SOURCE_NAMESPACE = "gpufleet.io/source-namespace"
+SOURCE_NAME = "gpufleet.io/source-name"
+#: Label on such a remote pod: the virtual node it runs for (not a node label: see VIRTUAL_NODE_LABEL).
+REMOTE_NODE_LABEL = "gpufleet.io/virtual-node"
+#: Label on remote pods of a kubernetes pool reached through a load balancer: their workload's remote Service.
+REMOTE_SERVICE_LABEL = "gpufleet.io/remote-service"
+#: NVIDIA's node label naming the GPU model (GPU feature discovery).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Label naming a virtual node's external capacity pool.
 POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).

@@ -31,12 +31,12 @@ from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local import cluster as local
 from gpufleet.local.processes import running
-from gpufleet.names import FREE_GPUS_TAINT
+from gpufleet.names import FREE_GPUS_TAINT, SURGE_FOR_LABEL
 from gpufleet.sim import incluster
 from gpufleet.sim.flip import JOBSET_NAME, Options, run
 from gpufleet.sim.incluster import pods
 from gpufleet.vk.node import node_name_for
-from gpufleet.vk.provider import SOURCE_UID, VIRTUAL_NODE_LABEL
+from gpufleet.vk.provider import SOURCE_UID, REMOTE_NODE_LABEL
 
 pytestmark = pytest.mark.cluster
 
@@ -115,7 +115,7 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
     other = f"{local_cluster.name}-other"
     started_other = not local.main_pids(other)
     node = node_name_for("other")
-    flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=90, out=tmp_path,
+    flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=120, out=tmp_path,
                         timeout=300, other_clusters={"other": other}))
     try:
         def outside() -> list[dict]:
@@ -125,10 +125,15 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
         def replicas() -> int:
             return (k.get_or_none("apps/v1", "deployments", "chat", INFERENCE_NS) or {}).get("spec", {}).get("replicas", 0)
 
-        # Served outside: every replica Ready on the virtual node (nothing moves until the training ends).
-        _wait("every inference replica Ready on the virtual node", lambda: not flip.alive() or (
+        def surges() -> list[dict]:
+            return k.list("apps/v1", "replicasets", INFERENCE_NS, labelSelector=SURGE_FOR_LABEL)["items"]
+
+        # Served outside: every replica Ready on the virtual node and the flip-out's make-before-break surges
+        # gone (nothing moves until the training ends).
+        _wait("every inference replica Ready on the virtual node, no surge left", lambda: not flip.alive() or (
             k.get_or_none("jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, TRAINING_NS) is not None
-            and (o := outside()) and len(o) == replicas() and all(_ready(p) for p in o)), timeout=300)
+            and (o := outside()) and len(o) == replicas() and all(_ready(p) for p in o) and not surges()),
+              timeout=300)
         assert flip.alive(), flip.result()
         before = {p["metadata"]["uid"] for p in outside()}
         vk = [p["metadata"]["name"] for p in pods(k, NS, "vk-other")]
@@ -141,7 +146,7 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
             def matched() -> tuple[set[str], list[str]] | None:
                 sources = {p["metadata"]["uid"] for p in outside()}
                 uids = [((p["metadata"].get("annotations") or {}).get(SOURCE_UID)) for p in remote.list(
-                    "v1", "pods", labelSelector=f"{VIRTUAL_NODE_LABEL}={node}")["items"]
+                    "v1", "pods", labelSelector=f"{REMOTE_NODE_LABEL}={node}")["items"]
                         if not p["metadata"].get("deletionTimestamp")]
                 return (sources, uids) if sorted(uids) == sorted(sources) else None
 

@@ -254,7 +254,7 @@ def test_simulated_provider_failure_injection_fails_pods_and_replacements_run(ku
 def test_a_remote_delete_never_hits_a_same_named_replacement(kube, other, ns):
     """Every remote delete carries the remote pod's UID: with a stale watch cache, the clean-up of an
     orphan whose name a replacement now carries gets 409 from the remote API server; the replacement serves on."""
-    from gpufleet.vk.provider import SOURCE_NAME, SOURCE_NAMESPACE, VIRTUAL_NODE_LABEL
+    from gpufleet.vk.provider import SOURCE_NAME, SOURCE_NAMESPACE, REMOTE_NODE_LABEL
 
     remote = Kube.from_kubeconfig(other.kubeconfig)
     node = "vk-vkt-uid"
@@ -264,7 +264,7 @@ def test_a_remote_delete_never_hits_a_same_named_replacement(kube, other, ns):
 
         def remote_pod(source_uid: str) -> dict:
             return {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": "dup", "namespace": ns, "labels": {VIRTUAL_NODE_LABEL: node},
+                    "metadata": {"name": "dup", "namespace": ns, "labels": {REMOTE_NODE_LABEL: node},
                                  "annotations": {SOURCE_UID: source_uid, SOURCE_NAMESPACE: ns, SOURCE_NAME: "dup"}},
                     "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "x"}]}}
 

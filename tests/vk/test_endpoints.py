@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from gpufleet.vk.endpoints import MAX_ENDPOINTS_PER_SLICE, build_slices, endpoint_ports, plan, selects
-from gpufleet.vk.provider import VIRTUAL_NODE_LABEL, Address
+from gpufleet.vk.provider import REMOTE_NODE_LABEL, Address
 from gpufleet.vk.providers.kubernetes import ADDRESS_MODES, remote_service_name, workload_name
 from gpufleet.vk.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
 
@@ -41,7 +41,7 @@ def test_ready_outside_pods_become_endpoints_of_a_slice_gpufleet_manages():
     assert s["apiVersion"] == "discovery.k8s.io/v1" and s["kind"] == "EndpointSlice"
     assert s["metadata"]["namespace"] == "inference"
     assert s["metadata"]["labels"] == {SERVICE_NAME_LABEL: "chat", ENDPOINTSLICE_MANAGED_BY_LABEL: ENDPOINTSLICE_MANAGED_BY,
-                                       VIRTUAL_NODE_LABEL: NODE}
+                                       REMOTE_NODE_LABEL: NODE}
     assert ENDPOINTSLICE_MANAGED_BY != "endpointslice-controller.k8s.io"  # never the standard controller's slices
     assert s["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Service", "name": "chat", "uid": "svc-chat"}]
     assert s["addressType"] == "IPv4" and s["ports"] == [{"name": "http", "protocol": "TCP", "port": 8000}]

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from gpufleet.kube.workqueue import WorkQueue
-from gpufleet.vk.provider import SOURCE_UID, VIRTUAL_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests
+from gpufleet.vk.provider import SOURCE_UID, REMOTE_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests
 from gpufleet.vk.providers.simulated import SimulatedProvider
 from gpufleet.vk.translate import Refused, mirror_status, translate
 
@@ -42,7 +42,7 @@ def test_translate_keeps_containers_drops_cluster_specifics_and_tags_the_source(
     spec = out["spec"]
     assert out["metadata"]["namespace"] == "remote-inference" and out["metadata"]["name"] == "p"
     assert out["metadata"]["annotations"][SOURCE_UID] == "u1"
-    assert out["metadata"]["labels"] == {"app": "chat", VIRTUAL_NODE_LABEL: "vk-rental"}
+    assert out["metadata"]["labels"] == {"app": "chat", REMOTE_NODE_LABEL: "vk-rental"}
     for dropped in ("nodeName", "serviceAccountName", "priorityClassName", "priority", "affinity", "schedulerName"):
         assert dropped not in spec
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]

@@ -74,7 +74,7 @@ from gpufleet.kube.informer import Informer
 from gpufleet.kube.workqueue import WorkQueue
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, FIELD_MANAGER, SERVICE_NAME_LABEL
 
-from .provider import VIRTUAL_NODE_LABEL, Address
+from .provider import REMOTE_NODE_LABEL, Address
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ def build_slices(service: Obj, pods: Iterable[Obj], addresses: Mapping[str, Addr
                              "namespace": meta["namespace"],
                              "labels": {SERVICE_NAME_LABEL: meta["name"],
                                         ENDPOINTSLICE_MANAGED_BY_LABEL: ENDPOINTSLICE_MANAGED_BY,
-                                        VIRTUAL_NODE_LABEL: node_name},
+                                        REMOTE_NODE_LABEL: node_name},
                              "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
                                                   "uid": meta.get("uid", "")}]},
                 "addressType": family,
@@ -227,7 +227,7 @@ def essence(slice_: Obj) -> str:
     """What decides whether a slice must be written: labels, owners, address type, ports, endpoints (canonical JSON)."""
     meta = slice_.get("metadata") or {}
     labels = {k: (meta.get("labels") or {}).get(k) for k in (SERVICE_NAME_LABEL, ENDPOINTSLICE_MANAGED_BY_LABEL,
-                                                              VIRTUAL_NODE_LABEL)}
+                                                              REMOTE_NODE_LABEL)}
     owners = sorted((o.get("kind"), o.get("name"), o.get("uid")) for o in meta.get("ownerReferences") or [])
     return json.dumps([labels, owners, slice_.get("addressType"), slice_.get("ports") or [],
                        slice_.get("endpoints") or []], sort_keys=True)
@@ -272,7 +272,7 @@ class EndpointPublisher:
         self.address_of = address_of
         self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=_slim_service,
                                                 handlers=[self._on_service], name=f"services-{node_name}")
-        selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{VIRTUAL_NODE_LABEL}={node_name}"
+        selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{REMOTE_NODE_LABEL}={node_name}"
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"),
                                               params={"labelSelector": selector}, name=f"endpointslices-{node_name}")
         self.queue: WorkQueue[str] = WorkQueue()

@@ -37,18 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from gpufleet.kube.quantity import number, whole_gpus
+from gpufleet.names import (  # noqa: F401 (SOURCE_*: re-exported for the providers)
+    GPU_PRODUCT_LABEL, GPU_RESOURCE, REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID,
+)
 
-GPU = "nvidia.com/gpu"
-PRODUCT_LABEL = "nvidia.com/gpu.product"
-#: Annotation and label on remote pods: the source pod's UID / namespace / name / virtual node.
-SOURCE_UID = "gpufleet.io/source-uid"
-SOURCE_NAMESPACE = "gpufleet.io/source-namespace"
-SOURCE_NAME = "gpufleet.io/source-name"
-VIRTUAL_NODE_LABEL = "gpufleet.io/virtual-node"
-#: Label on remote pods of a kubernetes pool reached through a load balancer: their workload's remote Service.
-REMOTE_SERVICE_LABEL = "gpufleet.io/remote-service"
+GPU = GPU_RESOURCE
+PRODUCT_LABEL = GPU_PRODUCT_LABEL
 #: Labels a provider adds to remote pods (not the source pod's: label sync leaves them out).
-TAG_LABELS = (VIRTUAL_NODE_LABEL, REMOTE_SERVICE_LABEL)
+TAG_LABELS = (REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL)
 
 Pod = dict[str, Any]
 #: Called by a provider when a remote pod's status changed: ``(source namespace, source name)``.

@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .provider import SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Pod
+from .provider import SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Pod
 
 #: Prefix of the service-account token volume the API server injects.
 TOKEN_VOLUME_PREFIX = "kube-api-access-"
@@ -86,7 +86,7 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
 
     Args:
         pod: the source pod (API JSON dict); not modified.
-        node_name: the virtual node it is bound to (tag :data:`VIRTUAL_NODE_LABEL`).
+        node_name: the virtual node it is bound to (tag :data:`REMOTE_NODE_LABEL`).
         namespace / name: remote namespace and name (default: the source's).
         tolerations / node_selector: what the remote side needs (e.g. its
             own GPU node taint), set instead of the source's.
@@ -139,7 +139,7 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
         out_spec["nodeSelector"] = dict(node_selector)
 
     labels = dict(meta.get("labels") or {})
-    labels[VIRTUAL_NODE_LABEL] = node_name
+    labels[REMOTE_NODE_LABEL] = node_name
     annotations = dict(meta.get("annotations") or {})
     annotations.update({SOURCE_UID: meta.get("uid", ""), SOURCE_NAMESPACE: meta.get("namespace", ""),
                         SOURCE_NAME: meta.get("name", "")})

@@ -55,7 +55,7 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.retry import retryable
 from gpufleet.vk.provider import (
-    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, VIRTUAL_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
+    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
     ProviderError, RemotePod, pod_requests,
 )
 from gpufleet.vk.providers.simulated import CPU_PER_GPU, MEMORY_PER_GPU
@@ -148,12 +148,12 @@ class KubernetesProvider:
         self._namespaces: set[str] = set()
         self._ns_lock = threading.Lock()
         self._notifier: Notifier | None = None
-        self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{VIRTUAL_NODE_LABEL}={node_name}"},
+        self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
         self.services: Informer[dict] | None = None
         if address_mode == "load_balancer":
             self.services = Informer(kube, api_path("v1", "services"),
-                                     params={"labelSelector": f"{VIRTUAL_NODE_LABEL}={node_name}"},
+                                     params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                                      handlers=[self._on_service], name=f"remote-services-{name}")
 
     # ------------------------------------------------------------------ lifecycle
@@ -290,10 +290,10 @@ class KubernetesProvider:
         if not ports or (self.services is not None and self.services.get(f"{rns}/{name}") is not None):
             return  # no port: nothing to reach (a Service needs one)
         body = {"apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": name, "namespace": rns, "labels": {VIRTUAL_NODE_LABEL: self.node_name,
+                "metadata": {"name": name, "namespace": rns, "labels": {REMOTE_NODE_LABEL: self.node_name,
                                                                        MANAGED_LABEL[0]: MANAGED_LABEL[1]}},
                 "spec": {"type": "LoadBalancer",
-                         "selector": {REMOTE_SERVICE_LABEL: name, VIRTUAL_NODE_LABEL: self.node_name},
+                         "selector": {REMOTE_SERVICE_LABEL: name, REMOTE_NODE_LABEL: self.node_name},
                          "ports": [{"name": f"{p['protocol'].lower()}-{p['containerPort']}", "protocol": p["protocol"],
                                     "port": p["containerPort"], "targetPort": p["containerPort"]} for p in ports]}}
         try:
@@ -344,7 +344,7 @@ class KubernetesProvider:
     def update_pod(self, pod: Pod) -> None:
         """Copy the source pod's labels to the remote pod (keeping our tag)."""
         meta = pod["metadata"]
-        labels = {**(meta.get("labels") or {}), VIRTUAL_NODE_LABEL: self.node_name}
+        labels = {**(meta.get("labels") or {}), REMOTE_NODE_LABEL: self.node_name}
         if self.address_mode == "load_balancer":
             labels[REMOTE_SERVICE_LABEL] = remote_service_name(workload_name(pod))
         try:
