@@ -331,10 +331,16 @@ class KubernetesProvider:
             return
         rns = self.remote_namespace(pod["metadata"]["namespace"])
         uid = remote["metadata"].get("uid")
-        for p in self.pods.items():
+        # The remote API, not the cache: pods of one workload deleted together would each still see the
+        # others in a cache that has not caught up, and the Service would never go.
+        try:
+            others = self._call("list pods", self.kube.list, "v1", "pods", rns,
+                                labelSelector=f"{REMOTE_SERVICE_LABEL}={svc_name}")["items"]
+        except NotFound:
+            others = []
+        for p in others:
             m = p["metadata"]
-            if (m.get("namespace") == rns and m.get("uid") != uid and not m.get("deletionTimestamp")
-                    and (m.get("labels") or {}).get(REMOTE_SERVICE_LABEL) == svc_name):
+            if m.get("uid") != uid and not m.get("deletionTimestamp"):
                 return
         try:
             self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns)
