@@ -51,9 +51,10 @@ on start the loop lists every provider's pods, adopts those whose source
 pod exists (no duplicate create), fails those that were started and are
 gone (rule 4), creates those never started (rule 3), and deletes remote
 pods whose source pod no longer exists (orphans), once the local cache is
-synced. Each resync also sweeps every provider: copies of objects no pod
-references (:meth:`gpufleet.vk.reflect.Reflector.sweep`), and the
-provider's own leftovers (its optional ``sweep()``).
+synced. Each resync also sweeps every provider of its own leftovers (its
+optional ``sweep()``), and every ``object_sweep_seconds`` of copies of
+objects no pod references (:meth:`gpufleet.vk.reflect.Reflector.sweep`:
+after a restart, or a failed delete).
 """
 
 from __future__ import annotations
@@ -130,12 +131,14 @@ class PodController:
         lost_grace_seconds: how long after a create a remote pod never seen yet is not "lost"
             (a remote watch may lag the create); once seen, a missing remote pod is lost at once.
         publish_endpoints: publish the pods into the Services selecting them (:mod:`gpufleet.vk.endpoints`).
+        object_sweep_seconds: how often the providers' copies of ConfigMaps and Secrets no pod references are
+            looked for (a list at each provider), at the first resync and then at most this often.
         clock: monotonic seconds.
     """
 
     def __init__(self, kube: Kube, node_name: str, providers: dict[str, Provider], *, host_ip: str = "127.0.0.1",
                  workers: int = 8, resync_seconds: float = 10.0, create_retry_seconds: float = 60.0,
-                 lost_grace_seconds: float = 30.0, publish_endpoints: bool = True,
+                 lost_grace_seconds: float = 30.0, publish_endpoints: bool = True, object_sweep_seconds: float = 60.0,
                  clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.node = node_name
@@ -165,6 +168,8 @@ class PodController:
         self.running_since: dict[str, float] = {}
         self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address) if publish_endpoints else None
         self.reflector = Reflector(kube, node_name, providers, on_pod=self.queue.add)
+        self.object_sweep_seconds = object_sweep_seconds
+        self._objects_swept_at: float | None = None
         for prov in providers.values():
             if callable(getattr(prov, "notify_pods", None)):
                 prov.notify_pods(lambda ns, name: self.queue.add(f"{ns}/{name}"))
@@ -262,16 +267,22 @@ class PodController:
             self._sweep(local)
 
     def _sweep(self, local: dict[str, Pod]) -> None:
-        """Each provider's sweeps: copies of objects no pod there references, and its own leftovers."""
+        """Each provider's sweeps: its own leftovers, and (every ``object_sweep_seconds``) copies of objects no pod
+        there references."""
+        now = self.clock()
+        objects = self._objects_swept_at is None or now - self._objects_swept_at >= self.object_sweep_seconds
+        if objects:
+            self._objects_swept_at = now
         with self._lock:
             placed = dict(self.placement)
         for name, prov in self.providers.items():
-            live = live_references(p for uid, p in local.items() if placed.get(uid) == name
-                                   and (p.get("status") or {}).get("phase") not in TERMINAL)
             try:
-                self.reflector.sweep(prov, live)
                 if callable(getattr(prov, "sweep", None)):
                     prov.sweep()
+                if objects:
+                    self.reflector.sweep(prov, live_references(
+                        p for uid, p in local.items()
+                        if placed.get(uid) == name and (p.get("status") or {}).get("phase") not in TERMINAL))
             except (ProviderError, KubeError) as exc:
                 log.warning("%s: sweep of %s failed: %s", self.node, name, exc)
 

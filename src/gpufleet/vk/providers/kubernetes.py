@@ -87,7 +87,7 @@ ADDRESS_MODES = ("pod_ip", "load_balancer")
 AddressMode = Literal["pod_ip", "load_balancer"]
 #: Seconds after a remote Service was last needed for a create during which the sweep leaves it alone
 #: (its first pod may not exist yet).
-SERVICE_SWEEP_GRACE_SECONDS = 30.0
+SERVICE_SWEEP_GRACE_SECONDS = 15.0
 OBJECT_PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets"}
 #: Lists answered with metadata only (never a Secret's data): PartialObjectMetadataList.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -376,22 +376,25 @@ class KubernetesProvider:
     def sweep(self) -> int:
         """Delete each remote Service of this virtual node whose workload has no remote pod left (load_balancer
         mode; see the module docstring); returns how many. Raises ProviderError (remote API failed)."""
-        if self.address_mode != "load_balancer":
+        if self.address_mode != "load_balancer" or self.services is None:
             return 0
-        selector = f"{REMOTE_NODE_LABEL}={self.node_name}"
-        services = self._call("list services", self.kube.list, "v1", "services", labelSelector=selector)["items"]
-        if not services:
-            return 0
-        pods = self._call("list pods", self.kube.list, "v1", "pods", labelSelector=selector)["items"]
+        # The caches pick the candidates (no API call while every Service has pods); the remote API decides.
         used = {(p["metadata"]["namespace"], (p["metadata"].get("labels") or {}).get(REMOTE_SERVICE_LABEL))
-                for p in pods if not p["metadata"].get("deletionTimestamp")}
+                for p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
         now, gone = time.monotonic(), 0
-        for svc in services:
+        for svc in self.services.items():
             meta = svc["metadata"]
             key = f"{meta['namespace']}/{meta['name']}"
             if (meta["namespace"], meta["name"]) in used:
                 continue
             if now - self._service_needed.get(key, float("-inf")) < SERVICE_SWEEP_GRACE_SECONDS:
+                continue
+            try:
+                live = self._call("list pods", self.kube.list, "v1", "pods", meta["namespace"],
+                                  labelSelector=f"{REMOTE_SERVICE_LABEL}={meta['name']}")["items"]
+            except NotFound:
+                live = []
+            if any(not p["metadata"].get("deletionTimestamp") for p in live):
                 continue
             try:  # exactly the Service listed: not one created again since
                 self._call("delete service", self.kube.delete, "v1", "services", meta["name"], meta["namespace"],
