@@ -83,11 +83,13 @@ class FakeKube:
         self.patches: list = []
         self.events: list = []
 
-    def put(self, kind: str, name: str, data: dict, namespace: str = "inference") -> None:
+    KINDS = {"configmaps": "ConfigMap", "secrets": "Secret"}
+
+    def put(self, plural: str, name: str, data: dict, namespace: str = "inference") -> None:
         self.rv += 1
-        self.objects[(kind, namespace, name)] = {"apiVersion": "v1", "kind": kind[:-1].capitalize().replace(
-            "Configmap", "ConfigMap"), "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(self.rv)},
-            "data": data}
+        self.objects[(plural, namespace, name)] = {
+            "apiVersion": "v1", "kind": self.KINDS[plural], "data": data,
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(self.rv)}}
 
     def get(self, api_version, plural, name, namespace=None, subresource=None):
         if plural in self.forbidden:
