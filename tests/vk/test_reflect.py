@@ -262,3 +262,18 @@ def test_a_pod_waiting_for_a_secret_stays_pending_and_no_message_carries_secret_
     assert ctl._create(p) is None and len(prov.get_pods()) == 1
     everything = caplog.text + repr(kube.events) + repr(kube.patches)
     assert TOKEN not in everything and b64(TOKEN) not in everything
+
+
+def test_after_a_restart_the_resync_keeps_the_copies_running_pods_reference_and_sweeps_the_rest(kube):
+    prov = sim()
+    first = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
+    first.reflector.watch = False
+    assert first._create(full_pod("a", "ua")) is None and len(prov.get_pods()) == 1
+    prov.put_object("ConfigMap", "inference", {"metadata": {"name": "of-a-pod-gone-meanwhile"}, "data": {}})
+    # A new process: nothing registered; the pod, still here, runs at the provider.
+    again = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
+    again.reflector.watch = False
+    again.pods.apply("ADDED", full_pod("a", "ua"))
+    again.pods.synced.set()
+    again.resync()
+    assert {o.name for o in prov.get_objects()} == {"settings", "model-config", "api", "tls"}
