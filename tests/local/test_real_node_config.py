@@ -16,10 +16,11 @@ PORTS = Ports(20000)
 PATHS = realnode.NodePaths(Path("/state/c/node"))
 
 
-def test_kubelet_is_built_in_the_same_go_build_as_the_control_plane():
+def test_kubelet_and_kube_proxy_are_built_in_the_same_go_build_as_the_control_plane():
     k8s = component("kubernetes")
-    assert k8s.binaries == ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
-    assert k8s.packages[-1] == "k8s.io/kubernetes/cmd/kubelet" and k8s.method == "go-module"
+    assert k8s.binaries == ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
+    assert k8s.packages[-2:] == ("k8s.io/kubernetes/cmd/kubelet", "k8s.io/kubernetes/cmd/kube-proxy")
+    assert k8s.method == "go-module"
 
 
 def test_containerd_has_no_network_listeners_and_cannot_pull():

@@ -203,7 +203,7 @@ def test_hosts_mode_takes_expectations_from_options(fleet):
     nodes_dir = Path(__file__).parents[1] / "nodes"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(nodes_dir / "fabric"), str(nodes_dir / "software"), "--hosts=local://",
-         "-p", "no:cacheprovider", "-q",
+         "-p", "no:cacheprovider", "-q", "-o", "addopts=",
          f"--node-var=node_sysfs_root={paths.sysfs_root}",
          f"--node-var=node_nvidia_smi={paths.nvidia_smi}",
          f"--node-var=node_nv_fabricmanager={paths.nv_fabricmanager}",
