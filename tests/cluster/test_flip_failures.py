@@ -98,25 +98,32 @@ def half_trainer(ns: str) -> dict:
     return pod
 
 
+#: Names of every surge ReplicaSet seen, per namespace.
+SEEN: dict[str, set[str]] = {}
+
+
 def surges(kube: Kube, ns: str) -> list[dict]:
-    return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+    """The namespace's surge ReplicaSets now (each also noted in :data:`SEEN`)."""
+    items = kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+    SEEN.setdefault(ns, set()).update(r["metadata"]["name"] for r in items)
+    return items
 
 
 def reserved(kube: Kube, node: str) -> bool:
     return any(t.get("key") == RESERVED_TAINT for t in kube.get("v1", "nodes", node)["spec"].get("taints") or [])
 
 
-def min_ready(events: list[tuple[str, dict]]) -> int:
-    """The fewest Ready inference pods at any point of the watch (pods' last known state, in the API's order)."""
-    state: dict[str, bool] = {}
-    low = None
+def min_ready(events: list[tuple[str, dict]], before: list[dict]) -> int:
+    """The fewest Ready inference pods at any point of the watch, from ``before`` (the pods when it started) on."""
+    state = {p["metadata"]["uid"]: ready(p) for p in before}
+    low = sum(state.values())
     for kind, pod in list(events):
         if (pod["metadata"].get("labels") or {}).get("app") != "srv":
             continue
         state[pod["metadata"]["uid"]] = kind != "DELETED" and ready(pod)
         n = sum(state.values())
-        low = n if low is None else min(low, n)
-    return low if low is not None else 0
+        low = min(low, n)
+    return low
 
 
 @pytest.mark.parametrize("setup", [{"failure_rate": 1.0}, {"start_latency_seconds": 120.0}],
@@ -124,6 +131,7 @@ def min_ready(events: list[tuple[str, dict]]) -> int:
 def test_training_wins_by_the_bound_and_serving_stays_above_the_pdb_when_the_provider_fails(setup):
     kube, ns, node, caches, vk = setup
     victims = serve(kube, ns, node)
+    before = pods(kube, ns, "app=srv")
     events = record(kube, ns)
     kube.create("v1", "pods", half_trainer(ns), ns)
     out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
@@ -137,6 +145,7 @@ def test_training_wins_by_the_bound_and_serving_stays_above_the_pdb_when_the_pro
 
     def step() -> bool:
         out.tick()
+        surges(kube, ns)
         if time.monotonic() - started < BOUND - 1:
             early.append(len(victims & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")
                                         if not p["metadata"].get("deletionTimestamp")}))
@@ -147,24 +156,28 @@ def test_training_wins_by_the_bound_and_serving_stays_above_the_pdb_when_the_pro
     print(f"trainer bound {took:.1f}s after the reservation (bound {BOUND:g}s)")
     assert took >= BOUND - 1 and early and min(early) == 4, "a pod went before the bound without a Ready replacement"
     wait("no surge left", lambda: (out.tick(), not surges(kube, ns))[1], timeout=30)
-    low = min_ready(events)
+    low = min_ready(events, before)
     assert low >= MIN_AVAILABLE, f"Ready inference pods went down to {low}, below the PDB's minAvailable"
     left = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv") if not p["metadata"].get("deletionTimestamp")}
     assert len(victims - left) == 2, "exactly the two victims the trainer needs are evicted"
+    assert len(SEEN[ns]) == 2, f"replacements started for pods that need not move: {sorted(SEEN[ns])}"
 
 
 @pytest.mark.parametrize("setup", [{"start_latency_seconds": 120.0}], ids=["provider-slow"], indirect=True)
 def test_training_that_ends_while_replacements_start_evicts_nothing_and_leaves_nothing_outside(setup):
     kube, ns, node, caches, vk = setup
     victims = serve(kube, ns, node)
+    before = pods(kube, ns, "app=srv")
     events = record(kube, ns)
     kube.create("v1", "pods", half_trainer(ns), ns)
     out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=60)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     _free_gpus_taint(kube, vk.node_name, on=False)
-    wait("surge pods starting outside", lambda: (out.tick(), [
-        p for p in pods(kube, ns, SURGE_FOR_LABEL) if p["spec"].get("nodeName") == vk.node_name])[1])
+    wait("surge pods starting outside", lambda: (out.tick(), surges(kube, ns), [
+        p for p in pods(kube, ns, SURGE_FOR_LABEL) if p["spec"].get("nodeName") == vk.node_name])[2])
+    out.tick()
+    assert len(surges(kube, ns)) == 2, "replacements started for pods that need not move"
     # Training ends (cancelled, or done) before any replacement is Ready.
     kube.delete("v1", "pods", "trainer", ns, grace_seconds=0)
     wait("the reservation lifted and the surges removed",
@@ -178,6 +191,6 @@ def test_training_that_ends_while_replacements_start_evicts_nothing_and_leaves_n
         ready(p) and p["spec"]["nodeName"] == node for p in now), "an inference pod was evicted for nothing"
     assert not [e for e in list(events) if e[1]["metadata"]["uid"] in victims
                 and (e[0] == "DELETED" or e[1]["metadata"].get("deletionTimestamp"))]
-    assert min_ready(events) >= 4
+    assert min_ready(events, before) == 4
     dep = kube.get("apps/v1", "deployments", "srv", ns)
     assert dep["spec"]["replicas"] == 4 and (dep.get("status") or {}).get("availableReplicas") == 4
