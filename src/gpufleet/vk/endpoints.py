@@ -297,7 +297,7 @@ class EndpointPublisher:
         self.writes = 0
         self.health = None if health is None else EndpointHealthChecker(
             kube, node_name, self.slices, pods, address_of, dial_of or (lambda pod: None),
-            lambda keys: [self.queue.add(k) for k in keys], health)
+            self._requeue, health)
 
     def start(self, sync_timeout: float = 60.0) -> "EndpointPublisher":
         """Start both watches, wait for their first lists, queue every Service concerned, start the worker.
@@ -327,6 +327,11 @@ class EndpointPublisher:
         self.services.stop()
         self.slices.stop()
         self.queue.shutdown()
+
+    def _requeue(self, keys: Iterable[str]) -> None:
+        """Queue Services ``namespace/name`` for publishing (an address behind them changed health)."""
+        for key in keys:
+            self.queue.add(key)
 
     def _on_service(self, kind: str, new: Any, old: Any) -> None:
         meta = (new or old)["metadata"]
