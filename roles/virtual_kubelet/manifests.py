@@ -4,13 +4,16 @@ Each runs ``gpufleet virtual-kubelet --pool NAME`` as a single replica (a
 node has one kubelet; Recreate so two never overlap), with RBAC to own its
 Node and Lease, to watch and update the pods bound to it, to publish them
 into the Services selecting them (EndpointSlices), and to record events. The kubernetes provider reads the other cluster's kubeconfig from
-the pool's Secret, mounted read-only.
+the pool's Secret, mounted read-only. Pods outside take the ConfigMaps and
+Secrets they reference with them (:mod:`gpufleet.vk.reflect`): the virtual
+kubelet may get, list and watch those of the inference namespace only (a
+Role there, when the inference role is enabled), never cluster-wide.
 """
 
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, rule
+from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 
 def objects(inv: Inventory) -> list[Obj]:
@@ -28,11 +31,15 @@ def objects(inv: Inventory) -> list[Obj]:
              rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "create", "patch", "delete"]),
              EVENT_RULE]
     out: list[Obj] = [namespace(ns)]
+    inference = inv.role("inference")
+    # gpufleet.vk.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
+    reflect = ([rule([""], ["configmaps", "secrets"], ["get", "list", "watch"])]
+               if inference.inference_enabled else [])
     for pool in v.virtual_kubelet_pools:
         name = f"vk-{pool.name}"
         volumes = mounts = own = None
         if pool.kubeconfig_secret:
-            # Its own pool's kubeconfig, nothing else: the provider copies no Secret or ConfigMap.
+            # Its own pool's kubeconfig, nothing else of its own namespace.
             own = [rule([""], ["secrets"], ["get"], names=[pool.kubeconfig_secret])]
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
@@ -45,5 +52,8 @@ def objects(inv: Inventory) -> list[Obj]:
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
         deployment["spec"]["replicas"] = 1
         deployment["spec"]["strategy"] = {"type": "Recreate"}
-        out += objs
+        out += objs[:-1]
+        if reflect:
+            out += namespaced_rbac(name, inference.inference_namespace, reflect, account_namespace=ns)
+        out.append(deployment)
     return out

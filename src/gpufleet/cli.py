@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "taint-controller": ("gpufleet.flip.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
     "virtual-kubelet": ("gpufleet.vk.main", "run one virtual node for an external capacity pool (--pool NAME)"),
     "goodput": ("gpufleet.goodput.main", "account every training job's ETTR and lost time by cause, as Prometheus metrics"),
+    "inference-standin": ("gpufleet.sim.inference_server",
+                          "an HTTP server standing in for a model server (local environment, sim.flip)"),
 }
 
 

@@ -52,6 +52,9 @@ SOURCE_NAME = "gpufleet.io/source-name"
 REMOTE_NODE_LABEL = "gpufleet.io/virtual-node"
 #: Label on remote pods of a kubernetes pool reached through a load balancer: their workload's remote Service.
 REMOTE_SERVICE_LABEL = "gpufleet.io/remote-service"
+#: Label on a ConfigMap or Secret the virtual kubelet reflects to a provider (a copy of one its pods
+#: reference): the virtual node it is reflected for.
+REFLECTED_LABEL = "gpufleet.io/reflected-for"
 #: NVIDIA's node label naming the GPU model (GPU feature discovery).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Label naming a virtual node's external capacity pool.

@@ -1,4 +1,4 @@
-"""``invoke sim.flip`` end to end on the session cluster (the simulated rental pool only, short training)."""
+"""``invoke sim.flip`` end to end on the session cluster: the kubernetes pool, real requests through kube-proxy."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.flaky(reruns=2)  # timing on a shared 2-core machine; a rerun starts from a settled cluster
-def test_sim_flip_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
-    summary = run(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=15, out=tmp_path,
-                          timeout=180))
+def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
+    summary = run(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=15, out=tmp_path,
+                          timeout=180, other_clusters={"other": f"{local_cluster.name}-other"}, rate=20))
     assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
     assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0
     # Make before break (the inventory's mode): every replacement was Ready before its pod left, both ways.
@@ -27,3 +27,9 @@ def test_sim_flip_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
     assert [t["tainted"] for t in timeline["transitions"]] == [True, False, True]
     assert timeline["samples"][-1]["training_pods_finished"] == timeline["nodes"]  # every GPU's pod ran and finished
     assert (tmp_path / "flip.png").stat().st_size > 10_000
+    # Requests really went through the Service's data plane, in-cluster and outside, and (nearly) none failed.
+    assert summary["requests_total"] > 20 * 30
+    assert summary["requests_failed"] <= summary["requests_total"] // 100, summary
+    assert summary["latency_p99_ms_steady"] and summary["latency_p99_ms_flip"]
+    rps = timeline["requests_per_second"]
+    assert sum(rps["in_cluster"]) > 0 and sum(rps["outside"]) > 0

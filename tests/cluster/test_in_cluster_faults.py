@@ -92,7 +92,7 @@ def _ready(pod: dict) -> bool:
 
 def test_standby_takes_the_lease_mid_flip_and_the_flip_completes_within_the_pdb(local_cluster, tmp_path):
     k = local_cluster.kube
-    flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=15, out=tmp_path,
+    flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=15, out=tmp_path, rate=0,
                         timeout=300))
     _wait("the training submitted", lambda: not flip.alive() or k.get_or_none(
         "jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, TRAINING_NS) is not None)
@@ -116,7 +116,7 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
     started_other = not local.main_pids(other)
     node = node_name_for("other")
     flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=120, out=tmp_path,
-                        timeout=300, other_clusters={"other": other}))
+                        timeout=300, other_clusters={"other": other}, rate=0))
     try:
         def outside() -> list[dict]:
             return [p for p in k.list("v1", "pods", INFERENCE_NS, fieldSelector=f"spec.nodeName={node}")["items"]
@@ -213,7 +213,7 @@ def test_containerd_and_kubelet_killed_mid_flip_the_controllers_come_back_and_no
     try:
         incluster.wait_available(k, deps, timeout=300)
         before = {d: {p["metadata"]["uid"] for p in pods(k, *d)} for d in deps}
-        flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=30, out=tmp_path,
+        flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("rental",), duration=30, out=tmp_path, rate=0,
                             timeout=600))
         _wait("the training submitted", lambda: not flip.alive() or k.get_or_none(
             "jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, TRAINING_NS) is not None)

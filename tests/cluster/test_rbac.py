@@ -67,11 +67,14 @@ NEEDED: dict[str, list[Ask]] = {
                   _ask("list", "services"), _ask("watch", "services"),
                   *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),
                   *(_ask(v, "endpointslices", "inference", group="discovery.k8s.io") for v in ("create", "patch", "delete")),
+                  # vk/reflect.py: the ConfigMaps and Secrets pods outside reference, where inference runs.
+                  *(_ask(v, r, "inference") for r in ("configmaps", "secrets") for v in ("get", "list", "watch")),
                   *EVENTS],
     "vk-other": [_ask("get", "nodes"), _ask("create", "nodes"), _ask("update", "nodes/status"),
                  _ask("list", "pods"), _ask("update", "pods/status", "inference"), _ask("watch", "services"),
                  _ask("patch", "endpointslices", "inference", group="discovery.k8s.io"),
-                 _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig")],
+                 _ask("get", "secrets", SYSTEM, "other-cluster-kubeconfig"),
+                 _ask("get", "secrets", "inference"), _ask("watch", "configmaps", "inference")],
     # goodput/: one accountant per team namespace reads that namespace's Workloads, pods and Events.
     "gpufleet-goodput": [*(_ask(v, "workloads", OWN, group="kueue.x-k8s.io") for v in ("get", "list", "watch")),
                          *(_ask(v, r, OWN) for r in ("pods", "events") for v in ("get", "list", "watch"))],

@@ -235,9 +235,11 @@ def test_a_remote_load_balancer_per_workload_is_one_endpoint(kube, other):
         assert list(got) == [("203.0.113.10", 8000)]
         (ep,) = got.values()
         assert ep["conditions"] == {"ready": True, "serving": True, "terminating": False} and "targetRef" not in ep
-        # The workload leaves: its endpoint goes.
+        # The workload leaves: its endpoint and the remote Service go.
         kube.patch("apps/v1", "deployments", "chat", {"spec": {"replicas": 0}}, ns)
         wait("no endpoint left", lambda: published(kube, ns, "chat") == {}, timeout=60)
+        wait("the remote Service deleted with the last pod",
+             lambda: remote.get_or_none("v1", "services", "gf-chat", ns) is None, timeout=60)
     finally:
         vk.close()
         delete_namespace(kube, ns)

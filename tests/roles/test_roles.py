@@ -118,6 +118,16 @@ def test_virtual_kubelet_runs_one_replica_per_pool_with_its_kubeconfig() -> None
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--pool", "gpu-rental"]
 
 
+def test_virtual_kubelet_reads_config_maps_and_secrets_of_the_inference_namespace_only() -> None:
+    r = stack("prod")
+    role = find(r, "Role", "gpufleet:vk-gpu-rental", "inference")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}]
+    binding = find(r, "RoleBinding", "gpufleet:vk-gpu-rental", "inference")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "vk-gpu-rental", "namespace": "gpufleet-system"}]
+    cluster = find(r, "ClusterRole", "gpufleet:vk-gpu-rental")
+    assert not [x for x in cluster["rules"] if {"configmaps", "secrets"} & set(x["resources"])]
+
+
 def test_checkpoint_volume_per_team_on_weka() -> None:
     r = stack("prod")
     assert find(r, "StorageClass", "gpufleet-checkpoints")["provisioner"] == "csi.weka.io"

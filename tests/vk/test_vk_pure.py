@@ -58,22 +58,12 @@ def test_translate_keeps_containers_drops_cluster_specifics_and_tags_the_source(
     ({"hostPID": True}, "hostPID"),
     ({"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}, "hostPath"),
     ({"volumes": [{"name": "c", "persistentVolumeClaim": {"claimName": "x"}}]}, "persistentVolumeClaim"),
-    ({"volumes": [{"name": "s", "secret": {"secretName": "x"}}]}, "secret"),
+    ({"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]},
+     "serviceAccountToken"),
 ])
 def test_translate_refuses_what_cannot_run_remotely(spec, field):
     with pytest.raises(Refused, match=field):
         translate(pod(**spec), node_name="vk")
-
-
-def test_translate_refuses_secret_env_and_env_from():
-    p = pod()
-    p["spec"]["containers"][0]["env"].append({"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
-    with pytest.raises(Refused, match="secretKeyRef"):
-        translate(p, node_name="vk")
-    p = pod()
-    p["spec"]["containers"][0]["envFrom"] = [{"configMapRef": {"name": "c"}}]
-    with pytest.raises(Refused, match="envFrom"):
-        translate(p, node_name="vk")
 
 
 def test_translate_keeps_empty_dir_and_field_ref_env():

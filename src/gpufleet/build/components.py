@@ -35,8 +35,9 @@ from gpufleet.build.gobuild import Cached
 from gpufleet.versions import pin, versions
 
 Method = Literal["go-install", "go-module", "apt"]
-#: What the local cluster runs of k8s.io/kubernetes: the control plane and the real node's kubelet.
-KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+#: What the local cluster runs of k8s.io/kubernetes: the control plane, the real node's kubelet and the
+#: Service data plane's kube-proxy (confined to a network namespace, :mod:`gpufleet.local.dataplane`).
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,23 @@ class Surges:
         except KubeError:
             return False
         want = (d.get("spec") or {}).get("replicas", 1)
-        return ((d.get("status") or {}).get("availableReplicas") or 0) >= want
+        if ((d.get("status") or {}).get("availableReplicas") or 0) < want:
+            return False
+        # The Deployment's status lags its pods: right after the victim's eviction it still counts the victim,
+        # and removing the surge then would leave one replica short until the ReplicaSet's replacement is Ready.
+        # So its own Ready pods are counted too, from the cache (surges excluded).
+        selector = (d.get("spec") or {}).get("selector") or {}
+        match = selector.get("matchLabels") or {}
+        if selector.get("matchExpressions") or not match:
+            return True
+        ready = 0
+        for p in self.pods.items():
+            meta = p["metadata"]
+            labels = meta.get("labels") or {}
+            if (meta["namespace"] == s.namespace and SURGE_FOR_LABEL not in labels and p["ready"] and p["node"]
+                    and not meta.get("deletionTimestamp") and all(labels.get(k) == v for k, v in match.items())):
+                ready += 1
+        return ready >= want
 
     def _remove(self, s: Surge, why: str) -> None:
         try:

@@ -677,8 +677,11 @@ def _cluster_names() -> list[str]:
 def _down(name: str, purge: bool, timeout: float) -> list[str]:
     from gpufleet.local import processes
 
+    from gpufleet.local import dataplane
+
     lay = Layout(name)
-    stopped = _down_node(name, lay, timeout)
+    stopped = dataplane.down(name, timeout)
+    stopped += _down_node(name, lay, timeout)
     for comp in reversed(_NOT_NODE):
         if processes.stop(lay.pid(comp), timeout):
             stopped.append(comp)

@@ -161,13 +161,14 @@ def host_ip() -> str:
     raise NodeError("no IPv4 address on the default route's interface: the kubelet needs one for --node-ip")
 
 
-def _short(cluster: str) -> str:
+def short_name(cluster: str) -> str:
+    """Eight hex digits naming cluster ``cluster`` on the host (interface, namespace names)."""
     return hashlib.sha256(cluster.encode()).hexdigest()[:8]
 
 
 def bridge_name(cluster: str) -> str:
     """The CNI bridge of cluster ``cluster``: ``gf`` + 8 hex digits (interface names have 15 characters at most)."""
-    return f"gf{_short(cluster)}"
+    return f"gf{short_name(cluster)}"
 
 
 def pod_subnet(ports: Ports) -> str:
@@ -287,6 +288,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 #: Every local cluster's pod subnet (:func:`pod_subnet`) lies in it.
 POD_NETWORKS = "10.244.0.0/16"
+#: The last host octet the CNI gives a pod; addresses above are the host's namespaces' (gpufleet.local.dataplane).
+POD_RANGE_END = 239
 
 
 def cni_config(cluster: str, ports: Ports, paths: NodePaths) -> dict:
@@ -306,7 +309,8 @@ def cni_config(cluster: str, ports: Ports, paths: NodePaths) -> dict:
              "ipMasq": False, "hairpinMode": True,
              "ipam": {"type": "host-local", "dataDir": str(paths.ipam),
                       "routes": [{"dst": POD_NETWORKS, "gw": gateway_ip(ports)}],
-                      "ranges": [[{"subnet": pod_subnet(ports), "gateway": gateway_ip(ports)}]]}},
+                      "ranges": [[{"subnet": pod_subnet(ports), "gateway": gateway_ip(ports),
+                                   "rangeEnd": pod_subnet(ports).replace(".0/24", f".{POD_RANGE_END}")}]]}},
             {"type": "loopback"},
         ],
     }

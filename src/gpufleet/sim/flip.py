@@ -64,14 +64,18 @@ from gpufleet.flip.controller import Transition
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.sim import incluster
+from gpufleet.local.dataplane import netns_name as dataplane_name
+from gpufleet.local.node import node_name as real_node_name
+from gpufleet.sim import incluster, serving
 from gpufleet.vk.node import node_name_for
 
 log = logging.getLogger(__name__)
 
+#: The request figures (None when no requests were sent: ``--rate 0``).
+REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "latency_p99_ms_flip")
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
                 "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
-                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip")
+                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", *REQUEST_KEYS)
 JOBSET_NAME = "gpufleet-sim-flip"
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 
@@ -314,9 +318,12 @@ def _gpu_seconds_outside(samples: list[Sample]) -> float:
     return sum(sum(a.inference_gpus_outside.values()) * (b.t - a.t) for a, b in zip(samples, samples[1:]))
 
 
-def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, title: str) -> Path:
+def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, title: str, *,
+         requests_per_second: dict[str, list[float]] | None = None) -> Path:
     """A PNG of GPU allocation by kind over time (training, inference in-cluster, inference per virtual node),
-    with the taint flips and the phases marked."""
+    with the taint flips and the phases marked; below, Ready replicas, and requests per second served in-cluster,
+    outside and failed (``requests_per_second`` as :func:`gpufleet.sim.serving.per_second` gives it) on the same
+    time axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,7 +334,10 @@ def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, tit
     series = [[s.training_gpus for s in samples], [s.inference_gpus_in_cluster for s in samples]]
     labels = ["training", "inference in-cluster"] + [f"inference on {n}" for n in vnodes]
     series += [[s.inference_gpus_outside.get(n, 0) for s in samples] for n in vnodes]
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    if requests_per_second:
+        fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(13, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 1, 1.5]})
+    else:
+        fig, (ax, ax2) = plt.subplots(2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     ax.stackplot(t, *series, labels=labels, alpha=0.85)
     ax.set_ylabel("GPUs")
     ax.set_title(title)
@@ -345,9 +355,18 @@ def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, tit
     ax2.plot(t, [s.inference_ready for s in samples], label="inference Ready", color="tab:green")
     ax2.plot(t, [s.inference_ready_in_cluster for s in samples], label="Ready in-cluster", color="tab:orange")
     ax2.set_ylabel("replicas")
-    ax2.set_xlabel("seconds")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    last = ax2
+    if requests_per_second:
+        rps = requests_per_second
+        ax3.stackplot(rps["t"], rps["in_cluster"], rps["outside"], labels=["served in-cluster", "served outside"],
+                      colors=["tab:orange", "tab:purple"], alpha=0.8, step="post")
+        ax3.plot(rps["t"], rps["failed"], color="red", label="failed", drawstyle="steps-post")
+        ax3.set_ylabel("requests/s")
+        ax3.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+        last = ax3
+    last.set_xlabel("seconds")
     fig.subplots_adjust(left=0.06, right=0.8, top=0.93, bottom=0.09, hspace=0.08)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -371,6 +390,9 @@ class Options:
         keep: leave the inference, the JobSet and the virtual nodes behind.
         mode: the flip-out mode (``make_before_break`` or ``evict_first``; None: the inventory's
             ``taint_controller_flip_mode``).
+        rate: requests per second sent through the inference Service for the whole run (0: none; then
+            inference runs on kwok's nodes and only Ready pods are counted).
+        latency_ms: milliseconds the inference stand-in takes per request.
     """
 
     env: str = "local"
@@ -384,6 +406,8 @@ class Options:
     keep: bool = False
     other_clusters: dict[str, str] = field(default_factory=dict)
     mode: str | None = None
+    rate: float = 20.0
+    latency_ms: float = 20.0
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
@@ -434,8 +458,9 @@ def _up(name: str, specs: list, say, **kwargs):
     return local.up(name, specs=specs, log=lambda m: say(f"  {m}"), fresh=fresh, **kwargs)
 
 
-def _apply_objects(kube: Kube, inv) -> None:
-    """The kueue role's queues and priorities (training's PriorityClass included) and the inference role's objects."""
+def _apply_objects(kube: Kube, inv, pod_template: Callable[[dict], dict] | None = None) -> None:
+    """The kueue role's queues and priorities (training's PriorityClass included) and the inference role's objects
+    (Deployments' pod templates through ``pod_template`` when given)."""
     from roles.inference.manifests import objects as inference_objects
     from roles.kueue.manifests import objects as kueue_objects
 
@@ -453,6 +478,8 @@ def _apply_objects(kube: Kube, inv) -> None:
             else:
                 raise
     for obj in inference_objects(inv):
+        if pod_template is not None and obj["kind"] == "Deployment":
+            obj["spec"]["template"] = pod_template(obj["spec"]["template"])
         apply(kube, obj)
 
 
@@ -499,6 +526,17 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     if opts.pools and {p.name for p in pools} != set(opts.pools):
         raise ValueError(f"--pools {','.join(opts.pools)}: known pools are "
                          f"{', '.join(p.name for p in vk_vars.virtual_kubelet_pools)}")
+    if opts.rate > 0:
+        # Requests need endpoints that answer: a kubernetes pool's pods run on its cluster's real node; a
+        # simulated rental's instances are addresses nothing routes to.
+        unreachable = [p.name for p in pools if p.provider != "kubernetes"]
+        if opts.pools and unreachable:
+            raise ValueError(f"--pools {','.join(opts.pools)}: pool(s) {', '.join(unreachable)} (provider simulated) "
+                             "have no endpoints requests can reach; with --rate use kubernetes pools, or --rate 0")
+        pools = [p for p in pools if p.provider == "kubernetes"]
+        if not pools:
+            raise ValueError(f"--rate {opts.rate:g}: the inventory {opts.env!r} has no kubernetes pool to serve "
+                             "requests outside; use --rate 0")
     inf = inv.role("inference")
     dep = inf.inference_deployments[0]
     replicas = opts.replicas or dep.replicas
@@ -523,15 +561,27 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
-    incluster.pool_clusters(kube, inv, pools, names=opts.other_clusters, say=say)
+    pool_clusters = incluster.pool_clusters(kube, inv, pools, names=opts.other_clusters, say=say)
 
-    # 2. objects
+    # 2. objects (serving for real: stand-ins required on the real node or a virtual one)
     _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, incluster.orphan_virtual_nodes(kube, inv), fresh=True)
-    _apply_objects(kube, inv)
+    _apply_objects(kube, inv, None if opts.rate <= 0 else lambda t: serving.standin_pod(
+        t, image=inv.fleet.gpufleet_image, real_node=real_node_name(c.name), latency_ms=opts.latency_ms,
+        cluster=opts.cluster))
 
-    # 3. controllers: the roles' Deployments on the real node (a stack's when there, else applied here)
+    # 3. controllers: the roles' Deployments on the real node (a stack's when there, else applied here);
+    # then the real nodes enlisted as GPU hosts (after: the GPU taint keeps new gpufleet pods off) and the data plane
     began = time.time()  # transitions logged before this belong to an earlier run
     objs, created, caches = _start_controllers(kube, c, opts, pools, say)
+    setup = None
+    if opts.rate > 0:
+        say(f"real serving: real nodes offer GPUs, kube-proxy in {dataplane_name(opts.cluster)}, "
+            f"{opts.rate:g} requests/s through Service {inf.inference_namespace}/{dep.name}")
+        try:
+            setup = serving.prepare(c, kube, inv, pool_clusters, pools, gpus_per_node)
+        except BaseException:
+            caches.stop()
+            raise
     vnodes = [node_name_for(p.name) for p in pools]
     rec = Recorder(caches, inf.inference_namespace, lq.namespace, vnodes).start()
     wall_t0 = time.time() - (time.monotonic() - rec.t0)
@@ -542,15 +592,29 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         _wait("inference Ready in-cluster with the virtual nodes tainted",
               lambda: (s := rec.last()).inference_ready_in_cluster >= replicas and s.tainted and all(s.tainted.values()),
               opts.timeout, rec)
+        if setup is not None:
+            svc = kube.get("v1", "services", dep.name, inf.inference_namespace)
+            setup.url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}/"
+            serving.wait_serving(setup.dataplane, setup.url, opts.timeout)
+            setup.stream = serving.start_stream(setup.dataplane, setup.url, opts.rate, out / "requests.jsonl")
+            time.sleep(max(5.0, 200 / opts.rate))  # a steady state to compare the flip with
         # 4. training
         submitted = rec.last().t
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
             f"{opts.duration:g}s via LocalQueue {lq.name}")
-        apply(kube, jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, None, training_pc, wpc))
+        js = jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, None, training_pc, wpc)
+        if setup is not None:
+            pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+            container, volume = serving.trainer_container(pod["spec"]["containers"][0], setup.image, opts.cluster)
+            pod["spec"]["containers"] = [container]
+            pod["spec"]["volumes"] = [volume]
+        apply(kube, js)
         _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
         say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
             f"inference Ready outside: {rec.last().inference_ready_outside}")
         time.sleep(opts.duration)
+        if setup is not None:
+            serving.write_end_file(opts.cluster)
         say(f"t={rec.last().t:.0f}s ending the training ({finish_training(kube, lq.namespace)} pods)")
         _wait("the training to finish", lambda: rec.last().training_pods_finished >= nodes, opts.timeout, rec)
         say(f"t={rec.last().t:.0f}s training finished; waiting for inference to come back in-cluster")
@@ -559,6 +623,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
               opts.timeout, rec)
         time.sleep(2)
     finally:
+        reqs = serving.finish(setup) if setup is not None else None
         rec.stop()
         caches.stop()
         tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
@@ -568,7 +633,8 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                      and o["metadata"]["name"] == "taint-controller"), "")
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
-                                         mode=mode)
+                                         mode=mode, requests=reqs, wall_t0=wall_t0,
+                                         in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
             incluster.remove(kube, created)
@@ -600,20 +666,35 @@ def _check_mode(kube: Kube, objs: list[dict]) -> None:
 
 
 def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,
-                   gpus_per_node: int, replicas: int, pdb: int, pools: list, mode: str = "") -> tuple[dict[str, Any], dict[str, float | None]]:
-    """Summarise the samples; write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
+                   gpus_per_node: int, replicas: int, pdb: int, pools: list, mode: str = "",
+                   requests: list | None = None, wall_t0: float = 0.0,
+                   in_cluster_nodes: set[str] = frozenset()) -> tuple[dict[str, Any], dict[str, float | None]]:
+    """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet.sim.traffic`; None when none were);
+    write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
 
     Returns ``(summary, phases)`` as :func:`summarize` does.
     """
     summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
                                 pdb_min_available=pdb, training_pods=nodes, flip_mode=mode)
+    rps = None
+    if requests is not None:
+        flip_to = phases["back_in_cluster"] or (samples[-1].t if samples else None)
+        figures = serving.summarize(requests, wall_t0=wall_t0, flip_from=submitted, flip_to=flip_to,
+                                    in_cluster_nodes=in_cluster_nodes)
+        summary.update({k: figures[k] for k in REQUEST_KEYS})
+        rps = serving.per_second(requests, wall_t0=wall_t0, in_cluster_nodes=in_cluster_nodes)
+    else:
+        summary.update(dict.fromkeys(REQUEST_KEYS))
+    summary = {k: summary[k] for k in SUMMARY_KEYS}
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
+                "request_rate": opts.rate if requests is not None else 0, "requests_per_second": rps,
                 "transitions": [t.__dict__ for t in transitions],
                 "samples": [s.__dict__ for s in samples]}
     (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
     if samples:
-        plot(samples, phases, out / "flip.png", f"gpufleet flip: {nodes} nodes, {replicas} inference replicas")
+        plot(samples, phases, out / "flip.png", f"gpufleet flip ({mode or 'mode unknown'}): {nodes} nodes, "
+             f"{replicas} inference replicas", requests_per_second=rps)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, phases
 

@@ -52,10 +52,13 @@ def flip_errors() -> Iterator[None]:
     "keep": "leave the inference Deployment, the JobSet and the virtual nodes behind",
     "verbose": "log what the controllers do",
     "mode": "flip-out mode: make_before_break or evict_first (default: the inventory's taint_controller_flip_mode)",
+    "rate": "requests per second sent through the inference Service for the whole run (default 20; 0: none, "
+            "inference then runs on simulated nodes and only Ready pods count)",
+    "latency_ms": "milliseconds the inference stand-in takes per request (default 20)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
-         keep: bool = False, verbose: bool = False, mode: str = "") -> None:
+         keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20) -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
@@ -74,6 +77,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
                  if value <= 0]
     if pools and not pools.strip(", "):
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
+    problems += [f"--{flag} {value:g}: expected a number >= 0" for flag, value in (("rate", rate), ("latency-ms", latency_ms))
+                 if value < 0]
     if mode and mode not in FLIP_MODES:
         problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
     if problems:
@@ -83,7 +88,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
-                   keep=keep, mode=mode or None)
+                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms)
     with flip_errors():
         summary = run(opts)
     print(json.dumps(summary))

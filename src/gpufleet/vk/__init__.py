@@ -8,7 +8,9 @@ Seams as in virtual-kubelet/virtual-kubelet: the node side
 in :mod:`gpufleet.vk.providers` (``kubernetes``, ``simulated``);
 :mod:`~gpufleet.vk.translate` says what of a pod is kept, dropped or
 refused remotely; :mod:`~gpufleet.vk.endpoints` publishes the node's pods
-into the Services that select them, at the addresses the providers report. It talks to the API server through :mod:`gpufleet.kube` (client, watch
+into the Services that select them, at the addresses the providers report;
+:mod:`~gpufleet.vk.reflect` takes the ConfigMaps and Secrets pods reference
+to their provider. It talks to the API server through :mod:`gpufleet.kube` (client, watch
 cache, work queue). Entry point: ``gpufleet virtual-kubelet``
 (:mod:`~gpufleet.vk.main`). See README.md.
 """

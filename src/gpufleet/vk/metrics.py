@@ -10,7 +10,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 PODS = Gauge("gpufleet_vk_pods", "Pods bound to the virtual node, by phase as last mirrored.", ["node", "phase"])
 PROVIDER_PODS = Gauge("gpufleet_vk_provider_pods", "Remote pods the provider holds for the node.", ["node", "provider"])
-CREATES = Counter("gpufleet_vk_pod_creates_total", "Remote pod creations, by result (ok, retry, failed, refused).",
+CREATES = Counter("gpufleet_vk_pod_creates_total", "Remote pod creations, by result (ok, retry, waiting, failed, refused).",
                   ["node", "result"])
 DELETES = Counter("gpufleet_vk_pod_deletes_total", "Remote pod deletions, by cause (deleted, finished, orphan).",
                   ["node", "cause"])

@@ -24,6 +24,11 @@ Per pod (:meth:`PodController.reconcile`):
    updated in place with the attempt count (``count``, ``lastTimestamp`` and
    ``attempt N`` in the message), so a pod retried a hundred times has one
    Event, not a hundred; the final failure always records its own Event.
+   Before the create, the ConfigMaps and Secrets the pod references are
+   put at the provider (:mod:`gpufleet.vk.reflect`); while a non-optional
+   one is missing the pod stays **Pending** (its containers waiting with
+   reason ``CreateContainerConfigError``, an Event naming the object, as a
+   kubelet does), retried without a deadline and at once when it appears.
 4. **No remote pod, but started** (``startTime`` set; a pod created by
    this process counts once its remote pod was seen, or after
    ``lost_grace_seconds``): the provider lost it → **Failed**,
@@ -31,8 +36,10 @@ Per pod (:meth:`PodController.reconcile`):
 5. **Remote pod exists**: mirror its status (phase, conditions,
    containerStatuses, startTime; not its IP:
    :func:`gpufleet.vk.translate.mirror_status`) when it changed; copy label
-   changes (``update_pod``); when the remote pod is terminal, mirror it and
-   then delete the remote pod.
+   changes (``update_pod``); keep the provider's copies of the objects it
+   references in sync (:mod:`gpufleet.vk.reflect`); when the remote pod is
+   terminal, mirror it and then delete the remote pod. Once the pod is gone
+   there, the copies no other pod there references are deleted.
 
 Endpoints (:mod:`gpufleet.vk.endpoints`): after every reconcile the
 Services selecting the pod are queued for publishing at the address the
@@ -44,7 +51,10 @@ on start the loop lists every provider's pods, adopts those whose source
 pod exists (no duplicate create), fails those that were started and are
 gone (rule 4), creates those never started (rule 3), and deletes remote
 pods whose source pod no longer exists (orphans), once the local cache is
-synced.
+synced. Each resync also sweeps every provider of its own leftovers (its
+optional ``sweep()``), and every ``object_sweep_seconds`` of copies of
+objects no pod references (:meth:`gpufleet.vk.reflect.Reflector.sweep`:
+after a restart, or a failed delete).
 """
 
 from __future__ import annotations
@@ -68,6 +78,7 @@ from .health import HealthSettings
 from .provider import (
     PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
+from .reflect import MissingObjects, Reflector, live_references
 from .translate import Refused, mirror_status
 
 log = logging.getLogger(__name__)
@@ -122,12 +133,14 @@ class PodController:
             (a remote watch may lag the create); once seen, a missing remote pod is lost at once.
         publish_endpoints: publish the pods into the Services selecting them (:mod:`gpufleet.vk.endpoints`).
         endpoint_health: check the published addresses (:mod:`gpufleet.vk.health`); None: no check.
+        object_sweep_seconds: how often the providers' copies of ConfigMaps and Secrets no pod references are
+            looked for (a list at each provider), at the first resync and then at most this often.
         clock: monotonic seconds.
     """
 
     def __init__(self, kube: Kube, node_name: str, providers: dict[str, Provider], *, host_ip: str = "127.0.0.1",
                  workers: int = 8, resync_seconds: float = 10.0, create_retry_seconds: float = 60.0,
-                 lost_grace_seconds: float = 30.0, publish_endpoints: bool = True,
+                 lost_grace_seconds: float = 30.0, publish_endpoints: bool = True, object_sweep_seconds: float = 60.0,
                  endpoint_health: HealthSettings | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.kube = kube
@@ -158,6 +171,9 @@ class PodController:
         self.running_since: dict[str, float] = {}
         self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address, health=endpoint_health,
                                            dial_of=self.dial) if publish_endpoints else None
+        self.reflector = Reflector(kube, node_name, providers, on_pod=self.queue.add)
+        self.object_sweep_seconds = object_sweep_seconds
+        self._objects_swept_at: float | None = None
         for prov in providers.values():
             if callable(getattr(prov, "notify_pods", None)):
                 prov.notify_pods(lambda ns, name: self.queue.add(f"{ns}/{name}"))
@@ -189,6 +205,7 @@ class PodController:
         """Stop watching and working (remote pods are left as they are, to be adopted on restart)."""
         self._stop.set()
         self.pods.stop()
+        self.reflector.stop()
         self.queue.shutdown()
         if self.endpoints is not None:
             self.endpoints.stop()
@@ -250,6 +267,28 @@ class PodController:
             self.queue.add(f"{p['metadata']['namespace']}/{p['metadata']['name']}")
         for phase in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
             metrics.PODS.labels(self.node, phase).set(phases.get(phase, 0))
+        if self.pods.synced.is_set():
+            self._sweep(local)
+
+    def _sweep(self, local: dict[str, Pod]) -> None:
+        """Each provider's sweeps: its own leftovers, and (every ``object_sweep_seconds``) copies of objects no pod
+        there references."""
+        now = self.clock()
+        objects = self._objects_swept_at is None or now - self._objects_swept_at >= self.object_sweep_seconds
+        if objects:
+            self._objects_swept_at = now
+        with self._lock:
+            placed = dict(self.placement)
+        for name, prov in self.providers.items():
+            try:
+                if callable(getattr(prov, "sweep", None)):
+                    prov.sweep()
+                if objects:
+                    self.reflector.sweep(prov, live_references(
+                        p for uid, p in local.items()
+                        if placed.get(uid) == name and (p.get("status") or {}).get("phase") not in TERMINAL))
+            except (ProviderError, KubeError) as exc:
+                log.warning("%s: sweep of %s failed: %s", self.node, name, exc)
 
     # ------------------------------------------------------------------ reconcile
 
@@ -267,6 +306,7 @@ class PodController:
         return prov, remote
 
     def _forget(self, uid: str) -> None:
+        self.reflector.release(uid)
         with self._lock:
             self.placement.pop(uid, None)
         self._created_at.pop(uid, None)
@@ -384,6 +424,13 @@ class PodController:
         if rstatus.get("phase") in TERMINAL:
             prov.delete_pod(pod)
             metrics.DELETES.labels(self.node, "finished").inc()
+            return None
+        if prov is not None:
+            try:
+                self.reflector.ensure(pod, prov, starting=False)
+            except (ProviderError, KubeError, Refused) as exc:
+                log.warning("%s: %s: referenced objects not synced to %s: %s; retrying", self.node, key, prov.name, exc)
+                return 5.0
         return None
 
     def _delete_remote_of(self, key: str, uid: str, cause: str) -> None:
@@ -412,7 +459,14 @@ class PodController:
         try:
             # One provider: it enforces its own capacity; only the GPU model needs checking here.
             name = choose(pod, self._offers()) if len(self.providers) > 1 else self._only_provider(pod)
+            self.reflector.ensure(pod, self.providers[name], starting=True)
             self.providers[name].create_pod(pod)
+        except MissingObjects as exc:
+            metrics.CREATES.labels(self.node, "waiting").inc()
+            # Waiting for objects is no failed create: it has no deadline, and a later create error gets its full window.
+            self._attempts[uid] = (self.clock(), attempts + 1)
+            self._wait_for_objects(pod, exc, attempts + 1)
+            return min(0.5 * 2 ** attempts, 10.0)
         except Refused as exc:
             metrics.CREATES.labels(self.node, "refused").inc()
             self._fail(pod, "Refused", f"the pod cannot run on a virtual node: {exc}")
@@ -472,6 +526,27 @@ class PodController:
             seen = self._seen_at.get(uid)
             if seen is not None:
                 metrics.CREATE_TO_RUNNING.labels(self.node).observe(self.running_since[uid] - seen)
+
+    def _wait_for_objects(self, pod: Pod, exc: MissingObjects, attempt: int) -> None:
+        """Leave ``pod`` Pending, its containers waiting with reason ``CreateContainerConfigError`` (as a kubelet
+        does), and record an Event naming the missing objects (names only, never data)."""
+        meta = pod["metadata"]
+        message = f"{exc} in namespace {meta['namespace']}: the pod starts once it exists"
+        self._retry_event(pod, exc.reason, message, attempt)
+        waiting = {"reason": exc.reason, "message": message[:1024]}
+        current = (pod.get("status") or {}).get("containerStatuses") or []
+        if current and all((c.get("state") or {}).get("waiting") == waiting for c in current):
+            return
+        containers = [{"name": c.get("name"), "image": c.get("image"), "imageID": "", "ready": False,
+                       "restartCount": 0, "started": False,
+                       "state": {"waiting": waiting, "running": None, "terminated": None}}
+                      for c in (pod.get("spec") or {}).get("containers") or []]
+        try:
+            self.kube.patch("v1", "pods", meta["name"], {"status": {"phase": "Pending", "containerStatuses": containers}},
+                            meta["namespace"], subresource="status", patch="strategic")
+            metrics.STATUS_WRITES.labels(self.node).inc()
+        except NotFound:
+            pass
 
     def _fail(self, pod: Pod, reason: str, message: str) -> None:
         """Mark the source pod Failed (phase, reason, message, Ready False) and record a Warning Event."""

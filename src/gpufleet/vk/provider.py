@@ -20,6 +20,16 @@ side publishes it into the Services selecting the pod
 as the source pod's ``status.podIP``: outside a shared pod network nothing
 here reaches it.
 
+Objects (:meth:`Provider.put_object`, :meth:`Provider.delete_object`,
+:meth:`Provider.get_objects`): the ConfigMaps and Secrets a pod references
+(:func:`gpufleet.vk.translate.references`), put by the pod side before the
+pod is created there, kept in sync while a pod referencing them runs there,
+and deleted once none does (:mod:`gpufleet.vk.reflect`). A provider keeps
+them as its backend allows (another cluster: in the remote namespace; a
+rental: as its API stores files and environment). A Secret's data never
+appears in a provider's logs or errors: messages that may quote it pass
+through :func:`redact`.
+
 Errors: :class:`ProviderError` for anything a provider cannot do (the pod
 side marks the pod Failed with its ``reason`` and message);
 :class:`PodNotFound` when the remote pod does not exist.
@@ -32,6 +42,7 @@ lowest price per GPU-hour (ties: the most free GPUs, then the name).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -124,6 +135,54 @@ class Address:
         return self.ports.get((protocol, container_port))
 
 
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """A ConfigMap or Secret a provider holds for the source namespace ``namespace`` (``kind``: ConfigMap or Secret)."""
+
+    kind: str
+    namespace: str
+    name: str
+
+
+#: Secret types whose meaning is this cluster's (a token of one of its ServiceAccounts): reflected as Opaque.
+LOCAL_SECRET_TYPES = ("kubernetes.io/service-account-token",)
+
+
+def object_payload(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a provider stores of a ConfigMap or Secret: ``data``, ``binaryData`` (ConfigMap), ``type`` (Secret).
+
+    Values stay as the API gives them (a Secret's ``data`` base64). Not its
+    labels, annotations, owners or ``immutable`` (the copy is the provider's
+    to update while the source changes).
+    """
+    out = {k: dict(obj[k]) for k in ("data", "binaryData") if obj.get(k)}
+    if obj.get("kind") == "Secret":
+        kind = obj.get("type") or "Opaque"
+        out["type"] = "Opaque" if kind in LOCAL_SECRET_TYPES else kind
+    return out
+
+
+def redact(text: str, obj: dict[str, Any] | None) -> str:
+    """``text`` with every value of Secret ``obj``'s ``data`` (base64 as given, and decoded) and ``stringData``
+    replaced by ``<redacted>``; ``text`` as is for anything else. For messages (errors, logs) that may quote one."""
+    if not obj or obj.get("kind") != "Secret":
+        return text
+    values: set[str] = set()
+    for v in (obj.get("data") or {}).values():
+        if not v:
+            continue
+        values.add(v)
+        try:
+            plain = base64.b64decode(v).decode()
+        except (ValueError, UnicodeDecodeError):
+            continue
+        values.update({plain, plain.strip()} - {""})
+    values.update(v for v in (obj.get("stringData") or {}).values() if v)
+    for v in sorted(values, key=len, reverse=True):
+        text = text.replace(v, "<redacted>")
+    return text
+
+
 @runtime_checkable
 class Provider(Protocol):
     """A backend that runs pods for one virtual node (see the module docstring)."""
@@ -170,6 +229,22 @@ class Provider(Protocol):
     def used(self) -> dict[str, float]:
         """What its running (non-terminal) remote pods request now, as :func:`pod_requests` shapes it."""
 
+    def put_object(self, kind: str, namespace: str, obj: dict[str, Any]) -> None:
+        """Create or update the provider's copy of ConfigMap or Secret ``obj`` of source namespace ``namespace``.
+
+        ``kind``: ConfigMap or Secret; ``obj``: the source object (API JSON;
+        the provider keeps :func:`object_payload` of it under its name).
+
+        Raises:
+            ProviderError: the backend refused or is unreachable (message redacted: :func:`redact`).
+        """
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Remove the provider's copy of ``kind`` ``namespace/name`` (no error if it is gone); raises ProviderError."""
+
+    def get_objects(self) -> list[ObjectRef]:
+        """Every ConfigMap and Secret the provider holds for this virtual node (for the clean-up after a restart)."""
+
     # Optional: ``notify_pods(callback: Notifier) -> None`` registers a callback
     # the provider calls whenever a remote pod's status changes, so status
     # reaches the source pod without waiting for the next resync.
@@ -178,6 +253,14 @@ class Provider(Protocol):
     # published addresses for a provider whose addresses exist only in a
     # simulation (raises OSError as a refused or timed-out connect would); the
     # endpoint health check (gpufleet.vk.health) uses it instead of a socket.
+    # Optional: ``sweep() -> None``, called on every resync of the pod side:
+    # the provider removes what it keeps for pods that are gone (the kubernetes
+    # provider's load-balancer Services).
+
+
+def supports_objects(provider: Any) -> bool:
+    """Whether ``provider`` carries ConfigMaps and Secrets (``put_object``, ``delete_object``, ``get_objects``)."""
+    return all(callable(getattr(provider, m, None)) for m in ("put_object", "delete_object", "get_objects"))
 
 
 def supports_notify(provider: Any) -> bool:

@@ -14,7 +14,12 @@ Kept (copied as is):
     ``ClusterFirstWithHostNet``), ``hostname``, ``subdomain``,
     ``imagePullPolicy``, ``shareProcessNamespace``, ``enableServiceLinks``,
     ``overhead``-free resources, volumes of kind ``emptyDir`` and
-    ``downwardAPI`` with their mounts.
+    ``downwardAPI`` with their mounts; references to ConfigMaps and Secrets
+    (volumes of kind ``configMap`` and ``secret``, ``projected`` volumes of
+    ``configMap``/``secret``/``downwardAPI`` sources, ``envFrom``, env
+    ``valueFrom.configMapKeyRef``/``secretKeyRef``): the objects keep their
+    names, and the virtual kubelet reflects them to the provider before the
+    pod starts there (:func:`references` lists them; :mod:`gpufleet.vk.reflect`).
 
 Dropped (meaningless or harmful remotely):
     ``nodeName``, ``nodeSelector``, ``affinity``, ``tolerations`` (they name
@@ -24,7 +29,7 @@ Dropped (meaningless or harmful remotely):
     ``topologySpreadConstraints``, ``serviceAccountName``,
     ``serviceAccount``, ``automountServiceAccountToken`` (set to false),
     the projected service-account token volume (``kube-api-access-*``) and
-    its mounts, ``imagePullSecrets`` (Secrets are not copied),
+    its mounts, ``imagePullSecrets`` (registry credentials stay here),
     ``readinessGates``, ``resourceClaims``, ``ownerReferences``,
     ``finalizers``, ``generateName``, ``uid``, ``resourceVersion``,
     ``creationTimestamp``, ``managedFields``, ``status``.
@@ -32,23 +37,25 @@ Dropped (meaningless or harmful remotely):
 Refused (:class:`Refused`: the pod is marked Failed with reason
 ``Refused`` and an Event says which field):
     ``hostNetwork``, ``hostPID``, ``hostIPC``, volumes of kind
-    ``hostPath`` (or any other kind not kept above: PVCs, ConfigMaps,
-    Secrets, CSI, projected volumes other than the token), env
-    ``valueFrom`` of ``secretKeyRef``/``configMapKeyRef``, ``envFrom``
-    (ConfigMaps and Secrets are not copied to the remote side), ephemeral
-    containers, ``resourceClaims`` requests in containers.
+    ``hostPath`` (or any other kind not kept above: PVCs, CSI, projected
+    volumes with other sources than the kept ones, e.g. a
+    ``serviceAccountToken`` of this cluster), ephemeral containers,
+    ``resourceClaims`` requests in containers.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .provider import SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Pod
 
 #: Prefix of the service-account token volume the API server injects.
 TOKEN_VOLUME_PREFIX = "kube-api-access-"
-KEPT_VOLUME_KINDS = ("emptyDir", "downwardAPI")
+KEPT_VOLUME_KINDS = ("emptyDir", "downwardAPI", "configMap", "secret", "projected")
+#: Sources a kept ``projected`` volume may have.
+KEPT_PROJECTED_SOURCES = ("configMap", "secret", "downwardAPI")
 KEPT_SPEC = (
     "containers", "initContainers", "restartPolicy", "terminationGracePeriodSeconds", "activeDeadlineSeconds",
     "securityContext", "dnsPolicy", "hostname", "subdomain", "shareProcessNamespace", "enableServiceLinks",
@@ -67,15 +74,64 @@ def _is_token_volume(vol: dict) -> bool:
     return vol.get("name", "").startswith(TOKEN_VOLUME_PREFIX) and "projected" in vol
 
 
+ObjectKind = Literal["ConfigMap", "Secret"]
+
+
+@dataclass(frozen=True, order=True)
+class Reference:
+    """An object a pod references in its own namespace: ``kind`` ConfigMap or Secret, its ``name``, and
+    whether the pod starts without it (``optional``: every reference to it is ``optional: true``)."""
+
+    kind: ObjectKind
+    name: str
+    optional: bool = False
+
+
+def references(pod: Pod) -> list[Reference]:
+    """The ConfigMaps and Secrets ``pod`` references (volumes, projected sources, ``envFrom``, env ``valueFrom``
+    of containers and init containers), one per object, sorted by kind and name.
+
+    An object referenced both optionally and not is not optional (the pod
+    cannot start without it, as the kubelet decides). The service-account
+    token volume (``kube-api-access-*``) references nothing to reflect.
+    """
+    spec = pod.get("spec") or {}
+    found: dict[tuple[str, str], bool] = {}
+
+    def add(kind: str, name: str | None, optional: bool | None) -> None:
+        if name:
+            found[(kind, name)] = found.get((kind, name), True) and bool(optional)
+
+    for vol in spec.get("volumes") or []:
+        if _is_token_volume(vol):
+            continue
+        if "configMap" in vol:
+            add("ConfigMap", vol["configMap"].get("name"), vol["configMap"].get("optional"))
+        if "secret" in vol:
+            add("Secret", vol["secret"].get("secretName"), vol["secret"].get("optional"))
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            if "configMap" in src:
+                add("ConfigMap", src["configMap"].get("name"), src["configMap"].get("optional"))
+            if "secret" in src:
+                add("Secret", src["secret"].get("name"), src["secret"].get("optional"))
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or []:
+            for ef in c.get("envFrom") or []:
+                if "configMapRef" in ef:
+                    add("ConfigMap", ef["configMapRef"].get("name"), ef["configMapRef"].get("optional"))
+                if "secretRef" in ef:
+                    add("Secret", ef["secretRef"].get("name"), ef["secretRef"].get("optional"))
+            for env in c.get("env") or []:
+                src = env.get("valueFrom") or {}
+                if "configMapKeyRef" in src:
+                    add("ConfigMap", src["configMapKeyRef"].get("name"), src["configMapKeyRef"].get("optional"))
+                if "secretKeyRef" in src:
+                    add("Secret", src["secretKeyRef"].get("name"), src["secretKeyRef"].get("optional"))
+    return [Reference(k, n, opt) for (k, n), opt in sorted(found.items())]  # type: ignore[arg-type]
+
+
 def _check_container(c: dict, kind: str) -> None:
     where = f"{kind} {c.get('name')!r}"
-    if c.get("envFrom"):
-        raise Refused(f"{where}: envFrom (ConfigMaps/Secrets are not copied to the remote side)")
-    for env in c.get("env") or []:
-        src = env.get("valueFrom") or {}
-        for ref in ("secretKeyRef", "configMapKeyRef"):
-            if ref in src:
-                raise Refused(f"{where}: env {env.get('name')!r} valueFrom.{ref} (not copied to the remote side)")
     if (c.get("resources") or {}).get("claims"):
         raise Refused(f"{where}: resources.claims (dynamic resource allocation is local to this cluster)")
 
@@ -118,6 +174,11 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
         if not kinds or kinds[0] not in KEPT_VOLUME_KINDS:
             raise Refused(f"volume {vol.get('name')!r} of kind {kinds[0] if kinds else '?'} "
                           f"(only {', '.join(KEPT_VOLUME_KINDS)} run remotely)")
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            other = [k for k in src if k not in KEPT_PROJECTED_SOURCES]
+            if other:
+                raise Refused(f"volume {vol.get('name')!r}: projected source {other[0]} (only "
+                              f"{', '.join(KEPT_PROJECTED_SOURCES)} sources run remotely)")
         volumes.append(copy.deepcopy(vol))
 
     out_spec: dict[str, Any] = {k: copy.deepcopy(spec[k]) for k in KEPT_SPEC if k in spec}

@@ -23,8 +23,22 @@ number, and reports the first IP of its ``status.loadBalancer.ingress``
 (None until the remote cloud provisions it; a hostname-only ingress is not
 reported: EndpointSlices carry IPs). The Service is created with the
 workload's first remote pod and deleted with its last (one that vanished
-in between is created again when its address is asked for); the remote
-kubeconfig then also needs get/list/watch/create/delete on services.
+in between is created again when its address is asked for); pods of one
+workload deleted together may each see the others, so :meth:`sweep` (on
+the virtual kubelet's resync) also deletes every such Service of this
+virtual node whose workload has no remote pod left (asked of the remote
+API, not the cache; a Service whose first pod is being created is left
+alone). The remote kubeconfig then also needs get/list/watch/create/delete
+on services.
+
+ConfigMaps and Secrets the pods reference (:mod:`gpufleet.vk.reflect`) are
+server-side applied into the remote namespace under gpufleet's field
+manager, with the same name, labelled ``gpufleet.io/reflected-for=<node>``
+and ``gpufleet.io/managed-by=virtual-kubelet`` and annotated with their
+source namespace and name; :meth:`KubernetesProvider.delete_object`
+deletes them. The remote kubeconfig then also needs list/patch/delete on
+configmaps and secrets. Errors about a Secret never quote its data
+(:func:`gpufleet.vk.provider.redact`).
 
 Capacity is the pool's (``capacity_gpus``; CPU and memory per GPU as in the
 simulated provider); the remote scheduler still decides where pods run, and
@@ -49,14 +63,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from typing import Any, Literal
 
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.retry import retryable
+from gpufleet.names import REFLECTED_LABEL
 from gpufleet.vk.provider import (
-    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier, Pod, PodNotFound,
-    ProviderError, RemotePod, pod_requests,
+    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier,
+    ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact,
 )
 from gpufleet.vk.providers.simulated import CPU_PER_GPU, MEMORY_PER_GPU
 from gpufleet.vk.translate import translate
@@ -69,6 +85,12 @@ TERMINAL = ("Succeeded", "Failed")
 #: How the main cluster reaches remote pods (a pool's ``address_mode``; see the module docstring).
 ADDRESS_MODES = ("pod_ip", "load_balancer")
 AddressMode = Literal["pod_ip", "load_balancer"]
+#: Seconds after a remote Service was last needed for a create during which the sweep leaves it alone
+#: (its first pod may not exist yet).
+SERVICE_SWEEP_GRACE_SECONDS = 15.0
+OBJECT_PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets"}
+#: Lists answered with metadata only (never a Secret's data): PartialObjectMetadataList.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
 def workload_name(pod: dict) -> str:
@@ -147,6 +169,8 @@ class KubernetesProvider:
                                   pods=max_pods, gpu_product=gpu_product, price_per_gpu_hour=price_per_gpu_hour)
         self._namespaces: set[str] = set()
         self._ns_lock = threading.Lock()
+        #: remote Service key (namespace/name) -> monotonic time a create last needed it (the sweep spares it).
+        self._service_needed: dict[str, float] = {}
         self._notifier: Notifier | None = None
         self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
@@ -271,7 +295,9 @@ class KubernetesProvider:
                                 f"{req.get(GPU, 0):g} asked)", reason="OutOfCapacity", retryable=True)
         self._call("create namespace", self._ensure_namespace, rns)
         if self.address_mode == "load_balancer":
-            self._ensure_service(rns, body["metadata"]["labels"][REMOTE_SERVICE_LABEL], container_ports(pod))
+            svc = body["metadata"]["labels"][REMOTE_SERVICE_LABEL]
+            self._service_needed[f"{rns}/{svc}"] = time.monotonic()
+            self._ensure_service(rns, svc, container_ports(pod))
         try:
             self._call("create pod", self.kube.create, "v1", "pods", body, rns)
         except Conflict:
@@ -346,6 +372,89 @@ class KubernetesProvider:
             self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns)
         except NotFound:
             pass
+
+    def sweep(self) -> int:
+        """Delete each remote Service of this virtual node whose workload has no remote pod left (load_balancer
+        mode; see the module docstring); returns how many. Raises ProviderError (remote API failed)."""
+        if self.address_mode != "load_balancer" or self.services is None:
+            return 0
+        # The caches pick the candidates (no API call while every Service has pods); the remote API decides.
+        used = {(p["metadata"]["namespace"], (p["metadata"].get("labels") or {}).get(REMOTE_SERVICE_LABEL))
+                for p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
+        now, gone = time.monotonic(), 0
+        for svc in self.services.items():
+            meta = svc["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            if (meta["namespace"], meta["name"]) in used:
+                continue
+            if now - self._service_needed.get(key, float("-inf")) < SERVICE_SWEEP_GRACE_SECONDS:
+                continue
+            try:
+                live = self._call("list pods", self.kube.list, "v1", "pods", meta["namespace"],
+                                  labelSelector=f"{REMOTE_SERVICE_LABEL}={meta['name']}")["items"]
+            except NotFound:
+                live = []
+            if any(not p["metadata"].get("deletionTimestamp") for p in live):
+                continue
+            try:  # exactly the Service listed: not one created again since
+                self._call("delete service", self.kube.delete, "v1", "services", meta["name"], meta["namespace"],
+                           uid=meta.get("uid"))
+            except (NotFound, Conflict):
+                continue
+            self._service_needed.pop(key, None)
+            log.info("%s: remote Service %s: no remote pod of its workload left: deleted", self.name, key)
+            gone += 1
+        return gone
+
+    # ------------------------------------------------------------------ objects
+
+    def put_object(self, kind: str, namespace: str, obj: dict[str, Any]) -> None:
+        """Server-side apply the copy of ConfigMap/Secret ``obj`` into the remote namespace (module docstring).
+
+        Raises:
+            ProviderError: refused or unreachable (message redacted).
+        """
+        rns = self.remote_namespace(namespace)
+        name = obj["metadata"]["name"]
+        body = {"apiVersion": "v1", "kind": kind,
+                "metadata": {"name": name, "namespace": rns,
+                             "labels": {REFLECTED_LABEL: self.node_name, MANAGED_LABEL[0]: MANAGED_LABEL[1]},
+                             "annotations": {SOURCE_NAMESPACE: namespace, SOURCE_NAME: name}},
+                **object_payload(obj)}
+        if kind == "Secret":
+            body.setdefault("type", "Opaque")
+        try:
+            self._call("create namespace", self._ensure_namespace, rns)
+            self._call(f"apply {kind} {rns}/{name}", self.kube.apply, body)
+        except ProviderError as exc:
+            raise ProviderError(redact(str(exc), obj), reason=exc.reason, retryable=exc.retryable) from None
+        except KubeError as exc:  # NotFound / Conflict, passed through by _call
+            raise ProviderError(redact(f"{self.name}: apply {kind} {rns}/{name}: the remote API server answered "
+                                       f"{exc.status} {exc.reason}: {exc.message}", obj),
+                                retryable=retryable(exc)) from None
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Delete the remote copy of ``kind`` ``namespace/name`` (no error if gone); raises ProviderError."""
+        try:
+            self._call(f"delete {kind}", self.kube.delete, "v1", OBJECT_PLURALS[kind], name,
+                       self.remote_namespace(namespace))
+        except NotFound:
+            pass
+        except Conflict as exc:
+            raise ProviderError(f"{self.name}: delete {kind} {namespace}/{name}: {exc.message}", retryable=True) from None
+
+    def get_objects(self) -> list[ObjectRef]:
+        """The copies this virtual node's pods had reflected here (listed as metadata only, from the remote API)."""
+        out = []
+        for kind, plural in OBJECT_PLURALS.items():
+            listed = self._call(f"list {plural}", self.kube.request, "GET", api_path("v1", plural),
+                                params={"labelSelector": f"{REFLECTED_LABEL}={self.node_name}"}, accept=METADATA_ONLY)
+            for item in listed.get("items") or []:
+                meta = item.get("metadata") or {}
+                ns = (meta.get("annotations") or {}).get(SOURCE_NAMESPACE)
+                if ns and self.remote_namespace(ns) == meta.get("namespace"):
+                    out.append(ObjectRef(kind, ns, meta["name"]))
+        return out
 
     def update_pod(self, pod: Pod) -> None:
         """Copy the source pod's labels to the remote pod (keeping our tag)."""

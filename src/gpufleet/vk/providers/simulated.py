@@ -24,6 +24,14 @@ while the rental API still reports the pod Running and Ready; as a crashed
 server process behind a live container, or a broken port mapping;
 :meth:`SimulatedProvider.revive_endpoint` undoes it).
 
+ConfigMaps and Secrets (:meth:`put_object`) are kept in memory, as a
+rental API keeps the files and environment of an instance: their payload
+(:func:`gpufleet.vk.provider.object_payload`) and a version counter. As a
+kubelet, an instance whose pod references a non-optional object the
+provider does not hold does not start: it stays ``Pending``, its
+containers waiting with reason ``CreateContainerConfigError``, until the
+object is put (then it starts after ``start_latency_seconds``).
+
 Time comes from an injected ``clock`` (seconds, monotonic) so unit tests
 drive it by hand; status is computed from it on every read. With a
 notifier registered (:meth:`notify_pods`) and :meth:`start` called, a
@@ -45,9 +53,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.vk.provider import (
-    GPU, Address, Capacity, Notifier, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, pod_requests,
+    GPU, Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
+    pod_requests,
 )
-from gpufleet.vk.translate import translate
+from gpufleet.vk.translate import Reference, references, translate
 
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 #: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
@@ -75,6 +84,9 @@ class _SimPod:
     failed_at: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
     endpoint_down: bool = False
+    #: Non-optional objects it references that were not held at create: it starts once all are put.
+    waiting_for: list[Reference] = field(default_factory=list)
+    duration: float | None = None  # seconds from Running to Succeeded (the duration annotation)
 
 
 def _rfc3339(wall: float) -> str:
@@ -129,6 +141,9 @@ class SimulatedProvider:
         self._thread: threading.Thread | None = None
         self.creates = 0
         self.deletes = 0
+        #: (kind, source namespace, name) -> {"payload": object_payload, "version": n}
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._object_version = 0
 
     # ------------------------------------------------------------------ protocol
 
@@ -185,8 +200,10 @@ class SimulatedProvider:
                                     f"rate {self.failure_rate:g})", reason="ProviderFailed")
             now = self.clock()
             duration = (meta.get("annotations") or {}).get(DURATION_ANNOTATION)
-            start_at = now + self.latency
-            end_at = start_at + float(duration) if duration not in (None, "") else None
+            waiting = [r for r in references(pod) if not r.optional and (r.kind, ns, r.name) not in self._objects]
+            start_at = now + self.latency if not waiting else float("inf")
+            run_for = float(duration) if duration not in (None, "") else None
+            end_at = start_at + run_for if run_for is not None and not waiting else None
             self._ip += 1
             sp = _SimPod(uid=uid, namespace=ns, name=name, requests=req,
                          containers=[(c.get("name", ""), c.get("image", "")) for c in pod["spec"].get("containers") or []],
@@ -195,13 +212,15 @@ class SimulatedProvider:
                          endpoint=f"198.{18 + ((self._ip >> 16) & 1)}.{(self._ip >> 8) & 255}.{self._ip & 255}",
                          ports=[(p.get("protocol", "TCP"), int(p["containerPort"]))
                                 for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []],
-                         labels=dict(meta.get("labels") or {}))
+                         labels=dict(meta.get("labels") or {}), waiting_for=waiting,
+                         duration=run_for)
             self._pods[uid] = sp
             self._by_name[(ns, name)] = uid
             self._by_endpoint[sp.endpoint] = uid
             self.creates += 1
             self._account(uid, req)
-            self._schedule(start_at, uid)
+            if not waiting:
+                self._schedule(start_at, uid)
             if end_at is not None:
                 self._schedule(end_at, uid)
                 heapq.heappush(self._ends, (end_at, uid))
@@ -286,6 +305,47 @@ class SimulatedProvider:
     def notify_pods(self, callback: Notifier) -> None:
         """Register ``callback(namespace, name)``, called on every status transition."""
         self._notifier = callback
+
+    # ------------------------------------------------------------------ objects
+
+    def put_object(self, kind: str, namespace: str, obj: dict[str, Any]) -> None:
+        """Keep ConfigMap/Secret ``obj`` of ``namespace`` (its payload); start the instances that waited for it."""
+        name = obj["metadata"]["name"]
+        started = []
+        with self._lock:
+            self._object_version += 1
+            self._objects[(kind, namespace, name)] = {"payload": object_payload(obj), "version": self._object_version}
+            now = self.clock()
+            for sp in self._pods.values():
+                if sp.namespace != namespace or not sp.waiting_for:
+                    continue
+                sp.waiting_for = [r for r in sp.waiting_for if (r.kind, namespace, r.name) not in self._objects]
+                if not sp.waiting_for and sp.start_at == float("inf"):
+                    sp.start_at = now + self.latency
+                    if sp.duration is not None:
+                        sp.end_at = sp.start_at + sp.duration
+                        heapq.heappush(self._ends, (sp.end_at, sp.uid))
+                        self._schedule(sp.end_at, sp.uid)
+                    self._schedule(sp.start_at, sp.uid)
+                    started.append((sp.namespace, sp.name))
+        for ns, n in started:
+            self._notify(ns, n)
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        """Forget ``kind`` ``namespace/name`` (no error if unknown; running instances keep what they started with)."""
+        with self._lock:
+            self._objects.pop((kind, namespace, name), None)
+
+    def get_objects(self) -> list[ObjectRef]:
+        """Every ConfigMap and Secret held."""
+        with self._lock:
+            return [ObjectRef(*k) for k in sorted(self._objects)]
+
+    def get_object(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """What is held of ``kind`` ``namespace/name``: ``{"payload": ..., "version": n}``, or None (tests, sim)."""
+        with self._lock:
+            held = self._objects.get((kind, namespace, name))
+            return None if held is None else {"payload": dict(held["payload"]), "version": held["version"]}
 
     # ------------------------------------------------------------------ faults (tests, sim)
 
@@ -394,7 +454,7 @@ class SimulatedProvider:
     def _status(self, sp: _SimPod, now: float) -> dict[str, Any]:
         phase = self._phase(sp, now)
         created = _rfc3339(sp.created_wall)
-        started = _rfc3339(sp.created_wall + (sp.start_at - sp.created))
+        started = _rfc3339(sp.created_wall + (sp.start_at - sp.created)) if not sp.waiting_for else created
         running = phase == "Running"
 
         def cond(kind: str, ok: bool, at: str) -> dict:
@@ -402,6 +462,10 @@ class SimulatedProvider:
 
         if phase == "Pending":
             states = [{"waiting": {"reason": "ContainerCreating"}}] * len(sp.containers)
+            if sp.waiting_for:  # as a kubelet says it
+                ref = sp.waiting_for[0]
+                states = [{"waiting": {"reason": "CreateContainerConfigError",
+                                       "message": f'{ref.kind.lower()} "{ref.name}" not found'}}] * len(sp.containers)
         elif phase == "Running":
             states = [{"running": {"startedAt": started}}] * len(sp.containers)
         else:
