@@ -20,7 +20,10 @@ preempts for them, PDB-respecting:
    tolerations while pending). Replacements of the evicted pods cannot land
    there again, and the free-GPU signal stops counting the node, so the
    taint controller opens the virtual nodes.
-4. Victims are evicted through the Eviction API, lowest priority first; a
+4. Victims are evicted through the Eviction API, lowest priority first;
+   on every tick they are chosen again as in step 2 (:func:`victims_for`:
+   only as many as the preemptor needs, pods already terminating counted
+   as gone), so the others keep serving and get no replacement; a
    PDB refusal (429) is retried on the next tick, once the replacement runs
    outside. In mode ``make_before_break`` (the default) each victim of a
    Deployment is evicted only once a replacement outside is Ready
