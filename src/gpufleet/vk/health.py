@@ -15,7 +15,8 @@ Where the numbers come from: Google Cloud load-balancer health checks
 (``gcloud compute health-checks create tcp``) default to a 5 s interval, a
 5 s timeout and 2 consecutive failures to mark a backend unhealthy
 (healthy again after 2 successes); AWS Network Load Balancer target groups
-also mark a target unhealthy after 2 failures. Requests must leave a dead
+also mark a TCP target unhealthy after 2 failures (Elastic Load Balancing
+API ``CreateTargetGroup``: ``UnhealthyThresholdCount`` defaults to 2). Requests must leave a dead
 endpoint within seconds here, so the defaults are shorter: every 2 s, 1 s
 timeout, 2 failures (a dead endpoint is out in 2-4 s plus one EndpointSlice
 write and the data plane's reaction). One success brings it back at once:
