@@ -150,24 +150,13 @@ def _write(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
-def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
-    """kube-proxy's kubeconfig and KubeProxyConfiguration under the cluster's config folder; the latter's path
-    and whether it changed."""
-    token, ca = _token(kube)
-    folder = c.layout.config / "kube-proxy"
-    folder.mkdir(parents=True, exist_ok=True)
-    kubeconfig = folder / "kubeconfig"
-    changed = _write(kubeconfig, yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kube-proxy",
-        "clusters": [{"name": "local", "cluster": {"server": c.in_cluster_api, "certificate-authority-data": ca}}],
-        "users": [{"name": "kube-proxy", "user": {"token": token}}],
-        "contexts": [{"name": "kube-proxy", "context": {"cluster": "local", "user": "kube-proxy"}}]}), mode=0o600)
-    addr = address(c.ports)
-    config = folder / "config.yaml"
-    changed = _write(config, yaml.safe_dump({
+def proxy_config(cluster: str, ports: Ports, kubeconfig: Path) -> dict:
+    """kube-proxy's KubeProxyConfiguration (``kubeproxy.config.k8s.io/v1alpha1``) for cluster ``cluster``'s data plane."""
+    addr = address(ports)
+    return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "hostnameOverride": realnode.node_name(c.name),
+        "hostnameOverride": realnode.node_name(cluster),
         "mode": "iptables",
         "bindAddress": addr,
         "healthzBindAddress": f"{addr}:{HEALTHZ_PORT}",
@@ -182,7 +171,23 @@ def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
                      # The namespace picks its source address by the ClusterIP route (the main bridge);
                      # endpoints on another bridge must see that bridge's address to answer on-link.
                      "masqueradeAll": True},
-    }, sort_keys=False)) | changed
+    }
+
+
+def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
+    """kube-proxy's kubeconfig and KubeProxyConfiguration under the cluster's config folder; the latter's path
+    and whether it changed."""
+    token, ca = _token(kube)
+    folder = c.layout.config / "kube-proxy"
+    folder.mkdir(parents=True, exist_ok=True)
+    kubeconfig = folder / "kubeconfig"
+    changed = _write(kubeconfig, yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kube-proxy",
+        "clusters": [{"name": "local", "cluster": {"server": c.in_cluster_api, "certificate-authority-data": ca}}],
+        "users": [{"name": "kube-proxy", "user": {"token": token}}],
+        "contexts": [{"name": "kube-proxy", "context": {"cluster": "local", "user": "kube-proxy"}}]}), mode=0o600)
+    config = folder / "config.yaml"
+    changed = _write(config, yaml.safe_dump(proxy_config(c.name, c.ports, kubeconfig), sort_keys=False)) | changed
     return config, changed
 
 
