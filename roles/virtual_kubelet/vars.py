@@ -26,6 +26,8 @@ class PoolVars(BaseModel):
     #: kubernetes pools: how the main cluster reaches their pods (pod_ip: the clusters share a pod
     #: network; load_balancer: a remote LoadBalancer Service per workload); default pod_ip.
     address_mode: Literal["pod_ip", "load_balancer"] | None = None
+    #: Check the pool's published addresses (gpufleet.vk.health); off where they cannot be reached from here.
+    endpoint_health_check: bool = True
 
     @model_validator(mode="after")
     def _address_mode_for_kubernetes(self) -> "PoolVars":
@@ -44,3 +46,17 @@ class Vars(BaseModel):
     virtual_kubelet_enabled: bool
     virtual_kubelet_namespace: DnsLabel
     virtual_kubelet_pools: list[PoolVars]
+    #: Endpoint health check (gpufleet.vk.health): seconds between checks (0: off), connect timeout
+    #: (seconds, at most the interval), consecutive failures that publish an address not ready.
+    virtual_kubelet_endpoint_health_interval_seconds: float = Field(ge=0)
+    virtual_kubelet_endpoint_health_timeout_seconds: float = Field(gt=0)
+    virtual_kubelet_endpoint_health_unhealthy_threshold: PositiveInt
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> "Vars":
+        interval = self.virtual_kubelet_endpoint_health_interval_seconds
+        if interval and self.virtual_kubelet_endpoint_health_timeout_seconds > interval:
+            raise ValueError(f"virtual_kubelet_endpoint_health_timeout_seconds "
+                             f"{self.virtual_kubelet_endpoint_health_timeout_seconds:g} must be at most "
+                             f"virtual_kubelet_endpoint_health_interval_seconds {interval:g}")
+        return self

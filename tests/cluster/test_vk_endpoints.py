@@ -21,8 +21,10 @@ import pytest
 
 from gpufleet.inventory import load, node_specs
 from gpufleet.kube import Kube, NotFound
+from gpufleet.kube.events import events_for
 from gpufleet.local import cluster as local
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from gpufleet.vk.health import HealthSettings
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
@@ -243,6 +245,61 @@ def test_a_remote_load_balancer_per_workload_is_one_endpoint(kube, other):
         delete_namespace(kube, ns)
         delete_namespace(remote, ns)
         remote.close()
+        try:
+            kube.delete("v1", "nodes", node)
+        except NotFound:
+            pass
+
+
+def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_runs(kube):
+    """The rental still reports the pod Running and Ready, but its endpoint refuses connections: the virtual
+    kubelet's own TCP check takes it out of the Service within a few seconds, records it on the pod, and puts it
+    back once it answers again."""
+    pool, node = "ept-health", "vk-ept-health"
+    prov = SimulatedProvider(pool, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=node).start()
+    settings = HealthSettings(interval_seconds=1.0, timeout_seconds=0.5, unhealthy_threshold=2)
+    vk = VirtualKubelet(Kube(kube.config), pool, "simulated", {pool: prov}, resync_seconds=2.0,
+                        endpoint_health=settings).start()
+    ns = namespace(kube, "eph")
+    dep = deployment("chat", ns, 2, node_selector={"gpufleet.io/pool": pool})
+    dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "chat", "namespace": ns},
+           "spec": {"selector": {"app": "chat"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}
+    try:
+        kube.create("v1", "services", svc, ns)
+        kube.create("apps/v1", "deployments", dep, ns)
+        victim, other = wait("2 pods Ready outside", lambda: (p := [x for x in pods(kube, ns) if ready(x)])
+                             and len(p) == 2 and sorted(p, key=lambda x: x["metadata"]["name"]), timeout=60)
+        name = victim["metadata"]["name"]
+        dead = prov.pod_address(ns, name).ip
+        wait("both published ready", lambda: len([e for e in published(kube, ns, "chat").values()
+                                                  if e["conditions"]["ready"]]) == 2, timeout=30)
+        time.sleep(2 * settings.interval_seconds)
+        assert all(e["conditions"]["ready"] for e in published(kube, ns, "chat").values())  # answering: left alone
+
+        prov.kill_endpoint(ns, name)
+        killed = time.monotonic()
+        got = wait("the dead endpoint published not ready", lambda: (g := published(kube, ns, "chat"))
+                   and (dead, 40000) in g and not g[(dead, 40000)]["conditions"]["ready"] and g, timeout=15, interval=0.2)
+        took = time.monotonic() - killed
+        print(f"dead endpoint out of the Service after {took:.1f}s")
+        assert took < settings.interval_seconds * (settings.unhealthy_threshold + 1) + 3
+        assert got[(dead, 40000)]["conditions"] == {"ready": False, "serving": False, "terminating": False}
+        assert [e["conditions"]["ready"] for k, e in got.items() if k[0] != dead] == [True]
+        live = kube.get("v1", "pods", name, ns)
+        assert live["status"]["phase"] == "Running" and ready(live)  # the provider still says so
+        events = [e for e in events_for(kube, "Pod", name, ns) if e["reason"] == "EndpointUnreachable"]
+        assert len(events) == 1 and f"{dead}:40000" in events[0]["message"], events
+
+        prov.revive_endpoint(ns, name)
+        wait("the endpoint published ready again", lambda: published(kube, ns, "chat").get((dead, 40000), {}).get("conditions")
+             == {"ready": True, "serving": True, "terminating": False}, timeout=15, interval=0.2)
+        wait("its recovery recorded", lambda: [e["reason"] for e in events_for(kube, "Pod", name, ns)
+                                               if e["reason"].startswith("Endpoint")]
+             == ["EndpointUnreachable", "EndpointReachable"], timeout=10)
+    finally:
+        vk.close()
+        delete_namespace(kube, ns)
         try:
             kube.delete("v1", "nodes", node)
         except NotFound:

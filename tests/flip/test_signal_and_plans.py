@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.flip.flipback import candidates
 from gpufleet.fleet.classify import tolerated as tolerates
-from gpufleet.flip.flipout import plan, reservations_of
+from gpufleet.flip.flipout import plan, reservations_of, victims_for
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
 from gpufleet.flip.signal import free_gpus, node_view, pod_view
 from gpufleet.prom.client import number
@@ -94,6 +94,18 @@ def test_flip_out_respects_existing_reservations_and_node_selectors():
     pods[-1]["nodeSelector"] = {"gpufleet.io/flavor": "h100"}
     assert reservations_of([reserved, other]) == {"uid-t1": "n0"}
     assert plan([reserved, other], pods, ["gpufleet-training"]) == []  # t1 has n0; t2 wants h100, n1 is a100
+
+
+def test_the_flip_out_moves_only_the_pods_the_preemptor_needs_gone():
+    trainer = pod("t", gpus=4, priority=1000000, pc="gpufleet-training", unschedulable=True)
+    n = node("a", gpus=8)
+    serving = [pod(f"s{i}", "a", gpus=2) for i in range(4)]
+    chosen = victims_for(trainer, n, serving)
+    assert [v["metadata"]["name"] for v in chosen] == ["s0", "s1"]  # two of four make room; the others stay
+    # Once those two are leaving, they no longer hold the room it needs (the caller passes the staying pods).
+    assert victims_for(trainer, n, serving[2:]) == []
+    assert victims_for(pod("big", gpus=10, priority=1000000), n, serving) is None  # no room even with all gone
+    assert victims_for(trainer, n, [pod("other-training", "a", gpus=8, priority=1000000)]) is None
 
 
 def test_flip_back_candidates_only_on_tainted_virtual_nodes_and_not_tolerating():

@@ -20,7 +20,10 @@ preempts for them, PDB-respecting:
    tolerations while pending). Replacements of the evicted pods cannot land
    there again, and the free-GPU signal stops counting the node, so the
    taint controller opens the virtual nodes.
-4. Victims are evicted through the Eviction API, lowest priority first; a
+4. Victims are evicted through the Eviction API, lowest priority first;
+   on every tick they are chosen again as in step 2 (:func:`victims_for`:
+   only as many as the preemptor needs, pods already terminating counted
+   as gone), so the others keep serving and get no replacement; a
    PDB refusal (429) is retried on the next tick, once the replacement runs
    outside. In mode ``make_before_break`` (the default) each victim of a
    Deployment is evicted only once a replacement outside is Ready
@@ -97,6 +100,33 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     return True
 
 
+def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The fewest lower-priority pods to evict from ``node`` so that ``pod`` fits; pure.
+
+    Args:
+        pod: the preemptor (pod view); node: a node view; bound: the non-terminal GPU pods bound to ``node``
+            (terminating ones still hold their GPUs and are never chosen).
+
+    Returns:
+        ``[]`` when ``pod`` fits without evicting anything; None when even
+        every lower-priority pod would not make room; else the victims,
+        lowest priority first, then the largest, then by name.
+    """
+    bound = list(bound)
+    free = node["gpus"] - sum(p["gpus"] for p in bound)
+    if free >= pod["gpus"]:
+        return []
+    lower = sorted((p for p in bound if p["priority"] < pod["priority"] and not p["metadata"].get("deletionTimestamp")),
+                   key=lambda p: (p["priority"], -p["gpus"], p["metadata"]["name"]))
+    victims = []
+    for v in lower:
+        if free >= pod["gpus"]:
+            break
+        victims.append(v)
+        free += v["gpus"]
+    return victims if free >= pod["gpus"] else None
+
+
 def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Iterable[str]) -> list[Reservation]:
     """New reservations to make now (module docstring, step 2); pure.
 
@@ -120,20 +150,11 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
         for node in nodes:
             if node["name"] in taken or not _fits_node(pod, node):
                 continue
-            bound = by_node.get(node["name"], [])
-            free = node["gpus"] - sum(p["gpus"] for p in bound)
-            if free >= pod["gpus"]:
+            victims = victims_for(pod, node, by_node.get(node["name"], []))
+            if victims == []:
                 best = None  # fits as is: the scheduler's job (maybe CPU-bound; not ours)
                 break
-            lower = sorted((p for p in bound if p["priority"] < pod["priority"] and not p["metadata"].get("deletionTimestamp")),
-                           key=lambda p: (p["priority"], -p["gpus"], p["metadata"]["name"]))
-            victims = []
-            for v in lower:
-                if free >= pod["gpus"]:
-                    break
-                victims.append(v)
-                free += v["gpus"]
-            if free < pod["gpus"]:
+            if victims is None:
                 continue
             score = (len(victims), sum(v["gpus"] for v in victims), node["name"])
             if best is None or score < best[0]:
@@ -214,11 +235,18 @@ class FlipOut:
             return None
 
     def _push(self, pod: dict, node: str, pods: list[dict]) -> None:
-        """Evict (or after the deadline delete) the lower-priority GPU pods still on ``node``."""
+        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone."""
         waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
         late = waited > self.max_wait
-        victims = sorted((p for p in pods if p["node"] == node and p["gpus"] and p["priority"] < pod["priority"]
-                          and not p["metadata"].get("deletionTimestamp")), key=lambda p: (p["priority"], p["metadata"]["name"]))
+        # Only the pods the preemptor needs gone (the same choice as plan()): the others keep serving, and
+        # get no replacement outside. Pods already terminating count as gone (their GPUs are on the way).
+        staying = [p for p in pods if p["node"] == node and p["gpus"] and p["phase"] not in ("Succeeded", "Failed")
+                   and not p["metadata"].get("deletionTimestamp")]
+        view = next((n for n in self.nodes.items() if n["name"] == node), None)
+        needed = victims_for(pod, view, staying) if view is not None else None
+        if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
+            needed = [p for p in staying if p["priority"] < pod["priority"]]
+        victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"]))
         self.wanted.update(v["metadata"]["uid"] for v in victims)
         if self.surges is not None and waited > self.surge_max_wait:
             self.surges.give_up(victims)

@@ -45,6 +45,11 @@ controller does, then through the provider's port map (a rental's public
 ports). Slices group endpoints by address family and port set, at most
 :data:`MAX_ENDPOINTS_PER_SLICE` each.
 
+An address the virtual kubelet's own TCP check finds dead
+(:mod:`gpufleet.vk.health`) is published with ``serving`` and ``ready``
+false while its pod still reports Ready (``ready`` stays true under
+``publishNotReadyAddresses``).
+
 Pods sharing one address (a remote load balancer per workload) are one
 endpoint: data planes key backends by address and port and keep the
 first of duplicates (kube-proxy's ``addEndpoints``), so the merged
@@ -66,7 +71,7 @@ import ipaddress
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
@@ -74,6 +79,7 @@ from gpufleet.kube.informer import Informer
 from gpufleet.kube.workqueue import WorkQueue
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, FIELD_MANAGER, SERVICE_NAME_LABEL
 
+from .health import Dial, EndpointHealthChecker, HealthSettings
 from .provider import REMOTE_NODE_LABEL, Address
 
 log = logging.getLogger(__name__)
@@ -152,7 +158,7 @@ def slice_name(service_name: str, node_name: str, address_type: str, ports: tupl
 
 
 def build_slices(service: Obj, pods: Iterable[Obj], addresses: Mapping[str, Address | None], *,
-                 node_name: str) -> list[Obj]:
+                 node_name: str, unreachable: Collection[str] = ()) -> list[Obj]:
     """The EndpointSlices that publish ``pods`` (those of one virtual node) into ``service``.
 
     Args:
@@ -162,6 +168,7 @@ def build_slices(service: Obj, pods: Iterable[Obj], addresses: Mapping[str, Addr
             not select, terminal ones and those without an address are left out.
         addresses: pod UID -> where the main cluster reaches it (None: nowhere yet).
         node_name: the virtual node (``nodeName`` of the endpoints, part of the slice names and labels).
+        unreachable: addresses failing the health check (:mod:`gpufleet.vk.health`): not serving, not ready.
 
     Returns:
         Slice manifests (discovery.k8s.io/v1), sorted by name; empty when nothing is to be published.
@@ -184,7 +191,8 @@ def build_slices(service: Obj, pods: Iterable[Obj], addresses: Mapping[str, Addr
 
     out = []
     for (family, ports), by_ip in groups.items():
-        endpoints = [_endpoint(ip, members, service, node_name, publish_not_ready) for ip, members in sorted(by_ip.items())]
+        endpoints = [_endpoint(ip, members, service, node_name, publish_not_ready, ip in unreachable)
+                     for ip, members in sorted(by_ip.items())]
         for index in range(0, len(endpoints), MAX_ENDPOINTS_PER_SLICE):
             out.append({
                 "apiVersion": SLICES_API, "kind": "EndpointSlice",
@@ -204,9 +212,9 @@ def build_slices(service: Obj, pods: Iterable[Obj], addresses: Mapping[str, Addr
 
 
 def _endpoint(ip: str, members: list[tuple[Obj, Address]], service: Obj, node_name: str,
-              publish_not_ready: bool) -> Obj:
-    """One endpoint: a pod's, or the merge of the pods sharing ``ip`` (module docstring)."""
-    serving = [_is_ready(p) for p, _ in members]
+              publish_not_ready: bool, dead: bool = False) -> Obj:
+    """One endpoint: a pod's, or the merge of the pods sharing ``ip`` (module docstring); ``dead``: fails its check."""
+    serving = [_is_ready(p) and not dead for p, _ in members]
     terminating = [bool((p.get("metadata") or {}).get("deletionTimestamp")) for p, _ in members]
     any_serving = any(serving)
     all_terminating = all(terminating)
@@ -259,13 +267,17 @@ class EndpointPublisher:
         node_name: the virtual node.
         pods: the pod side's watch cache of the node's pods.
         address_of: source pod -> its :class:`~gpufleet.vk.provider.Address`, or None.
+        health: check the published addresses (:mod:`gpufleet.vk.health`); None: no check.
+        dial_of: source pod -> its provider's own connect (:data:`gpufleet.vk.health.Dial`), or None
+            (a real TCP connect).
 
     Reads every Service (one watch) and its own slices (one watch, by
     label); writes slices by server-side apply (field manager ``gpufleet``)
     and deletes the ones no longer wanted.
     """
 
-    def __init__(self, kube: Kube, node_name: str, pods: Informer, address_of: Callable[[Obj], Address | None]):
+    def __init__(self, kube: Kube, node_name: str, pods: Informer, address_of: Callable[[Obj], Address | None], *,
+                 health: HealthSettings | None = None, dial_of: Callable[[Obj], Dial | None] | None = None):
         self.kube = kube
         self.node = node_name
         self.pods = pods
@@ -283,6 +295,9 @@ class EndpointPublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.writes = 0
+        self.health = None if health is None else EndpointHealthChecker(
+            kube, node_name, self.slices, pods, address_of, dial_of or (lambda pod: None),
+            self._requeue, health)
 
     def start(self, sync_timeout: float = 60.0) -> "EndpointPublisher":
         """Start both watches, wait for their first lists, queue every Service concerned, start the worker.
@@ -300,14 +315,23 @@ class EndpointPublisher:
             self.pod_changed(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", pod)
         self._thread = threading.Thread(target=self._work, daemon=True, name=f"endpoints-{self.node}")
         self._thread.start()
+        if self.health is not None:
+            self.health.start()
         return self
 
     def stop(self) -> None:
-        """Stop the worker and the watches (slices stay as they are; a restart takes them over)."""
+        """Stop the worker, the health check and the watches (slices stay as they are; a restart takes them over)."""
         self._stop.set()
+        if self.health is not None:
+            self.health.stop()
         self.services.stop()
         self.slices.stop()
         self.queue.shutdown()
+
+    def _requeue(self, keys: Iterable[str]) -> None:
+        """Queue Services ``namespace/name`` for publishing (an address behind them changed health)."""
+        for key in keys:
+            self.queue.add(key)
 
     def _on_service(self, kind: str, new: Any, old: Any) -> None:
         meta = (new or old)["metadata"]
@@ -383,7 +407,8 @@ class EndpointPublisher:
             if service is not None:
                 pods = [p for p in self.pods.items() if p["metadata"].get("namespace") == namespace and selects(service, p)]
                 addresses = {p["metadata"]["uid"]: self.address_of(p) for p in pods}
-                desired = build_slices(service, pods, addresses, node_name=self.node)
+                desired = build_slices(service, pods, addresses, node_name=self.node,
+                                       unreachable=self.health.unreachable() if self.health is not None else ())
             to_apply, to_delete = plan(desired, existing)
             for s in to_apply:
                 live = self.kube.patch(SLICES_API, "endpointslices", s["metadata"]["name"], s, namespace, patch="apply",

@@ -29,6 +29,7 @@ from gpufleet.controllers import runtime
 from gpufleet.controllers.serve import Liveness
 from gpufleet.kube import ConfigError, Kube, KubeError
 
+from .health import HealthSettings
 from .lease import LeaseHeartbeat
 from .node import NodeController, node_name_for
 from .pods import PodController
@@ -115,7 +116,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=cliargs.integer_type(1), default=8, help="pod reconcile threads, >= 1 (default 8)")
     parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
                         help="the node's InternalIP (default $POD_IP)")
+    parser.add_argument("--endpoint-health-interval", type=cliargs.nonnegative_seconds, default=None,
+                        help="seconds (>= 0) between TCP checks of the published endpoints; 0: off (default "
+                             "virtual_kubelet_endpoint_health_interval_seconds, 2; off for a pool with "
+                             "endpoint_health_check false)")
+    parser.add_argument("--endpoint-health-timeout", type=cliargs.positive_seconds, default=None,
+                        help="seconds (> 0, at most the interval) a check's connect may take (default "
+                             "virtual_kubelet_endpoint_health_timeout_seconds, 1)")
+    parser.add_argument("--endpoint-health-threshold", type=cliargs.integer_type(1), default=None,
+                        help="consecutive failed checks (>= 1) that publish an endpoint not ready (default "
+                             "virtual_kubelet_endpoint_health_unhealthy_threshold, 2)")
     flags.add_log_level(parser)
+
+
+def health_settings(v: Any, pool: Any, args: argparse.Namespace) -> HealthSettings | None:
+    """The endpoint health check of ``pool`` from the role's variables ``v`` and the flags; None when off.
+
+    Raises:
+        ValueError: the timeout exceeds the interval (naming the flag).
+    """
+    interval = args.endpoint_health_interval
+    if interval is None:
+        interval = v.virtual_kubelet_endpoint_health_interval_seconds if pool.endpoint_health_check else 0
+    if not interval:
+        return None
+    timeout = args.endpoint_health_timeout or v.virtual_kubelet_endpoint_health_timeout_seconds
+    threshold = args.endpoint_health_threshold or v.virtual_kubelet_endpoint_health_unhealthy_threshold
+    return HealthSettings(interval, min(timeout, interval) if args.endpoint_health_timeout is None else timeout,
+                          threshold)
 
 
 def build(args: argparse.Namespace) -> VirtualKubelet:
@@ -141,12 +169,13 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
         raise ValueError(f"--pool {args.pool!r}: no such pool in inventories/{args.env} "
                          f"(known: {', '.join(pools) or 'none'})")
     pool = pools[args.pool]
+    health = health_settings(v, pool, args)
     kube = runtime.kube_from_args(args, user_agent=f"gpufleet-vk/{pool.name}")
     overrides = {"namespace_prefix": args.namespace_prefix} if pool.provider == "kubernetes" and args.namespace_prefix else {}
     provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=v.virtual_kubelet_namespace,
                               remote_kubeconfig=args.remote_kubeconfig, **overrides)
     return VirtualKubelet(kube, pool.name, pool.provider, {pool.name: provider}, host_ip=args.host_ip,
-                          workers=args.workers)
+                          workers=args.workers, endpoint_health=health)
 
 
 def run(args: argparse.Namespace) -> int:

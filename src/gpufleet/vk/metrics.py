@@ -23,3 +23,5 @@ CREATE_TO_RUNNING = Histogram(
     ["node"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 120))
 RECONCILE_SECONDS = Histogram("gpufleet_vk_reconcile_seconds", "Seconds per pod reconcile.", ["node"],
                               buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+ENDPOINTS_UNREACHABLE = Gauge("gpufleet_vk_endpoints_unreachable",
+                              "Published addresses failing their TCP health check (gpufleet.vk.health).", ["node"])

@@ -74,6 +74,7 @@ from gpufleet.kube.workqueue import WorkQueue
 
 from . import metrics
 from .endpoints import EndpointPublisher
+from .health import HealthSettings
 from .provider import (
     PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
@@ -131,6 +132,7 @@ class PodController:
         lost_grace_seconds: how long after a create a remote pod never seen yet is not "lost"
             (a remote watch may lag the create); once seen, a missing remote pod is lost at once.
         publish_endpoints: publish the pods into the Services selecting them (:mod:`gpufleet.vk.endpoints`).
+        endpoint_health: check the published addresses (:mod:`gpufleet.vk.health`); None: no check.
         object_sweep_seconds: how often the providers' copies of ConfigMaps and Secrets no pod references are
             looked for (a list at each provider), at the first resync and then at most this often.
         clock: monotonic seconds.
@@ -139,6 +141,7 @@ class PodController:
     def __init__(self, kube: Kube, node_name: str, providers: dict[str, Provider], *, host_ip: str = "127.0.0.1",
                  workers: int = 8, resync_seconds: float = 10.0, create_retry_seconds: float = 60.0,
                  lost_grace_seconds: float = 30.0, publish_endpoints: bool = True, object_sweep_seconds: float = 60.0,
+                 endpoint_health: HealthSettings | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.node = node_name
@@ -166,7 +169,8 @@ class PodController:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.running_since: dict[str, float] = {}
-        self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address) if publish_endpoints else None
+        self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address, health=endpoint_health,
+                                           dial_of=self.dial) if publish_endpoints else None
         self.reflector = Reflector(kube, node_name, providers, on_pod=self.queue.add)
         self.object_sweep_seconds = object_sweep_seconds
         self._objects_swept_at: float | None = None
@@ -319,6 +323,13 @@ class PodController:
         if prov is None or remote is None:
             return None
         return prov.pod_address(pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def dial(self, pod: Pod):
+        """``pod``'s provider's own connect (``dial(ip, port, timeout)``, :mod:`gpufleet.vk.health`), or None."""
+        with self._lock:
+            name = self.placement.get(pod["metadata"]["uid"])
+        dial = getattr(self.providers.get(name) if name else None, "dial", None)
+        return dial if callable(dial) else None
 
     def reconcile(self, key: str) -> float | None:
         """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.

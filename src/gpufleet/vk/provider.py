@@ -248,6 +248,11 @@ class Provider(Protocol):
     # Optional: ``notify_pods(callback: Notifier) -> None`` registers a callback
     # the provider calls whenever a remote pod's status changes, so status
     # reaches the source pod without waiting for the next resync.
+    #
+    # Optional: ``dial(ip, port, timeout) -> None``, a TCP connect to one of its
+    # published addresses for a provider whose addresses exist only in a
+    # simulation (raises OSError as a refused or timed-out connect would); the
+    # endpoint health check (gpufleet.vk.health) uses it instead of a socket.
     # Optional: ``sweep() -> None``, called on every resync of the pod side:
     # the provider removes what it keeps for pods that are gone (the kubernetes
     # provider's load-balancer Services).

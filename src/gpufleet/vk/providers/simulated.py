@@ -12,9 +12,17 @@ reports it: a public IP (from 198.18.0.0/15, the range RFC 2544 sets aside
 for benchmark tests, never routed on the internet) on which each container
 port is exposed at a port of its own (:data:`PUBLIC_PORT_BASE` + its index
 among the pod's ports, as rental APIs map ports); :meth:`pod_address`
-reports it while the instance runs. Tests inject faults directly:
-:meth:`SimulatedProvider.fail_pod` (the remote pod fails) and
-:meth:`SimulatedProvider.lose_pod` (it vanishes).
+reports it while the instance runs. Those addresses are never routed, so
+the provider also stands in for the network in front of them:
+:meth:`SimulatedProvider.dial` answers a TCP connect to one (the virtual
+kubelet's endpoint health check, :mod:`gpufleet.vk.health`) as the
+instance would: accepted while it runs and its endpoint is up, refused
+otherwise. Tests inject faults directly: :meth:`SimulatedProvider.fail_pod`
+(the remote pod fails), :meth:`SimulatedProvider.lose_pod` (it vanishes)
+and :meth:`SimulatedProvider.kill_endpoint` (its endpoint stops answering
+while the rental API still reports the pod Running and Ready; as a crashed
+server process behind a live container, or a broken port mapping;
+:meth:`SimulatedProvider.revive_endpoint` undoes it).
 
 ConfigMaps and Secrets (:meth:`put_object`) are kept in memory, as a
 rental API keeps the files and environment of an instance: their payload
@@ -35,6 +43,7 @@ Memory: one small record per pod (about 1 KiB), not the pod manifest.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import random
 import threading
@@ -74,6 +83,7 @@ class _SimPod:
     failed: tuple[str, str] | None = None  # (reason, message)
     failed_at: float | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    endpoint_down: bool = False
     #: Non-optional objects it references that were not held at create: it starts once all are put.
     waiting_for: list[Reference] = field(default_factory=list)
     duration: float | None = None  # seconds from Running to Succeeded (the duration annotation)
@@ -119,6 +129,7 @@ class SimulatedProvider:
         self._lock = threading.RLock()
         self._pods: dict[str, _SimPod] = {}  # by source UID
         self._by_name: dict[tuple[str, str], str] = {}
+        self._by_endpoint: dict[str, str] = {}  # public IP -> source UID
         self._ip = 0
         self._due: list[tuple[float, str]] = []
         self._ends: list[tuple[float, str]] = []
@@ -205,6 +216,7 @@ class SimulatedProvider:
                          duration=run_for)
             self._pods[uid] = sp
             self._by_name[(ns, name)] = uid
+            self._by_endpoint[sp.endpoint] = uid
             self.creates += 1
             self._account(uid, req)
             if not waiting:
@@ -270,6 +282,26 @@ class SimulatedProvider:
                 return None
             return Address(sp.endpoint, {port: PUBLIC_PORT_BASE + i for i, port in enumerate(sp.ports)})
 
+    def dial(self, ip: str, port: int, timeout: float) -> None:
+        """A TCP connect to ``ip:port`` on the simulated network in front of the instances; returns once accepted.
+
+        Accepted when ``ip`` is a running instance's endpoint, ``port`` one of
+        its public ports and the endpoint is up (:meth:`kill_endpoint`);
+        otherwise refused at once, as a host answers a connect to a port
+        nothing listens on (RST). ``timeout`` (seconds) is not spent: nothing
+        here is slow.
+
+        Raises:
+            ConnectionRefusedError: nothing answers at ``ip:port``.
+        """
+        with self._lock:
+            uid = self._by_endpoint.get(ip)
+            sp = self._pods.get(uid) if uid else None
+            up = (sp is not None and not sp.endpoint_down and self._phase(sp, self.clock()) == "Running"
+                  and port in range(PUBLIC_PORT_BASE, PUBLIC_PORT_BASE + len(sp.ports)))
+        if not up:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, f"Connection refused ({ip}:{port})")
+
     def notify_pods(self, callback: Notifier) -> None:
         """Register ``callback(namespace, name)``, called on every status transition."""
         self._notifier = callback
@@ -329,6 +361,25 @@ class SimulatedProvider:
             self._release(uid)
         self._notify(namespace, name)
 
+    def kill_endpoint(self, namespace: str, name: str) -> None:
+        """Make the endpoint of ``namespace/name``'s instance refuse connections; the pod stays Running and Ready.
+
+        Raises:
+            PodNotFound: no instance for that pod.
+        """
+        self._set_endpoint(namespace, name, down=True)
+
+    def revive_endpoint(self, namespace: str, name: str) -> None:
+        """Make the endpoint of ``namespace/name``'s instance answer again (raises PodNotFound)."""
+        self._set_endpoint(namespace, name, down=False)
+
+    def _set_endpoint(self, namespace: str, name: str, *, down: bool) -> None:
+        with self._lock:
+            uid = self._by_name.get((namespace, name))
+            if uid is None or uid not in self._pods:
+                raise PodNotFound(f"{self.name}: no pod for {namespace}/{name}")
+            self._pods[uid].endpoint_down = down
+
     def lose_pod(self, namespace: str, name: str) -> None:
         """Make the remote pod of ``namespace/name`` vanish, as if the provider lost it."""
         with self._lock:
@@ -386,6 +437,8 @@ class SimulatedProvider:
         sp = self._pods.pop(uid, None)
         if sp is not None and self._by_name.get((sp.namespace, sp.name)) == uid:
             del self._by_name[(sp.namespace, sp.name)]
+        if sp is not None and self._by_endpoint.get(sp.endpoint) == uid:
+            del self._by_endpoint[sp.endpoint]
 
     # ------------------------------------------------------------------ status
 
