@@ -527,15 +527,16 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         raise ValueError(f"--pools {','.join(opts.pools)}: known pools are "
                          f"{', '.join(p.name for p in vk_vars.virtual_kubelet_pools)}")
     if opts.rate > 0:
-        # Requests need endpoints that answer: a kubernetes pool's pods run on its cluster's real node; a
-        # simulated rental's instances are addresses nothing routes to.
-        unreachable = [p.name for p in pools if p.provider != "kubernetes"]
+        # Requests need endpoints that answer: a kubernetes pool's pods run on its cluster's real node, a
+        # simulated rental's instances are local processes only with instances: local_process.
+        unreachable = [p.name for p in pools if p.provider != "kubernetes" and p.instances != "local_process"]
         if opts.pools and unreachable:
-            raise ValueError(f"--pools {','.join(opts.pools)}: pool(s) {', '.join(unreachable)} (provider simulated) "
-                             "have no endpoints requests can reach; with --rate use kubernetes pools, or --rate 0")
-        pools = [p for p in pools if p.provider == "kubernetes"]
+            raise ValueError(f"--pools {','.join(opts.pools)}: pool(s) {', '.join(unreachable)} (provider simulated, "
+                             "instances none) have no endpoints requests can reach; with --rate use kubernetes pools "
+                             "or simulated ones with instances: local_process, or --rate 0")
+        pools = [p for p in pools if p.name not in unreachable]
         if not pools:
-            raise ValueError(f"--rate {opts.rate:g}: the inventory {opts.env!r} has no kubernetes pool to serve "
+            raise ValueError(f"--rate {opts.rate:g}: the inventory {opts.env!r} has no pool whose pods can serve "
                              "requests outside; use --rate 0")
     inf = inv.role("inference")
     dep = inf.inference_deployments[0]
