@@ -77,3 +77,5 @@ def test_a_pod_that_does_not_run_the_stand_in_gets_no_process(provider):
     provider.create_pod(pod)
     addr = _until(lambda: provider.pod_address("inference", "bench-a"))
     assert addr.ip.startswith("198.1") and provider.instances.ports("u9") is None
+    with pytest.raises(ConnectionRefusedError):  # answered by the simulated network, never a real connect
+        provider.dial(addr.ip, addr.port_for("TCP", 8000) + 1, 1)

@@ -311,8 +311,8 @@ class SimulatedProvider:
         Raises:
             ConnectionRefusedError: nothing answers at ``ip:port``.
         """
-        if self.instances is not None:
-            # Real instances: the network in front of them is real too.
+        if self.instances is not None and ip == self.instances.address:
+            # A real instance: the network in front of it is real too.
             socket.create_connection((ip, port), timeout=timeout).close()
             return
         with self._lock:
