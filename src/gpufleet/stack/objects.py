@@ -187,8 +187,7 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
         "image": fleet.gpufleet_image,
         "args": args,
         "ports": [{"name": "metrics", "containerPort": port}],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
         + api_server_env(fleet.gpufleet_api_server)
         + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
