@@ -660,7 +660,7 @@ def _check_mode(kube: Kube, objs: list[dict]) -> None:
     """
     want = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "taint-controller")
     live = kube.get_or_none("apps/v1", "deployments", "taint-controller", want["metadata"]["namespace"])
-    if live is not None and _flip_mode(live) != _flip_mode(want):
+    if live is not None and not live["metadata"].get("deletionTimestamp") and _flip_mode(live) != _flip_mode(want):
         raise ValueError(f"--mode {_flip_mode(want)}: the taint controller deployed in "
                          f"{want['metadata']['namespace']} runs --flip-mode {_flip_mode(live) or '(none)'}; run "
                          f"`invoke up` with taint_controller_flip_mode={_flip_mode(want)} or leave --mode out")
