@@ -442,16 +442,10 @@ def use_descheduler_policy(cluster, policy: dict, timeout: float = 60.0) -> None
 
 
 def _up(name: str, specs: list, say, **kwargs):
-    """The local cluster ``name`` with ``specs`` nodes: as it is when already up with that many Ready nodes, else ``local.up``."""
+    """The local cluster ``name`` with ``specs`` nodes, through ``local.up`` (idempotent: a cluster already up is
+    completed, and its real node gets gpufleet's image anew when the image is out of date)."""
     from gpufleet.local import cluster as local
 
-    try:
-        st = local.status(name)
-        if st.up and st.nodes == (len(specs), len(specs)):
-            say(f"  cluster {name} is up with {len(specs)} nodes")
-            return local.get(name)
-    except LookupError:
-        pass
     # A stopped cluster restarts from empty state: kwok restarted on an old etcd can leave newly bound
     # pods Pending for minutes, and the simulation needs nothing from an earlier run.
     fresh = not local.main_pids(name)
