@@ -26,6 +26,9 @@ class PoolVars(BaseModel):
     #: kubernetes pools: how the main cluster reaches their pods (pod_ip: the clusters share a pod
     #: network; load_balancer: a remote LoadBalancer Service per workload); default pod_ip.
     address_mode: Literal["pod_ip", "load_balancer"] | None = None
+    #: simulated pools: how a rental's instance serves (none: an endpoint in 198.18.0.0/15 that nothing
+    #: routes; local_process: a local process beside the virtual kubelet answering HTTP, the local environment's).
+    instances: Literal["none", "local_process"] = "none"
     #: Check the pool's published addresses (gpufleet.vk.health); off where they cannot be reached from here.
     endpoint_health_check: bool = True
 
@@ -35,6 +38,9 @@ class PoolVars(BaseModel):
             raise ValueError(f"address_mode {self.address_mode!r} applies to provider kubernetes only "
                              f"(pool {self.name!r} has provider {self.provider!r}, whose pods are reached at "
                              "the endpoints the provider reports)")
+        if self.instances != "none" and self.provider != "simulated":
+            raise ValueError(f"instances {self.instances!r} applies to provider simulated only (pool {self.name!r} "
+                             f"has provider {self.provider!r})")
         return self
 
 

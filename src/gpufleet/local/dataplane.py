@@ -140,26 +140,23 @@ def _token(kube: Kube, timeout: float = 60.0) -> tuple[str, str]:
                          "token controller running?)")
 
 
-def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
-    """kube-proxy's kubeconfig and KubeProxyConfiguration under the cluster's config folder; the latter's path
-    and whether it changed."""
-    token, ca = _token(kube)
-    folder = c.layout.config / "kube-proxy"
-    folder.mkdir(parents=True, exist_ok=True)
-    kubeconfig = folder / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kube-proxy",
-        "clusters": [{"name": "local", "cluster": {"server": c.in_cluster_api, "certificate-authority-data": ca}}],
-        "users": [{"name": "kube-proxy", "user": {"token": token}}],
-        "contexts": [{"name": "kube-proxy", "context": {"cluster": "local", "user": "kube-proxy"}}]}))
-    kubeconfig.chmod(0o600)
-    addr = address(c.ports)
-    config = folder / "config.yaml"
-    before = config.read_text() if config.is_file() else None
-    config.write_text(yaml.safe_dump({
+def _write(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path`` only when it differs (kube-proxy exits when its configuration file is
+    written, even with the same content); whether it was written."""
+    if path.is_file() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    path.chmod(mode)
+    return True
+
+
+def proxy_config(cluster: str, ports: Ports, kubeconfig: Path) -> dict:
+    """kube-proxy's KubeProxyConfiguration (``kubeproxy.config.k8s.io/v1alpha1``) for cluster ``cluster``'s data plane."""
+    addr = address(ports)
+    return {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
-        "hostnameOverride": realnode.node_name(c.name),
+        "hostnameOverride": realnode.node_name(cluster),
         "mode": "iptables",
         "bindAddress": addr,
         "healthzBindAddress": f"{addr}:{HEALTHZ_PORT}",
@@ -174,8 +171,24 @@ def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
                      # The namespace picks its source address by the ClusterIP route (the main bridge);
                      # endpoints on another bridge must see that bridge's address to answer on-link.
                      "masqueradeAll": True},
-    }, sort_keys=False))
-    return config, before != config.read_text()
+    }
+
+
+def _write_config(c: Cluster, kube: Kube) -> tuple[Path, bool]:
+    """kube-proxy's kubeconfig and KubeProxyConfiguration under the cluster's config folder; the latter's path
+    and whether it changed."""
+    token, ca = _token(kube)
+    folder = c.layout.config / "kube-proxy"
+    folder.mkdir(parents=True, exist_ok=True)
+    kubeconfig = folder / "kubeconfig"
+    changed = _write(kubeconfig, yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kube-proxy",
+        "clusters": [{"name": "local", "cluster": {"server": c.in_cluster_api, "certificate-authority-data": ca}}],
+        "users": [{"name": "kube-proxy", "user": {"token": token}}],
+        "contexts": [{"name": "kube-proxy", "context": {"cluster": "local", "user": "kube-proxy"}}]}), mode=0o600)
+    config = folder / "config.yaml"
+    changed = _write(config, yaml.safe_dump(proxy_config(c.name, c.ports, kubeconfig), sort_keys=False)) | changed
+    return config, changed
 
 
 def spec(c: Cluster, config: Path | None = None) -> processes.ProcessSpec:

@@ -442,16 +442,10 @@ def use_descheduler_policy(cluster, policy: dict, timeout: float = 60.0) -> None
 
 
 def _up(name: str, specs: list, say, **kwargs):
-    """The local cluster ``name`` with ``specs`` nodes: as it is when already up with that many Ready nodes, else ``local.up``."""
+    """The local cluster ``name`` with ``specs`` nodes, through ``local.up`` (idempotent: a cluster already up is
+    completed, and its real node gets gpufleet's image anew when the image is out of date)."""
     from gpufleet.local import cluster as local
 
-    try:
-        st = local.status(name)
-        if st.up and st.nodes == (len(specs), len(specs)):
-            say(f"  cluster {name} is up with {len(specs)} nodes")
-            return local.get(name)
-    except LookupError:
-        pass
     # A stopped cluster restarts from empty state: kwok restarted on an old etcd can leave newly bound
     # pods Pending for minutes, and the simulation needs nothing from an earlier run.
     fresh = not local.main_pids(name)
@@ -527,15 +521,16 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         raise ValueError(f"--pools {','.join(opts.pools)}: known pools are "
                          f"{', '.join(p.name for p in vk_vars.virtual_kubelet_pools)}")
     if opts.rate > 0:
-        # Requests need endpoints that answer: a kubernetes pool's pods run on its cluster's real node; a
-        # simulated rental's instances are addresses nothing routes to.
-        unreachable = [p.name for p in pools if p.provider != "kubernetes"]
+        # Requests need endpoints that answer: a kubernetes pool's pods run on its cluster's real node, a
+        # simulated rental's instances are local processes only with instances: local_process.
+        unreachable = [p.name for p in pools if p.provider != "kubernetes" and p.instances != "local_process"]
         if opts.pools and unreachable:
-            raise ValueError(f"--pools {','.join(opts.pools)}: pool(s) {', '.join(unreachable)} (provider simulated) "
-                             "have no endpoints requests can reach; with --rate use kubernetes pools, or --rate 0")
-        pools = [p for p in pools if p.provider == "kubernetes"]
+            raise ValueError(f"--pools {','.join(opts.pools)}: pool(s) {', '.join(unreachable)} (provider simulated, "
+                             "instances none) have no endpoints requests can reach; with --rate use kubernetes pools "
+                             "or simulated ones with instances: local_process, or --rate 0")
+        pools = [p for p in pools if p.name not in unreachable]
         if not pools:
-            raise ValueError(f"--rate {opts.rate:g}: the inventory {opts.env!r} has no kubernetes pool to serve "
+            raise ValueError(f"--rate {opts.rate:g}: the inventory {opts.env!r} has no pool whose pods can serve "
                              "requests outside; use --rate 0")
     inf = inv.role("inference")
     dep = inf.inference_deployments[0]
@@ -659,7 +654,7 @@ def _check_mode(kube: Kube, objs: list[dict]) -> None:
     """
     want = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "taint-controller")
     live = kube.get_or_none("apps/v1", "deployments", "taint-controller", want["metadata"]["namespace"])
-    if live is not None and _flip_mode(live) != _flip_mode(want):
+    if live is not None and not live["metadata"].get("deletionTimestamp") and _flip_mode(live) != _flip_mode(want):
         raise ValueError(f"--mode {_flip_mode(want)}: the taint controller deployed in "
                          f"{want['metadata']['namespace']} runs --flip-mode {_flip_mode(live) or '(none)'}; run "
                          f"`invoke up` with taint_controller_flip_mode={_flip_mode(want)} or leave --mode out")

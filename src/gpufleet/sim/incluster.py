@@ -199,14 +199,16 @@ def pod_states(kube: Kube, namespace: str, name: str) -> str:
 
 
 def remove(kube: Kube, deps: list[tuple[str, str]], timeout: float = 60.0) -> None:
-    """Delete Deployments ``deps`` and wait until their pods are gone (best effort)."""
+    """Delete Deployments ``deps`` and wait until they and their pods are gone (best effort)."""
     for ns, name in deps:
         try:
             kube.delete("apps/v1", "deployments", name, ns, propagation="Foreground")
         except KubeError:
             pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(pods(kube, ns, name) for ns, name in deps):
+    # Foreground deletion: the Deployment object stays until its ReplicaSets and pods are gone.
+    while time.monotonic() < deadline and any(
+            pods(kube, ns, name) or kube.get_or_none("apps/v1", "deployments", name, ns) for ns, name in deps):
         time.sleep(0.5)
 
 

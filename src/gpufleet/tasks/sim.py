@@ -51,7 +51,8 @@ def flip_errors() -> Iterator[None]:
     "timeout": "seconds each phase may take (default 300)",
     "keep": "leave the inference Deployment, the JobSet and the virtual nodes behind",
     "verbose": "log what the controllers do",
-    "mode": "flip-out mode: make_before_break or evict_first (default: the inventory's taint_controller_flip_mode)",
+    "mode": "flip-out mode: make_before_break or evict_first (default: the inventory's taint_controller_flip_mode); "
+            "both: one run of each, one after the other, in OUT/<mode>/, compared side by side (OUT/comparison.json)",
     "rate": "requests per second sent through the inference Service for the whole run (default 20; 0: none, "
             "inference then runs on simulated nodes and only Ready pods count)",
     "latency_ms": "milliseconds the inference stand-in takes per request (default 20)",
@@ -79,8 +80,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
     problems += [f"--{flag} {value:g}: expected a number >= 0" for flag, value in (("rate", rate), ("latency-ms", latency_ms))
                  if value < 0]
-    if mode and mode not in FLIP_MODES:
-        problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
+    if mode and mode not in (*FLIP_MODES, "both"):
+        problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)} or both")
     if problems:
         raise Exit("\n".join(problems), code=2)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
@@ -90,8 +91,33 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
                    keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms)
     with flip_errors():
-        summary = run(opts)
+        if mode == "both":
+            summary = _both(opts)
+        else:
+            summary = run(opts)
     print(json.dumps(summary))
+
+
+def _both(opts) -> dict:
+    """One run per flip mode (``OUT/<mode>/``), then the summaries side by side: a table and ``OUT/comparison.json``."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from gpufleet.sim.flip import SUMMARY_KEYS, run
+
+    summaries = {m: run(replace(opts, mode=m, out=Path(opts.out) / m)) for m in FLIP_MODES}
+    (Path(opts.out) / "comparison.json").write_text(json.dumps(summaries, indent=1))
+    table = Table(title="sim.flip, both modes")
+    table.add_column("figure")
+    for m in FLIP_MODES:
+        table.add_column(m, justify="right")
+    for k in SUMMARY_KEYS:
+        table.add_row(k, *("-" if summaries[m][k] is None else str(summaries[m][k]) for m in FLIP_MODES))
+    Console(stderr=True).print(table)
+    return summaries
 
 
 sim = Collection("sim", flip)

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 import base64
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,11 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
     if pool.provider == "simulated":
         from gpufleet.vk.providers.simulated import SimulatedProvider
 
+        if getattr(pool, "instances", "none") == "local_process" and "instances" not in overrides:
+            from gpufleet.vk.providers.instances import LocalInstances
+
+            # In its pod, the virtual kubelet's own address (the downward API's status.podIP).
+            overrides = {**overrides, "instances": LocalInstances(os.environ.get("POD_IP") or "127.0.0.1", node_name)}
         prov = SimulatedProvider(pool.name, start_latency_seconds=pool.start_latency_seconds,
                                  failure_rate=pool.failure_rate, **common, **overrides)
         return prov.start() if start else prov

@@ -46,6 +46,7 @@ from __future__ import annotations
 import errno
 import heapq
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from gpufleet.vk.provider import (
     GPU, Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
     pod_requests,
 )
+from gpufleet.vk.providers.instances import LocalInstances, runs_standin
 from gpufleet.vk.translate import Reference, references, translate
 
 DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
@@ -108,16 +110,20 @@ class SimulatedProvider:
         clock: monotonic seconds (default ``time.monotonic``).
         wall: epoch seconds for timestamps (default ``time.time``).
         seed: RNG seed for failure injection.
+        instances: run each rental's instance as a local process serving on a real address
+            (:class:`~gpufleet.vk.providers.instances.LocalInstances`); None: endpoints in 198.18.0.0/15 only.
     """
 
     def __init__(self, name: str, *, gpus: int, gpu_product: str, price_per_gpu_hour: float,
                  start_latency_seconds: float = 0.0, failure_rate: float = 0.0, max_pods: int = 1000,
                  node_name: str = "", cpu_per_gpu: int = CPU_PER_GPU, memory_per_gpu: int = MEMORY_PER_GPU,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time, seed: int = 0):
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time, seed: int = 0,
+                 instances: LocalInstances | None = None):
         if gpus < 0 or not 0 <= failure_rate <= 1 or start_latency_seconds < 0:
             raise ValueError("gpus >= 0, 0 <= failure_rate <= 1, start_latency_seconds >= 0")
         self.name = name
         self.node_name = node_name
+        self.instances = instances
         self.latency = start_latency_seconds
         self.failure_rate = failure_rate
         self._capacity = Capacity(gpus=gpus, cpu=gpus * cpu_per_gpu or cpu_per_gpu,
@@ -214,6 +220,14 @@ class SimulatedProvider:
                                 for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []],
                          labels=dict(meta.get("labels") or {}), waiting_for=waiting,
                          duration=run_for)
+            args = list(((pod["spec"].get("containers") or [{}])[0]).get("args") or [])
+            if self.instances is not None and runs_standin(args):
+                try:
+                    self.instances.start(uid, name, len(sp.ports), args)
+                except OSError as exc:
+                    raise ProviderError(f"{self.name}: the instance did not start: {exc}",
+                                        reason="ProviderFailed", retryable=True) from None
+                sp.endpoint = self.instances.address
             self._pods[uid] = sp
             self._by_name[(ns, name)] = uid
             self._by_endpoint[sp.endpoint] = uid
@@ -280,6 +294,9 @@ class SimulatedProvider:
             sp = self._pods.get(uid) if uid else None
             if sp is None or self._phase(sp, self.clock()) != "Running":
                 return None
+            real = self.instances.ports(uid) if self.instances is not None else None
+            if real is not None:
+                return Address(self.instances.address, {port: real[i] for i, port in enumerate(sp.ports)})
             return Address(sp.endpoint, {port: PUBLIC_PORT_BASE + i for i, port in enumerate(sp.ports)})
 
     def dial(self, ip: str, port: int, timeout: float) -> None:
@@ -294,6 +311,10 @@ class SimulatedProvider:
         Raises:
             ConnectionRefusedError: nothing answers at ``ip:port``.
         """
+        if self.instances is not None and ip == self.instances.address:
+            # A real instance: the network in front of it is real too.
+            socket.create_connection((ip, port), timeout=timeout).close()
+            return
         with self._lock:
             uid = self._by_endpoint.get(ip)
             sp = self._pods.get(uid) if uid else None
@@ -359,6 +380,8 @@ class SimulatedProvider:
             sp = self._pods[uid]
             sp.failed, sp.failed_at = (reason, message), self.clock()
             self._release(uid)
+            if self.instances is not None:
+                self.instances.stop(uid)
         self._notify(namespace, name)
 
     def kill_endpoint(self, namespace: str, name: str) -> None:
@@ -379,6 +402,11 @@ class SimulatedProvider:
             if uid is None or uid not in self._pods:
                 raise PodNotFound(f"{self.name}: no pod for {namespace}/{name}")
             self._pods[uid].endpoint_down = down
+            if self.instances is not None:
+                if down:
+                    self.instances.kill(uid)
+                else:
+                    self.instances.revive(uid)
 
     def lose_pod(self, namespace: str, name: str) -> None:
         """Make the remote pod of ``namespace/name`` vanish, as if the provider lost it."""
@@ -398,9 +426,11 @@ class SimulatedProvider:
         return self
 
     def close(self) -> None:
-        """Stop the notifier thread."""
+        """Stop the notifier thread (and every local instance)."""
         self._stop.set()
         self._wake.set()
+        if self.instances is not None:
+            self.instances.close()
 
     def fire_due(self) -> int:
         """Notify every transition due by ``clock()``; returns how many (for fake-clock tests)."""
@@ -434,6 +464,8 @@ class SimulatedProvider:
 
     def _drop(self, uid: str) -> None:
         self._release(uid)
+        if self.instances is not None:
+            self.instances.stop(uid)
         sp = self._pods.pop(uid, None)
         if sp is not None and self._by_name.get((sp.namespace, sp.name)) == uid:
             del self._by_name[(sp.namespace, sp.name)]
