@@ -84,3 +84,34 @@ def test_a_torn_last_line_is_skipped(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(_req(2.0).__dict__) + "\n" + json.dumps(_req(1.0).__dict__) + "\n{\"t\": 3")
     assert [r.t for r in traffic.read(path)] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("url, rate, timeout", [("http://x:port/", 1, 2), ("http://x/", float("nan"), 2),
+                                                ("http://x/", float("inf"), 2), ("http://x/", 1, 0)])
+def test_a_bad_port_rate_or_timeout_is_refused_naming_the_flag(url, rate, timeout):
+    with pytest.raises(ValueError, match="--url|--rate|--timeout"):
+        traffic.stream(url, rate, io.StringIO(), threading.Event(), timeout=timeout)
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'{"node": 7}', b"not json"])
+def test_any_200_body_is_recorded_with_no_node(body):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        r = traffic.send("127.0.0.1", server.server_address[1], "/", 2)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.ok and r.status == 200 and r.node == ""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import signal
 import sys
 import threading
@@ -35,6 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
+
+#: Seconds a request may take before it counts as failed (the client's timeout; ``--timeout``).
+TIMEOUT_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class Request:
 
 
 def send(host: str, port: int, path: str, timeout: float) -> Request:
-    """One GET over a new connection; never raises (a failure is a :class:`Request` with ``ok`` False)."""
+    """One GET over a new connection, ``timeout`` seconds at most; never raises (a failure is a :class:`Request`
+    with ``ok`` False). ``node`` is the ``"node"`` of a 200's JSON object body, "" otherwise."""
     t = time.time()
     began = time.monotonic()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
@@ -61,30 +66,42 @@ def send(host: str, port: int, path: str, timeout: float) -> Request:
         node = ""
         if resp.status == 200:
             try:
-                node = json.loads(body).get("node", "")
+                answer = json.loads(body)
             except ValueError:
-                pass
+                answer = None
+            # Another server behind the Service may answer any JSON: only a string "node" names who served.
+            if isinstance(answer, dict) and isinstance(answer.get("node"), str):
+                node = answer["node"]
         return Request(t, (time.monotonic() - began) * 1000, 200 <= resp.status < 300, resp.status, node, "")
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # ValueError: a host name IDNA refuses
         return Request(t, (time.monotonic() - began) * 1000, False, 0, "", f"{type(exc).__name__}: {exc}"[:200])
     finally:
         conn.close()
 
 
-def stream(url: str, rate: float, out, stop: threading.Event, *, timeout: float = 2.0) -> int:
-    """Send ``rate`` requests per second to ``url`` until ``stop``; write each as a JSON line to ``out``.
+def stream(url: str, rate: float, out, stop: threading.Event, *, timeout: float = TIMEOUT_SECONDS) -> int:
+    """Send ``rate`` requests per second to ``url`` until ``stop``, each allowed ``timeout`` seconds; write each
+    as a JSON line to the text file ``out``.
 
     Returns the number of requests sent.
 
     Raises:
-        ValueError: ``url`` is not ``http://host:port/path`` or ``rate`` is not positive.
+        ValueError: ``url`` is not ``http://host[:port]/path``, or ``rate`` or ``timeout`` is not a finite
+            positive number.
     """
     parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    try:
+        port = parts.port or 80
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None:
         raise ValueError(f"--url {url!r}: expected http://HOST[:PORT]/PATH")
-    if rate <= 0:
+    if not (math.isfinite(rate) and rate > 0):
         raise ValueError(f"--rate {rate}: expected a positive number of requests per second")
-    host, port, path = parts.hostname, parts.port or 80, parts.path or "/"
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"--timeout {timeout}: expected a positive number of seconds")
+    host = parts.hostname
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     lock = threading.Lock()
 
     def one() -> None:
@@ -130,10 +147,12 @@ def p99(values: list[float]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m gpufleet.sim.traffic``: stream until SIGTERM or SIGINT; 0, or 2 on a bad flag (on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m gpufleet.sim.traffic", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="http://HOST:PORT/PATH to send to (a Service's ClusterIP)")
     parser.add_argument("--rate", type=float, default=50.0, help="requests per second (default 50)")
-    parser.add_argument("--timeout", type=float, default=2.0, help="seconds a request may take (default 2)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS,
+                        help=f"seconds a request may take (default {TIMEOUT_SECONDS:g})")
     parser.add_argument("--out", required=True, type=Path, help="JSON-lines file to write")
     args = parser.parse_args(argv)
     stop = threading.Event()
