@@ -115,3 +115,20 @@ def test_any_200_body_is_recorded_with_no_node(body):
         server.shutdown()
         server.server_close()
     assert r.ok and r.status == 200 and r.node == ""
+
+
+@pytest.mark.parametrize("argv, flag", [(["--latency-ms", "-5"], "--latency-ms"), (["--latency-ms", "nan"], "--latency-ms"),
+                                        (["--drain-seconds", "-1"], "--drain-seconds"), (["--port", "70000"], "--port")])
+def test_the_stand_in_refuses_a_bad_flag_before_serving(argv, flag, capsys):
+    parser = argparse.ArgumentParser()
+    inference_server.add_arguments(parser)
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(argv)
+    assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--rate", "-1"], ["--rate", "inf"], ["--timeout", "0"]])
+def test_the_stream_refuses_a_bad_flag(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        traffic.main(["--url", "http://127.0.0.1:1/", "--out", str(tmp_path / "r.jsonl"), *argv])
+    assert exc.value.code == 2 and argv[0] in capsys.readouterr().err

@@ -30,18 +30,22 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from gpufleet import cliargs
+
 #: Where a virtual kubelet's provider may say which cluster or rental serves the pod.
 CLUSTER_ENV = "GPUFLEET_SERVED_BY"
+#: ``--latency-ms``: a finite number of milliseconds >= 0 (a negative sleep would fail every request).
+milliseconds = cliargs.number_type(positive=False, unit="milliseconds")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's flags."""
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    parser.add_argument("--port", type=cliargs.port, default=8000, help="port to listen on (default 8000)")
     parser.add_argument("--address", default="0.0.0.0",
                         help="address to listen on (default all of the pod's: a pod's network namespace is its own)")
-    parser.add_argument("--latency-ms", type=float, default=20.0,
+    parser.add_argument("--latency-ms", type=milliseconds, default=20.0,
                         help="milliseconds each request takes (default 20)")
-    parser.add_argument("--drain-seconds", type=float, default=5.0,
+    parser.add_argument("--drain-seconds", type=cliargs.nonnegative_seconds, default=5.0,
                         help="seconds to keep serving after SIGTERM, readiness failing (default 5)")
     parser.add_argument("--cluster", default=os.environ.get(CLUSTER_ENV, ""),
                         help=f"what to report as the serving cluster (default ${CLUSTER_ENV})")

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from gpufleet import cliargs
+
 #: Seconds a request may take before it counts as failed (the client's timeout; ``--timeout``).
 TIMEOUT_SECONDS = 2.0
 
@@ -150,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m gpufleet.sim.traffic``: stream until SIGTERM or SIGINT; 0, or 2 on a bad flag (on stderr)."""
     parser = argparse.ArgumentParser(prog="python -m gpufleet.sim.traffic", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="http://HOST:PORT/PATH to send to (a Service's ClusterIP)")
-    parser.add_argument("--rate", type=float, default=50.0, help="requests per second (default 50)")
-    parser.add_argument("--timeout", type=float, default=TIMEOUT_SECONDS,
+    parser.add_argument("--rate", type=cliargs.positive_number, default=50.0, help="requests per second (default 50)")
+    parser.add_argument("--timeout", type=cliargs.positive_seconds, default=TIMEOUT_SECONDS,
                         help=f"seconds a request may take (default {TIMEOUT_SECONDS:g})")
     parser.add_argument("--out", required=True, type=Path, help="JSON-lines file to write")
     args = parser.parse_args(argv)
