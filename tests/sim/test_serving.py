@@ -37,3 +37,21 @@ def test_a_simulated_trainer_waits_for_its_clusters_end_file():
     assert volume["hostPath"]["path"] == str(serving.end_dir("c1"))
     assert c["resources"]["requests"][GPU_RESOURCE] == "8" and c["resources"]["requests"]["cpu"] == "10m"
     assert str(serving.end_dir("c1") / serving.END_FILE) in c["command"][-1]
+
+
+def test_a_stopped_stream_is_reaped_and_says_why_it_failed(tmp_path, caplog):
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.jsonl"
+    out.write_text("")
+    failed = serving.Stream(subprocess.Popen([sys.executable, "-c", "import sys; sys.exit('--rate x: bad')"],
+                                             stderr=subprocess.PIPE), out)
+    failed.proc.wait()
+    assert failed.stop() == [] and failed.stderr == "--rate x: bad" and "--rate x: bad" in caplog.text
+    stubborn = serving.Stream(subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE), out)
+    stubborn.proc.stdout.readline()
+    stubborn.stop(timeout=0.3)
+    assert stubborn.proc.returncode == -9 and stubborn.proc.stderr.closed

@@ -29,6 +29,8 @@ simulation makes the inference it moves real:
 from __future__ import annotations
 
 import copy
+import logging
+import signal
 import subprocess
 import sys
 import time
@@ -37,8 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError
-from gpufleet.names import GPU_RESOURCE, SYSTEM_NODE_TAINT, VIRTUAL_NODE_LABEL
+from gpufleet.names import GPU_RESOURCE, HOSTNAME_LABEL, SYSTEM_NODE_TAINT, VIRTUAL_NODE_LABEL
 from gpufleet.sim import traffic
+
+log = logging.getLogger(__name__)
 
 #: The GPU host's taint the real node carries while enlisted (as kwok's GPU nodes do).
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
@@ -69,7 +73,7 @@ def enlist(kube: Kube, node: str, *, gpus: int, labels: dict[str, str], cordon_o
     node when ``cordon_others`` (a second cluster whose pods must all be real).
 
     Raises:
-        KubeError: a patch was refused.
+        KubeError: a read or patch was refused (what was already changed is undone first).
     """
     live = kube.get("v1", "nodes", node)
     before_labels = {k: (live["metadata"].get("labels") or {}).get(k) for k in labels}
@@ -77,22 +81,28 @@ def enlist(kube: Kube, node: str, *, gpus: int, labels: dict[str, str], cordon_o
     key, value, effect = SYSTEM_NODE_TAINT
     new_taints = [t for t in taints if t.get("key") != key] + ([] if any(t.get("key") == GPU_RESOURCE for t in taints)
                                                                 else [GPU_TAINT])
-    kube.patch("v1", "nodes", node, {"metadata": {"labels": labels}, "spec": {"taints": new_taints}})
-    kube.patch("v1", "nodes", node, {"status": {"capacity": {GPU_RESOURCE: str(gpus)},
-                                                "allocatable": {GPU_RESOURCE: str(gpus)}}}, subresource="status")
     out = Enlisted(kube, node, before_labels, taints)
-    if cordon_others:
-        for n in kube.list("v1", "nodes")["items"]:
-            name, lab = n["metadata"]["name"], n["metadata"].get("labels") or {}
-            if name == node or lab.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1] or n["spec"].get("unschedulable"):
-                continue
-            kube.patch("v1", "nodes", name, {"spec": {"unschedulable": True}})
-            out.cordoned.append(name)
+    try:
+        kube.patch("v1", "nodes", node, {"metadata": {"labels": labels}, "spec": {"taints": new_taints}})
+        kube.patch("v1", "nodes", node, {"status": {"capacity": {GPU_RESOURCE: str(gpus)},
+                                                    "allocatable": {GPU_RESOURCE: str(gpus)}}}, subresource="status")
+        if cordon_others:
+            for n in kube.list("v1", "nodes")["items"]:
+                name, lab = n["metadata"]["name"], n["metadata"].get("labels") or {}
+                if (name == node or lab.get(VIRTUAL_NODE_LABEL[0]) == VIRTUAL_NODE_LABEL[1]
+                        or n["spec"].get("unschedulable")):
+                    continue
+                kube.patch("v1", "nodes", name, {"spec": {"unschedulable": True}})
+                out.cordoned.append(name)
+    except KubeError:
+        # Nothing half-applied: the caller never sees this Enlisted, so it could not restore it.
+        restore(out)
+        raise
     return out
 
 
 def restore(e: Enlisted) -> None:
-    """Undo :func:`enlist` (best effort: a node gone meanwhile is skipped)."""
+    """Undo :func:`enlist` (best effort: a node gone meanwhile, or a change never made, is skipped)."""
     for name in e.cordoned:
         try:
             e.kube.patch("v1", "nodes", name, {"spec": {"unschedulable": None}})
@@ -100,6 +110,10 @@ def restore(e: Enlisted) -> None:
             pass
     try:
         e.kube.patch("v1", "nodes", e.node, {"metadata": {"labels": e.labels_before}, "spec": {"taints": e.taints_before}})
+    except KubeError:
+        pass
+    # Apart from the labels: a JSON patch removing a resource the node never got is refused.
+    try:
         e.kube.patch("v1", "nodes", e.node, [{"op": "remove", "path": f"/status/capacity/{GPU_RESOURCE.replace('/', '~1')}"},
                                              {"op": "remove", "path": f"/status/allocatable/{GPU_RESOURCE.replace('/', '~1')}"}],
                      subresource="status", patch="json")
@@ -132,7 +146,7 @@ def standin_pod(pod: dict[str, Any], *, image: str, real_node: str, latency_ms: 
     spec["terminationGracePeriodSeconds"] = 15
     node = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     node["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [real_node]}]},
+        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [real_node]}]},
         {"matchExpressions": [{"key": VIRTUAL_NODE_LABEL[0], "operator": "In", "values": [VIRTUAL_NODE_LABEL[1]]}]}]}
     return pod
 
@@ -177,14 +191,22 @@ class Stream:
 
     proc: subprocess.Popen
     out: Path
+    #: What the stream wrote on stderr (its error when it stopped early); set by :meth:`stop`.
+    stderr: str = ""
 
     def stop(self, timeout: float = 10.0) -> list[traffic.Request]:
-        """Stop sending (requests in flight finish) and return every request recorded."""
-        self.proc.terminate()
+        """Stop sending (requests in flight finish, SIGKILL after ``timeout`` seconds) and return every request
+        recorded. The process is reaped and its stderr read into :attr:`stderr`, logged when it failed."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
         try:
-            self.proc.wait(timeout)
+            _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            _, err = self.proc.communicate()
+        self.stderr = (err or b"").decode(errors="replace").strip()
+        if self.proc.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL):
+            log.warning("request stream exited %s: %s", self.proc.returncode, self.stderr[-500:])
         return traffic.read(self.out)
 
 
@@ -284,7 +306,7 @@ def prepare(c, kube: Kube, inv, pool_clusters: dict[str, Any], pools: list, gpus
     from gpufleet.local.node import node_name
 
     borrowed = inv.node_specs()[-1]
-    labels = {k: v for k, v in borrowed.labels.items() if k != "kubernetes.io/hostname"}
+    labels = {k: v for k, v in borrowed.labels.items() if k != HOSTNAME_LABEL}
     real = node_name(c.name)
     enlisted = []
     try:
