@@ -79,3 +79,22 @@ def test_a_pod_that_does_not_run_the_stand_in_gets_no_process(provider):
     assert addr.ip.startswith("198.1") and provider.instances.ports("u9") is None
     with pytest.raises(ConnectionRefusedError):  # answered by the simulated network, never a real connect
         provider.dial(addr.ip, addr.port_for("TCP", 8000) + 1, 1)
+
+
+def test_a_rental_whose_second_process_cannot_start_leaves_no_process_behind(monkeypatch):
+    import subprocess
+
+    started, real = [], subprocess.Popen
+
+    def popen(*args, **kwargs):
+        if started:
+            raise OSError(24, "Too many open files")
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    inst = LocalInstances("127.0.0.1", "vk-rental", port_base=47200)
+    with pytest.raises(OSError):
+        inst.start("u1", "chat-1", 2, ["inference-standin"])
+    # Killed and reaped (a zombie has no returncode yet); its ports are free again.
+    assert started[0].returncode is not None and inst.ports("u1") is None and sorted(inst._free) == [47200, 47201]

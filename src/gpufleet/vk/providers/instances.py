@@ -113,6 +113,7 @@ class LocalInstances:
         except OSError:
             for p in procs:
                 p.kill()
+                p.wait()  # reaped: no zombie per failed rental
             raise
         return procs
 
