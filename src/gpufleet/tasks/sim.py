@@ -18,6 +18,7 @@ from invoke.exceptions import Exit
 from gpufleet.tasks import goodput
 from gpufleet.tasks.common import fail_on_inventory_error
 from gpufleet.names import FLIP_MODES
+from gpufleet.sim.traffic import TIMEOUT_SECONDS
 
 
 @contextmanager
@@ -55,7 +56,8 @@ def flip_errors() -> Iterator[None]:
             "both: one run of each, one after the other, in OUT/<mode>/, compared side by side (OUT/comparison.json)",
     "rate": "requests per second sent through the inference Service for the whole run (default 20; 0: none, "
             "inference then runs on simulated nodes and only Ready pods count)",
-    "latency_ms": "milliseconds the inference stand-in takes per request (default 20)",
+    "latency_ms": "milliseconds the inference stand-in takes per request (default 20; below the request "
+                  "stream's 2000 ms timeout)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
@@ -78,8 +80,12 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
                  if value <= 0]
     if pools and not pools.strip(", "):
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
-    problems += [f"--{flag} {value:g}: expected a number >= 0" for flag, value in (("rate", rate), ("latency-ms", latency_ms))
-                 if value < 0]
+    problems += [f"--{flag} {value:g}: expected {what}" for flag, value, what in (
+        ("rate", rate, "requests per second >= 0 (0: none)"), ("latency-ms", latency_ms, "milliseconds >= 0"))
+        if value < 0]
+    if rate > 0 and latency_ms >= TIMEOUT_SECONDS * 1000:
+        problems.append(f"--latency-ms {latency_ms:g}: expected milliseconds below {TIMEOUT_SECONDS * 1000:g} "
+                        "(the request stream's timeout: every request would fail)")
     if mode and mode not in (*FLIP_MODES, "both"):
         problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)} or both")
     if problems:

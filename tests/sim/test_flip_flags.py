@@ -1,0 +1,28 @@
+"""``invoke sim.flip`` refuses bad flags before any cluster starts (exit 2, naming the flag, value and what was expected)."""
+
+from __future__ import annotations
+
+import pytest
+from invoke import Context
+from invoke.exceptions import Exit
+
+from gpufleet.tasks.sim import flip
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"rate": -1}, "--rate -1: expected requests per second >= 0"),
+    ({"latency_ms": -5}, "--latency-ms -5: expected milliseconds >= 0"),
+    ({"mode": "nope"}, "--mode 'nope': expected one of make_before_break, evict_first or both"),
+    # A stand-in slower than the stream's timeout would fail every request.
+    ({"latency_ms": 2000}, "--latency-ms 2000: expected milliseconds below 2000"),
+])
+def test_a_bad_flag_exits_2_naming_it(flags, message):
+    # --pools nope: should a flag pass, the run stops at the pool check, before any cluster starts.
+    with pytest.raises(Exit) as exc:
+        flip(Context(), pools="nope", **flags)
+    assert exc.value.code == 2 and message in exc.value.message
+
+
+def test_latency_is_free_when_no_requests_are_sent():
+    with pytest.raises(Exit, match="--pools nope: known pools"):
+        flip(Context(), pools="nope", rate=0, latency_ms=5000)
