@@ -33,6 +33,7 @@ not become healthy).
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ from gpufleet.local.layout import Layout
 from gpufleet.local.ports import Ports
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpufleet.kube import Kube
     from gpufleet.local.cluster import Cluster
 
@@ -145,8 +148,11 @@ def _write(path: Path, text: str, mode: int = 0o644) -> bool:
     written, even with the same content); whether it was written."""
     if path.is_file() and path.read_text() == text:
         return False
-    path.write_text(text)
-    path.chmod(mode)
+    # Created with its mode (the kubeconfig holds a token: never readable by others, not even for a moment).
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     return True
 
 
@@ -202,7 +208,7 @@ def spec(c: Cluster, config: Path | None = None) -> processes.ProcessSpec:
         health=processes.Health(f"http://{address(c.ports)}:{HEALTHZ_PORT}/healthz"))
 
 
-def up(c: Cluster, others: list[Cluster] = (), *, timeout: float = 60.0) -> DataPlane:
+def up(c: Cluster, others: Sequence[Cluster] = (), *, timeout: float = 60.0) -> DataPlane:
     """The data plane of cluster ``c`` reaching the pods of ``c`` and of ``others``; started when missing.
 
     Raises:
