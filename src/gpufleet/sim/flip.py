@@ -63,7 +63,8 @@ from typing import Any
 from gpufleet.flip.controller import Transition
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError
-from gpufleet.names import FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.names import (FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_QUEUE_LABEL, RELEASE_LABEL,
+                            RESERVED_TAINT)
 from gpufleet.local.dataplane import netns_name as dataplane_name
 from gpufleet.local.node import node_name as real_node_name
 from gpufleet.sim import incluster, serving
@@ -132,7 +133,7 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
     ``duration``: seconds each pod runs (kwok), or None to run until
     :func:`finish_training` ends them all at once.
     """
-    labels = {"kueue.x-k8s.io/queue-name": queue}
+    labels = {KUEUE_QUEUE_LABEL: queue}
     if workload_priority_class:
         labels["kueue.x-k8s.io/priority-class"] = workload_priority_class
     annotations = {DURATION_ANNOTATION: f"{duration:g}"} if duration is not None else {}
@@ -146,8 +147,8 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
             "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
                             {"key": RESERVED_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "trainer", "image": "registry.invalid/gpufleet/trainer:sim",
-                            "resources": {"requests": {"nvidia.com/gpu": str(gpus_per_node), "cpu": "8", "memory": "64Gi"},
-                                          "limits": {"nvidia.com/gpu": str(gpus_per_node)}}}],
+                            "resources": {"requests": {GPU_RESOURCE: str(gpus_per_node), "cpu": "8", "memory": "64Gi"},
+                                          "limits": {GPU_RESOURCE: str(gpus_per_node)}}}],
         },
     }
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
