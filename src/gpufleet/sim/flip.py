@@ -577,6 +577,9 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             setup = serving.prepare(c, kube, inv, pool_clusters, pools, gpus_per_node)
         except BaseException:
             caches.stop()
+            if not opts.keep:
+                # Left behind, the next run would take this run's controllers for a stack's and keep them.
+                incluster.remove(kube, created)
             raise
     vnodes = [node_name_for(p.name) for p in pools]
     rec = Recorder(caches, inf.inference_namespace, lq.namespace, vnodes).start()
