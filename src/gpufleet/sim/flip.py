@@ -495,7 +495,12 @@ def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
     created = incluster.deploy(kube, objs)
     say(f"controllers in-cluster: {', '.join(n for _, n in incluster.deployments(objs))}"
         f" ({'deployed' if created else 'already there'}); waiting until Available")
-    incluster.wait_available(kube, incluster.deployments(objs), opts.timeout)
+    try:
+        incluster.wait_available(kube, incluster.deployments(objs), opts.timeout)
+    except BaseException:
+        if not opts.keep:
+            incluster.remove(kube, created)  # else a later run would take them for a stack's
+        raise
     caches = ApiServerSignal(Kube(kube.config, user_agent="gpufleet-sim-recorder"))
     caches.start()
     return objs, created, caches
