@@ -601,7 +601,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             setup.url = f"http://{svc['spec']['clusterIP']}:{svc['spec']['ports'][0]['port']}/"
             serving.wait_serving(setup.dataplane, setup.url, opts.timeout)
             setup.stream = serving.start_stream(setup.dataplane, setup.url, opts.rate, out / "requests.jsonl")
-            time.sleep(max(5.0, 200 / opts.rate))  # a steady state to compare the flip with
+            time.sleep(min(30.0, max(5.0, 200 / opts.rate)))  # a steady state to compare the flip with (~200 requests)
         # 4. training
         submitted = rec.last().t
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
