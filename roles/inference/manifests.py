@@ -30,7 +30,7 @@ from __future__ import annotations
 from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE
-from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY
+from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY, WORKLOAD_INFERENCE, WORKLOAD_LABEL
 from gpufleet.stack.objects import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
@@ -63,7 +63,7 @@ def pod_spec(inv: Inventory, d) -> Obj:
 
 def pod_metadata(inv: Inventory, selector: dict[str, str]) -> Obj:
     """Labels of an inference pod, and the annotation that keeps its GPUs out of Kueue's topology usage (module doc)."""
-    out: Obj = {"labels": {**selector, "gpufleet.io/workload": "inference"}}
+    out: Obj = {"labels": {**selector, WORKLOAD_LABEL: WORKLOAD_INFERENCE}}
     if inv.role("kueue").kueue_topology_enabled:
         out["annotations"] = {KUEUE_UNCONSTRAINED_TOPOLOGY: "true"}
     return out

@@ -126,3 +126,11 @@ KUEUE_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 ENDPOINTSLICE_MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 ENDPOINTSLICE_MANAGED_BY = "endpointslice.gpufleet.io"
+
+#: Pod annotation of simulated work: seconds (or a Go duration) a pod runs once Running, then Succeeds
+#: (kwok's stage, the simulated rental); "0" ends it now.
+SIMULATED_DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+#: Label on pods saying which kind of work they are (values: WORKLOAD_TRAINING, WORKLOAD_INFERENCE).
+WORKLOAD_LABEL = "gpufleet.io/workload"
+WORKLOAD_TRAINING = "training"
+WORKLOAD_INFERENCE = "inference"

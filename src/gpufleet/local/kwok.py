@@ -36,9 +36,10 @@ from gpufleet.local import manifests
 from gpufleet.build.components import component
 from gpufleet.build.gobuild import module_dir
 from gpufleet.local.webhooks import load_crds
+from gpufleet.names import SIMULATED_DURATION_ANNOTATION
 
 #: Annotation giving a simulated pod's run time.
-DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 #: Annotation selecting the nodes kwok manages.
 MANAGED_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 #: Label on every Node the local cluster created from the inventory.

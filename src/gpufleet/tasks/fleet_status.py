@@ -47,7 +47,7 @@ from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.ops.kube import list_nodes
 from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
-                            KUEUE_WORKLOAD_ANNOTATION)
+                            KUEUE_WORKLOAD_ANNOTATION, WORKLOAD_INFERENCE, WORKLOAD_LABEL)
 
 Obj = dict[str, Any]
 
@@ -124,7 +124,7 @@ def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
     """``training``, ``inference`` or ``other`` (module docstring)."""
     labels = pod.get("metadata", {}).get("labels") or {}
     pc = (pod.get("spec") or {}).get("priorityClassName")
-    if labels.get("gpufleet.io/workload") == "inference" or pc == inference_pc:
+    if labels.get(WORKLOAD_LABEL) == WORKLOAD_INFERENCE or pc == inference_pc:
         return "inference"
     if pc == training_pc or KUEUE_PODSET_LABEL in labels or KUEUE_QUEUE_LABEL in labels:
         return "training"

@@ -26,7 +26,7 @@ from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
 from gpufleet.names import (CHECKPOINT_MARKER, JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY,
-                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT)
+                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION)
 
 from . import gang as native
 from .checkpoint import default_interval_seconds
@@ -44,7 +44,7 @@ GANG_MODES = ("kueue", "native", "both")
 #: Kueue PodSet group of a PyTorchJob's Master and Workers: one unit of topology placement.
 PODSET_GROUP = "trainer"
 #: Pod annotation the local (kwok) cluster reads to finish a pod after that many seconds.
-ANNOTATION_SIMULATED_DURATION = "gpufleet.io/simulated-duration-seconds"
+ANNOTATION_SIMULATED_DURATION = SIMULATED_DURATION_ANNOTATION
 #: Kubernetes PriorityClass of training pods (declared by the kueue role); preempts inference.
 POD_PRIORITY_CLASS = "gpufleet-training"
 #: The checkpoint PersistentVolumeClaim the parallel_fs role declares in every team namespace.

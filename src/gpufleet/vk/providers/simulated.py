@@ -59,8 +59,9 @@ from gpufleet.vk.provider import (
 )
 from gpufleet.vk.providers.instances import LocalInstances, runs_standin
 from gpufleet.vk.translate import Reference, references, translate
+from gpufleet.names import SIMULATED_DURATION_ANNOTATION
 
-DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
+DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 #: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
 CPU_PER_GPU = 28
 MEMORY_PER_GPU = 256 * 2**30
