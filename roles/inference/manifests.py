@@ -110,5 +110,5 @@ def objects(inv: Inventory) -> list[Obj]:
                              "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
                                  "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}})
         out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(d.name, ns, component="inference"),
-                    "spec": {"minAvailable": d.pdb_min_available, "selector": {"matchLabels": sel}}})
+                    "spec": {**d.pdb_spec(), "selector": {"matchLabels": sel}}})
     return out

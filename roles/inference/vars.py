@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
+from gpufleet.inventory.types import STRICT, DnsLabel, IntOrPercent, NonNegativeInt, PositiveInt
+from gpufleet.kube.intstr import scaled
 
 
 class DeploymentVars(BaseModel):
@@ -21,15 +22,36 @@ class DeploymentVars(BaseModel):
     cpu: str = "4"
     memory: str = "32Gi"
     target_cpu_utilization: int = Field(default=70, gt=0, le=100)
-    pdb_min_available: NonNegativeInt
+    #: The PodDisruptionBudget: exactly one of minAvailable (pods) and maxUnavailable (pods or "10%").
+    pdb_min_available: NonNegativeInt | None = None
+    pdb_max_unavailable: IntOrPercent | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> "DeploymentVars":
         if not self.min_replicas <= self.replicas <= self.max_replicas:
             raise ValueError("min_replicas <= replicas <= max_replicas")
-        if self.pdb_min_available > self.min_replicas:
+        if (self.pdb_min_available is None) == (self.pdb_max_unavailable is None):
+            raise ValueError(f"deployment {self.name}: set exactly one of pdb_min_available and pdb_max_unavailable "
+                             f"(got {self.pdb_min_available!r} and {self.pdb_max_unavailable!r})")
+        if self.pdb_min_available is not None and self.pdb_min_available > self.min_replicas:
             raise ValueError("pdb_min_available <= min_replicas (else no pod can ever be evicted)")
+        if self.pdb_max_unavailable is not None and scaled(self.pdb_max_unavailable, self.min_replicas) < 1:
+            raise ValueError(f"deployment {self.name}: pdb_max_unavailable {self.pdb_max_unavailable!r} allows no "
+                             f"eviction at min_replicas {self.min_replicas} (else no pod can ever be evicted)")
         return self
+
+    def pdb_floor(self, replicas: int) -> int:
+        """Fewest Ready pods the PDB keeps with ``replicas`` desired: minAvailable, or replicas less maxUnavailable
+        rounded up (as the disruption controller scales a percentage)."""
+        if self.pdb_min_available is not None:
+            return self.pdb_min_available
+        return max(replicas - scaled(self.pdb_max_unavailable, replicas), 0)
+
+    def pdb_spec(self) -> dict:
+        """The PodDisruptionBudget's ``minAvailable`` or ``maxUnavailable`` (the other left out)."""
+        if self.pdb_min_available is not None:
+            return {"minAvailable": self.pdb_min_available}
+        return {"maxUnavailable": self.pdb_max_unavailable}
 
 
 class Vars(BaseModel):

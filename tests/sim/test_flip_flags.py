@@ -15,6 +15,7 @@ from gpufleet.tasks.sim import flip
     ({"mode": "nope"}, "--mode 'nope': expected one of make_before_break, evict_first or both"),
     # A stand-in slower than the stream's timeout would fail every request.
     ({"latency_ms": 2000}, "--latency-ms 2000: expected milliseconds below 2000"),
+    ({"pdb_max_unavailable": "10.5%"}, "--pdb-max-unavailable: '10.5%' is not a number of pods or a percentage"),
 ])
 def test_a_bad_flag_exits_2_naming_it(flags, message):
     # --pools nope: should a flag pass, the run stops at the pool check, before any cluster starts.

@@ -35,7 +35,7 @@ def test_a_simulated_trainer_waits_for_its_clusters_end_file():
                                                                 "limits": {GPU_RESOURCE: "8"}}}
     c, volume = serving.trainer_container(container, "img:1", "c1")
     assert volume["hostPath"]["path"] == str(serving.end_dir("c1"))
-    assert c["resources"]["requests"][GPU_RESOURCE] == "8" and c["resources"]["requests"]["cpu"] == "10m"
+    assert c["resources"]["requests"][GPU_RESOURCE] == "8" and c["resources"]["requests"]["cpu"] == serving.TRAINER_REQUESTS["cpu"]
     assert str(serving.end_dir("c1") / serving.END_FILE) in c["command"][-1]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, ConfigDict, Field
 
 from gpufleet import imageref
+from gpufleet.kube.intstr import parse_int_or_percent
 from gpufleet.kube.quantity import parse_quantity
 
 from .catalog import GPU_MODELS
@@ -78,6 +79,8 @@ ImageReference = Annotated[str, AfterValidator(_image_reference)]
 #: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
 KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
 DnsLabel = Annotated[str, AfterValidator(dns_label)]
+#: A Kubernetes IntOrString count of pods: an int >= 0 or a percentage ``"10%"`` (PDBs, rollouts).
+IntOrPercent = Annotated[int | str, AfterValidator(parse_int_or_percent)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 #: A temperature threshold in degrees Celsius; beyond 30..110 it is a typo, not a policy.

@@ -420,8 +420,9 @@ def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
 
 
 
-def _write_node_configs(c: Cluster) -> realnode.NodePaths:
-    """The real node's config files: containerd, registries, CNI, resolv.conf, kubelet and its kubeconfig."""
+def _write_node_configs(c: Cluster) -> tuple[realnode.NodePaths, set[str]]:
+    """The real node's config files: containerd, registries, CNI, resolv.conf, kubelet and its kubeconfig;
+    returns the paths and the names of the files this call changed."""
     from gpufleet.build import pause
     from gpufleet.local.certs import ensure_node_client
 
@@ -431,6 +432,9 @@ def _write_node_configs(c: Cluster) -> realnode.NodePaths:
     def put(path: Path, text: str) -> None:
         if not path.exists() or path.read_text() != text:
             path.write_text(text)
+            changed.add(path.name)
+
+    changed: set[str] = set()
 
     put(cfg / "containerd.toml", realnode.containerd_config(npaths, pause.reference()))
     put(npaths.certs_d / "_default" / "hosts.toml", realnode.hosts_toml())
@@ -441,7 +445,7 @@ def _write_node_configs(c: Cluster) -> realnode.NodePaths:
     client = ensure_node_client(c.pki, realnode.node_name(c.name))
     kubeconfigs.write(cfg / "kubelet.kubeconfig", c.server, c.pki.ca.cert, client, cluster=f"gpufleet-{c.name}",
                       user=f"system:node:{realnode.node_name(c.name)}")
-    return npaths
+    return npaths, changed
 
 
 def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: float, phase: Callable[[str], None],
@@ -457,7 +461,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     from gpufleet.build import pause
     from gpufleet.local import processes
 
-    npaths = _write_node_configs(c)
+    npaths, changed = _write_node_configs(c)
     realnode.ensure_cgroups(c.name)
     realnode.ensure_network(c.name, c.ports, controlplane.SERVICE_CIDR)
     realnode.ensure_inotify(log)
@@ -478,6 +482,9 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     phase(f"images ({'imported' if imported else 'present'}: {built.digest[:19]})")
     _ensure([specs["api-forward"], specs["prometheus-forward"]], timeout, log)
     kl = specs["kubelet"]
+    if "kubelet.yaml" in changed and running(kl.pidfile) is not None:
+        log("restarting the kubelet (its configuration changed)")  # it reads the file only at start
+        processes.stop(kl.pidfile)
     started_before = running(kl.pidfile)
     _ensure([kl], timeout, log)
     if (kpid := running(kl.pidfile)) is not None and kpid != started_before:

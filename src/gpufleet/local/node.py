@@ -351,7 +351,8 @@ def kubelet_config(cluster: str, ports: Ports, paths: NodePaths, ca: Path, node_
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%", "imagefs.available": "2%",
                          "nodefs.inodesFree": "2%"},
-        "maxPods": 40,
+        # The kubelet's default: sim.flip runs up to ~64 inference stand-ins beside the controllers here.
+        "maxPods": 110,
         "registerWithTaints": [{"key": names.SYSTEM_NODE_TAINT[0], "value": names.SYSTEM_NODE_TAINT[1],
                                 "effect": names.SYSTEM_NODE_TAINT[2]}],
         "serializeImagePulls": False,

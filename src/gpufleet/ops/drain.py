@@ -42,13 +42,12 @@ pods' namespaces (:func:`pdb_block`) and says, per pod:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, TooManyRequests, Unreachable, api_path
+from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, TooManyRequests, Unreachable, api_path, intstr
 from gpufleet.kube.retry import Backoff
 from gpufleet.ops.kube import pods_on_node
 
@@ -95,17 +94,12 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 
 
 def _scaled(value: Any, total: int) -> int | None:
-    """An IntOrString against ``total``: ``"50%"`` rounded up (as the disruption controller does), ints as is."""
+    """An IntOrString against ``total`` (:func:`gpufleet.kube.intstr.scaled`), or None when absent or malformed."""
     if value is None:
         return None
-    if isinstance(value, str) and value.endswith("%"):
-        try:
-            return math.ceil(float(value[:-1]) * total / 100)
-        except ValueError:
-            return None
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        return intstr.scaled(int(value) if isinstance(value, str) and value.isdigit() else value, total)
+    except ValueError:
         return None
 
 

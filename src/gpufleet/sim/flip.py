@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -394,6 +395,8 @@ class Options:
         rate: requests per second sent through the inference Service for the whole run (0: none; then
             inference runs on kwok's nodes and only Ready pods are counted).
         latency_ms: milliseconds the inference stand-in takes per request.
+        pdb_max_unavailable: the PodDisruptionBudget's maxUnavailable (pods or ``"10%"``) instead of the
+            inventory's budget (None: the inventory's).
     """
 
     env: str = "local"
@@ -409,6 +412,7 @@ class Options:
     mode: str | None = None
     rate: float = 20.0
     latency_ms: float = 20.0
+    pdb_max_unavailable: int | str | None = None
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
@@ -543,9 +547,21 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     replicas = opts.replicas or dep.replicas
     if replicas < 1:
         raise ValueError(f"--replicas {replicas}: expected at least 1")
-    pdb = min(dep.pdb_min_available, max(replicas - 1, 0))
+    if opts.pdb_max_unavailable is not None:
+        dep = dep.model_copy(update={"pdb_min_available": None, "pdb_max_unavailable": opts.pdb_max_unavailable})
+    if dep.pdb_min_available is not None:
+        dep = dep.model_copy(update={"pdb_min_available": min(dep.pdb_min_available, max(replicas - 1, 0))})
     dep = dep.model_copy(update={"replicas": replicas, "min_replicas": replicas,
-                                 "max_replicas": max(replicas, dep.max_replicas), "pdb_min_available": pdb})
+                                 "max_replicas": max(replicas, dep.max_replicas)})
+    pdb = dep.pdb_floor(replicas)
+    budget = (f"minAvailable {pdb}" if dep.pdb_min_available is not None
+              else f"maxUnavailable {dep.pdb_max_unavailable}: {pdb} Ready at least")
+    # With real serving every in-cluster replica runs on the real node: it stands in for as many GPU hosts as
+    # the replicas' GPUs fill, so training needs all of it and the flip moves every replica.
+    real_gpus = gpus_per_node * max(1, math.ceil(replicas * dep.gpus_per_pod / gpus_per_node))
+    if opts.rate > 0 and real_gpus // gpus_per_node >= nodes:
+        raise ValueError(f"--replicas {replicas}: {replicas * dep.gpus_per_pod} GPUs of inference need "
+                         f"{real_gpus // gpus_per_node} of the {nodes} GPU nodes; expected more --nodes")
     inv.roles["inference"] = inf.model_copy(update={"inference_deployments": [dep]})
     kq = inv.role("kueue")
     training_cq = max(kq.kueue_cluster_queues, key=lambda q: q.share).name
@@ -558,7 +574,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     # 1. clusters
     policy = gated_policy(inv)
     say(f"[bold]sim.flip[/]: {nodes} nodes x {gpus_per_node} GPUs, {replicas} inference replicas "
-        f"(PDB minAvailable {pdb}), pools {', '.join(p.name for p in pools)}")
+        f"(PDB {budget}), pools {', '.join(p.name for p in pools)}")
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
@@ -579,7 +595,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         say(f"real serving: real nodes offer GPUs, kube-proxy in {dataplane_name(opts.cluster)}, "
             f"{opts.rate:g} requests/s through Service {inf.inference_namespace}/{dep.name}")
         try:
-            setup = serving.prepare(c, kube, inv, pool_clusters, pools, gpus_per_node)
+            setup = serving.prepare(c, kube, inv, pool_clusters, pools, real_gpus // gpus_per_node, gpus_per_node)
         except BaseException:
             caches.stop()
             if not opts.keep:

@@ -47,8 +47,8 @@ log = logging.getLogger(__name__)
 #: The GPU host's taint the real node carries while enlisted (as kwok's GPU nodes do).
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 #: What a stand-in asks for: the real node has two cores for everything it runs.
-STANDIN_REQUESTS = {"cpu": "20m", "memory": "48Mi"}
-TRAINER_REQUESTS = {"cpu": "10m", "memory": "32Mi"}
+STANDIN_REQUESTS = {"cpu": "5m", "memory": "48Mi"}
+TRAINER_REQUESTS = {"cpu": "5m", "memory": "32Mi"}
 #: Where a training pod on the real node waits for the end file (hostPath; one folder per cluster).
 END_ROOT = Path("/run/gpufleet-sim-flip")
 END_FILE = "training-ended"
@@ -290,12 +290,14 @@ class Setup:
     stream: Stream | None = None
 
 
-def prepare(c, kube: Kube, inv, pool_clusters: dict[str, Any], pools: list, gpus_per_node: int) -> Setup:
+def prepare(c, kube: Kube, inv, pool_clusters: dict[str, Any], pools: list, hosts: int, gpus_per_node: int) -> Setup:
     """Enlist the real nodes (module docstring) and start the data plane; returns the :class:`Setup`.
 
-    The main cluster's real node takes the labels of the inventory's last GPU
-    host, whose kwok node is cordoned for the run (the fleet keeps its size
-    and its quota). ``c``: the main :class:`~gpufleet.local.cluster.Cluster`;
+    The main cluster's real node stands in for ``hosts`` GPU hosts of
+    ``gpus_per_node`` GPUs (as many as its inference replicas fill): it
+    takes the labels of the inventory's last GPU host and the last ``hosts``
+    kwok nodes are cordoned for the run, so the fleet keeps its GPUs and its
+    quota. ``c``: the main :class:`~gpufleet.local.cluster.Cluster`;
     ``pool_clusters``: pool name -> second cluster.
 
     Raises:
@@ -305,16 +307,17 @@ def prepare(c, kube: Kube, inv, pool_clusters: dict[str, Any], pools: list, gpus
     from gpufleet.local import dataplane
     from gpufleet.local.node import node_name
 
-    borrowed = inv.node_specs()[-1]
-    labels = {k: v for k, v in borrowed.labels.items() if k != HOSTNAME_LABEL}
+    borrowed = inv.node_specs()[-hosts:]
+    labels = {k: v for k, v in borrowed[-1].labels.items() if k != HOSTNAME_LABEL}
     real = node_name(c.name)
     enlisted = []
     try:
-        main = enlist(kube, real, gpus=gpus_per_node, labels=labels)
+        main = enlist(kube, real, gpus=hosts * gpus_per_node, labels=labels)
         enlisted.append(main)
-        if kube.get_or_none("v1", "nodes", borrowed.name) is not None:
-            kube.patch("v1", "nodes", borrowed.name, {"spec": {"unschedulable": True}})
-            main.cordoned.append(borrowed.name)
+        for spec in borrowed:
+            if kube.get_or_none("v1", "nodes", spec.name) is not None:
+                kube.patch("v1", "nodes", spec.name, {"spec": {"unschedulable": True}})
+                main.cordoned.append(spec.name)
         for p in pools:
             rc = pool_clusters.get(p.name)
             if rc is not None:

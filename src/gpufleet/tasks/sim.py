@@ -17,6 +17,7 @@ from invoke.exceptions import Exit
 
 from gpufleet.tasks import goodput
 from gpufleet.tasks.common import fail_on_inventory_error
+from gpufleet.kube.intstr import parse_int_or_percent
 from gpufleet.names import FLIP_MODES
 from gpufleet.sim.traffic import TIMEOUT_SECONDS
 
@@ -58,10 +59,13 @@ def flip_errors() -> Iterator[None]:
             "inference then runs on simulated nodes and only Ready pods count)",
     "latency_ms": "milliseconds the inference stand-in takes per request (default 20; below the request "
                   "stream's 2000 ms timeout)",
+    "pdb_max_unavailable": "the inference PodDisruptionBudget's maxUnavailable, pods or a percentage such as 10% "
+                           "(default: the inventory's budget)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
-         keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20) -> None:
+         keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20,
+         pdb_max_unavailable: str = "") -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
@@ -86,6 +90,13 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     if rate > 0 and latency_ms >= TIMEOUT_SECONDS * 1000:
         problems.append(f"--latency-ms {latency_ms:g}: expected milliseconds below {TIMEOUT_SECONDS * 1000:g} "
                         "(the request stream's timeout: every request would fail)")
+    budget: int | str | None = None
+    if pdb_max_unavailable:
+        try:
+            budget = parse_int_or_percent(int(pdb_max_unavailable) if pdb_max_unavailable.isdigit()
+                                          else pdb_max_unavailable, "--pdb-max-unavailable")
+        except ValueError as exc:
+            problems.append(str(exc))
     if mode and mode not in (*FLIP_MODES, "both"):
         problems.append(f"--mode {mode!r}: expected one of {', '.join(FLIP_MODES)} or both")
     if problems:
@@ -95,7 +106,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
-                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms)
+                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms, pdb_max_unavailable=budget)
     with flip_errors():
         if mode == "both":
             summary = _both(opts)
