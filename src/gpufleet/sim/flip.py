@@ -41,7 +41,9 @@ Summary (``summary.json``, exactly these keys):
   finished) to every replica Ready in-cluster and none outside;
 * ``min_ready_replicas``: fewest Ready inference replicas at any sample
   from the submission to the end;
-* ``pdb_min_available``: the PodDisruptionBudget's minAvailable;
+* ``pdb_min_available``: the PodDisruptionBudget's minAvailable (under a
+  maxUnavailable budget, the fewest Ready replicas it allows: replicas less
+  maxUnavailable scaled up, as the disruption controller scales it);
 * ``external_gpu_seconds_after_training``: GPU-seconds held on virtual
   nodes by inference after the training's end.
 
