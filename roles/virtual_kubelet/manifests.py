@@ -15,6 +15,13 @@ from __future__ import annotations
 from gpufleet.inventory import Inventory
 from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
+#: Memory of the virtual kubelet itself (MiB).
+MEMORY_MIB = 512
+#: Memory per rental instance run as a local process in the virtual kubelet's pod (``instances: local_process``):
+#: the inference stand-in's resident set is ~21 MiB (ps, 65 stand-ins); the rest is margin. They share the
+#: pod's cgroup, so a pool of N GPUs (at most N one-GPU instances) needs N times this on top.
+LOCAL_INSTANCE_MEMORY_MIB = 32
+
 
 def objects(inv: Inventory) -> list[Obj]:
     """Namespace, and per pool: ServiceAccount, ClusterRole(Binding), Deployment."""
@@ -43,8 +50,9 @@ def objects(inv: Inventory) -> list[Obj]:
             own = [rule([""], ["secrets"], ["get"], names=[pool.kubeconfig_secret])]
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
+        memory = MEMORY_MIB + (pool.capacity_gpus * LOCAL_INSTANCE_MEMORY_MIB if pool.instances == "local_process" else 0)
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
-                          fleet=inv.fleet, inventory=inv, memory="512Mi", volumes=volumes, mounts=mounts,
+                          fleet=inv.fleet, inventory=inv, memory=f"{memory}Mi", volumes=volumes, mounts=mounts,
                           namespaced_rules=own)
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.

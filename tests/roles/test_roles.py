@@ -118,6 +118,17 @@ def test_virtual_kubelet_runs_one_replica_per_pool_with_its_kubeconfig() -> None
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--pool", "gpu-rental"]
 
 
+def test_a_virtual_kubelet_running_its_rentals_as_local_processes_reserves_their_memory() -> None:
+    r = stack("local")
+
+    def memory(name: str) -> str:
+        return find(r, "Deployment", name, "gpufleet-system")["spec"]["template"]["spec"]["containers"][0][
+            "resources"]["limits"]["memory"]
+
+    # rental: 64 GPUs of local-process instances, 32 MiB each, on top of the virtual kubelet's 512 MiB.
+    assert memory("vk-rental") == f"{512 + 64 * 32}Mi" and memory("vk-other") == "512Mi"
+
+
 def test_virtual_kubelet_reads_config_maps_and_secrets_of_the_inference_namespace_only() -> None:
     r = stack("prod")
     role = find(r, "Role", "gpufleet:vk-gpu-rental", "inference")
