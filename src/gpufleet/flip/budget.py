@@ -5,9 +5,10 @@ The descheduler caps evictions per cycle (``maxNoOfPodsToEvictTotal``,
 moves everything at once. This module decides, on every tick, which pods
 running outside may be released for eviction now:
 
-* a token bucket per workload: ``pods_per_minute`` tokens a minute, at most
-  ``burst`` saved up (``burst=1``: evenly spaced, one pod every
-  ``60 / pods_per_minute`` seconds);
+* a token bucket per workload (:class:`gpufleet.kube.ratelimit.TokenBucket`):
+  ``pods_per_minute`` tokens a minute, at most ``burst`` saved up
+  (``burst=1``: evenly spaced, one pod every ``60 / pods_per_minute``
+  seconds);
 * optionally a global bucket (``total_per_minute``) shared by all workloads;
 * at most ``max_in_flight`` released-but-not-yet-gone pods per workload, so
   a PodDisruptionBudget that blocks evictions does not let releases pile up;
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gpufleet.kube.ratelimit import TokenBucket
 
 #: Float slack so 6 s at 10 pods/minute is exactly one token.
 _EPS = 1e-9
@@ -63,40 +66,6 @@ def workload_of(pod: dict) -> str:
     if kind == "ReplicaSet" and pth and name.endswith("-" + pth):
         return f"{ns}/Deployment/{name[: -len(pth) - 1]}"
     return f"{ns}/{kind}/{name}"
-
-
-class TokenBucket:
-    """``rate_per_minute`` tokens a minute, at most ``burst`` saved; starts full."""
-
-    def __init__(self, rate_per_minute: float, burst: float = 1.0, now: float = 0.0):
-        if rate_per_minute <= 0 or burst < 1:
-            raise ValueError("rate_per_minute > 0 and burst >= 1")
-        self.rate = rate_per_minute / 60.0
-        self.burst = float(burst)
-        self.tokens = float(burst)
-        self.at = now
-
-    def _fill(self, now: float) -> None:
-        if now > self.at:
-            self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-            self.at = now
-
-    def available(self, now: float) -> float:
-        """Tokens available at ``now``."""
-        self._fill(now)
-        return self.tokens
-
-    def take(self, now: float) -> bool:
-        """Take one token if available."""
-        self._fill(now)
-        if self.tokens >= 1.0 - _EPS:
-            self.tokens = max(0.0, self.tokens - 1.0)
-            return True
-        return False
-
-    def refund(self) -> None:
-        """Give one token back (the action it paid for did not happen)."""
-        self.tokens = min(self.burst, self.tokens + 1.0)
 
 
 class MigrationBudget:

@@ -11,7 +11,8 @@ and keeps objects as plain JSON dicts.
   delete/evict, server-side apply, watch) and :func:`api_path`;
 * :mod:`~gpufleet.kube.errors`: :class:`KubeError` and its subclasses;
 * :mod:`~gpufleet.kube.informer` and :mod:`~gpufleet.kube.workqueue`: the
-  watch cache and work queue controllers share;
+  watch cache and work queue controllers share, with the queue's
+  per-key rate limiters in :mod:`~gpufleet.kube.ratelimit`;
 * :mod:`~gpufleet.kube.leader`: leader election through a Lease;
 * :mod:`~gpufleet.kube.retry`: backoff and retry policy;
 * :mod:`~gpufleet.kube.events`, :mod:`~gpufleet.kube.times`,

@@ -5,7 +5,7 @@ relists only when the watch expires (410), the way client-go's reflector
 does: no periodic full lists. Every controller loop that needs to see a
 collection uses it (the virtual kubelet's pods, the taint controller's
 nodes and pods, quota sync's nodes and ClusterQueues); its work queue is
-:class:`gpufleet.kube.workqueue.WorkQueue`.
+:class:`gpufleet.kube.workqueue.RateLimitingQueue`.
 """
 
 from __future__ import annotations

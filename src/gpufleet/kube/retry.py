@@ -12,10 +12,14 @@
   server asks for, up to :data:`RETRY_AFTER_ATTEMPTS` times, as client-go
   does. A 429 without the header (a PodDisruptionBudget refusing an
   eviction) is the caller's to handle.
-* Loops (:class:`Backoff`): watches, lease renewals and reconcile workers
-  wait ``initial`` seconds after a failure, doubling up to ``cap``, with
-  ±10 % jitter so replicas do not retry in step (client-go's
-  ``wait.Backoff``); a success resets it.
+* Loops (:class:`Backoff`): watches and lease renewals wait ``initial``
+  seconds after a failure, doubling up to ``cap``, with ±10 % jitter so
+  replicas do not retry in step (client-go's ``wait.Backoff``); a success
+  resets it.
+* Keys of a work queue (:mod:`gpufleet.kube.ratelimit`): a reconcile
+  worker's failed key waits the same 0.5 s doubling to 10 s, counted per
+  key, with a bucket over all keys (client-go's ``workqueue`` rate
+  limiters): one slow key does not slow the others.
 * Which failures are worth retrying (:func:`retryable`): no answer, 429
   (throttled) and 5xx; not 4xx, which repeat until someone changes
   something.
@@ -105,8 +109,8 @@ def retryable(exc: BaseException) -> bool:
 
 
 def conflict_wait(attempt: int) -> float:
-    """Seconds before re-reading after the ``attempt``-th conflict (0-based): 50 ms doubling to 1 s."""
-    return min(0.05 * 2**attempt, 1.0)
+    """Seconds before re-reading after the ``attempt``-th conflict (0-based): 50 ms doubling to 1 s, for any count."""
+    return min(0.05 * 2.0 ** min(attempt, 5), 1.0)
 
 
 def update_with_retry(kube: "Kube", path: str, change: Callable[[Obj], Obj | None], *,
