@@ -150,7 +150,21 @@ def test_the_default_limiter_takes_the_longer_of_the_key_and_the_bucket():
     assert lim.num_requeues("a") == 0
 
 
+def test_a_failure_storm_leaves_no_debt_beyond_the_cap():
+    """Every one of 1,000 pods failing on each of 360 resyncs (an hour's outage) books at most 10 s ahead."""
+    clock = Clock(0)
+    lim = default_controller_rate_limiter(clock=clock)
+    for resync in range(360):
+        clock.t = resync * 10.0
+        waits = [lim.when(f"pod-{i}") for i in range(1000)]
+        assert max(waits) == 10.0
+    clock.t += 10.0 + 10.0  # the outage is over: the booked 10 s pass, and 100 tokens refill
+    assert lim.when("a-new-failure") == 0.5  # its own first backoff, not hours of the others' debt
+
+
 def test_token_bucket_reservations_queue_up_at_its_rate():
     b = TokenBucket(60, burst=1, now=0)  # one a second
     assert b.reserve(0) == 0 and b.reserve(0) == pytest.approx(1) and b.reserve(0.5) == pytest.approx(1.5)
     assert not b.take(1.0) and b.available(3.0) == pytest.approx(1.0)
+    assert [b.reserve(3.0, max_wait=2) for _ in range(4)] == [0, pytest.approx(1), pytest.approx(2), pytest.approx(2)]
+    assert b.available(3.0) == pytest.approx(-2)  # the fourth booked nothing

@@ -14,7 +14,11 @@ client-go's ``default_rate_limiters.go``:
   seconds, never an overflow.
 * :class:`BucketRateLimiter`: one token bucket over all items
   (``golang.org/x/time/rate``'s ``Reserve().Delay()``): a burst of
-  ``burst`` retries, then ``qps`` a second.
+  ``burst`` retries, then ``qps`` a second. Unlike x/time/rate, it books
+  at most ``max_wait`` seconds ahead (default the item cap): when every
+  key fails on every resync (the API server down for an hour), the
+  reservations beyond that are not kept, so no hours of debt delay every
+  retry after the outage, and the combined wait stays within the cap.
 * :class:`MaxOfRateLimiter`: the longest wait of several.
 * :func:`default_controller_rate_limiter`: the two above combined, as
   client-go's ``DefaultControllerRateLimiter``.
@@ -92,14 +96,16 @@ class TokenBucket:
             return True
         return False
 
-    def reserve(self, now: float) -> float:
+    def reserve(self, now: float, max_wait: float = math.inf) -> float:
         """Take one token, available or not; returns the seconds from ``now`` until it is yours (0: now).
 
         Tokens go negative while reserved ahead, so reservations queue up at
-        the bucket's rate (x/time/rate's ``Reserve().Delay()``).
+        the bucket's rate (x/time/rate's ``Reserve().Delay()``), but never
+        more than ``max_wait`` seconds ahead: a reservation past that waits
+        ``max_wait`` and adds no debt.
         """
         self._fill(now)
-        self.tokens -= 1.0
+        self.tokens = max(self.tokens - 1.0, -max_wait * self.rate)
         if self.tokens >= -_EPS:
             return 0.0
         return -self.tokens / self.rate
@@ -169,20 +175,22 @@ class BucketRateLimiter:
         qps: tries a second once the burst is spent (> 0).
         burst: tries that may go at once (>= 1).
         clock: monotonic seconds.
+        max_wait: most seconds it books ahead (module docstring).
 
     Raises:
         ValueError: ``qps`` <= 0 or ``burst`` < 1.
     """
 
     def __init__(self, qps: float = BUCKET_QPS, burst: int = BUCKET_BURST,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_wait: float = FAILURE_CAP_SECONDS):
         self.clock = clock
+        self.max_wait = max_wait
         self._bucket = TokenBucket(qps * 60.0, burst, clock())
         self._lock = threading.Lock()
 
     def when(self, item: Hashable) -> float:
         with self._lock:
-            return self._bucket.reserve(self.clock())
+            return self._bucket.reserve(self.clock(), self.max_wait)
 
     def forget(self, item: Hashable) -> None:
         pass
@@ -214,10 +222,10 @@ def default_controller_rate_limiter(*, base: float = FAILURE_BASE_SECONDS, cap: 
                                     qps: float = BUCKET_QPS, burst: int = BUCKET_BURST,
                                     clock: Callable[[], float] = time.monotonic) -> MaxOfRateLimiter:
     """Per-item exponential backoff (``base`` doubling to ``cap`` seconds) and an overall bucket (``qps``,
-    ``burst``), the longer wait winning: client-go's ``DefaultControllerRateLimiter`` with gpufleet's defaults
-    (module docstring).
+    ``burst``, booking at most ``cap`` ahead), the longer wait winning: client-go's
+    ``DefaultControllerRateLimiter`` with gpufleet's defaults (module docstring). No wait exceeds ``cap``.
 
     Raises:
         ValueError: a bad ``base``/``cap``/``qps``/``burst`` (names it).
     """
-    return MaxOfRateLimiter(ItemExponentialFailureRateLimiter(base, cap), BucketRateLimiter(qps, burst, clock))
+    return MaxOfRateLimiter(ItemExponentialFailureRateLimiter(base, cap), BucketRateLimiter(qps, burst, clock, cap))
