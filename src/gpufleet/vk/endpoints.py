@@ -76,7 +76,7 @@ from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.kube.informer import Informer
-from gpufleet.kube.workqueue import WorkQueue
+from gpufleet.kube.workqueue import RateLimitingQueue
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, FIELD_MANAGER, SERVICE_NAME_LABEL
 
 from .health import Dial, EndpointHealthChecker, HealthSettings
@@ -287,7 +287,8 @@ class EndpointPublisher:
         selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{REMOTE_NODE_LABEL}={node_name}"
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"),
                                               params={"labelSelector": selector}, name=f"endpointslices-{node_name}")
-        self.queue: WorkQueue[str] = WorkQueue()
+        #: Service keys; a failed publish comes back at the Service's own pace (:mod:`gpufleet.kube.ratelimit`).
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue()
         self._lock = threading.Lock()
         #: namespace -> names of its Services (a pod's candidates, without scanning every Service of the cluster).
         self._by_namespace: dict[str, set[str]] = {}
@@ -379,18 +380,23 @@ class EndpointPublisher:
     def _work(self) -> None:
         while not self._stop.is_set():
             key = self.queue.get(timeout=1.0)
-            if key is None:
-                continue
-            try:
-                self.sync_service(key)
-            except KubeError as exc:
-                log.warning("%s: endpoints of Service %s: %s; retrying", self.node, key, exc)
-                self.queue.add_after(key, 2.0)
-            except Exception:  # never let one Service kill the loop
-                log.exception("%s: publishing endpoints of Service %s failed", self.node, key)
-                self.queue.add_after(key, 5.0)
-            finally:
-                self.queue.done(key)
+            if key is not None:
+                self.process(key)
+
+    def process(self, key: str) -> None:
+        """One worker step for a Service key :attr:`queue` handed out: publish it (its failures forgotten), or
+        queue it again at its rate-limited pace when that failed; mark it done. Never raises."""
+        try:
+            self.sync_service(key)
+            self.queue.forget(key)
+        except KubeError as exc:
+            log.warning("%s: endpoints of Service %s: %s; retrying", self.node, key, exc)
+            self.queue.add_rate_limited(key)
+        except Exception:  # never let one Service kill the loop
+            log.exception("%s: publishing endpoints of Service %s failed", self.node, key)
+            self.queue.add_rate_limited(key)
+        finally:
+            self.queue.done(key)
 
     def sync_service(self, key: str) -> None:
         """Bring Service ``namespace/name``'s slices of this node in line with the node's pods.

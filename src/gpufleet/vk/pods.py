@@ -4,8 +4,18 @@ Inputs: a watch on pods with ``fieldSelector=spec.nodeName=<node>`` (only
 this node's pods, never a full list of the cluster), the providers'
 notifiers, and a resync every ``resync_seconds`` (provider ``get_pods``:
 placement, orphans). Every change queues the pod's ``namespace/name`` in a
-:class:`~gpufleet.kube.workqueue.WorkQueue`; ``workers`` threads reconcile
-them, never two on the same pod.
+:class:`~gpufleet.kube.workqueue.RateLimitingQueue`; ``workers`` threads
+reconcile them, never two on the same pod.
+
+Retries: a pod whose reconcile fails or is not done yet (an error, a
+create to retry, objects to wait for, a remote pod still stopping) comes
+back at its own pace: 0.5 s after the first failure, doubling to at most
+10 s, with a bucket of 10 retries a second over all pods after a burst of
+100 (:mod:`gpufleet.kube.ratelimit`); a pod done is forgotten and starts
+over. A pod has one pending entry in the queue, whatever queues it (watch
+events, notifiers, resyncs, retries): a resync makes it ready now instead
+of adding a second retry, so a pod that waits forever is tried at most
+every 10 s plus once per resync.
 
 Per pod (:meth:`PodController.reconcile`):
 
@@ -19,7 +29,7 @@ Per pod (:meth:`PodController.reconcile`):
    ``startTime`` and the first status. Refusals, "no provider has this GPU
    model", and non-retryable provider errors mark the pod **Failed** with
    the reason and an Event; retryable ones (capacity, network) are retried
-   with backoff for ``create_retry_seconds``, then Failed. Retries leave one
+   (Retries above) for ``create_retry_seconds``, then Failed. Retries leave one
    Event per attempt class (the provider's reason, e.g. ``OutOfCapacity``),
    updated in place with the attempt count (``count``, ``lastTimestamp`` and
    ``attempt N`` in the message), so a pod retried a hundred times has one
@@ -28,7 +38,8 @@ Per pod (:meth:`PodController.reconcile`):
    put at the provider (:mod:`gpufleet.vk.reflect`); while a non-optional
    one is missing the pod stays **Pending** (its containers waiting with
    reason ``CreateContainerConfigError``, an Event naming the object, as a
-   kubelet does), retried without a deadline and at once when it appears.
+   kubelet does), retried without a deadline (Retries above) and at once
+   when it appears.
 4. **No remote pod, but started** (``startTime`` set; a pod created by
    this process counts once its remote pod was seen, or after
    ``lost_grace_seconds``): the provider lost it → **Failed**,
@@ -70,7 +81,7 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, api_path
 from gpufleet.kube.events import record_event
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.times import now_rfc3339
-from gpufleet.kube.workqueue import WorkQueue
+from gpufleet.kube.workqueue import BACKOFF, RateLimitingQueue, Requeue
 
 from . import metrics
 from .endpoints import EndpointPublisher
@@ -152,7 +163,8 @@ class PodController:
         self.create_retry_seconds = create_retry_seconds
         self.lost_grace_seconds = lost_grace_seconds
         self.clock = clock
-        self.queue: WorkQueue[str] = WorkQueue()
+        #: One pending entry per pod; failures come back at the pod's own pace (:mod:`gpufleet.kube.ratelimit`).
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(clock=clock)
         self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"),
                                              params={"fieldSelector": f"spec.nodeName={node_name}"},
                                              transform=_slim, handlers=[self._on_pod], name=f"pods-{node_name}")
@@ -216,25 +228,34 @@ class PodController:
     def _work(self) -> None:
         while not self._stop.is_set():
             key = self.queue.get(timeout=1.0)
-            if key is None:
-                continue
-            started = time.perf_counter()
-            try:
-                delay = self.reconcile(key)
-                if delay is not None:
-                    self.queue.add_after(key, delay)
-            except Conflict:  # written from a stale cache: the watch brings the newer object
-                log.debug("%s: %s: conflict; retrying", self.node, key)
-                self.queue.add_after(key, 0.2)
-            except (KubeError, ProviderError) as exc:
-                log.warning("%s: %s: %s; retrying", self.node, key, exc)
-                self.queue.add_after(key, 2.0)
-            except Exception:  # never let one pod kill the loop
-                log.exception("%s: reconciling %s failed", self.node, key)
-                self.queue.add_after(key, 5.0)
-            finally:
-                self.queue.done(key)
-                metrics.RECONCILE_SECONDS.labels(self.node).observe(time.perf_counter() - started)
+            if key is not None:
+                self.process(key)
+
+    def process(self, key: str) -> None:
+        """One worker step for a key :meth:`queue` handed out: reconcile it, then queue it again as the outcome says
+        (a failure or :data:`~gpufleet.kube.workqueue.BACKOFF`: at the pod's rate-limited pace; a delay: after
+        it; done: its failures forgotten), and mark it done. Never raises."""
+        started = time.perf_counter()
+        try:
+            outcome = self.reconcile(key)
+            if outcome is BACKOFF:
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+                if outcome is not None:
+                    self.queue.add_after(key, outcome)
+        except Conflict:  # written from a stale cache: the watch brings the newer object
+            log.debug("%s: %s: conflict; retrying", self.node, key)
+            self.queue.add_rate_limited(key)
+        except (KubeError, ProviderError) as exc:
+            log.warning("%s: %s: %s; retrying", self.node, key, exc)
+            self.queue.add_rate_limited(key)
+        except Exception:  # never let one pod kill the loop
+            log.exception("%s: reconciling %s failed", self.node, key)
+            self.queue.add_rate_limited(key)
+        finally:
+            self.queue.done(key)
+            metrics.RECONCILE_SECONDS.labels(self.node).observe(time.perf_counter() - started)
 
     def _resync_loop(self) -> None:
         while not self._stop.wait(self.resync_seconds):
@@ -331,10 +352,14 @@ class PodController:
         dial = getattr(self.providers.get(name) if name else None, "dial", None)
         return dial if callable(dial) else None
 
-    def reconcile(self, key: str) -> float | None:
-        """Bring one pod (``namespace/name``) and its remote pod in line; returns seconds to requeue after, or None.
+    def reconcile(self, key: str) -> float | Requeue | None:
+        """Bring one pod (``namespace/name``) and its remote pod in line.
 
         Then queue its Services for publishing (module docstring: Endpoints).
+
+        Returns:
+            None when done; seconds after which to look again; or
+            :data:`~gpufleet.kube.workqueue.BACKOFF`: not done, try again at the pod's rate-limited pace.
 
         Raises:
             KubeError / ProviderError: transient failures (the worker retries).
@@ -345,7 +370,7 @@ class PodController:
             if self.endpoints is not None:
                 self.endpoints.pod_changed(key, self.pods.get(key))
 
-    def _reconcile(self, key: str) -> float | None:
+    def _reconcile(self, key: str) -> float | Requeue | None:
         pod = self.pods.get(key)
         old_uid = self._uid_by_key.get(key)
         if pod is None:
@@ -369,7 +394,7 @@ class PodController:
                 metrics.DELETES.labels(self.node, "deleted").inc()
                 _, remote = self._remote(pod)
                 if remote is not None:
-                    return 0.5
+                    return BACKOFF  # still stopping there (its provider's notifier queues the pod when it is gone)
             try:
                 self.kube.delete("v1", "pods", meta["name"], meta["namespace"], grace_seconds=0, uid=uid)
             except (NotFound, Conflict):
@@ -430,7 +455,7 @@ class PodController:
                 self.reflector.ensure(pod, prov, starting=False)
             except (ProviderError, KubeError, Refused) as exc:
                 log.warning("%s: %s: referenced objects not synced to %s: %s; retrying", self.node, key, prov.name, exc)
-                return 5.0
+                return BACKOFF
         return None
 
     def _delete_remote_of(self, key: str, uid: str, cause: str) -> None:
@@ -451,7 +476,7 @@ class PodController:
             out.append(Offer(name, cap.gpu_product, cap.price_per_gpu_hour, free))
         return out
 
-    def _create(self, pod: Pod) -> float | None:
+    def _create(self, pod: Pod) -> Requeue | None:
         meta = pod["metadata"]
         uid = meta["uid"]
         first, attempts = self._attempts.get(uid, (self.clock(), 0))
@@ -466,7 +491,7 @@ class PodController:
             # Waiting for objects is no failed create: it has no deadline, and a later create error gets its full window.
             self._attempts[uid] = (self.clock(), attempts + 1)
             self._wait_for_objects(pod, exc, attempts + 1)
-            return min(0.5 * 2 ** attempts, 10.0)
+            return BACKOFF
         except Refused as exc:
             metrics.CREATES.labels(self.node, "refused").inc()
             self._fail(pod, "Refused", f"the pod cannot run on a virtual node: {exc}")
@@ -475,7 +500,7 @@ class PodController:
             if exc.retryable and self.clock() - first < self.create_retry_seconds:
                 metrics.CREATES.labels(self.node, "retry").inc()
                 self._retry_event(pod, exc.reason, str(exc), attempts + 1)
-                return min(0.5 * 2 ** attempts, 10.0)
+                return BACKOFF
             metrics.CREATES.labels(self.node, "failed").inc()
             why = str(exc)
             if attempts:
