@@ -277,3 +277,63 @@ def test_after_a_restart_the_resync_keeps_the_copies_running_pods_reference_and_
     again.pods.synced.set()
     again.resync()
     assert {o.name for o in prov.get_objects()} == {"settings", "model-config", "api", "tls"}
+
+
+# ------------------------------------------------------------------ optional objects the pod starts without
+
+
+OPTIONAL = {
+    "configMapKeyRef": dict(env=[{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "opt", "key": "a",
+                                                                                 "optional": True}}}]),
+    "secretKeyRef": dict(env=[{"name": "A", "valueFrom": {"secretKeyRef": {"name": "opt", "key": "a",
+                                                                           "optional": True}}}]),
+    "envFrom": dict(env_from=[{"configMapRef": {"name": "opt", "optional": True}}]),
+    "volume": dict(volumes=[{"name": "v", "secret": {"secretName": "opt", "optional": True}}],
+                   mounts=[{"name": "v", "mountPath": "/etc/opt"}]),
+}
+
+
+def test_the_reflector_names_the_optional_objects_a_pod_starts_without(kube):
+    prov = sim()
+    r = Reflector(kube, "vk-rental", {"rental": prov}, watch=False)
+    (u,) = r.ensure(full_pod("a", "ua"), prov, starting=True)
+    assert (u.ref, u.namespace, u.why, u.forbidden) == (Reference("ConfigMap", "extra", True), "inference",
+                                                        "not found", False)
+    assert u.reason == "OptionalObjectNotFound"
+    assert r.ensure(full_pod("a", "ua"), prov, starting=False) == []  # running: nothing to say again
+    del kube.objects[("secrets", "inference", "api")]
+    with pytest.raises(MissingObjects):  # a required one missing: the pod waits, the optional one is not its news
+        r.ensure(full_pod("b", "ub"), prov, starting=True)
+
+
+@pytest.mark.parametrize("shape", sorted(OPTIONAL))
+def test_an_absent_optional_object_gives_a_warning_event_and_the_pod_starts_without_it(kube, shape):
+    prov = sim()
+    ctl = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
+    ctl.reflector.watch = False
+    p = pod(**OPTIONAL[shape])
+    assert ctl._create(p) is None and len(prov.get_pods()) == 1
+    (event,) = kube.events
+    kind = "secret" if shape in ("secretKeyRef", "volume") else "configmap"
+    assert (event["type"], event["reason"]) == ("Warning", "OptionalObjectNotFound")
+    assert event["involvedObject"]["kind"] == "Pod" and event["involvedObject"]["name"] == "p"
+    assert event["message"] == (f'optional {kind} "opt" not found in namespace inference: the pod starts without it, '
+                                "as it would under a kubelet")
+
+
+def test_an_optional_object_the_virtual_kubelet_may_not_read_gives_a_warning_event_saying_so(kube):
+    prov = sim()
+    ctl = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
+    ctl.reflector.watch = False
+    kube.put("secrets", "opt", {"a": b64("x")})
+    kube.forbidden.add("secrets")
+    p = pod(**OPTIONAL["volume"])
+    assert ctl._create(p) is None and len(prov.get_pods()) == 1 and prov.get_objects() == []
+    (event,) = kube.events
+    assert (event["type"], event["reason"]) == ("Warning", "OptionalObjectForbidden")
+    assert event["message"].startswith('optional secret "opt" cannot be read: the virtual kubelet may not get secrets '
+                                       "in namespace inference (its role's RBAC); the pod starts without it, where a "
+                                       "kubelet")
+    ctl.pods.apply("ADDED", p)
+    assert ctl._reconcile("inference/p") is None  # running there now: no second Event
+    assert len(kube.events) == 1

@@ -39,7 +39,11 @@ Per pod (:meth:`PodController.reconcile`):
    one is missing the pod stays **Pending** (its containers waiting with
    reason ``CreateContainerConfigError``, an Event naming the object, as a
    kubelet does), retried without a deadline (Retries above) and at once
-   when it appears.
+   when it appears. An optional one that is absent, or that the virtual
+   kubelet may not read, is left out and named in a Warning Event on the
+   pod (``OptionalObjectNotFound``: as a kubelet, the pod starts without
+   it; ``OptionalObjectForbidden``: the virtual kubelet may not read it,
+   where a kubelet would have put it in).
 4. **No remote pod, but started** (``startTime`` set; a pod created by
    this process counts once its remote pod was seen, or after
    ``lost_grace_seconds``): the provider lost it → **Failed**,
@@ -484,7 +488,7 @@ class PodController:
         try:
             # One provider: it enforces its own capacity; only the GPU model needs checking here.
             name = choose(pod, self._offers()) if len(self.providers) > 1 else self._only_provider(pod)
-            self.reflector.ensure(pod, self.providers[name], starting=True)
+            unresolved = self.reflector.ensure(pod, self.providers[name], starting=True)
             self.providers[name].create_pod(pod)
         except MissingObjects as exc:
             metrics.CREATES.labels(self.node, "waiting").inc()
@@ -508,6 +512,8 @@ class PodController:
             self._fail(pod, exc.reason if not isinstance(exc, NoProvider) or not exc.retryable else "OutOfCapacity", why)
             return None
         metrics.CREATES.labels(self.node, "ok").inc()
+        for u in unresolved:  # started without them: say which and why, once per pod and object
+            self._event(pod, u.reason, u.message, key=f"{u.reason}:{u.ref.kind}/{u.ref.name}")
         with self._lock:
             self.placement[uid] = name
         self._created_at[uid] = self.clock()

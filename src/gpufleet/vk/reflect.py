@@ -14,7 +14,13 @@ there. A copy whose source object is deleted here is deleted there too.
 A non-optional object that does not exist (or that the virtual kubelet may
 not read) keeps the pod from starting: :class:`MissingObjects`, and the pod
 side leaves the pod Pending with reason ``CreateContainerConfigError``, as
-a kubelet does; the object's creation queues the pod again.
+a kubelet does; the object's creation queues the pod again. An optional one
+that does not exist is left out, as a kubelet leaves it out (an empty
+volume, no variables from it); one the virtual kubelet may not read is left
+out too, where a kubelet (which may read every object its pods reference)
+would have put it in if it exists. Both are :class:`Unresolved` answers of
+:meth:`Reflector.ensure`, and the pod side records a Warning Event on the
+pod saying which object and why.
 
 Watches: one :class:`~gpufleet.kube.informer.Informer` per kind and
 namespace in which a pod outside references objects, started with the first
@@ -70,6 +76,37 @@ class MissingObjects(RuntimeError):
         self.namespace = namespace
         self.missing = missing
         super().__init__("; ".join(f'{ref.kind.lower()} "{ref.name}" {why}' for ref, why in missing))
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """An optional object a pod starts without: it does not exist here, or the virtual kubelet may not read it.
+
+    Attributes:
+        ref: the reference (``optional``).
+        namespace: the pod's namespace.
+        why: ``not found``, or ``cannot be read: ...`` (names the RBAC it lacks).
+        forbidden: the virtual kubelet may not read it (403), rather than it being absent.
+    """
+
+    ref: Reference
+    namespace: str
+    why: str
+    forbidden: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The Event reason: ``OptionalObjectForbidden`` or ``OptionalObjectNotFound``."""
+        return "OptionalObjectForbidden" if self.forbidden else "OptionalObjectNotFound"
+
+    @property
+    def message(self) -> str:
+        """What the Event says (names only, never data)."""
+        what = f'optional {self.ref.kind.lower()} "{self.ref.name}" {self.why}'
+        if self.forbidden:
+            return (f"{what}; the pod starts without it, where a kubelet, which may read the objects its pods "
+                    "reference, would have put it in if it exists")
+        return f"{what} in namespace {self.namespace}: the pod starts without it, as it would under a kubelet"
 
 
 @dataclass(frozen=True)
@@ -201,12 +238,17 @@ class Reflector:
 
     # ------------------------------------------------------------------ the work
 
-    def ensure(self, pod: Pod, provider: Provider, *, starting: bool) -> None:
+    def ensure(self, pod: Pod, provider: Provider, *, starting: bool) -> list[Unresolved]:
         """Make ``provider`` hold the current version of every object ``pod`` references.
 
         ``starting``: the pod is about to be created there; a missing
         non-optional object then raises and nothing is put. Otherwise (the pod
         runs there) a copy whose source object is gone is deleted.
+
+        Returns:
+            (``starting``) the optional objects the pod starts without, and
+            why (absent, or not readable by the virtual kubelet), in the
+            order of :func:`gpufleet.vk.translate.references`; otherwise ``[]``.
 
         Raises:
             MissingObjects: (``starting``) a non-optional object does not exist or cannot be read.
@@ -215,7 +257,7 @@ class Reflector:
         """
         refs = references(pod)
         if not refs:
-            return
+            return []
         meta = pod["metadata"]
         ns, uid = meta["namespace"], meta["uid"]
         if not supports_objects(provider):
@@ -224,6 +266,7 @@ class Reflector:
         self._register(uid, _Registration(f"{ns}/{meta['name']}", provider.name, ns, tuple(refs)))
         todo: list[tuple[Reference, dict | None]] = []
         missing: list[tuple[Reference, str]] = []
+        unresolved: list[Unresolved] = []
         for ref in refs:
             with self._lock:
                 done = self._put.get((provider.name, ref.kind, ns, ref.name))
@@ -237,13 +280,17 @@ class Reflector:
                 continue
             if obj is None and not ref.optional and starting:
                 missing.append((ref, why))
-            elif obj is None and why != "not found":
+                continue
+            if obj is None and starting and done is None:
+                unresolved.append(Unresolved(ref, ns, why, forbidden=why != "not found"))
+            if obj is None and why != "not found":
                 continue  # unreadable, not known to be gone: a copy there stays
             todo.append((ref, obj))
         if missing:
             raise MissingObjects(ns, missing)
         for ref, obj in todo:
             self._apply(provider, ns, ref, obj)
+        return unresolved
 
     def _apply(self, provider: Provider, namespace: str, ref: Reference, obj: dict | None) -> None:
         """Put ``obj`` at ``provider`` (None: delete its copy, if one was put)."""
