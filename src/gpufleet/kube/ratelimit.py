@@ -32,10 +32,11 @@ do: :data:`FAILURE_BASE_SECONDS` 0.5 s (the first wait of
 which it syncs again a pod whose sync failed, e.g. one waiting for a
 ConfigMap). A retry of ours is a read and often a write (a status, an
 Event), so a 5 ms start would spend a dozen API calls in the first second
-of a failure that lasts minutes; a 1000 s cap would leave an object that
-can only be polled (a ConfigMap the virtual kubelet may get but not watch)
-unseen for a quarter of an hour. There is no jitter, as in client-go: the
-bucket spreads many failing items out.
+of a failure that lasts minutes; a 1000 s cap would leave a key whose
+failure has ended (the API server back after a restart) untried for up to
+a quarter of an hour where nothing else queues it (the virtual kubelet's
+endpoint publisher has no resync). There is no jitter, as in client-go:
+the bucket spreads many failing items out.
 
 Every limiter takes its clock (monotonic seconds) as an argument, so tests
 drive it without sleeping.
