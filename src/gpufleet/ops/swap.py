@@ -525,7 +525,8 @@ def _requests_elsewhere(kube: Kube, node: str, namespace: str) -> list[str]:
 
 
 def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_lemon: bool = False,
-                dry_run: bool = False, namespace: str = SYSTEM_NAMESPACE) -> ReturnResult:
+                dry_run: bool = False, namespace: str = SYSTEM_NAMESPACE,
+                on_checks: Callable[[str], None] | None = None) -> ReturnResult:
     """Bring a swapped or degraded node back into service (module docstring), once its node checks pass.
 
     ``checks`` (the testinfra node checks of that node, :class:`~gpufleet.ops.nodechecks.NodeChecks`)
@@ -535,6 +536,7 @@ def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_
     test ids) and leaves the node as it was. ``checks=None`` returns the node
     without them (``--skip-checks``: a person's decision), with a note and
     the Event saying so. A dry run runs no check; its notes say which would run.
+    ``on_checks`` is called with the check command right before the checks start.
 
     The swap request ``<namespace>/swap-<node>`` is marked returned when it
     is not already. A node out for swap without a request in ``namespace``
@@ -584,6 +586,8 @@ def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_
         notes.append(f"the node checks would run first: {checks.command(node_name)}" if checks is not None
                      else "the node checks would be skipped (--skip-checks)")
         return ReturnResult(plan, req_name if request is not None else None, dry_run=True, notes=notes)
+    if checks is not None and on_checks is not None:
+        on_checks(checks.command(node_name))
     passed = checks.check(node_name) if checks is not None else None
     if passed is None:
         notes.append(f"warning: returned without running the node checks (--skip-checks) on {node_name}")

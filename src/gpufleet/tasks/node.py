@@ -153,10 +153,9 @@ def return_node(node: str, *, dry_run: bool = False, clear_lemon: bool = False, 
     checks = None if skip_checks else NodeChecks.for_env(env or "", checks_inventory, checks_args, checks_timeout)
     kube = kube_for(env, kubeconfig, context)
     try:
-        if checks is not None and not dry_run:
-            console.print(f"running the node checks on {node}: {checks.command(node)}", markup=False, highlight=False)
         result = swapper.return_node(kube, node, checks=checks, clear_lemon=clear_lemon, dry_run=dry_run,
-                                     namespace=namespace)
+                                     namespace=namespace, on_checks=lambda command: console.print(
+                                         f"running the node checks on {node}: {command}", markup=False, highlight=False))
     finally:
         kube.close()
     console.print(_diff_table(f"node.return {node}" + (" (dry run: nothing changed)" if dry_run else ""), result.plan))
