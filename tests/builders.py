@@ -24,12 +24,16 @@ def node(name: str, *, gpus: int = 8, flavor: str | None = FLAVOR, ready: bool =
 
 
 def pod(name: str, node_name: str | None, *, gpus: int = 0, ns: str = "default", owner: str | None = "ReplicaSet",
-        phase: str = "Running", priority_class: str | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """A Pod dict."""
+        phase: str = "Running", priority_class: str | None = None, labels: dict[str, str] | None = None,
+        cpu: str | None = None, memory: str | None = None, priority: int | None = None) -> dict[str, Any]:
+    """A Pod dict (one container requesting ``gpus``, ``cpu`` and ``memory`` where given)."""
     meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{name}", "labels": dict(labels or {})}
     if owner:
         meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True, "uid": "o"}]
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]}
+    requests = {k: v for k, v in (("nvidia.com/gpu", str(gpus) if gpus else None), ("cpu", cpu), ("memory", memory)) if v}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests} if requests else {}}]}
+    if priority is not None:
+        spec["priority"] = priority
     if node_name:
         spec["nodeName"] = node_name
     if priority_class:

@@ -9,6 +9,7 @@ of each test.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -377,4 +378,78 @@ def test_quota_follows_any_taint_partial_nodes_and_gpus_held_outside_kueue(local
         stop.set()
         runner.join(10)
         api.patch("v1", "nodes", partial, {"status": {"allocatable": {GPU: "8"}}}, subresource="status")
+        api.delete("v1", "namespaces", ns, grace_seconds=0)
+
+
+def quota_sum(api, resource: str) -> int:
+    """nominalQuota of ``resource`` for the flavor over both queues (cores, bytes or GPUs)."""
+    total = 0
+    for q in ("training", "research"):
+        cq = api.request("GET", f"{rs.CQ_PATH}/{q}")
+        total += int(rs.quota_of(cq, FLAVOR, resource)["nominal"])
+    return total
+
+
+def test_cpu_and_memory_quota_follow_daemonsets_and_a_gpu_pod_moves_only_gpus(local_cluster, kueue_stack, nodes):
+    """A DaemonSet on every GPU node takes its requests out of CPU and memory quota (the one-shot task shows it
+    in the diff before applying, the controller follows it); an unmanaged GPU pod that requests no CPU moves
+    GPU quota only, not a GPU's share of the fleet's CPU."""
+    api = local_cluster.kube
+    rs.apply(api, rs.compute(api, kueue_stack), allow_zero=True, events=False)
+    cpu0, mem0, gpu0 = quota_sum(api, "cpu"), quota_sum(api, "memory"), quota_sum(api, GPU)
+    assert gpu0 == 128 and cpu0 > 0 and mem0 > 0
+    unmanaged0 = rs.compute(api, kueue_stack).capacity[FLAVOR].unmanaged_cpu
+    ns = f"quota-ds-{uuid.uuid4().hex[:6]}"
+    ensure_namespace(api, ns)
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-agent"}, "spec": {
+        "selector": {"matchLabels": {"app": "node-agent"}},
+        "template": {"metadata": {"labels": {"app": "node-agent"}}, "spec": {
+            "nodeSelector": {"gpufleet.io/simulated": "true"},
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "agent", "image": "registry.invalid/agent:1",
+                            "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}
+    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    stop = threading.Event()
+    runner = None
+    try:
+        api.create("apps/v1", "daemonsets", ds, ns)
+        wait("16 DaemonSet pods bound", lambda: len([p for p in api.list("v1", "pods", ns)["items"]
+                                                     if p["spec"].get("nodeName")]) == 16, timeout=90)
+        # the one-shot task: the diff names the CPU and memory change, and nothing is written without --apply
+        r = subprocess.run([sys.executable, "-m", "invoke", "quota.resync", "--env", "local", "--kubeconfig",
+                            str(local_cluster.kubeconfig)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "300"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "not applied: pass --apply" in r.stdout and " cpu " in r.stdout and " memory " in r.stdout, r.stdout
+        assert "unmanaged)" in r.stdout, r.stdout
+        assert rs.compute(api, kueue_stack).capacity[FLAVOR].unmanaged_cpu == unmanaged0 + 8
+        assert quota_sum(api, "cpu") == cpu0
+
+        runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
+        runner.start()
+        wait("caches synced", lambda: sync.cache.synced.is_set() and sync.pods.synced.is_set())
+        # 16 x 500m = 8 cores and 16 x 256 MiB, exactly: the floor of (X - 8) is floor(X) - 8
+        wait("CPU quota to drop by the DaemonSet's requests", lambda: quota_sum(api, "cpu") == cpu0 - 8, timeout=30)
+        assert quota_sum(api, "memory") == mem0 - 16 * 256 * 2**20
+        assert quota_sum(api, GPU) == gpu0
+
+        # An unmanaged pod holding 4 GPUs, requesting no CPU or memory: GPU quota moves, CPU and memory do not.
+        api.create("v1", "pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "debug"}, "spec": {
+            "nodeName": nodes[5], "priorityClassName": "gpufleet-training",
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "registry.invalid/x:1", "resources": {"limits": {GPU: "4"}}}]}}, ns)
+        wait("GPU quota to drop the GPUs held outside Kueue", lambda: quota_sum(api, GPU) == gpu0 - 4, timeout=30)
+        assert gpu_quota(api) == {"training": 93, "research": 31}
+        assert quota_sum(api, "cpu") == cpu0 - 8 and quota_sum(api, "memory") == mem0 - 16 * 256 * 2**20
+        api.delete("v1", "pods", "debug", ns, grace_seconds=0)
+        wait("GPU quota back", lambda: quota_sum(api, GPU) == gpu0, timeout=30)
+        assert quota_sum(api, "cpu") == cpu0 - 8
+
+        api.delete("apps/v1", "daemonsets", "node-agent", ns, propagation="Foreground")
+        wait("CPU and memory quota back once the DaemonSet is gone",
+             lambda: quota_sum(api, "cpu") == cpu0 and quota_sum(api, "memory") == mem0, timeout=90)
+    finally:
+        stop.set()
+        if runner is not None:
+            runner.join(10)
         api.delete("v1", "namespaces", ns, grace_seconds=0)

@@ -168,7 +168,7 @@ def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
     assert rem.registry.get_sample_value("gpufleet_node_health_deferred_total", {"fault": "gpu_temp"}) >= 1
 
     # a slot frees up: the deferred node goes next
-    swapper.return_node(api, swapped[0])
+    swapper.return_node(api, swapped[0], checks=None)  # a person, checks skipped: not what this test is about
     step_until(rem, "the deferred node swapped", lambda r: actions(r).get(deferred) == "swap", timeout=20)
     rem.wait()
     assert nodeutil.taint(get_node(api, deferred), SWAP_TAINT) is not None
@@ -178,21 +178,40 @@ def test_hot_gpus_are_pulled_within_the_rate_limit(local_cluster, fleet, clean):
     rem.close()
 
 
-def test_degraded_tier_then_recovery(local_cluster, fleet, clean):
+def test_degraded_tier_then_recovery(local_cluster, fleet, clean, tmp_path):
+    from gpufleet.ops.nodechecks import NodeChecks
+
+    from ..node_fixtures.conftest import HOSTS, build_fleet
+
     api = local_cluster.kube
     names, sims, prom = fleet
     rem = remediator(api, prom, degraded_clear_seconds=2)
     n = names[4]
+    # Fixture nodes standing in for the kwok node when its node checks run: first a faulty one, then a healthy one.
+    failing = NodeChecks(build_fleet(tmp_path / "faulty", {n: HOSTS["gpu-faults"]})[0])
+    passing = NodeChecks(build_fleet(tmp_path / "healthy", {n: HOSTS["healthy"]})[0])
     sims[n].set_temperature(1, 92, memory=True)
     step_until(rem, "a degrade decision", lambda r: actions(r).get(n) == "degrade")
     node = get_node(api, n)
     assert nodeutil.taint(node, DEGRADED_TAINT) == {"key": DEGRADED_TAINT, "value": "memory_temp", "effect": "NoSchedule"}
     assert not nodeutil.is_cordoned(node) and nodeutil.taint(node, SWAP_TAINT) is None
     assert events(api, n, "NodeDegraded")
-    # the fault clears: after degraded_clear_seconds without it the node returns by itself
+    # the fault clears; without node checks to run, the node waits for a person (invoke node.return runs them)
     sims[n].set_temperature(1, 47, memory=True)
-    step_until(rem, "the degraded node recovered", lambda r: n in r.recovered, timeout=30)
+    step_until(rem, "the return held for the node checks", lambda r: events(api, n, "ReturnAwaitsChecks"), timeout=30)
+    assert nodeutil.taint(get_node(api, n), DEGRADED_TAINT) is not None
+    assert f"invoke node.return {n}" in events(api, n, "ReturnAwaitsChecks")[0]["message"]
+    # node checks that fail keep it degraded, naming the failed test ids
+    rem.return_checks = failing
+    step_until(rem, "the return refused", lambda r: events(api, n, "ReturnRefused"), timeout=30)
+    refused = events(api, n, "ReturnRefused")[0]["message"]
+    assert f"test_gpu_temperature[{n}-gpu1]" in refused and "node checks failed" in refused
+    assert nodeutil.taint(get_node(api, n), DEGRADED_TAINT) is not None
+    # checks that pass: after degraded_clear_seconds without the fault the node returns by itself
+    rem.return_checks = passing
+    step_until(rem, "the degraded node recovered", lambda r: n in r.recovered, timeout=60)
     assert nodeutil.schedulable(get_node(api, n))
+    assert any("node checks passed" in e["message"] for e in events(api, n, "NodeReturned"))
     rem.close()
 
 
@@ -212,8 +231,8 @@ def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster
     assert events(api, n, "NodeLemon")
     assert len(nodeutil.health_history(node)) == 3
     with pytest.raises(swapper.LemonNode, match="--clear-lemon"):
-        swapper.return_node(api, n)
-    swapper.return_node(api, n, clear_lemon=True)
+        swapper.return_node(api, n, checks=None)
+    swapper.return_node(api, n, checks=None, clear_lemon=True)
     node = get_node(api, n)
     assert not nodeutil.is_lemon(node) and nodeutil.schedulable(node) and nodeutil.health_history(node) == []
     req = swapper.get_request(api, n, NS)

@@ -57,6 +57,23 @@ def target(local_cluster):
         pass
 
 
+@pytest.fixture(scope="module")
+def fixture_checks(local_cluster, tmp_path_factory):
+    """Node checks on fixture nodes standing in for the local cluster's kwok nodes (which have no host to check).
+
+    The 4th simulated node (``target``) is a healthy fixture node, the 5th one with GPU faults; returns
+    ``(NodeChecks, the faulty node's name)``.
+    """
+    from gpufleet.ops.nodechecks import NodeChecks
+
+    from ..node_fixtures.conftest import HOSTS, build_fleet
+
+    names = sorted(n["metadata"]["name"] for n in list_nodes(local_cluster.kube, "gpufleet.io/simulated=true"))
+    inventory, _ = build_fleet(tmp_path_factory.mktemp("swap-fleet"), {names[3]: HOSTS["healthy"],
+                                                                        names[4]: HOSTS["gpu-faults"]})
+    return NodeChecks(inventory), names[4]
+
+
 @pytest.fixture
 def namespace(local_cluster):
     """A fresh namespace, deleted after."""
@@ -119,7 +136,7 @@ class ReadyWatcher(threading.Thread):
             self.stop.wait(0.1)
 
 
-def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, namespace):
+def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, namespace, fixture_checks):
     api = local_cluster.kube
     start_app(api, namespace, target, replicas=6, min_available=5)
 
@@ -161,14 +178,15 @@ def test_swap_drains_under_a_pdb_without_breaking_it(local_cluster, target, name
     with pytest.raises(swapper.AlreadyOut, match=f"node {target} is already out.*GPU 5 at 84 C.*node.return {target}"):
         swapper.swap(api, target, "again")
 
-    # return: taint, label and cordon go; the request is kept as a record
-    back = swapper.return_node(api, target)
+    # return: its node checks pass, then taint, label and cordon go; the request is kept as a record
+    checks, _ = fixture_checks
+    back = swapper.return_node(api, target, checks=checks)
     node = get_node(api, target)
     assert nodeutil.schedulable(node) and REPLACEMENT_LABEL not in nodeutil.labels(node)
-    assert any("marked returned" in n for n in back.notes)
+    assert any("marked returned" in n for n in back.notes) and back.checks and {r.host for r in back.checks} == {target}
     assert swapper.get_request(api, target, NS)["metadata"]["labels"][SWAP_STATE_LABEL] == "returned"
     with pytest.raises(swapper.NotOut, match=f"node {target} is not out"):
-        swapper.return_node(api, target)
+        swapper.return_node(api, target, checks=checks)
 
 
 def test_pods_that_cannot_leave_are_reported_never_deleted(local_cluster, target, namespace):
@@ -206,7 +224,7 @@ def test_unknown_node_lists_near_matches(local_cluster):
     assert f"node {typo!r} not found; near matches: " in str(err.value) and names[0] in str(err.value)
 
 
-def test_tasks_exit_codes(local_cluster, target):
+def test_tasks_exit_codes(local_cluster, target, fixture_checks):
     def run(*args):
         return subprocess.run([sys.executable, "-m", "invoke", *args, "--kubeconfig", str(local_cluster.kubeconfig)],
                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -221,9 +239,10 @@ def test_tasks_exit_codes(local_cluster, target):
     assert r.returncode == 0, r.stdout + r.stderr
     r = run("node.swap", target, "--reason", "disk", "--yes")
     assert r.returncode == 0 and "already out" in r.stdout  # idempotent: nothing to do
-    r = run("node.return", target)
-    assert r.returncode == 0 and "back in service" in r.stdout
-    r = run("node.return", target)
+    inventory = str(fixture_checks[0].inventory)
+    r = run("node.return", target, "--inventory", inventory)
+    assert r.returncode == 0 and "node checks passed" in r.stdout and "back in service" in r.stdout, r.stdout + r.stderr
+    r = run("node.return", target, "--inventory", inventory)
     assert r.returncode == 0 and "is not out" in r.stdout
     # A second swap of a returned node starts a new record: nothing says it has returned.
     r = run("node.swap", target, "--reason", "fan", "--yes", "--timeout", "30")
@@ -242,7 +261,7 @@ def invoke(local_cluster, *args):
 
 
 def test_empty_or_malformed_node_name_is_bad_input(local_cluster):
-    for args in (("node.swap", "", "--reason", "x", "--yes", "--dry-run"), ("node.return", ""),
+    for args in (("node.swap", "", "--reason", "x", "--yes", "--dry-run"), ("node.return", "", "--skip-checks"),
                  ("node.swap", "Bad_Node", "--reason", "x", "--dry-run")):
         r = invoke(local_cluster, *args)
         assert r.returncode == 2 and "expected a node name" in r.stderr and "Traceback" not in r.stderr, r.stdout + r.stderr
@@ -261,7 +280,7 @@ def test_bad_or_missing_namespace_is_refused_before_the_node_changes(local_clust
         assert REPLACEMENT_LABEL not in nodeutil.labels(node)
     with pytest.raises(NotFound):  # not created on demand
         api.get("v1", "namespaces", missing)
-    r = invoke(local_cluster, "node.return", target, "--namespace", "Bad_NS")
+    r = invoke(local_cluster, "node.return", target, "--namespace", "Bad_NS", "--skip-checks")
     assert r.returncode == 2 and "--namespace 'Bad_NS'" in r.stderr
 
 
@@ -272,12 +291,12 @@ def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_clu
     assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
 
     # a namespace that does not exist: refused, the node stays out
-    r = invoke(local_cluster, "node.return", target, "--namespace", f"{namespace}-typo")
+    r = invoke(local_cluster, "node.return", target, "--namespace", f"{namespace}-typo", "--skip-checks")
     assert r.returncode == 2 and "no such namespace" in r.stderr
     assert nodeutil.taint(get_node(api, target), SWAP_TAINT) is not None
 
     # an existing namespace without the request: the node returns, and the output says where the request is
-    r = invoke(local_cluster, "node.return", target, "--namespace", "default")
+    r = invoke(local_cluster, "node.return", target, "--namespace", "default", "--skip-checks")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"no swap request default/{swapper.request_name(target)}" in r.stdout
     assert f"{namespace}/{swapper.request_name(target)}" in r.stdout and "back in service" in r.stdout
@@ -285,15 +304,15 @@ def test_return_with_the_wrong_namespace_says_so_and_a_rerun_completes(local_clu
     assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
 
     # the right namespace: the request is marked returned (dry run first: nothing changes)
-    r = invoke(local_cluster, "node.return", target, "--namespace", namespace, "--dry-run")
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace, "--dry-run", "--skip-checks")
     assert r.returncode == 0 and "would be marked returned" in r.stdout
     assert swapper.get_request(api, target, namespace)["data"]["state"] == "requested"
-    r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace, "--skip-checks")
     assert r.returncode == 0 and "marked returned" in r.stdout, r.stdout + r.stderr
     req = swapper.get_request(api, target, namespace)
     assert req["data"]["state"] == "returned" and req["metadata"]["labels"][SWAP_STATE_LABEL] == "returned"
     assert req["data"]["returned_at"]
-    r = invoke(local_cluster, "node.return", target, "--namespace", namespace)
+    r = invoke(local_cluster, "node.return", target, "--namespace", namespace, "--skip-checks")
     assert r.returncode == 0 and "is not out" in r.stdout
 
 
@@ -314,3 +333,46 @@ def test_the_dry_run_names_budgets_that_never_allow_an_eviction_and_the_drain_ba
     assert result.timed_out and strict <= set(result.blocked) and strict <= result.permanent
     # 1 s polling asked each pod ~9 times in 8 s; backing off (1, 2, 4 s ...) asks it 4 times.
     assert result.evictions_requested <= 2 * 5 + len(result.evicted), result.evictions_requested
+
+
+def test_return_runs_the_node_checks_first_and_refuses_a_node_that_fails_them(local_cluster, target, fixture_checks):
+    """A node whose checks fail stays out (the failed test ids named, exit 1); the dry run says the checks would
+    run; --skip-checks returns it with a warning; a node whose checks pass returns."""
+    api = local_cluster.kube
+    checks, faulty = fixture_checks
+    inventory = str(checks.inventory)
+    names = [faulty, target]
+    try:
+        for name in names:
+            r = invoke(local_cluster, "node.swap", name, "--reason", "checks", "--yes", "--timeout", "30")
+            assert r.returncode == 0, r.stdout + r.stderr
+
+        r = invoke(local_cluster, "node.return", faulty, "--inventory", inventory, "--dry-run")
+        assert r.returncode == 0 and "the node checks would run first:" in r.stdout and f"--hosts={faulty}" in r.stdout
+        assert nodeutil.taint(get_node(api, faulty), SWAP_TAINT) is not None
+
+        r = invoke(local_cluster, "node.return", faulty, "--inventory", inventory)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"node {faulty}: " in r.stderr and "node checks failed; not returned" in r.stderr
+        assert f"test_gpu_temperature[{faulty}-gpu1]" in r.stderr and f"test_gpu_reachable[{faulty}-gpu3]" in r.stderr
+        node = get_node(api, faulty)
+        assert nodeutil.taint(node, SWAP_TAINT) is not None and nodeutil.is_cordoned(node)  # nothing changed
+        assert swapper.get_request(api, faulty, NS)["data"]["state"] == "requested"
+
+        r = invoke(local_cluster, "node.return", faulty, "--skip-checks")
+        assert r.returncode == 0 and "warning: returned without running the node checks" in r.stdout, r.stdout + r.stderr
+        assert nodeutil.schedulable(get_node(api, faulty))
+        assert any(e["reason"] == "NodeReturned" and "node checks skipped" in e["message"]
+                   for e in events_for(api, "Node", faulty))
+
+        r = invoke(local_cluster, "node.return", target, "--inventory", inventory)
+        assert r.returncode == 0 and "node checks passed" in r.stdout and "back in service" in r.stdout
+        assert nodeutil.schedulable(get_node(api, target))
+    finally:
+        for name in names:
+            if not nodeutil.schedulable(get_node(api, name)):
+                swapper.return_node(api, name, checks=None)
+            try:
+                api.delete("v1", "configmaps", swapper.request_name(name), NS)
+            except KubeError:
+                pass

@@ -17,19 +17,33 @@ those with a priority below the training PriorityClass (inference), which the
 taint controller evicts for a pending gang; subtracting them would keep the
 very gangs that make room from ever being admitted. Pass ``reclaim_below=None``
 to subtract every unmanaged holder.
+
+**CPU and memory** follow the same nodes and the same rule: a flavor's CPU
+(cores) and memory (bytes) are the counted nodes' ``status.allocatable``
+``cpu`` and ``memory``, minus what the pods Kueue does not manage bound
+there request (DaemonSets, system and mirror pods, unmanaged GPU holders),
+as kube-scheduler's NodeResourcesFit counts them: a node's free resources
+are its allocatable minus the requests of every pod bound to it, whoever
+created it. The one exception is again the pods the flip-out reclaims
+(unmanaged, holding GPUs, priority below ``reclaim_below``): their CPU and
+memory come back with their GPUs. A pod's requests are
+:func:`pod_spec_request`'s, the one definition used everywhere here; a pod
+moving off a node therefore moves its own requests, never a GPU's share
+of the node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, PodClass, classify
 from gpufleet.fleet.nodes import Node
 from gpufleet.names import GPU_RESOURCE, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL
-from gpufleet.kube.quantity import whole_gpus
+from gpufleet.kube.quantity import parse_quantity, whole_gpus
 
 #: Label Kueue's pod integration puts on the plain pods it manages.
 KUEUE_MANAGED_LABEL = ("kueue.x-k8s.io/managed", "true")
@@ -50,6 +64,10 @@ class FlavorNodes:
         unmanaged_gpus: GPUs held on counted nodes by pods Kueue does not manage
             (already subtracted from ``schedulable_gpus``).
         unmanaged: ``namespace/name`` -> GPUs, those pods.
+        cpu: cores allocatable on the counted nodes (``status.allocatable.cpu``; Decimal, ``7900m`` is 7.9).
+        memory_bytes: bytes allocatable on the counted nodes.
+        unmanaged_cpu: cores requested there by pods Kueue does not manage (not the reclaimed).
+        unmanaged_memory_bytes: bytes requested there by those pods.
     """
 
     flavor: str
@@ -60,10 +78,79 @@ class FlavorNodes:
     out: dict[str, list[str]] = field(default_factory=dict)
     unmanaged_gpus: int = 0
     unmanaged: dict[str, int] = field(default_factory=dict)
+    cpu: Decimal = Decimal(0)
+    memory_bytes: int = 0
+    unmanaged_cpu: Decimal = Decimal(0)
+    unmanaged_memory_bytes: int = 0
+
+    @property
+    def schedulable_cpu(self) -> int:
+        """Whole cores quota may hand out: allocatable minus unmanaged requests, rounded down."""
+        return int((self.cpu - self.unmanaged_cpu).to_integral_value(rounding=ROUND_FLOOR))
+
+    @property
+    def schedulable_memory_bytes(self) -> int:
+        """Bytes quota may hand out: allocatable minus unmanaged requests."""
+        return self.memory_bytes - self.unmanaged_memory_bytes
+
+
+@dataclass(frozen=True)
+class Requests:
+    """What one pod requests, as the scheduler counts it: GPUs, cores (Decimal: ``500m`` is 0.5), bytes."""
+
+    gpus: int = 0
+    cpu: Decimal = Decimal(0)
+    memory_bytes: int = 0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.gpus + other.gpus, self.cpu + other.cpu, self.memory_bytes + other.memory_bytes)
+
+
+def container_request(container: Mapping[str, Any], resource: str) -> Decimal:
+    """What one container requests of ``resource``: ``requests`` else ``limits`` (the API server defaults one
+    to the other), 0 when neither names it.
+
+    Raises:
+        ValueError: not a Kubernetes quantity.
+    """
+    res = container.get("resources") or {}
+    value = (res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource))
+    return Decimal(0) if value is None else parse_quantity(value)
+
+
+def _sidecar(container: Mapping[str, Any]) -> bool:
+    """An init container that keeps running beside the main ones (``restartPolicy: Always``, Kubernetes 1.29+)."""
+    return container.get("restartPolicy") == "Always"
+
+
+def pod_spec_request(spec: Mapping[str, Any], resource: str) -> Decimal:
+    """What a pod spec requests of ``resource``, the way the scheduler adds it up.
+
+    Kubernetes' rule (``k8s.io/component-helpers/resource.PodRequests``,
+    as NodeResourcesFit uses it): the main containers summed with the
+    sidecars (init containers with ``restartPolicy: Always``); each plain
+    init container runs alone beside the sidecars started before it, so
+    the pod needs the larger of that sum and every such init step; plus
+    ``spec.overhead`` (the RuntimeClass's).
+
+    Raises:
+        ValueError: a value that is not a Kubernetes quantity.
+    """
+    sidecars = Decimal(0)
+    init_peak = Decimal(0)
+    for c in spec.get("initContainers") or []:
+        if _sidecar(c):
+            sidecars += container_request(c, resource)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + container_request(c, resource))
+    main = sum((container_request(c, resource) for c in spec.get("containers") or []), Decimal(0)) + sidecars
+    overhead = (spec.get("overhead") or {}).get(resource)
+    return max(main, init_peak) + (parse_quantity(overhead) if overhead is not None else Decimal(0))
 
 
 def container_gpus(container: Mapping[str, Any], where: str) -> int:
-    """GPUs one container asks for: ``requests`` else ``limits`` (the API server defaults one to the other).
+    """GPUs one container asks for (:func:`container_request` of ``nvidia.com/gpu``).
 
     Raises:
         gpufleet.kube.quantity.GpuCountError: a fractional count, naming ``where`` and the container.
@@ -74,19 +161,36 @@ def container_gpus(container: Mapping[str, Any], where: str) -> int:
 
 
 def pod_spec_gpus(spec: Mapping[str, Any], where: str) -> int:
-    """GPUs a pod spec holds: containers summed, or the largest init container if more.
+    """GPUs a pod spec holds (:func:`pod_spec_request` of ``nvidia.com/gpu``), each container a whole count.
 
     Raises:
-        gpufleet.kube.quantity.GpuCountError: a fractional count, naming ``where``.
+        gpufleet.kube.quantity.GpuCountError: a fractional count, naming ``where`` (and the container).
     """
-    main = sum(container_gpus(c, where) for c in spec.get("containers") or [])
-    return max([main] + [container_gpus(c, where) for c in spec.get("initContainers") or []])
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        container_gpus(c, where)
+    return whole_gpus(pod_spec_request(spec, GPU_RESOURCE), where)
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> int:
     """GPUs a Pod requests (:func:`pod_spec_gpus`); the error names ``pod <namespace>/<name>``."""
     meta = pod.get("metadata") or {}
     return pod_spec_gpus(pod.get("spec") or {}, f"pod {meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Requests:
+    """GPUs, cores and bytes a Pod requests (:func:`pod_spec_request` of each; GPUs by :func:`pod_gpus`).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count, naming the pod.
+        ValueError: a cpu or memory value that is not a quantity, naming the pod.
+    """
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    try:
+        cpu, memory = pod_spec_request(spec, "cpu"), pod_spec_request(spec, "memory")
+    except ValueError as exc:
+        raise ValueError(f"pod {meta.get('namespace', 'default')}/{meta.get('name', '?')}: {exc}") from None
+    return Requests(pod_gpus(pod), cpu, int(memory.to_integral_value(rounding=ROUND_FLOOR)))
 
 
 def kueue_managed(pod: Mapping[str, Any]) -> bool:
@@ -101,26 +205,31 @@ def holds_gpus(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-def unmanaged_holders(pods: Iterable[Mapping[str, Any]], reclaim_below: int | None) -> dict[str, dict[str, int]]:
-    """``{node: {"namespace/name": gpus}}`` of GPU-holding pods Kueue does not manage and the flip-out does not reclaim.
+def unmanaged_requests(pods: Iterable[Mapping[str, Any]], reclaim_below: int | None) -> dict[str, dict[str, Requests]]:
+    """``{node: {"namespace/name": Requests}}`` of bound, unfinished pods Kueue does not manage, less the reclaimed.
+
+    Reclaimed (not listed): pods holding GPUs with ``spec.priority`` below
+    ``reclaim_below``, which the flip-out evicts for a pending gang (module
+    docstring). Pods that request nothing are left out.
 
     Args:
         pods: Pod dicts.
-        reclaim_below: pods with ``spec.priority`` below this are reclaimed (not listed); None: none are.
+        reclaim_below: the priority below which GPU holders are reclaimed; None: none are.
 
     Raises:
         gpufleet.kube.quantity.GpuCountError: a pod with a fractional GPU count.
+        ValueError: a pod whose cpu or memory is not a quantity.
     """
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, dict[str, Requests]] = {}
     for pod in pods:
         if not holds_gpus(pod) or kueue_managed(pod):
             continue
-        if reclaim_below is not None and int((pod.get("spec") or {}).get("priority") or 0) < reclaim_below:
+        req = pod_requests(pod)
+        if req.gpus and reclaim_below is not None and int((pod.get("spec") or {}).get("priority") or 0) < reclaim_below:
             continue
-        gpus = pod_gpus(pod)
-        if gpus:
+        if req != Requests():
             meta = pod.get("metadata") or {}
-            out.setdefault(pod["spec"]["nodeName"], {})[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = gpus
+            out.setdefault(pod["spec"]["nodeName"], {})[f"{meta.get('namespace', 'default')}/{meta.get('name')}"] = req
     return out
 
 
@@ -146,7 +255,7 @@ def flavor_capacity(nodes: Iterable[Node], flavors: Iterable[str] = (), *, pods:
             one are left out with the refusal as their reason instead).
     """
     out: dict[str, FlavorNodes] = {f: FlavorNodes(f) for f in flavors}
-    holders = unmanaged_holders(pods, reclaim_below) if pods is not None else {}
+    holders = unmanaged_requests(pods, reclaim_below) if pods is not None else {}
     for node in nodes:
         flavor = nodeutil.flavor(node)
         if flavor is None or nodeutil.is_virtual(node):
@@ -160,14 +269,36 @@ def flavor_capacity(nodes: Iterable[Node], flavors: Iterable[str] = (), *, pods:
             continue
         gpus = nc.gpus_for(TRAINING)
         held = holders.get(nc.name, {})
-        taken = min(sum(held.values()), gpus)
+        used = sum(held.values(), Requests())
+        taken = min(used.gpus, gpus)
         fc.schedulable_nodes += 1
         fc.schedulable_gpus += gpus - taken
         fc.unmanaged_gpus += taken
-        fc.unmanaged.update(held)
+        fc.unmanaged.update({p: r.gpus for p, r in held.items() if r.gpus})
+        cpu, memory = allocatable(node, "cpu"), int(allocatable(node, "memory"))
+        fc.cpu += cpu
+        fc.memory_bytes += memory
+        fc.unmanaged_cpu += min(used.cpu, cpu)
+        fc.unmanaged_memory_bytes += min(used.memory_bytes, memory)
     return dict(sorted(out.items()))
 
 
+def allocatable(node: Node, resource: str) -> Decimal:
+    """``status.allocatable[resource]`` of a Node; 0 when absent or not a quantity (the node offers none)."""
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
+    try:
+        return Decimal(0) if value is None else parse_quantity(value)
+    except ValueError:
+        return Decimal(0)
+
+
 def gpu_map(capacity: dict[str, FlavorNodes]) -> dict[str, int]:
-    """flavor -> schedulable GPUs (the ``capacity`` argument of ``roles.kueue.manifests.quotas``)."""
+    """flavor -> schedulable GPUs."""
     return {f: c.schedulable_gpus for f, c in capacity.items()}
+
+
+def quota_capacity(capacity: dict[str, FlavorNodes]) -> dict[str, dict[str, int]]:
+    """flavor -> ``{"gpu": GPUs, "cpu": whole cores, "memory": bytes}`` schedulable (the ``capacity``
+    argument of ``roles.kueue.manifests.quotas``)."""
+    return {f: {"gpu": c.schedulable_gpus, "cpu": c.schedulable_cpu, "memory": c.schedulable_memory_bytes}
+            for f, c in capacity.items()}

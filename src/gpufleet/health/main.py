@@ -60,6 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds (> 0) a swap's drain may take (600)")
     parser.add_argument("--degraded-clear", type=cliargs.positive_seconds, dest="degraded_clear_seconds",
                         help="fault-free seconds (> 0) before a degraded node returns by itself (600)")
+    parser.add_argument("--return-checks-inventory", metavar="FILE",
+                        help="Ansible inventory to run the node checks (tests/nodes, needs pytest-testinfra) with before a "
+                             "degraded node returns by itself; without it no node returns by itself (invoke node.return)")
+    parser.add_argument("--return-checks-args", default="", metavar="ARGS",
+                        help="extra pytest arguments for those node checks, quoted")
     parser.add_argument("--once", action="store_true", help="one evaluation, wait for drains, print a JSON summary, exit")
     flags.add_leader_election(parser)
     flags.add_log_level(parser)
@@ -90,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from gpufleet.health.remediate import Remediator
     from gpufleet.inventory import InventoryError
     from gpufleet.kube import ConfigError
+    from gpufleet.ops.kube import InputError
+    from gpufleet.ops.nodechecks import NodeChecks
     from gpufleet.prom.client import PromClient
 
     runtime.setup_logging(args.log_level)
@@ -98,12 +105,14 @@ def run(args: argparse.Namespace) -> int:
         cliargs.check("node_health_prometheus_url", cliargs.http_url, settings.prometheus_url)
         timings = flags.timings(args)
         kube = runtime.kube_from_args(args, user_agent="gpufleet-node-health")
-    except (InventoryError, ConfigError, ValueError) as exc:
+        checks = (NodeChecks.for_env(args.env, args.return_checks_inventory, args.return_checks_args)
+                  if args.return_checks_inventory else None)
+    except (InventoryError, ConfigError, ValueError, InputError) as exc:
         print(f"gpufleet node-health: {exc}", file=sys.stderr)
         return 2
     if not args.once and runtime.port_in_use("node-health", args.metrics_port):
         return 1
-    rem = Remediator(kube, PromClient(settings.prometheus_url), settings)
+    rem = Remediator(kube, PromClient(settings.prometheus_url), settings, return_checks=checks)
     if args.once:
         report = rem.step()
         rem.wait()

@@ -33,8 +33,16 @@ One :meth:`Remediator.step`:
    ``gpufleet_node_health_action_latency_seconds`` measures from the sample
    that completed the evidence to the taint.
 5. degraded nodes whose fault has been gone for ``degraded_clear_seconds``
-   return to service by themselves (not lemons; swapped nodes never: a
-   person or the provider integration returns those).
+   return to service by themselves once their node checks pass (not
+   lemons; swapped nodes never: a person or the provider integration
+   returns those). The checks are ``tests/nodes`` on that host
+   (:class:`gpufleet.ops.nodechecks.NodeChecks`, given as ``return_checks``);
+   a failure keeps the node degraded with Event ``ReturnRefused`` naming
+   the failed test ids, and it is tried again after another
+   ``degraded_clear_seconds``. Without ``return_checks`` (gpufleet's image
+   carries no testinfra) no node returns by itself: Event
+   ``ReturnAwaitsChecks`` says a person returns it with ``invoke
+   node.return``, which runs them.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from gpufleet.kube import Kube
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.ops.kube import OpsError, list_nodes
+from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
 from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -266,11 +275,14 @@ class Remediator:
         prom: Prometheus client.
         settings: :class:`Settings`.
         registry: where the metrics go (a fresh one per instance by default).
+        return_checks: the node checks a degraded node must pass before it returns by itself
+            (None: it waits for a person, see the module docstring).
     """
 
     def __init__(self, kube: Kube, prom: PromClient, settings: Settings,
-                 registry: CollectorRegistry | None = None):
+                 registry: CollectorRegistry | None = None, return_checks: NodeChecks | None = None):
         self.kube, self.prom, self.settings = kube, prom, settings
+        self.return_checks = return_checks
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.queries = Queries(settings.rules).all()
@@ -427,11 +439,27 @@ class Remediator:
             since = self._clear_since.setdefault(name, now)
             if now - since < self.settings.degraded_clear_seconds or self.settings.dry_run:
                 continue
+            fault = nodeutil.taint(node, swapper.DEGRADED_TAINT).get("value", "")
+            if self.return_checks is None:
+                key = (name, "awaits-checks", nodeutil.annotations(node).get(ANN_DEGRADED_AT, ""))
+                if key not in self._announced:
+                    self._announced.add(key)
+                    record_event(self.kube, node, "ReturnAwaitsChecks",
+                                 f"degraded ({fault}), no fault for {now - since:.0f}s; this controller runs no node "
+                                 f"checks, so a person returns it once they pass: invoke node.return {name} --env ENV",
+                                 component=COMPONENT, action="Recover")
+                continue
             try:
-                swapper.return_node(self.kube, name, namespace=self.settings.namespace)
-                self.metrics.actions.labels("recover", nodeutil.taint(node, swapper.DEGRADED_TAINT).get("value", ""), "false").inc()
+                swapper.return_node(self.kube, name, checks=self.return_checks, namespace=self.settings.namespace)
+                self.metrics.actions.labels("recover", fault, "false").inc()
                 done.append(name)
                 self._clear_since.pop(name, None)
+            except ChecksFailed as exc:
+                self.metrics.errors.labels("recover").inc()
+                self._clear_since[name] = now  # tried again after another degraded_clear_seconds
+                record_event(self.kube, node, "ReturnRefused", f"stays degraded ({fault}): {exc}", type_="Warning",
+                             component=COMPONENT, action="Recover")
+                log.warning("not returning degraded %s: %s", name, exc)
             except Exception as exc:  # noqa: BLE001
                 self.metrics.errors.labels("recover").inc()
                 log.error("returning degraded %s failed: %s", name, exc)

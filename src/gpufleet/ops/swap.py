@@ -35,7 +35,10 @@ inference): taint ``gpufleet.io/degraded=<fault>:NoSchedule``, no cordon,
 no drain; pods that do not tolerate the taint (training) are evicted once,
 so a gang that had a pod there is rebuilt on a healthy node.
 
-Return (``invoke node.return``) undoes all of it: the swap and degraded
+Return (``invoke node.return``) first runs the node checks on the node
+(``tests/nodes`` through :class:`gpufleet.ops.nodechecks.NodeChecks`,
+limited to that host) and refuses, naming the failed test ids, unless a
+person skips them; then it undoes all of it: the swap and degraded
 taints and the replacement label go, the node is uncordoned if the swap
 cordoned it, the request goes to state ``returned`` (kept as a record). A
 lemon node (label ``gpufleet.io/lemon=true``, see gpufleet.health) is only
@@ -70,6 +73,7 @@ from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unauth
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.ops.kube import InputError, OpsError, ensure_namespace, get_node
+from gpufleet.ops.nodechecks import CheckResult, NodeChecks
 from gpufleet.names import (
     ANN_CORDONED_BY_SWAP,
     ANN_DEGRADED_AT,
@@ -154,12 +158,21 @@ class SwapResult:
 
 @dataclass
 class ReturnResult:
-    """What :func:`return_node` did (or would do)."""
+    """What :func:`return_node` did (or would do).
+
+    Attributes:
+        plan: the node changes.
+        request: ``namespace/name`` of the swap request, None when there is none.
+        dry_run: nothing was changed.
+        notes: lines for the person (requests marked, a cordon kept, checks skipped...).
+        checks: the node checks that passed before the return (None: not run, see ``notes``).
+    """
 
     plan: NodePlan
     request: str | None
     dry_run: bool = False
     notes: list[str] = field(default_factory=list)
+    checks: list[CheckResult] | None = None
 
 
 def slug(text: str, fallback: str = "manual") -> str:
@@ -511,9 +524,19 @@ def _requests_elsewhere(kube: Kube, node: str, namespace: str) -> list[str]:
                   and cm.get("data", {}).get("state") != "returned")
 
 
-def return_node(kube: Kube, node_name: str, *, clear_lemon: bool = False, dry_run: bool = False,
-                namespace: str = SYSTEM_NAMESPACE) -> ReturnResult:
-    """Bring a swapped or degraded node back into service (module docstring).
+def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_lemon: bool = False,
+                dry_run: bool = False, namespace: str = SYSTEM_NAMESPACE,
+                on_checks: Callable[[str], None] | None = None) -> ReturnResult:
+    """Bring a swapped or degraded node back into service (module docstring), once its node checks pass.
+
+    ``checks`` (the testinfra node checks of that node, :class:`~gpufleet.ops.nodechecks.NodeChecks`)
+    run after the node is read and found out, before anything is written:
+    a failure, a run that broke or one that checked nothing refuses the
+    return (:class:`~gpufleet.ops.nodechecks.ChecksFailed`, naming the failed
+    test ids) and leaves the node as it was. ``checks=None`` returns the node
+    without them (``--skip-checks``: a person's decision), with a note and
+    the Event saying so. A dry run runs no check; its notes say which would run.
+    ``on_checks`` is called with the check command right before the checks start.
 
     The swap request ``<namespace>/swap-<node>`` is marked returned when it
     is not already. A node out for swap without a request in ``namespace``
@@ -528,6 +551,7 @@ def return_node(kube: Kube, node_name: str, *, clear_lemon: bool = False, dry_ru
         NodeNotFound: unknown node.
         NotOut: the node is in service and its request (if any) is returned.
         LemonNode: a lemon and not ``clear_lemon``.
+        gpufleet.ops.nodechecks.ChecksFailed: the node checks failed or could not run.
     """
     check_node_name(node_name)
     check_namespace(kube, namespace)
@@ -559,7 +583,17 @@ def return_node(kube: Kube, node_name: str, *, clear_lemon: bool = False, dry_ru
     if dry_run:
         if open_request:
             notes.insert(0, f"swap request {req_name} would be marked returned")
+        notes.append(f"the node checks would run first: {checks.command(node_name)}" if checks is not None
+                     else "the node checks would be skipped (--skip-checks)")
         return ReturnResult(plan, req_name if request is not None else None, dry_run=True, notes=notes)
+    if checks is not None and on_checks is not None:
+        on_checks(checks.command(node_name))
+    passed = checks.check(node_name) if checks is not None else None
+    if passed is None:
+        notes.append(f"warning: returned without running the node checks (--skip-checks) on {node_name}")
+    else:
+        notes.append(f"node checks passed: {sum(r.outcome == 'passed' for r in passed)} passed, "
+                     f"{sum(r.outcome == 'skipped' for r in passed)} skipped")
     before = node
     node, applied = _apply_plan(kube, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
     plan = applied or plan
@@ -572,9 +606,10 @@ def return_node(kube: Kube, node_name: str, *, clear_lemon: bool = False, dry_ru
         notes.insert(0, f"swap request {req_name} marked returned")
     if nodeutil.is_cordoned(node):
         notes.append("still cordoned: it was cordoned before the swap (kubectl uncordon when ready)")
-    record_event(kube, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else ""),
-                 component=EVENT_COMPONENT, action="Return")
-    return ReturnResult(plan, req_name if request is not None else None, notes=notes)
+    record_event(kube, node, "NodeReturned", "returned to service" + (" (lemon cleared by a person)" if clear_lemon else "")
+                 + (f"; node checks passed ({len(passed)})" if passed is not None else "; node checks skipped"),
+                 type_="Normal" if passed is not None else "Warning", component=EVENT_COMPONENT, action="Return")
+    return ReturnResult(plan, req_name if request is not None else None, notes=notes, checks=passed)
 
 
 def degrade(kube: Kube, node_name: str, fault: str, detail: str, *, source: str = "node-health",

@@ -6,8 +6,9 @@
   the node's capacity signature changes (flavor, GPUs, schedulable,
   virtual), so heartbeats cost nothing.
 * With ``kueue_quota_subtract_unmanaged_gpus`` a pod informer (bound,
-  non-terminal pods) marks it dirty when the GPUs held by pods Kueue does
-  not manage change (:class:`PodWatch`): those GPUs are subtracted.
+  non-terminal pods) marks it dirty when what pods Kueue does not manage
+  hold and request changes (:class:`PodWatch`): their GPUs, cores and bytes
+  are subtracted (a DaemonSet rolling onto the nodes lowers CPU quota).
 * A further informer marks the state dirty when a ClusterQueue's resource
   groups change (:class:`QueueWatch`): ``pulumi up`` force-applies the
   inventory's quotas (``pulumi.com/patchForce``, roles/kueue), and this
@@ -41,7 +42,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.fleet.capacity import unmanaged_holders
+from gpufleet.fleet.capacity import allocatable, unmanaged_requests
 from gpufleet.fleet.classify import classify
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
@@ -68,29 +69,30 @@ def slim(node: Obj) -> Obj:
     keep = {k: labels[k] for k in (FLAVOR_LABEL, VIRTUAL_NODE_LABEL[0]) if k in labels}
     spec = node.get("spec") or {}
     status = node.get("status") or {}
-    gpus = (status.get("allocatable") or {}).get(GPU_RESOURCE)
+    alloc = status.get("allocatable") or {}
     cap = (status.get("capacity") or {}).get(GPU_RESOURCE)
     return {"metadata": {"name": meta.get("name"), "labels": keep},
             "spec": {"unschedulable": spec.get("unschedulable", False), "taints": spec.get("taints") or []},
-            "status": {"allocatable": {GPU_RESOURCE: gpus} if gpus is not None else {},
+            "status": {"allocatable": {r: alloc[r] for r in (GPU_RESOURCE, "cpu", "memory") if alloc.get(r) is not None},
                        "capacity": {GPU_RESOURCE: cap} if cap is not None else {},
                        "conditions": [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]}}
 
 
 def signature(node: Obj) -> tuple:
-    """What quota depends on: flavor, virtual, and the classifier's view (GPUs, reasons for every class)."""
+    """What quota depends on: flavor, virtual, the classifier's view (GPUs, reasons for every class), cores and bytes."""
     nc = classify(node)
     return (nodeutil.flavor(node), nodeutil.is_virtual(node), nc.facts.allocatable, nc.facts.capacity,
-            tuple(sorted(nc.reasons.items())))
+            tuple(sorted(nc.reasons.items())), allocatable(node, "cpu"), allocatable(node, "memory"))
 
 
 def slim_pod(pod: Obj) -> Obj:
-    """The fields of a Pod quota depends on (GPUs held, node, Kueue labels, priority), in the Pod's own shape."""
+    """The fields of a Pod quota depends on (requests, node, Kueue labels, priority), in the Pod's own shape."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("kueue.x-k8s.io/")}
-    keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers") if k in spec}
+    keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers", "overhead") if k in spec}
     keep["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in keep.get("containers") or []]
-    keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+    keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {},
+                               **({"restartPolicy": c["restartPolicy"]} if c.get("restartPolicy") else {})}
                               for c in keep.get("initContainers") or []]
     return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "labels": labels},
             "spec": keep, "status": {"phase": (pod.get("status") or {}).get("phase")}}
@@ -141,10 +143,11 @@ class NodeCache:
 
 
 class PodWatch:
-    """Bound, non-terminal pods (slim, an Informer); marks ``cache`` dirty when the GPUs unmanaged pods hold change.
+    """Bound, non-terminal pods (slim, an Informer); marks ``cache`` dirty when what unmanaged pods take changes.
 
     Only what quota depends on triggers a resync: a pod Kueue does not manage
-    starting or ending on a node with GPUs (:func:`gpufleet.fleet.capacity.unmanaged_holders`).
+    starting, changing its requests or ending
+    (:func:`gpufleet.fleet.capacity.unmanaged_requests`: its GPUs, cores, bytes).
     A pod leaving the field selector (finished) arrives as DELETED.
     """
 
@@ -164,17 +167,17 @@ class PodWatch:
         return self.informer.items()
 
     def _holds(self, pod: Obj | None) -> dict:
-        """What ``pod`` adds to :func:`~gpufleet.fleet.capacity.unmanaged_holders` (empty for a managed pod)."""
+        """What ``pod`` adds to :func:`~gpufleet.fleet.capacity.unmanaged_requests` (empty for a managed pod)."""
         if pod is None:
             return {}
         try:
-            return unmanaged_holders([pod], self.reclaim_below)
-        except GpuCountError as exc:
+            return unmanaged_requests([pod], self.reclaim_below)
+        except ValueError as exc:  # GpuCountError included
             log.error("%s", exc)
             return {}
 
     def on_event(self, kind: str, new: Obj, old: Obj | None) -> None:
-        """Informer handler: mark dirty when the pod's contribution to the GPUs held outside Kueue changed."""
+        """Informer handler: mark dirty when the pod's contribution to what is taken outside Kueue changed."""
         after = {} if kind == "DELETED" else self._holds(new)
         if self._holds(old if kind != "DELETED" else (old or new)) != after:
             self.cache._mark()
@@ -258,7 +261,7 @@ class QuotaSync:
         self.cache = NodeCache(kube)
         self.queues = QueueWatch(kube, self.cache)
         kv = inv.role("kueue")
-        #: Pods holding GPUs, watched only when the inventory subtracts unmanaged ones.
+        #: Bound pods, watched only when the inventory subtracts what unmanaged ones take.
         self.pods = (PodWatch(kube, self.cache, max(pc.value for pc in kv.kueue_priority_classes))
                      if kv.kueue_quota_subtract_unmanaged_gpus else None)
         self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds

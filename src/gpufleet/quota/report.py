@@ -20,11 +20,20 @@ def _fmt(resource: str, value: Decimal | int | None) -> str:
     return f"{int(value):,}"
 
 
+def _with_unmanaged(resource: str, schedulable: int, unmanaged: Decimal | int) -> str:
+    """``schedulable`` and, when some, what unmanaged pods (DaemonSets, system pods) request: ``1,780 (-12)``."""
+    shown = _fmt(resource, schedulable)
+    if unmanaged:
+        shown += f" (-{_fmt(resource, unmanaged) if resource == 'memory' else f'{Decimal(unmanaged):,.1f}'} unmanaged)"
+    return shown
+
+
 def render(plan: ResyncPlan, applied: ApplyResult | None = None) -> Group:
     """Capacity per flavor, the diff (nominalQuota before -> after), drift, gangs, missing objects."""
     cap = Table(title=f"schedulable capacity — env {plan.env} (reserve {plan.reserve} GPUs per flavor)")
     for col, j in (("flavor", "left"), ("nodes", "right"), ("schedulable", "right"), ("GPUs", "right"),
-                   ("schedulable GPUs", "right"), ("out (why)", "left")):
+                   ("schedulable GPUs", "right"), ("schedulable cores", "right"), ("schedulable memory", "right"),
+                   ("out (why)", "left")):
         cap.add_column(col, justify=j)
     for f, c in plan.capacity.items():
         reasons: dict[str, int] = {}
@@ -34,7 +43,8 @@ def render(plan: ResyncPlan, applied: ApplyResult | None = None) -> Group:
         why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "-"
         style = "red" if f in plan.zero_flavors else None
         cap.add_row(Text(f, style=style), str(c.nodes), str(c.schedulable_nodes), str(c.gpus),
-                    Text(str(c.schedulable_gpus), style=style), why)
+                    Text(str(c.schedulable_gpus), style=style), _with_unmanaged("cpu", c.schedulable_cpu, c.unmanaged_cpu),
+                    _with_unmanaged("memory", c.schedulable_memory_bytes, c.unmanaged_memory_bytes), why)
     diff = Table(title="nominalQuota diff" + (" (applied)" if applied and applied.patched else
                                                "" if applied else " (not applied: pass --apply)"))
     for col, j in (("ClusterQueue", "left"), ("flavor", "left"), ("resource", "left"), ("now", "right"),

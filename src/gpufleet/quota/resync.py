@@ -13,7 +13,9 @@ nodes fail. Topology Aware Scheduling does look at nodes' free capacity at
 admission, but only for flavors with a ``topologyName`` and a Topology
 object, and it leaves the quota (what queues, borrowing and preemption
 reason with) unchanged. So gpufleet rewrites ``nominalQuota``: capacity
-per flavor from the Nodes (:mod:`gpufleet.fleet.capacity`), shared over the
+per flavor from the Nodes (:mod:`gpufleet.fleet.capacity`: GPUs, and the
+cores and bytes those nodes can schedule, allocatable minus what pods Kueue
+does not manage request, DaemonSets and system pods included), shared over the
 ClusterQueues by ``roles.kueue.manifests.quotas`` (the same function
 ``pulumi up`` declares them with: shares, pins, ``kueue_reserve_gpus``,
 largest-remainder rounding), written back only where it differs.
@@ -63,7 +65,7 @@ from gpufleet.kube.quantity import canonical, parse_quantity, whole_gpus
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
-from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, gpu_map, pod_spec_gpus
+from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, pod_spec_gpus, quota_capacity
 from gpufleet.fleet.classify import default_classes
 
 log = logging.getLogger(__name__)
@@ -361,11 +363,12 @@ def gpu_nominal(desired: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict
 def capacity_of(inv: Inventory, nodes: list[Obj], pods: list[Obj] | None = None) -> dict[str, FlavorNodes]:
     """Training capacity per flavor as the inventory asks for it (pure).
 
-    The node classifier with ``kueue_partial_gpu_nodes_count``; the GPUs held by
-    pods Kueue does not manage subtracted when ``kueue_quota_subtract_unmanaged_gpus``
-    and ``pods`` are given (pods below the highest ``kueue_priority_classes`` value
-    are the flip-out's to take back, not subtracted). quota sync and ``invoke status``
-    both call this.
+    The node classifier with ``kueue_partial_gpu_nodes_count``; the counted nodes'
+    allocatable GPUs, cores and bytes, less what pods Kueue does not manage hold
+    and request there when ``kueue_quota_subtract_unmanaged_gpus`` and ``pods``
+    are given (GPU holders below the highest ``kueue_priority_classes`` value are
+    the flip-out's to take back, not subtracted: :mod:`gpufleet.fleet.capacity`).
+    quota sync and ``invoke status`` both call this.
     """
     v = inv.role("kueue")
     classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
@@ -379,8 +382,8 @@ def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workl
     """The resync plan from objects already read (pure: no API calls).
 
     Args:
-        pods: the cluster's non-terminal pods (GPUs unmanaged pods hold are
-            subtracted, :func:`capacity_of`); None: nothing is subtracted.
+        pods: the cluster's bound, non-terminal pods (what unmanaged pods hold and
+            request is subtracted, :func:`capacity_of`); None: nothing is subtracted.
 
     Raises:
         OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
@@ -392,7 +395,7 @@ def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workl
     v = inv.role("kueue")
     flavors = list(inv.flavors())
     capacity = capacity_of(inv, nodes, pods)
-    desired = quotas(inv, capacity=gpu_map(capacity))
+    desired = quotas(inv, capacity=quota_capacity(capacity))
     all_queues = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     managed = {q: all_queues[q] for q in desired if q in all_queues}
     plan = ResyncPlan(env=inv.env, capacity=capacity, reserve=v.kueue_reserve_gpus, desired=desired, current=managed)

@@ -361,7 +361,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
             gkube.delete(api, JOBSET_API, "jobsets", name, opts.namespace)
         for n in nodes:
             try:
-                swapper.return_node(api, n, clear_lemon=True)
+                swapper.return_node(api, n, checks=None, clear_lemon=True)  # simulated nodes: nothing to check
             except Exception:  # noqa: BLE001 - not out
                 pass
             gkube.delete(api, "v1", "configmaps", swapper.request_name(n), settings_namespace())

@@ -135,7 +135,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     """The :class:`FleetStatus` from objects already read (pure)."""
     from roles.kueue.manifests import quotas
 
-    from gpufleet.fleet.capacity import gpu_map
+    from gpufleet.fleet.capacity import quota_capacity
     from gpufleet.quota.resync import capacity_of, quota_of, reserved_gpus
 
     v = inv.role("kueue")
@@ -196,7 +196,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
     capacity = capacity_of(inv, nodes, pods)
     st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())
-    real = quotas(inv, capacity=gpu_map(capacity))
+    real = quotas(inv, capacity=quota_capacity(capacity))
     cqs = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     for q, flavors in real.items():
         cq = cqs.get(q)

@@ -1,22 +1,16 @@
 """``invoke health.nodes``: the testinfra node checks over an environment's inventory, with a summary.
 
-The checks themselves are ``tests/nodes/`` (pytest-testinfra); this module
-runs them in a pytest subprocess with the Ansible connection on
-``inventories/<env>/hosts.yml`` and turns their ``--node-report`` JSON into a
-rich table per host and area (gpu, fabric, storage, software).
+The checks themselves are ``tests/nodes/`` (pytest-testinfra);
+:func:`gpufleet.ops.nodechecks.run_node_checks` runs them in a pytest
+subprocess with the Ansible connection on ``inventories/<env>/hosts.yml``
+(``invoke node.return`` runs the same before a node returns), and this
+module turns their ``--node-report`` JSON into a rich table per host and
+area (gpu, fabric, storage, software).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import tempfile
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 from invoke import Collection, task
@@ -25,101 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gpufleet.files import yaml_problem
-from gpufleet.paths import INVENTORIES, REPO_ROOT
+from gpufleet.ops.nodechecks import NODE_CHECKS, CheckResult, NodeCheckRun, run_node_checks  # noqa: F401 (re-exported)
+from gpufleet.paths import INVENTORIES
 
-NODE_CHECKS = REPO_ROOT / "tests" / "nodes"
 AREAS = ("gpu", "fabric", "storage", "software")
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One node check outcome.
-
-    Attributes:
-        host: inventory host name.
-        area: ``gpu``, ``fabric``, ``storage`` or ``software`` (the tests/nodes folder).
-        test: test id, e.g. ``test_gpu_temperature[gpu-a-001-gpu3]``.
-        outcome: ``passed``, ``failed`` or ``skipped``.
-        message: the check's message for failures and skips (names GPU/HCA/port and value).
-    """
-
-    host: str
-    area: str
-    test: str
-    outcome: str
-    message: str = ""
-
-
-@dataclass
-class NodeCheckRun:
-    """A finished run of the node checks.
-
-    Attributes:
-        returncode: pytest's exit code (0 all passed, 1 failures, 2-5 usage/collection problems).
-        results: one :class:`CheckResult` per test.
-        command: the pytest command line.
-        output: pytest's combined stdout/stderr (for diagnosing rc >= 2).
-    """
-
-    returncode: int
-    results: list[CheckResult] = field(default_factory=list)
-    command: list[str] = field(default_factory=list)
-    output: str = ""
-
-    @property
-    def failed(self) -> list[CheckResult]:
-        """The failed checks."""
-        return [r for r in self.results if r.outcome == "failed"]
-
-
-def run_node_checks(
-    inventory: str | os.PathLike[str],
-    limit: str | None = None,
-    pytest_args: Sequence[str] = (),
-    node_checks: str | os.PathLike[str] = NODE_CHECKS,
-    timeout: float | None = None,
-) -> NodeCheckRun:
-    """Run ``tests/nodes`` against every host of ``inventory`` (or those matching ``limit``).
-
-    Args:
-        inventory: Ansible inventory file (``inventories/<env>/hosts.yml``).
-        limit: host or group pattern, passed to testinfra as ``--hosts``.
-        pytest_args: extra pytest arguments (e.g. ``-k temperature``).
-        node_checks: the node checks folder.
-        timeout: seconds before the run is killed (``None``: no limit).
-
-    Returns:
-        A :class:`NodeCheckRun`; never raises for failing checks.
-
-    Raises:
-        subprocess.TimeoutExpired: when ``timeout`` passes.
-    """
-    with tempfile.TemporaryDirectory(prefix="gpufleet-health-") as tmp:
-        report = Path(tmp) / "report.json"
-        command = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(node_checks),
-            "--connection=ansible",
-            f"--ansible-inventory={inventory}",
-            f"--node-report={report}",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "--no-header",
-        ]
-        if limit:
-            command.append(f"--hosts={limit}")
-        command += list(pytest_args)
-        env = dict(os.environ)
-        # testinfra calls `ansible-inventory`: use the one installed beside this interpreter.
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        results = []
-        if report.exists():
-            results = [CheckResult(**r) for r in json.loads(report.read_text())]
-    return NodeCheckRun(returncode=proc.returncode, results=results, command=command, output=proc.stdout + proc.stderr)
 
 
 def summary_table(run: NodeCheckRun, title: str) -> Table:

@@ -5,7 +5,7 @@ Each task parses its flags and calls a plain function of this module
 Exit codes: 0 done, or nothing to do (a swap of a node already out and
 drained, a return of a node not out: both tasks are idempotent); 1 the
 operation cannot proceed (a lemon, pods left on the node after the drain
-timeout, conflicts); 2 bad input, refused before anything is written (NODE
+timeout, conflicts, a return whose node checks failed); 2 bad input, refused before anything is written (NODE
 not a DNS subdomain; unknown node, with near matches; empty reason;
 --namespace not a DNS label, or naming a namespace that does not exist:
 only the default gpufleet-system is created on demand; bad kubeconfig).
@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpufleet.ops.exits import fail_on_ops_error
+from gpufleet.ops.nodechecks import RETURN_CHECKS_TIMEOUT_SECONDS
 from gpufleet.names import SYSTEM_NAMESPACE
 
 _KUBE_HELP = {
@@ -123,27 +124,43 @@ def swap_node(node: str, reason: str, *, dry_run: bool = False, yes: bool = Fals
 
 
 def return_node(node: str, *, dry_run: bool = False, clear_lemon: bool = False, namespace: str = SYSTEM_NAMESPACE,
+                skip_checks: bool = False, env: str | None = None, checks_inventory: str | None = None,
+                checks_args: str = "", checks_timeout: float = RETURN_CHECKS_TIMEOUT_SECONDS,
                 kubeconfig: str | None = None, context: str | None = None, console: Console | None = None):
-    """Show the return's diff and, unless dry run, return the node to service.
+    """Show the return's diff and, unless dry run, run the node checks on the node and return it to service.
+
+    The checks are ``tests/nodes`` on host ``node`` of ``checks_inventory``
+    (default ``inventories/<env>/hosts.yml``), :class:`gpufleet.ops.nodechecks.NodeChecks`;
+    ``skip_checks`` returns the node without them, with a warning.
 
     Returns:
         The :class:`gpufleet.ops.swap.ReturnResult`.
 
     Raises:
+        gpufleet.ops.kube.InputError: no inventory for the checks, bad ``checks_args``.
         gpufleet.ops.kube.NodeNotFound, gpufleet.ops.swap.NotOut, gpufleet.ops.swap.LemonNode.
+        gpufleet.ops.nodechecks.ChecksFailed: the node checks failed (the failed test ids) or could not run.
     """
     from gpufleet.ops import swap as swapper
+    from gpufleet.ops.kube import InputError
+    from gpufleet.ops.nodechecks import NodeChecks
     from gpufleet.tasks.common import kube_for
 
     console = console or Console()
-    kube = kube_for(None, kubeconfig, context)
+    if not (skip_checks or env or checks_inventory):
+        raise InputError("--env is needed: the node checks run with inventories/ENV/hosts.yml before the node returns "
+                         "(or pass --inventory FILE, or --skip-checks to return it unchecked)")
+    checks = None if skip_checks else NodeChecks.for_env(env or "", checks_inventory, checks_args, checks_timeout)
+    kube = kube_for(env, kubeconfig, context)
     try:
-        result = swapper.return_node(kube, node, clear_lemon=clear_lemon, dry_run=dry_run, namespace=namespace)
+        result = swapper.return_node(kube, node, checks=checks, clear_lemon=clear_lemon, dry_run=dry_run,
+                                     namespace=namespace, on_checks=lambda command: console.print(
+                                         f"running the node checks on {node}: {command}", markup=False, highlight=False))
     finally:
         kube.close()
     console.print(_diff_table(f"node.return {node}" + (" (dry run: nothing changed)" if dry_run else ""), result.plan))
     for note in result.notes:
-        console.print(note)
+        console.print(f"[bold yellow]{note}[/bold yellow]" if note.startswith("warning:") else note, highlight=False)
     if not dry_run:
         console.print(f"{node}: back in service")
     return result
@@ -185,15 +202,24 @@ def swap(c: Context, node: str, reason: str = "", dry_run: bool = False, yes: bo
 
 @task(name="return", help={
     "node": "node name",
-    "dry_run": "show the diff; change nothing",
+    "dry_run": "show the diff and the node checks that would run; change nothing",
     "clear_lemon": "also return a lemon node (a person's decision, after its hardware was replaced or checked)",
+    "skip_checks": "return the node without running the node checks (tests/nodes) on it first (a warning says so)",
+    "env": "environment whose inventory the node checks connect with: inventories/ENV/hosts.yml (needed unless "
+           "--inventory or --skip-checks; --env local also picks the local cluster's kubeconfig)",
+    "inventory": "Ansible inventory the node checks use instead of inventories/ENV/hosts.yml (e.g. one listing "
+                 "fixture nodes for simulated ones)",
     **_KUBE_HELP,
 })
 def return_(c: Context, node: str, dry_run: bool = False, clear_lemon: bool = False, namespace: str = SYSTEM_NAMESPACE,
-            kubeconfig: str = "", context: str = "") -> None:
-    """Bring NODE back into service: remove the swap/degraded taints and the replacement label, uncordon.
+            kubeconfig: str = "", context: str = "", skip_checks: bool = False, env: str = "", inventory: str = "") -> None:
+    """Run the node checks on NODE, then bring it back into service: remove the swap/degraded taints and the replacement label, uncordon.
 
-    Uncordons only if the swap cordoned it; marks the swap request
+    The node checks (tests/nodes, pytest-testinfra) run first on NODE alone
+    (--connection=ansible --ansible-inventory=inventories/ENV/hosts.yml
+    --hosts=NODE); any failure refuses the return (exit 1) naming the failed
+    test ids, and nothing changes. --skip-checks returns it without them,
+    with a warning. Uncordons only if the swap cordoned it; marks the swap request
     <namespace>/swap-<node> returned (kept as a record). Lemon nodes need
     --clear-lemon. --namespace must exist. Rule: the node is returned
     whatever the namespace holds (a node out for swap without a request
@@ -201,14 +227,14 @@ def return_(c: Context, node: str, dry_run: bool = False, clear_lemon: bool = Fa
     other namespaces); a request there that is not yet returned is marked
     returned, also when the node is already back (so re-running with the
     right namespace completes an earlier return). Nothing to do: exit 0.
-    Example: invoke node.return gpu-rack-a-0003
+    Example: invoke node.return gpu-rack-a-0003 --env prod
     """
     from gpufleet.ops.swap import NotOut
 
     with fail_on_ops_error("node.return"):
         try:
-            return_node(node, dry_run=dry_run, clear_lemon=clear_lemon, namespace=namespace,
-                        kubeconfig=kubeconfig or None, context=context or None)
+            return_node(node, dry_run=dry_run, clear_lemon=clear_lemon, namespace=namespace, skip_checks=skip_checks,
+                        env=env or None, checks_inventory=inventory or None, kubeconfig=kubeconfig or None, context=context or None)
         except NotOut as exc:
             print(f"node.return: {exc}")
 

@@ -59,11 +59,13 @@ def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfi
 })
 def resync_task(c: Context, env: str, apply: bool = False, allow_zero: bool = False, kubeconfig: str = "",
                 context: str = "") -> None:
-    """Make every ClusterQueue's nominalQuota its share of the real schedulable GPUs; show the diff.
+    """Make every ClusterQueue's nominalQuota its share of the real schedulable GPUs, CPU and memory; show the diff.
 
     Capacity per ResourceFlavor: nodes Ready, schedulable, without swap,
-    degraded or unhealthy taints, minus kueue_reserve_gpus; shared by the
-    queues' shares (kueue role). Writes with a resourceVersion precondition,
+    degraded or unhealthy taints, minus kueue_reserve_gpus; their
+    allocatable cpu and memory minus what pods Kueue does not manage
+    request (DaemonSets, system pods); shared by the queues' shares (kueue
+    role). Writes with a resourceVersion precondition,
     retried on conflict. Never evicts: workloads admitted above a lowered
     quota keep running and are reported, with pending gangs that can no
     longer fit. Example: invoke quota.resync --env local --apply
