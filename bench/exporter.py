@@ -29,10 +29,42 @@ from pathlib import Path
 
 import httpx
 
+from gpufleet import paths
 from gpufleet.sim.node import healthy_node, write_node
 from gpufleet.prom.server import free_port
 
 TARGETS = {"p95_scrape_ms": 50.0, "rss_mib": 64.0, "cpu_percent_of_core": 2.0}
+
+#: node_exporter compared against with ``--vs-node-exporter``: the newest release the Go
+#: module proxy serves (``go list -m -versions github.com/prometheus/node_exporter``).
+NODE_EXPORTER_MODULE = "github.com/prometheus/node_exporter"
+NODE_EXPORTER_VERSION = "v1.12.1"
+
+
+def node_exporter_binary(version: str = NODE_EXPORTER_VERSION) -> Path:
+    """node_exporter ``version`` built from its Go module into the component cache, once.
+
+    ``go install module@version`` with ``GOBIN`` at
+    ``cache_dir()/components/node_exporter-<version>/bin`` (the layout of
+    :class:`gpufleet.build.gobuild.Cached`); a binary already there that
+    ``go version -m`` shows was built from that module and version is reused.
+
+    Raises:
+        gpufleet.build.gobuild.GoError: no Go toolchain, the module cannot be
+            had, or the build failed (with the log tail).
+    """
+    from gpufleet.build import gobuild
+
+    folder = paths.cache_dir() / "components" / f"node_exporter-{version}"
+    binary = folder / "bin" / "node_exporter"
+    if binary.exists() and gobuild.built_from(binary, NODE_EXPORTER_MODULE, version):
+        return binary
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    argv = [gobuild.go_binary(), "install", "-v", "-trimpath", f"-ldflags={gobuild.ldflags(())}",
+            f"{NODE_EXPORTER_MODULE}@{version}"]
+    print(f"building node_exporter {version} into {binary.parent} (once; log {folder / 'build.log'})", file=sys.stderr)
+    gobuild.run_logged(argv, folder, folder / "build.log", env=gobuild.go_env(GOBIN=str(binary.parent)))
+    return binary
 
 
 def cpu_seconds(pid: int) -> float:

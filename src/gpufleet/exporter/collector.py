@@ -178,6 +178,17 @@ class _InfiniBandFamilies:
             "Port rate text as the kernel prints it and the per-lane speed name (NDR, HDR...; '' when not printed); value 1.",
             labels=_PORT_LABELS,
         )
+        self.counters_info = InfoMetricFamily(
+            _name("infiniband_port_counters"),
+            "Where the port's counters come from; value 1. 'table' is what the kernel's counters/ is "
+            "(get_counter_table, drivers/infiniband/core/sysfs.c): 'extended' = PortCountersExtended (unicast_* "
+            "present, data and packet counters 64-bit), 'basic' = PortCounters (32-bit data and packet counters, "
+            "or the 64-bit no-IETF variant), 'absent' = no counters/. 'data_source' lists the directories the data "
+            "and packet counters were read from: 'counters', 'counters_64' (counters/*_64 twins), 'counters_ext' "
+            "(deprecated 64-bit directory of old out-of-tree drivers, used only beside a basic or absent table); "
+            "'' when none.",
+            labels=_PORT_LABELS,
+        )
         self.width = GaugeMetricFamily(
             _name("infiniband_port_active_width_lanes"),
             "Active link width in lanes from sysfs 'rate' (the 4 of '(4X NDR)'); absent when the kernel prints none "
@@ -236,6 +247,8 @@ class _InfiniBandFamilies:
             labels = [device.name, str(port.port), port.link_layer or ""]
             if port.link_layer is not None or port.rate_text is not None:
                 self.port_info.add_metric(labels, {"rate": port.rate_text or "", "speed": port.speed or ""})
+            if port.table is not None:
+                self.counters_info.add_metric(labels, {"table": port.table, "data_source": _data_source(port)})
             if port.width is not None:
                 self.width.add_metric(labels, port.width)
             self.unsupported.add_metric(labels, len(port.unsupported))
@@ -258,8 +271,24 @@ class _InfiniBandFamilies:
 
     def in_order(self) -> list[Metric]:
         """The families in exposition order."""
-        return [self.info, self.port_info, self.state, self.phys, self.rate, self.width, *self.named.values(),
+        return [self.info, self.port_info, self.counters_info, self.state, self.phys, self.rate, self.width, *self.named.values(),
                 self.other, self.hw, self.saturated, self.unsupported]
+
+
+#: Counters whose source depends on the port's counter table (data and packet counters).
+_TABLE_DEPENDENT = sysfs.EXTENDABLE_COUNTERS | sysfs.EXTENDED_ONLY_COUNTERS
+
+
+def _data_source(port: sysfs.InfiniBandPort) -> str:
+    """The directories the port's data and packet counters came from, sorted and comma-joined
+    (``counters``, ``counters_64``, ``counters_ext``); '' when it has none."""
+    found = set()
+    for name in _TABLE_DEPENDENT:
+        source = port.sources.get(name)
+        if source is not None:
+            found.add("counters_ext" if source.startswith("counters_ext/") else
+                      "counters_64" if source.endswith("_64") else "counters")
+    return ",".join(sorted(found))
 
 
 def _read_errors_family(read_errors: list[tuple[tuple[str, str], int]]) -> CounterMetricFamily:
