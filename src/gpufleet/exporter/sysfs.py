@@ -298,11 +298,14 @@ class InfiniBandClass:
         devices: HCAs sorted by name (empty when the class directory is absent).
         errors: files that exist but could not be read or parsed.
         unsupported: files (relative to the sysfs root) that exist but offer no value.
+        listed: False when ``class/infiniband`` exists but could not be listed
+            (the error is in ``errors``); True when listed or absent.
     """
 
     devices: list[InfiniBandDevice] = field(default_factory=list)
     errors: list[ReadError] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
+    listed: bool = True
 
 
 def counter_width(name: str, port: InfiniBandPort) -> int | None:
@@ -641,7 +644,9 @@ def read_infiniband(sysfs_root: str | os.PathLike[str] = "/sys") -> InfiniBandCl
     reader = _Reader(os.fspath(sysfs_root))
     result = InfiniBandClass(errors=reader.errors)
     class_dir = reader.root.rstrip("/") + "/class/infiniband"
-    for hca in reader.listdir(class_dir) or []:
+    hcas = reader.listdir(class_dir)
+    result.listed = hcas is not None or not reader.errors
+    for hca in hcas or []:
         hca_dir = f"{class_dir}/{hca}"
         device = InfiniBandDevice(
             name=hca,
