@@ -52,13 +52,15 @@ PORT_COUNTERS: dict[str, tuple[str, str, int]] = {
     "port_xmit_data": (
         "infiniband_port_transmit_bytes_total",
         "Data octets transmitted on all VLs (IBA PortXmitData; sysfs counts 4-octet units, multiplied by 4 here; "
-        "from the 64-bit counter where the kernel has one: counters/port_xmit_data_64, counters_ext/).",
+        "64-bit where the port has a 64-bit counter: the kernel's extended counters/ table, else "
+        "counters/port_xmit_data_64 or the deprecated counters_ext/; see gpufleet_infiniband_port_counters_info).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_rcv_data": (
         "infiniband_port_receive_bytes_total",
         "Data octets received on all VLs (IBA PortRcvData; sysfs counts 4-octet units, multiplied by 4 here; "
-        "from the 64-bit counter where the kernel has one: counters/port_rcv_data_64, counters_ext/).",
+        "64-bit where the port has a 64-bit counter: the kernel's extended counters/ table, else "
+        "counters/port_rcv_data_64 or the deprecated counters_ext/; see gpufleet_infiniband_port_counters_info).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_xmit_packets": ("infiniband_port_transmit_packets_total", "Packets transmitted on all VLs (IBA PortXmitPkts).", 1),

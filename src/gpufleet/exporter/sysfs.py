@@ -422,14 +422,18 @@ class _Reader:
                 return os.read(fd, 4096)
             finally:
                 os.close(fd)
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            if exc.errno in UNSUPPORTED_ERRNOS:
-                self.unsupported.append(self.rel(path))
-            else:
-                self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+            self.os_error(path, exc)
             return None
+
+    def os_error(self, path: str, exc: OSError) -> None:
+        """Record a failed read: absent is silent, unsupported is listed, anything else is a :class:`ReadError`."""
+        if isinstance(exc, FileNotFoundError):
+            return
+        if exc.errno in UNSUPPORTED_ERRNOS:
+            self.unsupported.append(self.rel(path))
+        else:
+            self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
 
     def decode(self, path: str, data: bytes) -> str | None:
         """``data`` read from ``path`` as stripped ASCII; ``None`` when not ASCII (recorded) or ``N/A`` (listed)."""
@@ -501,18 +505,37 @@ class _Reader:
 
     def counters(self, directory: str, names: list[str] | None,
                  skip: frozenset[str] = frozenset()) -> dict[str, int] | None:
-        """Every counter file ``names`` of ``directory`` (minus ``skip``); ``None`` when ``names`` is (no directory)."""
+        """Every counter file ``names`` of ``directory`` (minus ``skip``), each as :meth:`counter`
+        reads it; ``None`` when ``names`` is (no directory). The loop is :meth:`counter` inlined:
+        it runs for every counter file on every scrape."""
         if names is None:
             return None
         values: dict[str, int] = {}
         prefix = directory + "/"
-        read = self.counter
+        open_, read, close, rdonly = os.open, os.read, os.close, os.O_RDONLY
         for name in names:
             if name in skip:
                 continue
-            value = read(prefix + name)
-            if value is not None:
-                values[name] = value
+            path = prefix + name
+            try:
+                fd = open_(path, rdonly)
+                try:
+                    data = read(fd, 4096)
+                finally:
+                    close(fd)
+            except OSError as exc:
+                self.os_error(path, exc)
+                continue
+            try:
+                value = int(data)
+            except ValueError:
+                value = self._slow_counter(path, data)
+                if value is None:
+                    continue
+            if value < 0:
+                self.errors.append(ReadError(self.rel(path), "malformed"))
+                continue
+            values[name] = value
         return values
 
 
