@@ -92,10 +92,6 @@ class LabelSets(dict):
         labels = self[values] = Labels(zip(self.names, values, strict=True))
         return labels
 
-    def get(self, values: tuple[str, ...]) -> Labels:  # type: ignore[override]
-        """``self[values]``: the label set of ``values``, made if new."""
-        return self[values]
-
     def rotate(self) -> None:
         """End a scrape: start afresh when more than ``limit`` label sets accumulated."""
         if len(self) > self.limit:
