@@ -353,8 +353,8 @@ class _InfiniBandFamilies:
 
     def in_order(self) -> list[Metric]:
         """The families in exposition order."""
-        return [self.info, self.port_info, self.counters_info, self.state, self.phys, self.rate, self.width, *self.named.values(),
-                self.other, self.hw, self.saturated, self.unsupported]
+        return [self.info, self.port_info, self.counters_info, self.state, self.phys, self.rate, self.width,
+                *self.named.values(), self.other, self.hw, self.saturated, self.unsupported]
 
 
 #: Counters whose source depends on the port's counter table (data and packet counters).

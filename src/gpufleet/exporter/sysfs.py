@@ -28,21 +28,22 @@ writes one of three tables under the same directory name:
 
 The last two carry the same file names (:data:`TABLE_BASIC`); a value above
 ``2**32 - 1`` shows the no-IETF table. ``counters_ext/`` is no kernel
-directory: old MLNX OFED drivers (mlx4/mlx5 on kernels before 4.5) wrote it
-beside a 32-bit ``counters/``, and some still write it beside the kernel's
-extended table, where it is stale. How each counter's source is chosen
+directory: old MLNX OFED releases (mlx4/mlx5, from before the kernel had
+the extended table) wrote it beside a 32-bit ``counters/``, and some still
+write it beside the kernel's extended table, where it is stale. How each counter's source is chosen
 (:func:`choose_counters`):
 
-====================================  =========================================  ==================
-``counters/`` (table)                 data and packet counters from              unicast/multicast
-====================================  =========================================  ==================
-extended (``unicast_*`` present)      ``counters/`` (64-bit); ``counters_ext/``  ``counters/``
-                                      and ``*_64`` are ignored
-basic, with ``*_64`` twins            ``counters/<name>_64``                      ``counters_ext/``
-basic, with ``counters_ext/``         ``counters_ext/<name>_64``                  ``counters_ext/``
-basic alone                           ``counters/`` (32-bit, or no-IETF 64-bit)   none
-absent (no ``counters/``)             ``counters_ext/`` when present              ``counters_ext/``
-====================================  =========================================  ==================
+==================================  ===========================================  ==========================
+``counters/`` (table)               data and packet counters from                unicast/multicast from
+==================================  ===========================================  ==========================
+extended (``unicast_*`` present)    ``counters/`` (64-bit); ``counters_ext/``    ``counters/``
+                                    and ``*_64`` twins are not used
+basic, with ``*_64`` twins          ``counters/<name>_64`` where one exists,     ``counters_ext/`` if any
+                                    else as in the rows below
+basic, with ``counters_ext/``       ``counters_ext/<name>_64``                   ``counters_ext/``
+basic alone                         ``counters/`` (32-bit, or no-IETF 64-bit)    none
+absent (no ``counters/``)           ``counters_ext/`` if any                     ``counters_ext/`` if any
+==================================  ===========================================  ==========================
 
 Error counters and ``port_xmit_wait`` always come from ``counters/``.
 
