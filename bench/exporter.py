@@ -5,9 +5,8 @@ hw_counters) and 8 GPUs x 18 NVLinks through the fake NVML backend
 (:mod:`gpufleet.sim.node`). The exporter runs as its own process,
 exactly as ``gpufleet exporter`` runs on a node, and is scraped over HTTP.
 
-Targets: < 50 ms per scrape, < 64 MiB RSS, < 2 % of one core at a 5 s
-scrape interval (gpu_metrics); <= 10 ms CPU per scrape and <= 32 MiB RSS on
-this node (the fabric exporter's budget). The fake NVML measures the
+Targets (:data:`TARGETS`): 50 ms p95 scrape latency, 2 % of one core at a
+5 s scrape interval, 10 ms CPU per scrape and 32 MiB RSS on this node. The fake NVML measures the
 exporter's own cost; real NVML adds driver time per call (about
 8 x (18 x 6 + 15) calls per scrape), to be measured on a GPU node.
 
@@ -48,6 +47,7 @@ from gpufleet import paths
 from gpufleet.sim.node import healthy_node, write_node
 from gpufleet.prom.server import free_port
 
+#: Upper bounds of the main benchmark's figures (a figure above its bound is a miss).
 TARGETS = {"p95_scrape_ms": 50.0, "rss_mib": 32.0, "cpu_ms_per_scrape": 10.0, "cpu_percent_of_core": 2.0}
 
 #: node_exporter compared against with ``--vs-node-exporter``: the newest release the Go
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             _print_comparison(result)
         return 0
     figures = run(args.scrapes, args.interval, args.idle)
-    misses = [k for k, limit in TARGETS.items() if float(figures[k]) >= limit]
+    misses = [k for k, limit in TARGETS.items() if float(figures[k]) > limit]
     if args.json:
         print(json.dumps({**figures, "targets": TARGETS, "missed": misses}, indent=1))
     else:
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             target = TARGETS.get(key)
             shown = f"{value:.2f}" if isinstance(value, float) else str(value)
-            table.add_row(key, shown, f"< {target:g}" if target else "")
+            table.add_row(key, shown, f"<= {target:g}" if target else "")
         Console().print(table)
         print("all targets met" if not misses else f"missed: {', '.join(misses)}")
     return 1 if (args.check and misses) else 0
