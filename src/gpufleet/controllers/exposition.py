@@ -34,9 +34,10 @@ GZIP_LEVEL = 1
 _SIMPLE_TYPES = {"counter": "counter", "gauge": "gauge", "info": "gauge", "unknown": "untyped"}
 #: Samples generate_latest moves out of a family's order (OpenMetrics-only): the writer falls back on them.
 _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
-#: Text of integer values seen before (0 and 1 above all: flags, error counters); bounded, see _value_text.
+#: Text of the small integers seen before (0 and 1 above all: flags, error counters, states);
+#: at most _SMALL_INT entries, so growing counters do not fill it.
 _INT_TEXT: dict[int, str] = {}
-_INT_TEXT_MAX = 8192
+_SMALL_INT = 4096
 
 
 class _Fallback(Exception):
@@ -99,14 +100,11 @@ class LabelSets(dict):
 
 
 def _value_text(value: float) -> str:
-    """``floatToGoString(value)``, remembered for integers (the same few values recur every scrape)."""
-    if type(value) is int:
+    """``floatToGoString(value)``, remembered for small integers (the same few values recur every scrape)."""
+    if type(value) is int and 0 <= value < _SMALL_INT:
         text = _INT_TEXT.get(value)
         if text is None:
-            text = floatToGoString(value)
-            if len(_INT_TEXT) >= _INT_TEXT_MAX:
-                _INT_TEXT.clear()
-            _INT_TEXT[value] = text
+            text = _INT_TEXT[value] = floatToGoString(value)
         return text
     return floatToGoString(value)
 
