@@ -46,3 +46,26 @@ def test_run_serves_while_the_loop_runs_and_returns_0_on_stop():
     assert runtime.run("test", loop, metrics_port=port, host="127.0.0.1", stop=stop) == 0
     assert seen == [200]
     assert runtime.port_in_use("test", port, "127.0.0.1") is False  # the endpoint is closed again
+
+
+def test_run_with_a_lease_runs_the_loop_through_leader_election_loaded_on_demand(monkeypatch):
+    """The elector is imported inside run (the exporter never loads it); default timings when none given."""
+    from gpufleet.kube import leader
+
+    made: list[tuple] = []
+
+    class Elector:
+        def __init__(self, kube, name, namespace, timings):
+            made.append((kube, name, namespace, timings))
+
+        def run(self, lead, stop, on_wait=None):
+            lead(threading.Event())
+            return True  # the Lease was lost
+
+    monkeypatch.setattr(leader, "LeaderElector", Elector)
+    ran: list[bool] = []
+    kube = object()
+    code = runtime.run("test", lambda stop: ran.append(True), metrics_port=0, kube=kube, lease=("l", "ns"),
+                       stop=threading.Event())
+    assert code == 1 and ran == [True]
+    assert made == [(kube, "l", "ns", leader.Timings())]

@@ -305,3 +305,43 @@ def test_infiniband_shapes_of_real_drivers(tmp_path):
     assert value(reg, "gpufleet_infiniband_port_symbol_errors_total", port("rxe0")) is None
     assert value(reg, "gpufleet_infiniband_port_unsupported_files", port("rxe0")) == 17
     assert value(reg, "gpufleet_infiniband_port_unsupported_files", port("mlx5_0")) == 0
+
+
+@pytest.mark.parametrize(
+    ("hca_name", "table", "data_source", "transmit_bytes"),
+    [
+        ("mlx4_0", "basic", "counters", 1073741000 * 4),
+        ("mlx4_1", "extended", "counters", 2345678901234 * 4),
+        ("mlx4_2", "basic", "counters_ext", 2345678901234 * 4),
+        ("mlx5_0", "extended", "counters", 2345678901234 * 4),  # not the stale counters_ext/ 0
+        ("mlx5_1", "basic", "counters", ((1 << 32) - 1) * 4),
+        ("mlx5_2", "absent", "counters_ext", 2345678901234 * 4),
+        ("mlx5_3", "absent", "", None),
+    ],
+)
+def test_counter_tables_export_the_kernel_abis_choice_and_say_where_from(tmp_path, hca_name, table, data_source,
+                                                                          transmit_bytes):
+    from gpufleet.sim.node import ib_tables_node
+
+    build_sysfs(ib_tables_node(), tmp_path)
+    families = list(registry_of(InfiniBandCollector(tmp_path)).collect())
+    port = {"hca": hca_name, "port": "1"}
+    assert value(families, "gpufleet_infiniband_port_counters_info",
+                 {**port, "table": table, "data_source": data_source}) == 1
+    assert value(families, "gpufleet_infiniband_port_transmit_bytes_total", port) == transmit_bytes
+    assert value(families, "gpufleet_infiniband_read_errors_total", {}) is None
+    assert not [s for f in families for s in f.samples if s.labels.get("counter", "").startswith("counters_ext/")]
+
+
+def test_a_stale_counters_ext_is_not_exported_beside_the_extended_table(tmp_path):
+    from gpufleet.sim.node import ib_tables_node
+
+    build_sysfs(ib_tables_node(), tmp_path)
+    families = list(registry_of(InfiniBandCollector(tmp_path)).collect())
+    port = {"hca": "mlx5_0", "port": "1"}
+    assert value(families, "gpufleet_infiniband_port_transmit_packets_total", port) == 8765432109
+    assert value(families, "gpufleet_infiniband_port_receive_multicast_packets_total", port) == 12
+    assert value(families, "gpufleet_infiniband_counter_saturated", {**port, "counter": "port_xmit_data"}) == 0
+    # PortCounters alone has no unicast counters: no series rather than a borrowed value.
+    assert value(families, "gpufleet_infiniband_port_transmit_unicast_packets_total", {"hca": "mlx4_0"}) is None
+    assert value(families, "gpufleet_infiniband_counter_saturated", {"hca": "mlx5_1", "counter": "port_xmit_data"}) == 1

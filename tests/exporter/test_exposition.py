@@ -122,3 +122,57 @@ def test_lean_writer_escapes_and_falls_back():
     Counter("with_created", "counters made by prometheus_client carry _created", registry=registry).inc()
     Histogram("latency_seconds", "a histogram", registry=registry).observe(0.2)
     assert render_text(registry) == generate_latest(registry)  # via the fallback
+
+
+def test_label_sets_render_once_and_match_prometheus_client():
+    """Labels carry generate_latest's text (sorted, escaped); LabelSets hands out the same object
+    from scrape to scrape and starts afresh past its limit."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.samples import Sample
+
+    from gpufleet.controllers.exposition import LabelSets, render_text
+
+    sets = LabelSets(["zone", "file", "a"], limit=2)
+    odd = sets[("z1", 'a"b\\c\nd', "")]
+    assert odd is sets[("z1", 'a"b\\c\nd', "")]
+    assert odd == {"zone": "z1", "file": 'a"b\\c\nd', "a": ""}
+    assert odd.text == 'a="",file="a\\"b\\\\c\\nd",zone="z1"'
+
+    class Fixed:
+        def collect(self):
+            family = GaugeMetricFamily("odd_labels", "help", labels=["zone", "file", "a"])
+            family.samples.append(Sample("odd_labels", odd, 1))
+            family.samples.append(Sample("odd_labels", sets[("z2", "", "x")], 2.5))
+            family.add_metric(["z3", "plain", "dict"], 3)  # a plain dict beside Labels
+            return iter([family])
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed())
+    assert render_text(registry) == generate_latest(registry)
+    sets.rotate()
+    assert len(sets) == 2 and sets[("z2", "", "x")].text == 'a="x",file="",zone="z2"'
+    sets[("z4", "", "")]
+    sets.rotate()  # 3 > limit: afresh
+    assert len(sets) == 0
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_NODES))
+def test_served_bytes_round_trip_through_the_text_parser(name, fixture_node):
+    """What /metrics serves parses with prometheus_client's text parser and renders back to the same bytes."""
+    from prometheus_client import CollectorRegistry
+
+    from gpufleet.controllers.exposition import render_text
+
+    paths = fixture_node(name)
+    live = build_registry(str(paths.sysfs_root), FakeNvmlBackend(paths.description), self_metrics=True)
+    served = render_text(live).decode()
+    parsed = list(text_string_to_metric_families(served))
+
+    class Parsed:
+        def collect(self):
+            return iter(parsed)
+
+    again = CollectorRegistry(auto_describe=False)
+    again.register(Parsed())
+    assert generate_latest(again).decode() == served

@@ -194,3 +194,79 @@ def test_64_bit_files_replace_the_32_bit_counter_and_say_where_the_value_came_fr
     assert sysfs.counter_width("port_rcv_data", b) == 32  # no 64-bit twin for this one
     assert sysfs.is_saturated("port_xmit_data", b.counters["port_xmit_data"], b) is False
     assert data.errors == []
+
+
+#: ib-tables node: hca -> (what counters/ is, source of port_xmit_data, source of unicast_xmit_packets).
+TABLE_CHOICES = {
+    "mlx4_0": ("basic", "counters/port_xmit_data", None),
+    "mlx4_1": ("extended", "counters/port_xmit_data", "counters/unicast_xmit_packets"),
+    "mlx4_2": ("basic", "counters_ext/port_xmit_data_64", "counters_ext/port_unicast_xmit_packets"),
+    "mlx5_0": ("extended", "counters/port_xmit_data", "counters/unicast_xmit_packets"),
+    "mlx5_1": ("basic", "counters/port_xmit_data", None),
+    "mlx5_2": ("absent", "counters_ext/port_xmit_data_64", "counters_ext/port_unicast_xmit_packets"),
+    "mlx5_3": ("absent", None, None),
+}
+
+
+@pytest.fixture(scope="module")
+def ib_tables(tmp_path_factory):
+    from gpufleet.sim.node import ib_tables_node
+
+    root = tmp_path_factory.mktemp("ib-tables")
+    build_sysfs(ib_tables_node(), root)
+    data = sysfs.read_infiniband(root)
+    assert data.errors == []
+    return {d.name: d.ports[0] for d in data.devices}
+
+
+@pytest.mark.parametrize("hca_name", sorted(TABLE_CHOICES))
+def test_each_counter_comes_from_the_directory_the_kernel_abi_says(hca_name, ib_tables):
+    """counters/ with unicast_* is the kernel's 64-bit PortCountersExtended and wins over a
+    counters_ext/ beside it; counters_ext/ is used only beside a basic table or alone."""
+    table, data_source, unicast_source = TABLE_CHOICES[hca_name]
+    port = ib_tables[hca_name]
+    assert port.table == table
+    assert port.sources.get("port_xmit_data") == data_source
+    assert port.sources.get("unicast_xmit_packets") == unicast_source
+    # Nothing from a directory that was not chosen leaks in under another name.
+    assert not any(name.startswith("counters_ext/") for name in port.counters)
+
+
+def test_a_stale_counters_ext_beside_the_extended_table_is_ignored(ib_tables):
+    """mlx5 under MLNX OFED: counters_ext/ reads 0, the kernel's 64-bit counters/ billions."""
+    port = ib_tables["mlx5_0"]
+    assert port.counters["port_xmit_packets"] == 8765432109
+    assert port.counters["unicast_rcv_packets"] == 9876543198
+    assert sysfs.counter_width("port_xmit_data", port) == 64
+    assert port.extended_counters
+
+
+def test_widths_follow_the_chosen_source(ib_tables):
+    assert sysfs.counter_width("port_xmit_data", ib_tables["mlx4_0"]) == 32  # PortCounters
+    assert sysfs.counter_width("port_xmit_data", ib_tables["mlx4_2"]) == 64  # counters_ext/
+    assert sysfs.counter_width("port_rcv_packets", ib_tables["mlx5_2"]) == 64  # counters_ext/ alone
+    clamped = ib_tables["mlx5_1"]
+    assert sysfs.is_saturated("port_xmit_data", clamped.counters["port_xmit_data"], clamped) is True
+
+
+def test_the_table_is_read_from_the_listing_not_the_values(tmp_path):
+    """Extended counters/ whose unicast files read N/A is still the 64-bit table: counters_ext/ stays unused."""
+    from gpufleet.sim.node import ib_counters_ext
+
+    port = ib_port(counters=ib_counters(unicast_xmit_packets="N/A (no PMA)\n", unicast_rcv_packets="N/A (no PMA)\n",
+                                        multicast_xmit_packets="N/A (no PMA)\n", multicast_rcv_packets="N/A (no PMA)\n"),
+                   counters_ext=ib_counters_ext(port_xmit_data_64=0))
+    build_sysfs(node("n", [], [hca("mlx5_0", [port])]), tmp_path)
+    got = sysfs.read_infiniband(tmp_path).devices[0].ports[0]
+    assert got.table == "extended"
+    assert got.sources["port_xmit_data"] == "counters/port_xmit_data" and got.counters["port_xmit_data"] == 2345678901234
+    assert "unicast_xmit_packets" not in got.counters
+
+
+@pytest.mark.parametrize(
+    ("names", "table"),
+    [(None, "absent"), ([], "basic"), (["port_xmit_data", "symbol_error"], "basic"),
+     (["multicast_rcv_packets", "port_xmit_data"], "extended"), (["unicast_xmit_packets"], "extended")],
+)
+def test_counters_table_from_a_listing(names, table):
+    assert sysfs.counters_table(names) == table

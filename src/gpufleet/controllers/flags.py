@@ -20,8 +20,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from typing import TYPE_CHECKING
+
 from gpufleet import cliargs
-from gpufleet.kube.leader import LEASE_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_SECONDS, Timings
+
+if TYPE_CHECKING:  # imported where used: a command without leader election never loads the client
+    from gpufleet.kube.leader import Timings
 
 
 class DeprecatedAlias(argparse.Action):
@@ -74,6 +78,8 @@ def add_kube(parser: argparse.ArgumentParser, *, what: str = "") -> None:
 
 def add_leader_election(parser: argparse.ArgumentParser) -> None:
     """``--leader-elect`` (default on), its timings, and the deprecated ``--no-leader-election``."""
+    from gpufleet.kube.leader import LEASE_SECONDS, RENEW_DEADLINE_SECONDS, RETRY_SECONDS
+
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True, dest="leader_elect",
                         help="act only while holding the Lease, one active instance (default on; "
                              "--no-leader-elect for a single instance or tests)")
@@ -92,6 +98,8 @@ def timings(args: argparse.Namespace) -> Timings:
     Raises:
         ValueError: not lease duration > renew deadline > retry period (names the three flags).
     """
+    from gpufleet.kube.leader import Timings
+
     try:
         return Timings(args.leader_elect_lease_duration, args.leader_elect_renew_deadline,
                        args.leader_elect_retry_period)

@@ -8,6 +8,10 @@ SIGTERM/SIGINT and, with leader election, runs ``loop`` only while this
 instance holds the Lease (:class:`gpufleet.kube.leader.LeaderElector`, on the
 command's own client).
 
+The Kubernetes client and leader election are imported only where a command
+asks for them (:func:`kube_from_args`, :func:`run` with a Lease): a process
+without them (the node exporter) never loads the ``kubernetes`` package.
+
 Exit codes every command shares: 0 after SIGTERM/SIGINT, 1 when the Lease
 was lost (the Deployment restarts the process as a follower) or the metrics
 port is in use, 2 for bad input.
@@ -21,14 +25,17 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from gpufleet import cliargs
-from gpufleet.kube import Kube
-from gpufleet.kube.leader import LeaderElector, Timings
 
 from .serve import Liveness, serve
+
+if TYPE_CHECKING:  # loaded at run time only by the commands that talk to an API server
+    from gpufleet.kube import Kube
+    from gpufleet.kube.leader import Timings
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +68,14 @@ def port_in_use(command: str, port: int, host: str = "0.0.0.0", flag: str = "--m
 
 def kube_from_args(args: argparse.Namespace, *, user_agent: str) -> Kube:
     """The command's client from ``--kubeconfig``/``--context`` (raises :class:`gpufleet.kube.ConfigError`)."""
+    from gpufleet.kube import Kube
+
     return Kube.from_kubeconfig(args.kubeconfig, getattr(args, "context", None), user_agent=user_agent)
 
 
 def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: int, liveness: Liveness | None = None,
         registry: CollectorRegistry = REGISTRY, host: str = "0.0.0.0", kube: Kube | None = None,
-        lease: tuple[str, str] | None = None, timings: Timings = Timings(),
+        lease: tuple[str, str] | None = None, timings: Timings | None = None,
         stop: threading.Event | None = None) -> int:
     """Serve ``/metrics`` and ``/healthz`` and run ``loop(stop)`` until SIGTERM/SIGINT or ``stop``.
 
@@ -79,7 +88,8 @@ def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: 
         host: address to listen on.
         kube / lease: with both, ``loop`` runs only while this instance
             holds Lease ``(name, namespace)``; waiting for it counts as healthy.
-        timings: Lease timings (``--leader-elect-*``).
+        timings: Lease timings (``--leader-elect-*``; None: the defaults of
+            :class:`gpufleet.kube.leader.Timings`).
         stop: set it to stop from another thread (tests).
 
     Returns:
@@ -92,8 +102,10 @@ def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: 
         if kube is None or lease is None:
             loop(stop)
             return 0
+        from gpufleet.kube.leader import LeaderElector, Timings
+
         name, namespace = lease
-        elector = LeaderElector(kube, name, namespace, timings=timings)
+        elector = LeaderElector(kube, name, namespace, timings=timings or Timings())
         beat = liveness.beat if liveness is not None else None
 
         def lead(leader_stop: threading.Event) -> None:

@@ -8,23 +8,42 @@ Naming follows ``gpufleet_<subsystem>_<name>`` with the unit in the name and
 ``_total`` on counters; enums are ``*_id`` gauges whose help lists the codes;
 each metric has one fixed label set. A value the source does not offer
 (missing file, NVML "not supported") gives no series, never a zero.
+
+Each collector also keeps whether its last collect read its source and when
+it last did (:attr:`InfiniBandCollector.last_success`,
+:attr:`~InfiniBandCollector.last_success_timestamp`), which the exporter
+serves as ``gpufleet_exporter_collector_success`` and
+``gpufleet_exporter_collector_last_success_timestamp_seconds``.
+
+Building ~1,500 samples per scrape is the exporter's main cost, so samples
+are appended as ready ``Sample`` tuples whose label sets
+(:class:`gpufleet.controllers.exposition.Labels`) are made once per port,
+GPU and counter and reused from scrape to scrape.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
+from gpufleet.controllers.exposition import LabelSets
 from gpufleet.exporter import sysfs
 from gpufleet.exporter.nvml import CLOCKS_EVENT_REASONS, GpuSample, NvmlSampler
 
 NAMESPACE = "gpufleet"
+
+log = logging.getLogger(__name__)
+
+#: ``Sample(name, labels, value)`` without the keyword-default machinery of a NamedTuple call.
+_new = tuple.__new__
 
 #: ``counters/`` files exported as named metrics: file -> (metric name without
 #: namespace, help, multiplier to the metric's unit). Help texts paraphrase the
@@ -33,13 +52,15 @@ PORT_COUNTERS: dict[str, tuple[str, str, int]] = {
     "port_xmit_data": (
         "infiniband_port_transmit_bytes_total",
         "Data octets transmitted on all VLs (IBA PortXmitData; sysfs counts 4-octet units, multiplied by 4 here; "
-        "from the 64-bit counter where the kernel has one: counters/port_xmit_data_64, counters_ext/).",
+        "64-bit where the port has a 64-bit counter: the kernel's extended counters/ table, else "
+        "counters/port_xmit_data_64 or the deprecated counters_ext/; see gpufleet_infiniband_port_counters_info).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_rcv_data": (
         "infiniband_port_receive_bytes_total",
         "Data octets received on all VLs (IBA PortRcvData; sysfs counts 4-octet units, multiplied by 4 here; "
-        "from the 64-bit counter where the kernel has one: counters/port_rcv_data_64, counters_ext/).",
+        "64-bit where the port has a 64-bit counter: the kernel's extended counters/ table, else "
+        "counters/port_rcv_data_64 or the deprecated counters_ext/; see gpufleet_infiniband_port_counters_info).",
         sysfs.DATA_OCTETS_PER_UNIT,
     ),
     "port_xmit_packets": ("infiniband_port_transmit_packets_total", "Packets transmitted on all VLs (IBA PortXmitPkts).", 1),
@@ -133,49 +154,110 @@ def _nonempty(families: list[Metric]) -> Iterator[Metric]:
             yield family
 
 
-class InfiniBandCollector(Collector):
+class _SourceHealth:
+    """Whether a collector's last collect read its source, and when it last did (Unix seconds)."""
+
+    last_success: bool | None
+    last_success_timestamp: float | None
+    last_duration_seconds: float
+    clock: Callable[[], float]
+
+    def _init_health(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        #: True/False after each collect (None before the first).
+        self.last_success = None
+        #: ``clock()`` at the end of the last successful collect (None before the first).
+        self.last_success_timestamp = None
+        self.last_duration_seconds = 0.0
+
+    def _record(self, ok: bool, start: float) -> None:
+        self.last_success = ok
+        if ok:
+            self.last_success_timestamp = self.clock()
+        self.last_duration_seconds = time.perf_counter() - start
+
+
+class InfiniBandCollector(_SourceHealth, Collector):
     """Collects ``gpufleet_infiniband_*`` from ``<sysfs_root>/class/infiniband``.
 
     Args:
         sysfs_root: sysfs mount point (``/sys``; a fixture tree in tests).
+        clock: Unix time in seconds, for :attr:`last_success_timestamp`.
 
     One bad file never fails the scrape: its series is absent and
     ``gpufleet_infiniband_read_errors_total{file}`` counts the failure. A file
     the device cannot answer (``N/A (no PMA)``, EINVAL...) is no error: its
     series is absent and ``gpufleet_infiniband_port_unsupported_files`` counts it.
+    A collect succeeds (:attr:`last_success`) when ``class/infiniband`` could be
+    listed or does not exist (a node without HCAs); it fails when the listing
+    fails or the collect raised (logged; the scrape goes on without these families).
     """
 
-    def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys") -> None:
+    def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs_root = sysfs_root
         self._read_errors: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
-        self.last_duration_seconds = 0.0
+        self._labels = _InfiniBandLabels()
+        self._init_health(clock)
 
     def collect(self) -> Iterator[Metric]:
         """Read sysfs now and yield the families (see module docs for naming)."""
         start = time.perf_counter()
-        data = sysfs.read_infiniband(self.sysfs_root)
-        with self._lock:
-            for error in data.errors:
-                self._read_errors[(error.path, error.reason)] += 1
-            read_errors = sorted(self._read_errors.items())
+        try:
+            data = sysfs.read_infiniband(self.sysfs_root)
+            with self._lock:
+                for error in data.errors:
+                    self._read_errors[(error.path, error.reason)] += 1
+                read_errors = sorted(self._read_errors.items())
+            families = _InfiniBandFamilies(self._labels)
+            for device in data.devices:
+                families.add_device(device)
+            self._labels.rotate()
+            out = list(_nonempty([*families.in_order(), _read_errors_family(read_errors)]))
+        except Exception:  # noqa: BLE001 - one collector's bug must not fail the whole scrape
+            log.exception("infiniband collector failed")
+            self._record(False, start)
+            return
+        self._record(data.listed, start)
+        yield from out
 
-        families = _InfiniBandFamilies()
-        for device in data.devices:
-            families.add_device(device)
-        errors = _read_errors_family(read_errors)
-        self.last_duration_seconds = time.perf_counter() - start
-        yield from _nonempty([*families.in_order(), errors])
+
+class _InfiniBandLabels:
+    """The label sets of the InfiniBand families, kept across scrapes (:class:`LabelSets`)."""
+
+    def __init__(self) -> None:
+        self.hca_info = LabelSets(["hca", "board_id", "fw_ver", "hca_type", "node_guid"])
+        self.port = LabelSets(_PORT_LABELS)
+        self.port_info = LabelSets([*_PORT_LABELS, "rate", "speed"])
+        self.counters_info = LabelSets([*_PORT_LABELS, "table", "data_source"])
+        self.counter = LabelSets([*_PORT_LABELS, "counter"])
+
+    def rotate(self) -> None:
+        """End of a scrape (:meth:`LabelSets.rotate`)."""
+        for sets in (self.hca_info, self.port, self.port_info, self.counters_info, self.counter):
+            sets.rotate()
 
 
 class _InfiniBandFamilies:
     """The ``gpufleet_infiniband_*`` families of one scrape, filled one HCA at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, labels: _InfiniBandLabels) -> None:
+        self.labels = labels
         self.info = InfoMetricFamily(_name("infiniband_hca"), "HCA identification from sysfs (board_id, fw_ver, hca_type, node_guid); value 1.", labels=["hca"])
         self.port_info = InfoMetricFamily(
             _name("infiniband_port"),
             "Port rate text as the kernel prints it and the per-lane speed name (NDR, HDR...; '' when not printed); value 1.",
+            labels=_PORT_LABELS,
+        )
+        self.counters_info = InfoMetricFamily(
+            _name("infiniband_port_counters"),
+            "Where the port's counters come from; value 1. 'table' is what the kernel's counters/ is "
+            "(get_counter_table, drivers/infiniband/core/sysfs.c): 'extended' = PortCountersExtended (unicast_* "
+            "present, data and packet counters 64-bit), 'basic' = PortCounters (32-bit data and packet counters, "
+            "or the 64-bit no-IETF variant), 'absent' = no counters/. 'data_source' lists the directories the data "
+            "and packet counters were read from: 'counters', 'counters_64' (counters/*_64 twins), 'counters_ext' "
+            "(deprecated 64-bit directory of old out-of-tree drivers, used only beside a basic or absent table); "
+            "'' when none.",
             labels=_PORT_LABELS,
         )
         self.width = GaugeMetricFamily(
@@ -223,43 +305,72 @@ class _InfiniBandFamilies:
 
     def add_device(self, device: sysfs.InfiniBandDevice) -> None:
         """Add one HCA's identification and each of its ports' state, rate, counters and saturation."""
-        self.info.add_metric(
-            [device.name],
-            {
-                "board_id": device.board_id or "",
-                "fw_ver": device.fw_ver or "",
-                "hca_type": device.hca_type or "",
-                "node_guid": device.node_guid or "",
-            },
-        )
+        labels = self.labels
+        info = self.info
+        info.samples.append(_new(Sample, (info.name + "_info", labels.hca_info[
+            (device.name, device.board_id or "", device.fw_ver or "", device.hca_type or "", device.node_guid or "")],
+            1, None, None, None)))
+        named = {file: (family.samples.append, family.name + "_total", PORT_COUNTERS[file][2])
+                 for file, family in self.named.items()}
+        other, other_name = self.other.samples.append, self.other.name + "_total"
+        hw, hw_name = self.hw.samples.append, self.hw.name + "_total"
+        saturated, saturated_name = self.saturated.samples.append, self.saturated.name
+        counter_labels = labels.counter.__getitem__
+        is_saturated = sysfs.is_saturated
         for port in device.ports:
-            labels = [device.name, str(port.port), port.link_layer or ""]
+            key = (device.name, str(port.port), port.link_layer or "")
+            plabels = labels.port[key]
             if port.link_layer is not None or port.rate_text is not None:
-                self.port_info.add_metric(labels, {"rate": port.rate_text or "", "speed": port.speed or ""})
+                self.port_info.samples.append(_new(Sample, (self.port_info.name + "_info", labels.port_info[
+                    (*key, port.rate_text or "", port.speed or "")], 1, None, None, None)))
+            if port.table is not None:
+                self.counters_info.samples.append(_new(Sample, (self.counters_info.name + "_info", labels.counters_info[
+                    (*key, port.table, _data_source(port))], 1, None, None, None)))
             if port.width is not None:
-                self.width.add_metric(labels, port.width)
-            self.unsupported.add_metric(labels, len(port.unsupported))
+                self.width.samples.append(_new(Sample, (self.width.name, plabels, port.width, None, None, None)))
+            self.unsupported.samples.append(_new(Sample, (self.unsupported.name, plabels, len(port.unsupported),
+                                                          None, None, None)))
             if port.state is not None:
-                self.state.add_metric(labels, port.state.code)
+                self.state.samples.append(_new(Sample, (self.state.name, plabels, port.state.code, None, None, None)))
             if port.phys_state is not None:
-                self.phys.add_metric(labels, port.phys_state.code)
+                self.phys.samples.append(_new(Sample, (self.phys.name, plabels, port.phys_state.code, None, None, None)))
             if port.rate_bytes_per_second is not None:
-                self.rate.add_metric(labels, port.rate_bytes_per_second)
+                self.rate.samples.append(_new(Sample, (self.rate.name, plabels, port.rate_bytes_per_second,
+                                                       None, None, None)))
             for file, value in port.counters.items():
-                if file in self.named:
-                    self.named[file].add_metric(labels, value * PORT_COUNTERS[file][2])
+                clabels = counter_labels((*key, file))
+                target = named.get(file)
+                if target is not None:
+                    target[0](_new(Sample, (target[1], plabels, value * target[2], None, None, None)))
                 else:
-                    self.other.add_metric([*labels, file], value)
-                flag = sysfs.is_saturated(file, value, port)
+                    other(_new(Sample, (other_name, clabels, value, None, None, None)))
+                flag = is_saturated(file, value, port)
                 if flag is not None:
-                    self.saturated.add_metric([*labels, file], 1 if flag else 0)
-            for file, value in (port.hw_counters or {}).items():
-                self.hw.add_metric([*labels, file], value)
+                    saturated(_new(Sample, (saturated_name, clabels, 1 if flag else 0, None, None, None)))
+            if port.hw_counters:
+                for file, value in port.hw_counters.items():
+                    hw(_new(Sample, (hw_name, counter_labels((*key, file)), value, None, None, None)))
 
     def in_order(self) -> list[Metric]:
         """The families in exposition order."""
-        return [self.info, self.port_info, self.state, self.phys, self.rate, self.width, *self.named.values(),
-                self.other, self.hw, self.saturated, self.unsupported]
+        return [self.info, self.port_info, self.counters_info, self.state, self.phys, self.rate, self.width,
+                *self.named.values(), self.other, self.hw, self.saturated, self.unsupported]
+
+
+#: Counters whose source depends on the port's counter table (data and packet counters).
+_TABLE_DEPENDENT = sysfs.EXTENDABLE_COUNTERS | sysfs.EXTENDED_ONLY_COUNTERS
+
+
+def _data_source(port: sysfs.InfiniBandPort) -> str:
+    """The directories the port's data and packet counters came from, sorted and comma-joined
+    (``counters``, ``counters_64``, ``counters_ext``); '' when it has none."""
+    found = set()
+    for name in _TABLE_DEPENDENT:
+        source = port.sources.get(name)
+        if source is not None:
+            found.add("counters_ext" if source.startswith("counters_ext/") else
+                      "counters_64" if source.endswith("_64") else "counters")
+    return ",".join(sorted(found))
 
 
 def _read_errors_family(read_errors: list[tuple[tuple[str, str], int]]) -> CounterMetricFamily:
@@ -275,23 +386,31 @@ def _read_errors_family(read_errors: list[tuple[tuple[str, str], int]]) -> Count
     return errors
 
 
-class GpuCollector(Collector):
+class GpuCollector(_SourceHealth, Collector):
     """Collects ``gpufleet_gpu_*`` through an :class:`~gpufleet.exporter.nvml.NvmlSampler`.
+
+    Args:
+        sampler: the NVML sampler.
+        clock: Unix time in seconds, for :attr:`last_success_timestamp`.
 
     ``gpufleet_gpu_nvml_available`` is always present (0 without library or
     driver); a GPU NVML reports lost has ``gpufleet_gpu_lost 1`` and no
     other series; a GPU whose handle fails, or whose every read fails, has
     ``gpufleet_gpu_erroring 1``. Every GPU series is labelled ``gpu`` (index),
     ``uuid`` and ``pci_bus_id``. XID events and NVML errors accumulate
-    across scrapes.
+    across scrapes. A collect succeeds (:attr:`last_success`) when NVML
+    initialised and answered the device count, unless every GPU it lists
+    errored (erroring or lost); it fails without NVML or when the collect
+    raised (logged; the scrape goes on without these families).
     """
 
-    def __init__(self, sampler: NvmlSampler) -> None:
+    def __init__(self, sampler: NvmlSampler, clock: Callable[[], float] = time.time) -> None:
         self.sampler = sampler
         self._xids: Counter[tuple[str, str]] = Counter()
         self._errors: Counter[tuple[str, str, str]] = Counter()
         self._lock = threading.Lock()
-        self.last_duration_seconds = 0.0
+        self._labels = _GpuLabels()
+        self._init_health(clock)
 
     def _ids(self, gpu_label: str) -> tuple[str, str, str]:
         """``(gpu, uuid, pci_bus_id)`` label values of a GPU index label ('' for node-wide)."""
@@ -303,21 +422,48 @@ class GpuCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Sample NVML now and yield the families."""
         start = time.perf_counter()
-        sample = self.sampler.sample()
-        with self._lock:
-            for gpu_index, xid in sample.xid_events:
-                self._xids[(*self._ids(str(gpu_index)), str(xid))] += 1
-            for gpu_label, call, err in sample.errors:
-                self._errors[(*self._ids(gpu_label), call, err)] += 1
-            xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), kv[0][1:]))
-            errors = sorted(self._errors.items())
+        try:
+            sample = self.sampler.sample()
+            with self._lock:
+                for gpu_index, xid in sample.xid_events:
+                    self._xids[(*self._ids(str(gpu_index)), str(xid))] += 1
+                for gpu_label, call, err in sample.errors:
+                    self._errors[(*self._ids(gpu_label), call, err)] += 1
+                xids = sorted(self._xids.items(), key=lambda kv: (int(kv[0][0]), kv[0][1:]))
+                errors = sorted(self._errors.items())
 
-        families = _GpuFamilies(sample.available, sample.device_count)
-        for gpu in sample.gpus:
-            families.add_gpu(gpu)
-        xid, nvml_errors = _event_families(xids, errors)
-        self.last_duration_seconds = time.perf_counter() - start
-        yield from _nonempty([*families.in_order(), xid, nvml_errors])
+            families = _GpuFamilies(sample.available, sample.device_count, self._labels)
+            for gpu in sample.gpus:
+                families.add_gpu(gpu)
+            self._labels.rotate()
+            xid, nvml_errors = _event_families(xids, errors)
+            out = list(_nonempty([*families.in_order(), xid, nvml_errors]))
+        except Exception:  # noqa: BLE001 - one collector's bug must not fail the whole scrape
+            log.exception("nvml collector failed")
+            self._record(False, start)
+            return
+        answered = sample.available and sample.device_count is not None
+        all_errored = bool(sample.gpus) and all(gpu.lost or gpu.erroring for gpu in sample.gpus)
+        self._record(answered and not all_errored, start)
+        yield from out
+
+
+class _GpuLabels:
+    """The label sets of the GPU families, kept across scrapes (:class:`LabelSets`)."""
+
+    def __init__(self) -> None:
+        self.gpu = LabelSets(_GPU_LABELS)
+        self.info = LabelSets([*_GPU_LABELS, "name"])
+        self.reason = LabelSets([*_GPU_LABELS, "reason"])
+        self.type = LabelSets([*_GPU_LABELS, "type"])
+        self.cause = LabelSets([*_GPU_LABELS, "cause"])
+        self.link = LabelSets([*_GPU_LABELS, "link"])
+        self.link_type = LabelSets([*_GPU_LABELS, "link", "type"])
+
+    def rotate(self) -> None:
+        """End of a scrape (:meth:`LabelSets.rotate`)."""
+        for sets in (self.gpu, self.info, self.reason, self.type, self.cause, self.link, self.link_type):
+            sets.rotate()
 
 
 class _GpuFamilies:
@@ -326,9 +472,11 @@ class _GpuFamilies:
     Args:
         available: whether NVML initialised.
         device_count: GPUs the driver enumerates (None: not read).
+        labels: the collector's label sets.
     """
 
-    def __init__(self, available: bool, device_count: int | None) -> None:
+    def __init__(self, available: bool, device_count: int | None, labels: _GpuLabels) -> None:
+        self.labels = labels
         self.available = GaugeMetricFamily(
             _name("gpu_nvml_available"),
             "1 when NVML initialised (driver and libnvidia-ml present), 0 otherwise; without it no other gpufleet_gpu_* series exist.",
@@ -397,39 +545,49 @@ class _GpuFamilies:
 
     def add_gpu(self, gpu: GpuSample) -> None:
         """Add one GPU's series; a lost GPU gets ``gpufleet_gpu_lost 1`` and nothing else."""
-        g = [str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or ""]
-        self.lost.add_metric(g, 1 if gpu.lost else 0)
+        labels = self.labels
+        ids = (str(gpu.index), gpu.uuid or "", gpu.pci_bus_id or "")
+        g = labels.gpu[ids]
+
+        def add(family: Metric, value: float, label_set: object = g, suffix: str = "") -> None:
+            family.samples.append(_new(Sample, (family.name + suffix, label_set, value, None, None, None)))
+
+        add(self.lost, 1 if gpu.lost else 0)
         if gpu.lost:
             return
-        self.erroring.add_metric(g, 1 if gpu.erroring else 0)
+        add(self.erroring, 1 if gpu.erroring else 0)
         if gpu.name is not None:
-            self.info.add_metric(g, {"name": gpu.name})
+            add(self.info, 1, labels.info[(*ids, gpu.name)], "_info")
         if gpu.temperature_celsius is not None:
-            self.temp.add_metric(g, gpu.temperature_celsius)
+            add(self.temp, gpu.temperature_celsius)
         if gpu.memory_temperature_celsius is not None:
-            self.mem_temp.add_metric(g, gpu.memory_temperature_celsius)
+            add(self.mem_temp, gpu.memory_temperature_celsius)
         if gpu.power_watts is not None:
-            self.power.add_metric(g, gpu.power_watts)
+            add(self.power, gpu.power_watts)
         if gpu.clocks_event_reasons is not None:
             for reason, (bit, _) in CLOCKS_EVENT_REASONS.items():
-                self.reasons.add_metric([*g, reason], 1 if gpu.clocks_event_reasons & bit else 0)
+                add(self.reasons, 1 if gpu.clocks_event_reasons & bit else 0, labels.reason[(*ids, reason)])
         for type_name, count in gpu.ecc_errors.items():
-            self.ecc.add_metric([*g, type_name], count)
+            add(self.ecc, count, labels.type[(*ids, type_name)], "_total")
         for cause, count in gpu.retired_pages.items():
-            self.retired.add_metric([*g, cause], count)
+            add(self.retired, count, labels.cause[(*ids, cause)])
         if gpu.retired_pages_pending is not None:
-            self.retired_pending.add_metric(g, 1 if gpu.retired_pages_pending else 0)
+            add(self.retired_pending, 1 if gpu.retired_pages_pending else 0)
         for type_name, count in gpu.remapped_rows.items():
-            self.remapped.add_metric([*g, type_name], count)
+            add(self.remapped, count, labels.type[(*ids, type_name)])
         if gpu.remapped_rows_pending is not None:
-            self.remap_pending.add_metric(g, 1 if gpu.remapped_rows_pending else 0)
+            add(self.remap_pending, 1 if gpu.remapped_rows_pending else 0)
         if gpu.remapped_rows_failure is not None:
-            self.remap_failure.add_metric(g, 1 if gpu.remapped_rows_failure else 0)
+            add(self.remap_failure, 1 if gpu.remapped_rows_failure else 0)
+        up, up_name = self.nvlink_up.samples.append, self.nvlink_up.name
+        errors, errors_name = self.nvlink_errors.samples.append, self.nvlink_errors.name + "_total"
+        link_labels, link_type_labels = labels.link.__getitem__, labels.link_type.__getitem__
         for link in gpu.nvlinks:
+            number = str(link.link)
             if link.up is not None:
-                self.nvlink_up.add_metric([*g, str(link.link)], 1 if link.up else 0)
+                up(_new(Sample, (up_name, link_labels((*ids, number)), 1 if link.up else 0, None, None, None)))
             for type_name, count in link.errors.items():
-                self.nvlink_errors.add_metric([*g, str(link.link), type_name], count)
+                errors(_new(Sample, (errors_name, link_type_labels((*ids, number, type_name)), count, None, None, None)))
 
     def in_order(self) -> list[Metric]:
         """The families in exposition order."""

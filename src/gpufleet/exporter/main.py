@@ -43,21 +43,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class ExporterSelfCollector(Collector):
-    """``gpufleet_exporter_collector_duration_seconds{collector}``: time the previous collect took."""
+    """The exporter's own health, per collector (``infiniband``, ``nvml``), after node_exporter's
+    ``node_scrape_collector_{duration_seconds,success}``:
+
+    * ``gpufleet_exporter_collector_duration_seconds{collector}``: seconds the
+      collector's latest collect took;
+    * ``gpufleet_exporter_collector_success{collector}``: 1 when its latest
+      collect read its source, 0 when not (see :class:`InfiniBandCollector`
+      and :class:`GpuCollector` for what counts);
+    * ``gpufleet_exporter_collector_last_success_timestamp_seconds{collector}``:
+      Unix seconds of its latest successful collect; absent before the first.
+
+    Registered after the collectors, so a scrape reports the collects it just ran.
+    """
 
     def __init__(self, collectors: dict[str, InfiniBandCollector | GpuCollector]) -> None:
         self.collectors = collectors
 
     def collect(self) -> Iterator[Metric]:
-        """Yield one gauge sample per collector (seconds, from the previous scrape)."""
-        family = GaugeMetricFamily(
+        """Yield the three gauges, one sample per collector that has collected (last one only after a success)."""
+        duration = GaugeMetricFamily(
             "gpufleet_exporter_collector_duration_seconds",
-            "Seconds the collector's previous collect() took (sysfs reads or NVML calls).",
+            "Seconds the collector's latest collect() took (sysfs reads or NVML calls).",
+            labels=["collector"],
+        )
+        success = GaugeMetricFamily(
+            "gpufleet_exporter_collector_success",
+            "1 when the collector's latest collect read its source, 0 when not: infiniband 1 when "
+            "class/infiniband was listed or is absent, 0 when listing it failed; nvml 1 when NVML initialised and "
+            "answered the device count, 0 without NVML or when every GPU errored; 0 when the collect raised.",
+            labels=["collector"],
+        )
+        last = GaugeMetricFamily(
+            "gpufleet_exporter_collector_last_success_timestamp_seconds",
+            "Unix time in seconds of the collector's latest successful collect; absent before the first.",
             labels=["collector"],
         )
         for name, collector in self.collectors.items():
-            family.add_metric([name], collector.last_duration_seconds)
-        yield family
+            duration.add_metric([name], collector.last_duration_seconds)
+            if collector.last_success is not None:
+                success.add_metric([name], 1 if collector.last_success else 0)
+            if collector.last_success_timestamp is not None:
+                last.add_metric([name], collector.last_success_timestamp)
+        yield duration
+        if success.samples:
+            yield success
+        if last.samples:
+            yield last
 
 
 def build_registry(
@@ -70,8 +102,9 @@ def build_registry(
     Args:
         sysfs_root: sysfs mount point.
         nvml_backend: NVML backend; ``None`` leaves GPUs out entirely.
-        self_metrics: add process metrics and collector durations (not
-            deterministic, so off for ``--once`` fixtures).
+        self_metrics: add process metrics and the collectors' duration,
+            success and last-success gauges (:class:`ExporterSelfCollector`;
+            not deterministic, so off for ``--once`` fixtures).
     """
     registry = CollectorRegistry(auto_describe=False)
     collectors: dict[str, InfiniBandCollector | GpuCollector] = {"infiniband": InfiniBandCollector(sysfs_root)}

@@ -9,12 +9,45 @@ counter tables in ``drivers/infiniband/core/sysfs.c``::
 
     class/infiniband/<hca>/{board_id,fw_ver,hca_type,node_guid}
     class/infiniband/<hca>/ports/<port>/{state,phys_state,rate,link_layer}
-    class/infiniband/<hca>/ports/<port>/counters/<name>      (IBA PMA PortCounters[Extended])
+    class/infiniband/<hca>/ports/<port>/counters/<name>      (IBA PMA PortCounters or PortCountersExtended)
     class/infiniband/<hca>/ports/<port>/counters/<name>_64   (64-bit twins some drivers add)
-    class/infiniband/<hca>/ports/<port>/counters_ext/<name>  (64-bit counters of pre-4.5 kernels / old MLNX OFED)
+    class/infiniband/<hca>/ports/<port>/counters_ext/<name>  (deprecated: 64-bit counters of old out-of-tree drivers)
     class/infiniband/<hca>/ports/<port>/hw_counters/<name>   (driver counters, mlx5 and others)
 
-Shapes real drivers write, all handled (sysfs ABI, ``drivers/infiniband/core/sysfs.c``,
+What ``counters/`` is (``get_counter_table`` in ``drivers/infiniband/core/sysfs.c``,
+since Linux 4.5): the kernel asks the port's PMA for its ClassPortInfo and
+writes one of three tables under the same directory name:
+
+* ``IB_PMA_CLASS_CAP_EXT_WIDTH``: PortCountersExtended (``pma_group_ext``):
+  the 32-bit error counters, ``port_{xmit,rcv}_{data,packets}`` as 64-bit
+  counters and the ``{unicast,multicast}_{xmit,rcv}_packets`` only this table
+  has: their presence is the signal (:data:`TABLE_EXTENDED`);
+* ``IB_PMA_CLASS_CAP_EXT_WIDTH_NOIETF``: the same 64-bit data and packet
+  counters without the unicast/multicast ones (``pma_group_noietf``);
+* otherwise PortCounters (``pma_group``): data and packet counters 32-bit.
+
+The last two carry the same file names (:data:`TABLE_BASIC`); a value above
+``2**32 - 1`` shows the no-IETF table. ``counters_ext/`` is no kernel
+directory: old MLNX OFED releases (mlx4/mlx5, from before the kernel had
+the extended table) wrote it beside a 32-bit ``counters/``, and some still
+write it beside the kernel's extended table, where it is stale. How each counter's source is chosen
+(:func:`choose_counters`):
+
+==================================  ===========================================  ==========================
+``counters/`` (table)               data and packet counters from                unicast/multicast from
+==================================  ===========================================  ==========================
+extended (``unicast_*`` present)    ``counters/`` (64-bit); ``counters_ext/``    ``counters/``
+                                    and ``*_64`` twins are not used
+basic, with ``*_64`` twins          ``counters/<name>_64`` where one exists,     ``counters_ext/`` if any
+                                    else as in the rows below
+basic, with ``counters_ext/``       ``counters_ext/<name>_64``                   ``counters_ext/``
+basic alone                         ``counters/`` (32-bit, or no-IETF 64-bit)    none
+absent (no ``counters/``)           ``counters_ext/`` if any                     ``counters_ext/`` if any
+==================================  ===========================================  ==========================
+
+Error counters and ``port_xmit_wait`` always come from ``counters/``.
+
+Other shapes real drivers write, all handled (sysfs ABI, ``drivers/infiniband/core/sysfs.c``,
 and what mlx4/mlx5, MLNX OFED, irdma, rxe/siw and efa hosts show):
 
 * ``rate``: ``400 Gb/sec (4X NDR)``, ``2.5 Gb/sec (1X SDR)``, ``10 Gb/sec (4X)``
@@ -25,10 +58,6 @@ and what mlx4/mlx5, MLNX OFED, irdma, rxe/siw and efa hosts show):
   without a performance-management agent: iWARP, rxe) or fail with EINVAL,
   EOPNOTSUPP, ENOSYS or ENODATA: these are *unsupported*, not errors;
 * no ``counters/`` at all (irdma, efa), no ``hw_counters/`` (older drivers);
-* 64-bit data and packet counters in ``counters_ext/`` (``port_xmit_data_64``,
-  ``port_unicast_xmit_packets``...) or as ``*_64`` files beside the 32-bit
-  ones: preferred over the 32-bit counter, which clamps within a second at
-  NDR line rate;
 * ``link_layer`` ``InfiniBand`` or ``Ethernet`` (RoCE).
 
 Rules the reader keeps (and the exporter relies on):
@@ -41,7 +70,12 @@ Rules the reader keeps (and the exporter relies on):
   garbage) is recorded as a :class:`ReadError` naming the file and never raises;
 * counter values are returned raw under their canonical ``counters/`` name:
   ``port_xmit_data``/``port_rcv_data`` stay in the 4-octet units the IBA PMA
-  counts in, whichever file they came from (see :data:`DATA_OCTETS_PER_UNIT`).
+  counts in, whichever file they came from (see :data:`DATA_OCTETS_PER_UNIT`);
+  :attr:`InfiniBandPort.sources` names the file of each value.
+
+The reader runs on every scrape (hundreds of files): it joins string paths
+and reads with ``os.open``/``os.read`` rather than ``pathlib`` and buffered
+files, and parses counters straight from the bytes read.
 """
 
 from __future__ import annotations
@@ -51,6 +85,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: ``port_xmit_data`` and ``port_rcv_data`` count 32-bit words: "Total number of
 #: data octets, divided by 4 (lanes)" (sysfs-class-infiniband ABI; IBA vol. 1,
@@ -96,8 +131,8 @@ EXTENDABLE_COUNTERS = frozenset({"port_xmit_data", "port_rcv_data", "port_xmit_p
 #: lifetime of the driver statistics in milliseconds (kernel ``sysfs.c``).
 HW_COUNTER_NON_COUNTERS = frozenset({"lifespan"})
 
-#: ``counters_ext/`` files (64-bit PortCountersExtended of pre-4.5 kernels and old
-#: MLNX OFED) -> the canonical ``counters/`` name they stand for.
+#: ``counters_ext/`` files (64-bit PortCountersExtended of old out-of-tree MLNX OFED
+#: drivers) -> the canonical ``counters/`` name they stand for.
 COUNTERS_EXT_NAMES: dict[str, str] = {
     "port_xmit_data_64": "port_xmit_data",
     "port_rcv_data_64": "port_rcv_data",
@@ -108,6 +143,16 @@ COUNTERS_EXT_NAMES: dict[str, str] = {
     "port_multicast_xmit_packets": "multicast_xmit_packets",
     "port_multicast_rcv_packets": "multicast_rcv_packets",
 }
+
+#: What the kernel's ``counters/`` is (module docstring): PortCountersExtended
+#: (``unicast_*``/``multicast_*`` present; data and packet counters 64-bit), PortCounters
+#: (or its no-IETF 64-bit variant: same names), or no ``counters/`` directory.
+TABLE_EXTENDED = "extended"
+TABLE_BASIC = "basic"
+TABLE_ABSENT = "absent"
+#: Files only PortCountersExtended has (kernel ``pma_attrs_ext``).
+EXTENDED_ONLY_COUNTERS = frozenset({"unicast_xmit_packets", "unicast_rcv_packets",
+                                    "multicast_xmit_packets", "multicast_rcv_packets"})
 
 #: errno values of a read that mean "the device offers no value here", not a failure:
 #: EINVAL (``rate`` of a port without a valid width; counters some drivers refuse),
@@ -184,7 +229,11 @@ class InfiniBandPort:
             counters in 4-octet words), from the 64-bit file where one exists.
         sources: canonical name -> the file its value came from, relative to the
             port (``counters_ext/port_xmit_data_64``), for every counter in ``counters``.
-        wide: canonical names whose value came from a 64-bit file.
+        wide: canonical names whose value came from a 64-bit file (the
+            extended table's data and packet counters, ``*_64``, ``counters_ext/``).
+        table: what ``counters/`` is: :data:`TABLE_EXTENDED`, :data:`TABLE_BASIC`
+            or :data:`TABLE_ABSENT` (no directory); ``None`` on a port built by
+            hand, where :attr:`extended_counters` looks at ``counters``.
         hw_counters: ``hw_counters/<name>`` -> raw integer; ``None`` when the
             directory does not exist (not every driver has it).
         unsupported: files, relative to the port, that exist but offer no value
@@ -202,6 +251,7 @@ class InfiniBandPort:
     counters: dict[str, int] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     wide: frozenset[str] = frozenset()
+    table: str | None = None
     hw_counters: dict[str, int] | None = None
     unsupported: list[str] = field(default_factory=list)
 
@@ -215,7 +265,11 @@ class InfiniBandPort:
         ``unicast_*``/``multicast_*`` files, so their presence is the signal.
         (The rare "no IETF" extended table is 64-bit too but indistinguishable
         from the 32-bit one; :func:`is_saturated` handles it conservatively.)
+        Read from the directory listing (:attr:`table`), so a port whose
+        ``unicast_*`` files read ``N/A`` still counts as extended.
         """
+        if self.table is not None:
+            return self.table == TABLE_EXTENDED
         return "unicast_xmit_packets" in self.counters or "unicast_rcv_packets" in self.counters
 
 
@@ -245,11 +299,14 @@ class InfiniBandClass:
         devices: HCAs sorted by name (empty when the class directory is absent).
         errors: files that exist but could not be read or parsed.
         unsupported: files (relative to the sysfs root) that exist but offer no value.
+        listed: False when ``class/infiniband`` exists but could not be listed
+            (the error is in ``errors``); True when listed or absent.
     """
 
     devices: list[InfiniBandDevice] = field(default_factory=list)
     errors: list[ReadError] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
+    listed: bool = True
 
 
 def counter_width(name: str, port: InfiniBandPort) -> int | None:
@@ -340,35 +397,47 @@ def parse_counter(text: str) -> int:
 
 
 class _Reader:
-    """Reads files below one sysfs root, collecting errors and unsupported files instead of raising."""
+    """Reads files below one sysfs root, collecting errors and unsupported files instead of raising.
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    Paths are plain strings joined with ``/`` (the reader runs on every
+    scrape; ``pathlib`` objects cost more than the reads).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/") or "/"
+        self._cut = len(self.root) + (0 if self.root == "/" else 1)
         self.errors: list[ReadError] = []
         #: files (relative to the root) that offered no value this pass.
         self.unsupported: list[str] = []
 
-    def rel(self, path: Path) -> str:
+    def rel(self, path: str) -> str:
         """``path`` relative to the sysfs root, for error records."""
-        return path.relative_to(self.root).as_posix()
+        return path[self._cut:]
 
-    def text(self, path: Path) -> str | None:
-        """File content stripped; ``None`` when absent (silently), unsupported (listed) or unreadable (recorded)."""
+    def raw(self, path: str) -> bytes | None:
+        """The file's bytes; ``None`` when absent (silently), unsupported (listed) or unreadable (recorded)."""
         try:
             # os.open/os.read: no buffered-IO objects per file (hundreds of files per scrape).
             fd = os.open(path, os.O_RDONLY)
             try:
-                data = os.read(fd, 4096)
+                return os.read(fd, 4096)
             finally:
                 os.close(fd)
-        except FileNotFoundError:
-            return None
         except OSError as exc:
-            if exc.errno in UNSUPPORTED_ERRNOS:
-                self.unsupported.append(self.rel(path))
-            else:
-                self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+            self.os_error(path, exc)
             return None
+
+    def os_error(self, path: str, exc: OSError) -> None:
+        """Record a failed read: absent is silent, unsupported is listed, anything else is a :class:`ReadError`."""
+        if isinstance(exc, FileNotFoundError):
+            return
+        if exc.errno in UNSUPPORTED_ERRNOS:
+            self.unsupported.append(self.rel(path))
+        else:
+            self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
+
+    def decode(self, path: str, data: bytes) -> str | None:
+        """``data`` read from ``path`` as stripped ASCII; ``None`` when not ASCII (recorded) or ``N/A`` (listed)."""
         try:
             text = data.decode("ascii").strip()
         except UnicodeDecodeError:
@@ -379,7 +448,12 @@ class _Reader:
             return None
         return text
 
-    def parsed(self, path: Path, parse):
+    def text(self, path: str) -> str | None:
+        """File content stripped; ``None`` when absent (silently), unsupported (listed) or unreadable (recorded)."""
+        data = self.raw(path)
+        return None if data is None else self.decode(path, data)
+
+    def parsed(self, path: str, parse: Any) -> Any:
         """``parse(text)`` of the file; ``None`` when absent, unsupported, unreadable or malformed (recorded)."""
         text = self.text(path)
         if text is None:
@@ -390,10 +464,35 @@ class _Reader:
             self.errors.append(ReadError(self.rel(path), "malformed"))
             return None
 
-    def listdir(self, path: Path) -> list[str] | None:
+    def counter(self, path: str) -> int | None:
+        """One counter file as :func:`parse_counter` reads it; ``None`` as :meth:`parsed` gives it."""
+        data = self.raw(path)
+        if data is None:
+            return None
+        try:
+            # int() takes the bytes and their surrounding whitespace as they are: the common case.
+            value = int(data)
+        except ValueError:
+            return self._slow_counter(path, data)
+        if value < 0:
+            self.errors.append(ReadError(self.rel(path), "malformed"))
+            return None
+        return value
+
+    def _slow_counter(self, path: str, data: bytes) -> int | None:
+        text = self.decode(path, data)
+        if text is None:
+            return None
+        try:
+            return parse_counter(text)
+        except ValueError:
+            self.errors.append(ReadError(self.rel(path), "malformed"))
+            return None
+
+    def listdir(self, path: str) -> list[str] | None:
         """Sorted entry names; ``None`` when the directory is absent or unreadable (recorded)."""
         try:
-            return sorted(os.listdir(path))
+            names = os.listdir(path)
         except FileNotFoundError:
             return None
         except NotADirectoryError:
@@ -402,25 +501,46 @@ class _Reader:
         except OSError as exc:
             self.errors.append(ReadError(self.rel(path), _os_reason(exc)))
             return None
+        names.sort()
+        return names
 
-    def counters(self, directory: Path, skip: frozenset[str] = frozenset()) -> dict[str, int] | None:
-        """Every counter file of ``directory`` (minus ``skip``); ``None`` when the directory is absent."""
-        names = self.listdir(directory)
+    def counters(self, directory: str, names: list[str] | None,
+                 skip: frozenset[str] = frozenset()) -> dict[str, int] | None:
+        """Every counter file ``names`` of ``directory`` (minus ``skip``), each as :meth:`counter`
+        reads it; ``None`` when ``names`` is (no directory). The loop is :meth:`counter` inlined:
+        it runs for every counter file on every scrape."""
         if names is None:
             return None
         values: dict[str, int] = {}
+        prefix = directory + "/"
+        open_, read, close, rdonly = os.open, os.read, os.close, os.O_RDONLY
         for name in names:
             if name in skip:
                 continue
-            value = self.parsed(directory / name, parse_counter)
-            if value is not None:
-                values[name] = value
+            path = prefix + name
+            try:
+                fd = open_(path, rdonly)
+                try:
+                    data = read(fd, 4096)
+                finally:
+                    close(fd)
+            except OSError as exc:
+                self.os_error(path, exc)
+                continue
+            try:
+                value = int(data)
+            except ValueError:
+                value = self._slow_counter(path, data)
+                if value is None:
+                    continue
+            if value < 0:
+                self.errors.append(ReadError(self.rel(path), "malformed"))
+                continue
+            values[name] = value
         return values
 
 
 def _os_reason(exc: OSError) -> str:
-    import errno
-
     if isinstance(exc, IsADirectoryError):
         return "is_a_directory"
     return errno.errorcode.get(exc.errno or 0, type(exc).__name__).lower()
@@ -430,54 +550,105 @@ def _port_sort_key(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
 
 
-def _read_port(reader: _Reader, pdir: Path, number: int) -> InfiniBandPort:
+def counters_table(names: list[str] | None) -> str:
+    """What a ``counters/`` directory listing is: :data:`TABLE_EXTENDED`, :data:`TABLE_BASIC` or :data:`TABLE_ABSENT` (``None``: no directory).
+
+    Only PortCountersExtended has the ``unicast_*``/``multicast_*`` files
+    (kernel ``pma_attrs_ext``; module docstring).
+    """
+    if names is None:
+        return TABLE_ABSENT
+    return TABLE_EXTENDED if not EXTENDED_ONLY_COUNTERS.isdisjoint(names) else TABLE_BASIC
+
+
+def choose_counters(table: str, plain: dict[str, int], ext: dict[str, int] | None,
+                    ) -> tuple[dict[str, int], dict[str, str], frozenset[str]]:
+    """Pick each counter's source from what each directory is (the table in the module docstring).
+
+    Args:
+        table: what ``counters/`` is (:func:`counters_table`).
+        plain: values read from ``counters/`` (``*_64`` twins included).
+        ext: values read from ``counters_ext/``; ``None`` when it does not exist.
+
+    Returns:
+        ``(counters, sources, wide)`` as :class:`InfiniBandPort` keeps them:
+        canonical name -> value, canonical name -> file relative to the port,
+        and the canonical names whose value is a 64-bit counter.
+    """
+    counters: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    wide: set[str] = set()
+    extended = table == TABLE_EXTENDED
+    for name, value in plain.items():
+        if name.endswith("_64"):
+            continue
+        counters[name] = value
+        sources[name] = "counters/" + name
+        if extended and name in EXTENDABLE_COUNTERS:
+            wide.add(name)
+    if extended:
+        # The kernel's 64-bit table: counters_ext/ (old drivers, stale beside it) and twins are not used.
+        return counters, sources, frozenset(wide)
+    # 32-bit (or indistinguishable no-IETF) table, or none: 64-bit twins, then counters_ext/.
+    for name, value in plain.items():
+        if name.endswith("_64"):
+            canonical = name.removesuffix("_64")
+            counters[canonical] = value
+            sources[canonical] = "counters/" + name
+            wide.add(canonical)
+    for name, value in (ext or {}).items():
+        canonical = COUNTERS_EXT_NAMES.get(name)
+        if canonical is None:
+            key = "counters_ext/" + name
+            counters[key] = value
+            sources[key] = key
+            continue
+        if canonical in wide:  # a counters/<name>_64 twin: the kernel's own file wins
+            continue
+        counters[canonical] = value
+        sources[canonical] = "counters_ext/" + name
+        wide.add(canonical)
+    return counters, sources, frozenset(wide)
+
+
+def _read_port(reader: _Reader, pdir: str, number: int) -> InfiniBandPort:
     """One port directory (module docstring for the shapes), never raising."""
     first_unsupported = len(reader.unsupported)
-    rate_text = reader.text(pdir / "rate")
+    rate_text = reader.text(pdir + "/rate")
     rate = None
     if rate_text is not None:
         try:
             rate = parse_rate_full(rate_text)
         except ValueError:
-            reader.errors.append(ReadError(reader.rel(pdir / "rate"), "malformed"))
+            reader.errors.append(ReadError(reader.rel(pdir + "/rate"), "malformed"))
             rate_text = None
-    counters: dict[str, int] = {}
-    sources: dict[str, str] = {}
-    wide: set[str] = set()
-    plain = reader.counters(pdir / "counters") or {}
-    for name, value in plain.items():
-        if name.endswith("_64"):
-            continue
-        counters[name], sources[name] = value, f"counters/{name}"
-    # 64-bit twins win over the 32-bit counters: counters/<name>_64, then counters_ext/.
-    for name, value in plain.items():
-        if name.endswith("_64"):
-            canonical = name.removesuffix("_64")
-            counters[canonical], sources[canonical] = value, f"counters/{name}"
-            wide.add(canonical)
-    for name, value in (reader.counters(pdir / "counters_ext") or {}).items():
-        canonical = COUNTERS_EXT_NAMES.get(name)
-        if canonical is None:
-            counters[f"counters_ext/{name}"], sources[f"counters_ext/{name}"] = value, f"counters_ext/{name}"
-            continue
-        counters[canonical], sources[canonical] = value, f"counters_ext/{name}"
-        wide.add(canonical)
+    names = reader.listdir(pdir + "/counters")
+    table = counters_table(names)
+    plain = reader.counters(pdir + "/counters", names) or {}
+    if table == TABLE_EXTENDED:
+        ext = None  # deprecated beside the kernel's extended table: not read at all
+    else:
+        ext = reader.counters(pdir + "/counters_ext", reader.listdir(pdir + "/counters_ext"))
+    counters, sources, wide = choose_counters(table, plain, ext)
     port = InfiniBandPort(
         port=number,
-        state=reader.parsed(pdir / "state", parse_enum),
-        phys_state=reader.parsed(pdir / "phys_state", parse_enum),
+        state=reader.parsed(pdir + "/state", parse_enum),
+        phys_state=reader.parsed(pdir + "/phys_state", parse_enum),
         rate_text=rate_text,
         rate_bytes_per_second=None if rate is None else rate.bytes_per_second,
         width=None if rate is None else rate.width,
         speed=None if rate is None else rate.speed,
-        link_layer=reader.text(pdir / "link_layer"),
+        link_layer=reader.text(pdir + "/link_layer"),
         counters=counters,
         sources=sources,
-        wide=frozenset(wide),
-        hw_counters=reader.counters(pdir / "hw_counters", HW_COUNTER_NON_COUNTERS),
+        wide=wide,
+        table=table,
+        hw_counters=reader.counters(pdir + "/hw_counters", reader.listdir(pdir + "/hw_counters"),
+                                    HW_COUNTER_NON_COUNTERS),
     )
-    prefix = reader.rel(pdir) + "/"
-    port.unsupported = [p.removeprefix(prefix) for p in reader.unsupported[first_unsupported:]]
+    if len(reader.unsupported) > first_unsupported:
+        cut = len(reader.rel(pdir)) + 1
+        port.unsupported = [p[cut:] for p in reader.unsupported[first_unsupported:]]
     return port
 
 
@@ -494,24 +665,25 @@ def read_infiniband(sysfs_root: str | os.PathLike[str] = "/sys") -> InfiniBandCl
     Never raises for file content or permissions; those become
     :class:`ReadError` entries naming the file.
     """
-    root = Path(sysfs_root)
-    reader = _Reader(root)
+    reader = _Reader(os.fspath(sysfs_root))
     result = InfiniBandClass(errors=reader.errors)
-    class_dir = root / "class" / "infiniband"
-    for hca in reader.listdir(class_dir) or []:
-        hca_dir = class_dir / hca
+    class_dir = reader.root.rstrip("/") + "/class/infiniband"
+    hcas = reader.listdir(class_dir)
+    result.listed = hcas is not None or not reader.errors
+    for hca in hcas or []:
+        hca_dir = f"{class_dir}/{hca}"
         device = InfiniBandDevice(
             name=hca,
-            board_id=reader.text(hca_dir / "board_id"),
-            fw_ver=reader.text(hca_dir / "fw_ver"),
-            hca_type=reader.text(hca_dir / "hca_type"),
-            node_guid=reader.text(hca_dir / "node_guid"),
+            board_id=reader.text(hca_dir + "/board_id"),
+            fw_ver=reader.text(hca_dir + "/fw_ver"),
+            hca_type=reader.text(hca_dir + "/hca_type"),
+            node_guid=reader.text(hca_dir + "/node_guid"),
         )
-        ports_dir = hca_dir / "ports"
+        ports_dir = hca_dir + "/ports"
         for port_name in sorted(reader.listdir(ports_dir) or [], key=_port_sort_key):
             if not port_name.isdigit():
                 continue
-            device.ports.append(_read_port(reader, ports_dir / port_name, int(port_name)))
+            device.ports.append(_read_port(reader, f"{ports_dir}/{port_name}", int(port_name)))
         result.devices.append(device)
     result.unsupported = reader.unsupported
     return result

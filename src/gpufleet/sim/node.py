@@ -457,6 +457,43 @@ def ib_shapes_node() -> Node:
     return desc
 
 
+def ib_tables_node() -> Node:
+    """Each shape of a port's counter directories, and the source the exporter must pick for it
+    (:func:`gpufleet.exporter.sysfs.choose_counters`), on a node without GPUs:
+
+    * ``mlx4_0``: ConnectX-3 on an upstream kernel, no extended counters: the
+      32-bit PortCounters ``counters/`` alone (data counters from it, no unicast);
+    * ``mlx4_1``: ConnectX-3 Pro with extended counters: the kernel's 64-bit
+      PortCountersExtended ``counters/`` (``unicast_*`` present);
+    * ``mlx4_2``: mlx4 under MLNX OFED on an old kernel: 32-bit ``counters/`` and
+      the 64-bit ``counters_ext/`` beside it (data and unicast from ``counters_ext/``);
+    * ``mlx5_0``: mlx5 with extended counters under MLNX OFED: the kernel's 64-bit
+      ``counters/`` and a stale ``counters_ext/`` reading 0 (data from ``counters/``);
+    * ``mlx5_1``: mlx5 without extended counters (old firmware): 32-bit ``counters/``
+      alone, the data counter clamped at all-ones (saturated);
+    * ``mlx5_2``: ``counters_ext/`` alone, no ``counters/`` (data from ``counters_ext/``);
+    * ``mlx5_3``: neither directory, only ``hw_counters/`` (no PMA counters at all).
+    """
+    clamped = (1 << 32) - 1
+    basic = ib_counters(extended=False)
+    stale = {name: 0 for name in ib_counters_ext()}
+    hcas = [
+        hca("mlx4_0", [ib_port(rate="56 Gb/sec (4X FDR)", hw_counters=None, counters=dict(basic))], hca_type="MT4099"),
+        hca("mlx4_1", [ib_port(rate="56 Gb/sec (4X FDR)", hw_counters=None)], hca_type="MT4103"),
+        hca("mlx4_2", [ib_port(rate="56 Gb/sec (4X FDR)", hw_counters=None, counters=dict(basic),
+                               counters_ext=ib_counters_ext())], hca_type="MT4099"),
+        hca("mlx5_0", [ib_port(counters_ext=stale)]),
+        hca("mlx5_1", [ib_port(rate="100 Gb/sec (4X EDR)",
+                               counters=ib_counters(extended=False, port_xmit_data=clamped))], hca_type="MT4115"),
+        hca("mlx5_2", [ib_port(rate="100 Gb/sec (4X EDR)", counters=None, counters_ext=ib_counters_ext())],
+            hca_type="MT4115"),
+        hca("mlx5_3", [ib_port(counters=None)]),
+    ]
+    desc = node("ib-tables", [], hcas)
+    desc["nvml"] = "library_not_found"
+    return desc
+
+
 def no_nvml_node() -> Node:
     """A node without the NVIDIA driver: NVML reports LIBRARY_NOT_FOUND, InfiniBand still works."""
     desc = node("no-nvml", [], [hca("mlx5_0"), hca("mlx5_1", [roce_port()], hca_type="MT4125")])
@@ -476,6 +513,7 @@ FIXTURE_NODES: dict[str, Callable[[], Node]] = {
     "no-driver": no_driver_node,
     "pcie": pcie_node,
     "ib-shapes": ib_shapes_node,
+    "ib-tables": ib_tables_node,
 }
 
 
