@@ -12,7 +12,8 @@ and keeps objects as plain JSON dicts.
 * :mod:`~gpufleet.kube.errors`: :class:`KubeError` and its subclasses;
 * :mod:`~gpufleet.kube.informer` and :mod:`~gpufleet.kube.workqueue`: the
   watch cache and work queue controllers share;
-* :mod:`~gpufleet.kube.leader`: leader election through a Lease;
+* :mod:`~gpufleet.kube.leader`: leader election through a Lease, and
+  :mod:`~gpufleet.kube.fence`: the client's writes only while it is held;
 * :mod:`~gpufleet.kube.retry`: backoff and retry policy;
 * :mod:`~gpufleet.kube.events`, :mod:`~gpufleet.kube.times`,
   :mod:`~gpufleet.kube.quantity`: Events, API timestamps, quantities.
@@ -23,9 +24,10 @@ from __future__ import annotations
 from .client import Kube, api_path
 from .config import ClusterConfig, load_config
 from .errors import (
-    ConfigError, Conflict, Expired, Forbidden, Invalid, KubeError, NotFound, ServerError, TooManyRequests,
-    Unauthorized, Unreachable,
+    ConfigError, Conflict, Expired, Forbidden, Invalid, KubeError, LeadershipLost, NotFound, ServerError,
+    TooManyRequests, Unauthorized, Unreachable,
 )
 
 __all__ = ["ClusterConfig", "ConfigError", "Conflict", "Expired", "Forbidden", "Invalid", "Kube", "KubeError",
-           "NotFound", "ServerError", "TooManyRequests", "Unauthorized", "Unreachable", "api_path", "load_config"]
+           "LeadershipLost", "NotFound", "ServerError", "TooManyRequests", "Unauthorized", "Unreachable", "api_path",
+           "load_config"]
