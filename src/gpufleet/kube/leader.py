@@ -263,8 +263,10 @@ class LeaderElector:
         Leadership ends at the renew deadline by the clock, whatever the
         renewing request is doing: then the fence trips (a fenced client
         writes no more and drops its connections), :attr:`leading` is cleared
-        and ``leader_stop`` is set. ``leader_stop`` is also set when ``stop``
-        is set; ``lead`` must return soon after. When ``lead`` returns by
+        and ``leader_stop`` is set; ``lead`` is waited for one retry period
+        at most (a thread stuck in a request is abandoned: the process
+        exits). ``leader_stop`` is also set when ``stop`` is set; ``lead``
+        must return soon after. When ``lead`` returns by
         itself, or on a clean stop, the fence trips and the Lease is released.
         ``on_wait``: see :meth:`acquire`.
         """
@@ -280,7 +282,8 @@ class LeaderElector:
             self.leading.clear()
             leader_stop.set()
             log.warning("Lease %s/%s lost by %s: %s; stopped acting", self.namespace, self.name, self.identity, why)
-            worker.join(timeout=max(self.timings.renew_deadline, 5.0))
+            # Not waited for long: its writes are refused from now on, and a write in flight may hang.
+            worker.join(timeout=self.timings.retry_period)
             return True
         leader_stop.set()
         worker.join(timeout=max(self.timings.renew_deadline, 5.0))
