@@ -29,6 +29,7 @@ is held, and may take only the time left to the renew deadline.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -138,11 +139,12 @@ class Kube:
         cfg.retries = retries.transport_retries()
         self._rest = rest.RESTClientObject(cfg)
         # Requests sent once (a deadline-bound write, a renewal): their own pool without transport retries,
-        # since a retry would start a second attempt with the whole timeout again.
-        cfg.retries = Retry(total=0, redirect=0, status=0, other=0, raise_on_status=False,
-                            respect_retry_after_header=False)
-        self._rest_once = rest.RESTClientObject(cfg)
-        cfg.retries = retries.transport_retries()
+        # since a retry would start a second attempt with the whole timeout again. A shallow copy: the TLS
+        # settings are the same, the configuration others share is left alone.
+        once = copy.copy(cfg)
+        once.retries = Retry(total=0, redirect=0, status=0, other=0, raise_on_status=False,
+                             respect_retry_after_header=False)
+        self._rest_once = rest.RESTClientObject(once)
         self.fence: Fence | None = None
         self._resources: dict[tuple[str, str], tuple[str, bool]] = dict(KNOWN_KINDS)
         self._resources_lock = threading.Lock()
