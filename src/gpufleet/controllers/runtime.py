@@ -71,7 +71,7 @@ def kube_from_args(args: argparse.Namespace, *, user_agent: str) -> Kube:
 
 
 class LeaderCollector:
-    """``gpufleet_leader_is_leader{lease="<namespace>/<name>"}``: 1 while this process acts as the Lease's leader, else 0.
+    """``gpufleet_leader_is_leader{lease="<namespace>/<name>"}``: 1 while this process acts as the leader, else 0.
 
     Read from the elector at each scrape (:meth:`gpufleet.kube.leader.LeaderElector.is_leader`):
     0 from the renew deadline on, by the clock, even while a renewal is still in flight.

@@ -25,8 +25,8 @@ client (no second client, no process-wide configuration):
 
 Why two leaders never act at once: the follower takes over only
 ``lease_duration`` after it last saw the record change, which is after the
-leader's last successful renewal was written, so after that renewal was
-sent; the leader stopped ``renew_deadline`` after sending it, and
+leader's last successful renewal was written, so after that renewal
+started; the leader stopped ``renew_deadline`` after it started, and
 ``lease_duration > renew_deadline`` (:class:`Timings`). The margin
 (5 s by default) absorbs the clocks' rates, not their offsets: only
 durations on each process's own monotonic clock are compared.
@@ -244,7 +244,10 @@ class LeaderElector:
                 return
 
     def _watch(self, stop: threading.Event, worker: threading.Thread) -> str | None:
-        """Wait, by the clock, for the deadline, another holder, ``stop`` or the end of ``worker``; why leadership was lost, or None."""
+        """Wait, by the clock, for the deadline, another holder, ``stop`` or the end of ``worker``.
+
+        Returns why leadership was lost, or None (a stop, or ``worker`` returned).
+        """
         while True:
             if self._taken.is_set():
                 return f"the Lease is held by {self.holder}"
