@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter
@@ -55,8 +56,14 @@ def test_run_with_a_lease_runs_the_loop_through_leader_election_loaded_on_demand
     made: list[tuple] = []
 
     class Elector:
+        fence = None
+
         def __init__(self, kube, name, namespace, timings):
+            self.name, self.namespace = name, namespace
             made.append((kube, name, namespace, timings))
+
+        def is_leader(self):
+            return True
 
         def run(self, lead, stop, on_wait=None):
             lead(threading.Event())
@@ -64,8 +71,68 @@ def test_run_with_a_lease_runs_the_loop_through_leader_election_loaded_on_demand
 
     monkeypatch.setattr(leader, "LeaderElector", Elector)
     ran: list[bool] = []
-    kube = object()
+    class Kube:
+        def fence_writes(self, fence):
+            pass
+
+    kube = Kube()
     code = runtime.run("test", lambda stop: ran.append(True), metrics_port=0, kube=kube, lease=("l", "ns"),
                        stop=threading.Event())
     assert code == 1 and ran == [True]
     assert made == [(kube, "l", "ns", leader.Timings())]
+
+
+def test_with_a_lease_the_client_is_fenced_and_is_leader_follows_the_deadline_then_exit_1():
+    """The loop's writes go through while leading; once the API server stops answering, the process stops
+    acting at the renew deadline (``gpufleet_leader_is_leader`` 0, writes refused) and ``run`` returns 1."""
+    from gpufleet.kube import KubeError, LeadershipLost
+    from gpufleet.kube.leader import Timings
+
+    from ..kube.leases import FakeLeaseApi
+
+    api = FakeLeaseApi()
+    registry = CollectorRegistry()
+    timings = Timings(lease_duration=1.5, renew_deadline=1.0, retry_period=0.2)
+    leading, done = threading.Event(), threading.Event()
+    refused: list[str] = []
+    gauge: list[float] = []
+
+    def is_leader() -> float | None:
+        return registry.get_sample_value("gpufleet_leader_is_leader", {"lease": "ns/test-lease"})
+
+    def loop(stop: threading.Event) -> None:
+        leading.set()
+        while not stop.is_set():
+            try:
+                api.patch("v1", "nodes", "n", {"spec": {}})
+            except LeadershipLost as exc:
+                refused.append(str(exc))
+            except KubeError:
+                pass
+            stop.wait(0.05)
+        time.sleep(0.5)  # slow to return: run waits one retry period for it, the gauge says 0 meanwhile
+        try:
+            api.patch("v1", "nodes", "n", {"spec": {}})  # one more write after the stop: refused, not sent
+        except LeadershipLost as exc:
+            refused.append(str(exc))
+        done.set()
+
+    result: list[int] = []
+    t = threading.Thread(target=lambda: result.append(runtime.run(
+        "test", loop, metrics_port=0, registry=registry, kube=api, lease=("test-lease", "ns"), timings=timings)))
+    assert is_leader() is None
+    t.start()
+    assert leading.wait(5)
+    gauge.append(is_leader())
+    api.hang()
+    hung_at = time.monotonic()
+    while (now := is_leader()) == 1.0 and time.monotonic() - hung_at < 5:
+        time.sleep(0.005)
+    gauge.append(now)
+    t.join(5)
+    assert result == [1] and gauge == [1.0, 0.0]
+    deadline = hung_at + timings.renew_deadline
+    assert all(at <= deadline for at, method, _ in api.writes if method == "PATCH")
+    assert done.wait(5)
+    assert refused and "was lost (not renewed within the renew deadline (1 s))" in refused[-1]
+    assert is_leader() is None  # unregistered with the elector

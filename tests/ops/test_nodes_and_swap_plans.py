@@ -227,3 +227,20 @@ def test_refusals_back_off_exponentially_with_jitter_up_to_a_cap():
         requests += 1
         t += b.next()
     assert requests <= 17
+
+
+def test_an_eviction_by_a_process_that_no_longer_leads_ends_the_drain_instead_of_counting_as_refused():
+    from gpufleet.kube import Kube, LeadershipLost
+    from gpufleet.kube.config import from_dict
+    from gpufleet.kube.fence import Fence
+    from gpufleet.ops.drain import PodRef, evict
+
+    doc = {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+           "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9"}}],
+           "users": [{"name": "u", "user": {"token": "t"}}]}
+    kube = Kube(from_dict(doc, source="test"))
+    fence = Fence("gpufleet-system/gpufleet-node-health")
+    kube.fence_writes(fence)
+    fence.trip("not renewed within the renew deadline (10 s)")
+    with pytest.raises(LeadershipLost, match="was lost"):
+        evict(kube, PodRef("ns", "p", "uid-1"))

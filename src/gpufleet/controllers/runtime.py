@@ -6,7 +6,12 @@ builds what it runs, and hands :func:`run` a ``loop(stop)`` that works until
 ``stop`` is set. :func:`run` serves ``/metrics`` and ``/healthz``, stops on
 SIGTERM/SIGINT and, with leader election, runs ``loop`` only while this
 instance holds the Lease (:class:`gpufleet.kube.leader.LeaderElector`, on the
-command's own client).
+command's own client). The client's writes are fenced by the Lease
+(:meth:`gpufleet.kube.Kube.fence_writes`): refused before it is acquired and
+from the renew deadline on, by the clock, whatever a request is doing, so a
+leader whose API server stops answering stops acting at its deadline, before
+a follower can take over. ``/metrics`` then carries
+``gpufleet_leader_is_leader`` (:class:`LeaderCollector`).
 
 The Kubernetes client and leader election are imported only where a command
 asks for them (:func:`kube_from_args`, :func:`run` with a Lease): a process
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 
 from gpufleet import cliargs
 
@@ -35,7 +41,7 @@ from .serve import Liveness, serve
 
 if TYPE_CHECKING:  # loaded at run time only by the commands that talk to an API server
     from gpufleet.kube import Kube
-    from gpufleet.kube.leader import Timings
+    from gpufleet.kube.leader import LeaderElector, Timings
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,26 @@ def kube_from_args(args: argparse.Namespace, *, user_agent: str) -> Kube:
     return Kube.from_kubeconfig(args.kubeconfig, getattr(args, "context", None), user_agent=user_agent)
 
 
+class LeaderCollector:
+    """``gpufleet_leader_is_leader{lease="<namespace>/<name>"}``: 1 while this process acts as the leader, else 0.
+
+    Read from the elector at each scrape (:meth:`gpufleet.kube.leader.LeaderElector.is_leader`):
+    0 from the renew deadline on, by the clock, even while a renewal is still in flight.
+    """
+
+    def __init__(self, elector: LeaderElector):
+        self.elector = elector
+
+    def collect(self):
+        """One gauge family with one sample."""
+        e = self.elector
+        g = GaugeMetricFamily("gpufleet_leader_is_leader",
+                              "1 while this process holds the leader-election Lease and its renew deadline is ahead "
+                              "(it acts), else 0 (it follows, or stopped acting).", labels=["lease"])
+        g.add_metric([f"{e.namespace}/{e.name}"], 1.0 if e.is_leader() else 0.0)
+        yield g
+
+
 def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: int, liveness: Liveness | None = None,
         registry: CollectorRegistry = REGISTRY, host: str = "0.0.0.0", kube: Kube | None = None,
         lease: tuple[str, str] | None = None, timings: Timings | None = None,
@@ -87,7 +113,9 @@ def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: 
         registry: what ``/metrics`` exposes.
         host: address to listen on.
         kube / lease: with both, ``loop`` runs only while this instance
-            holds Lease ``(name, namespace)``; waiting for it counts as healthy.
+            holds Lease ``(name, namespace)``; waiting for it counts as
+            healthy; ``kube``'s writes are fenced by the Lease and
+            ``registry`` gets ``gpufleet_leader_is_leader``.
         timings: Lease timings (``--leader-elect-*``; None: the defaults of
             :class:`gpufleet.kube.leader.Timings`).
         stop: set it to stop from another thread (tests).
@@ -106,13 +134,19 @@ def run(command: str, loop: Callable[[threading.Event], None], *, metrics_port: 
 
         name, namespace = lease
         elector = LeaderElector(kube, name, namespace, timings=timings or Timings())
+        kube.fence_writes(elector.fence)
+        collector = LeaderCollector(elector)
+        registry.register(collector)
         beat = liveness.beat if liveness is not None else None
 
         def lead(leader_stop: threading.Event) -> None:
             log.info("%s: leading (Lease %s/%s)", command, namespace, name)
             loop(leader_stop)
 
-        lost = elector.run(lead, stop, on_wait=beat)
+        try:
+            lost = elector.run(lead, stop, on_wait=beat)
+        finally:
+            registry.unregister(collector)
         if lost:
             log.warning("%s: lost the Lease %s/%s; exiting so that the new leader acts alone", command, namespace, name)
         return 1 if lost else 0

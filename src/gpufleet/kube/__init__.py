@@ -13,7 +13,8 @@ and keeps objects as plain JSON dicts.
 * :mod:`~gpufleet.kube.informer` and :mod:`~gpufleet.kube.workqueue`: the
   watch cache and work queue controllers share, with the queue's
   per-key rate limiters in :mod:`~gpufleet.kube.ratelimit`;
-* :mod:`~gpufleet.kube.leader`: leader election through a Lease;
+* :mod:`~gpufleet.kube.leader`: leader election through a Lease, and
+  :mod:`~gpufleet.kube.fence`: the client's writes only while it is held;
 * :mod:`~gpufleet.kube.retry`: backoff and retry policy;
 * :mod:`~gpufleet.kube.events`, :mod:`~gpufleet.kube.times`,
   :mod:`~gpufleet.kube.quantity`: Events, API timestamps, quantities.
@@ -24,9 +25,10 @@ from __future__ import annotations
 from .client import Kube, api_path
 from .config import ClusterConfig, load_config
 from .errors import (
-    ConfigError, Conflict, Expired, Forbidden, Invalid, KubeError, NotFound, ServerError, TooManyRequests,
-    Unauthorized, Unreachable,
+    ConfigError, Conflict, Expired, Forbidden, Invalid, KubeError, LeadershipLost, NotFound, ServerError,
+    TooManyRequests, Unauthorized, Unreachable,
 )
 
 __all__ = ["ClusterConfig", "ConfigError", "Conflict", "Expired", "Forbidden", "Invalid", "Kube", "KubeError",
-           "NotFound", "ServerError", "TooManyRequests", "Unauthorized", "Unreachable", "api_path", "load_config"]
+           "LeadershipLost", "NotFound", "ServerError", "TooManyRequests", "Unauthorized", "Unreachable", "api_path",
+           "load_config"]

@@ -20,10 +20,16 @@ Shapes:
 
 Errors: :mod:`gpufleet.kube.errors` (``KubeError`` and its subclasses;
 no answer at all is :class:`~gpufleet.kube.errors.Unreachable`).
+
+A component under leader election fences its client
+(:meth:`Kube.fence_writes`, :mod:`gpufleet.kube.fence`): every write is
+refused with :class:`~gpufleet.kube.errors.LeadershipLost` unless the Lease
+is held, and may take only the time left to the renew deadline.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import threading
@@ -34,13 +40,15 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 from kubernetes.client import rest
+from urllib3.util.retry import Retry
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.names import FIELD_MANAGER
 
-from . import retry
+from . import retry as retries
 from .config import ClusterConfig, load_config
 from .errors import Conflict, KubeError, NotFound, Unreachable, error_from
+from .fence import Fence
 
 Obj = dict[str, Any]
 
@@ -128,8 +136,16 @@ class Kube:
         self.field_manager = field_manager
         cfg = self.config.configuration
         cfg.connection_pool_maxsize = max_connections
-        cfg.retries = retry.transport_retries()
+        cfg.retries = retries.transport_retries()
         self._rest = rest.RESTClientObject(cfg)
+        # Requests sent once (a deadline-bound write, a renewal): their own pool without transport retries,
+        # since a retry would start a second attempt with the whole timeout again. A shallow copy: the TLS
+        # settings are the same, the configuration others share is left alone.
+        once = copy.copy(cfg)
+        once.retries = Retry(total=0, redirect=0, status=0, other=0, raise_on_status=False,
+                             respect_retry_after_header=False)
+        self._rest_once = rest.RESTClientObject(once)
+        self.fence: Fence | None = None
         self._resources: dict[tuple[str, str], tuple[str, bool]] = dict(KNOWN_KINDS)
         self._resources_lock = threading.Lock()
 
@@ -147,6 +163,20 @@ class Kube:
     def close(self) -> None:
         """Close every pooled connection."""
         self._rest.close()
+        self._rest_once.close()
+
+    def fence_writes(self, fence: Fence) -> None:
+        """From now on, admit writes only as ``fence`` says (:mod:`gpufleet.kube.fence`).
+
+        Every POST, PUT, PATCH and DELETE of this client (create, patch,
+        replace, delete, evict, apply, Events) raises
+        :class:`~gpufleet.kube.errors.LeadershipLost` without being sent
+        unless the fence is held, and is otherwise sent once with its timeout
+        cut to the seconds the fence has left. When the fence trips, the
+        pooled connections are closed.
+        """
+        self.fence = fence
+        fence.on_trip(self.close)
 
     def __enter__(self) -> "Kube":
         return self
@@ -157,7 +187,8 @@ class Kube:
     # ------------------------------------------------------------------ transport
 
     def _send(self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, content_type: str | None,
-              accept: str | None, timeout: float | tuple[float, float] | None) -> rest.RESTResponse:
+              accept: str | None, timeout: float | tuple[float, float] | None,
+              once: bool = False) -> rest.RESTResponse:
         cfg = self.config.configuration
         headers = {"Accept": accept or "application/json", "User-Agent": self.user_agent}
         token = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
@@ -168,8 +199,8 @@ class Kube:
         query = _query(params)
         url = f"{cfg.host}{path}" + (f"?{query}" if query else "")
         try:
-            return self._rest.request(method, url, headers=headers, body=body,
-                                      _request_timeout=timeout if timeout is not None else self.timeout)
+            return (self._rest_once if once else self._rest).request(
+                method, url, headers=headers, body=body, _request_timeout=timeout if timeout is not None else self.timeout)
         except ApiException as exc:  # the REST layer's wrapping of TLS failures
             raise Unreachable(f"{self.server}: {exc.reason}", path=f"{method} {path}") from None
         except _NETWORK_ERRORS as exc:
@@ -177,7 +208,7 @@ class Kube:
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None,
                 patch: str | None = None, content_type: str | None = None, accept: str | None = None,
-                timeout: float | None = None) -> Obj:
+                timeout: float | None = None, retry: bool = True) -> Obj:
         """One API call; returns the decoded JSON answer (``{}`` when empty).
 
         Args:
@@ -189,27 +220,37 @@ class Kube:
             content_type: explicit Content-Type (overrides ``patch``).
             accept: Accept header (default ``application/json``).
             timeout: seconds, overriding the client's default.
+            retry: False: sent exactly once, so that the call ends within ``timeout``
+                (no transport retry, no ``Retry-After`` resend).
 
         Writes (POST, PUT, PATCH) carry ``fieldManager`` unless ``params`` names one.
         An answer with ``Retry-After`` is retried as :func:`gpufleet.kube.retry.retry_after` says.
+        With a fence (:meth:`fence_writes`), a write is refused unless the fence
+        is held, and is sent once within the seconds the fence has left.
 
         Raises:
+            LeadershipLost: a fenced write while this process does not hold its Lease (nothing sent).
             KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
         """
+        if self.fence is not None:
+            left = self.fence.admit(method, path)
+            if left is not None:
+                timeout = min(timeout if timeout is not None else self.timeout, left)
+                retry = False
         if method in ("POST", "PUT", "PATCH") and not (params and "fieldManager" in params):
             params = {**(params or {}), "fieldManager": self.field_manager}
         if method == "PATCH" and content_type is None:
             content_type = PATCH_TYPES[patch or "merge"]
         attempt = 0
         while True:
-            resp = self._send(method, path, params, body, content_type, accept, timeout)
+            resp = self._send(method, path, params, body, content_type, accept, timeout, once=not retry)
             try:
                 data = resp.read()
             except _NETWORK_ERRORS as exc:
                 raise Unreachable(f"{self.server}: {exc}", path=f"{method} {path}") from None
             if 200 <= resp.status < 300:
                 return json.loads(data) if data else {}
-            wait = retry.retry_after(resp.status, resp.headers.get("Retry-After"), attempt)
+            wait = retries.retry_after(resp.status, resp.headers.get("Retry-After"), attempt) if retry else None
             if wait is None:
                 raise error_from(resp.status, data, f"{method} {path}")
             time.sleep(wait)  # not processed (throttled, storage initializing): the server says when to retry

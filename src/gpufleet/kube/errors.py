@@ -9,7 +9,9 @@ exists, or a UID/resourceVersion precondition failed), :class:`Expired`
 throttled, or the Eviction API refused because of a PodDisruptionBudget),
 :class:`Forbidden` (403), :class:`Unauthorized` (401), :class:`Invalid`
 (422), :class:`ServerError` (5xx) and :class:`Unreachable` (no answer:
-connection refused, TLS failure, timeout). A kubeconfig or in-cluster
+connection refused, TLS failure, timeout). A write refused because this
+process is not, or no longer, the leader of its Lease raises
+:class:`LeadershipLost` before it is sent. A kubeconfig or in-cluster
 configuration that cannot be used raises :class:`ConfigError`.
 """
 
@@ -74,6 +76,19 @@ class Unreachable(KubeError):
 
     def __init__(self, message: str, *, path: str = ""):
         super().__init__(0, "Unreachable", message, path=path)
+
+
+class LeadershipLost(KubeError):
+    """A write refused without being sent: this process does not hold its Lease now (status 0).
+
+    Raised by a client whose writes are fenced (:class:`gpufleet.kube.fence.Fence`):
+    before the Lease is acquired, once the renew deadline has passed without
+    a renewal, and for good once leadership was lost. Never worth retrying
+    in the same process: it exits and restarts as a follower.
+    """
+
+    def __init__(self, message: str, *, path: str = ""):
+        super().__init__(0, "LeadershipLost", message, path=path)
 
 
 class ConfigError(ValueError):

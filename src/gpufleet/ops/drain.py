@@ -47,7 +47,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, TooManyRequests, Unreachable, api_path, intstr
+from gpufleet.kube import (
+    Conflict, Forbidden, Kube, KubeError, LeadershipLost, NotFound, TooManyRequests, Unreachable, api_path, intstr,
+)
 from gpufleet.kube.retry import Backoff
 from gpufleet.ops.kube import pods_on_node
 
@@ -319,6 +321,11 @@ def evict(kube: Kube, pod: PodRef, *, dry_run: bool = False, grace_seconds: int 
 
     429 (a PodDisruptionBudget allows no disruption now) and other refusals
     return ``(False, the API's message)``.
+
+    Raises:
+        Unreachable: no answer.
+        LeadershipLost: this process's writes are fenced and it no longer
+            leads (the drain ends: the new leader takes over).
     """
     try:
         kube.evict(pod.namespace, pod.name, grace_seconds=grace_seconds, uid=pod.uid or None, dry_run=dry_run)
@@ -331,7 +338,7 @@ def evict(kube: Kube, pod: PodRef, *, dry_run: bool = False, grace_seconds: int 
         return False, f"HTTP {exc.status}: {exc.message}"
     except TooManyRequests as exc:
         return False, f"PodDisruptionBudget: {exc.message}"
-    except Unreachable:
+    except (Unreachable, LeadershipLost):
         raise
     except KubeError as exc:
         return False, f"HTTP {exc.status}: {exc.message}"
