@@ -10,7 +10,11 @@ Every :data:`~gpufleet.flip.constants.TICK_SECONDS` (:meth:`TaintController.tick
    is *tainted* (never NoExecute; other taints untouched; a virtual node
    that registers later is brought in line on the next tick);
 4. run the flip-out (:mod:`gpufleet.flip.flipout`) and the flip-back
-   (:mod:`gpufleet.flip.flipback`) passes.
+   (:mod:`gpufleet.flip.flipback`) passes;
+5. mark not ready, then remove, the endpoints of virtual nodes whose
+   virtual kubelet is gone (:mod:`gpufleet.vk.orphans`: Lease not renewed,
+   node not Ready, node deleted), as the node lifecycle controller does for
+   pods on unreachable nodes.
 
 Initial state: tainted if any virtual node of the pools carries the taint
 (a restarted controller resumes what it was doing), unknown if there is
@@ -53,6 +57,7 @@ from .decision import Decision, Hysteresis
 from .flipback import FlipBack
 from .flipout import FlipOut, set_taint
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL
+from gpufleet.vk.orphans import OrphanedEndpoints
 
 from .constants import TICK_SECONDS
 
@@ -107,6 +112,8 @@ class TaintController:
         machine: the hysteresis state machine (its ``tainted`` is set from the nodes on :meth:`start`).
         pools: pool names whose virtual nodes are managed (empty: every virtual node).
         flip_out / flip_back: the two passes, or None to skip them.
+        orphans: the pass over endpoints whose publisher is gone (:class:`gpufleet.vk.orphans.OrphanedEndpoints`),
+            or None.
         clock: monotonic seconds.
     """
 
@@ -117,6 +124,7 @@ class TaintController:
     pools: tuple[str, ...] = ()
     flip_out: FlipOut | None = None
     flip_back: FlipBack | None = None
+    orphans: OrphanedEndpoints | None = None
     clock: Callable[[], float] = time.monotonic
     transitions: list[Transition] = field(default_factory=list)
     last_value: float | None = None
@@ -238,7 +246,7 @@ class TaintController:
         on = sum(self.has_taint(n) for n in vn)
         VNODES.labels("true").set(on)
         VNODES.labels("false").set(len(vn) - on)
-        for loop in (self.flip_out, self.flip_back):
+        for loop in (self.flip_out, self.flip_back, self.orphans):
             if loop is not None:
                 try:
                     loop.tick()
