@@ -38,8 +38,8 @@ signal), ``tainted`` (1, 0, -1 unknown), ``transitions_total{to}``,
 ``reaction_seconds`` (first sample of the streak to every node patched:
 the hold time plus the latency), ``signal_errors_total``,
 ``virtual_nodes{tainted}``, ``orphaned_endpoint_writes_total{action}``
-(EndpointSlices of gone virtual kubelets marked ``not_ready`` or
-``remove``\ d: :mod:`gpufleet.vk.orphans`).
+(writes to EndpointSlices of gone virtual kubelets, ``not_ready`` or
+``remove``: :mod:`gpufleet.vk.orphans`).
 """
 
 from __future__ import annotations
