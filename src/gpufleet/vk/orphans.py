@@ -24,6 +24,16 @@ pods are garbage-collected and their endpoints go):
 A publisher that comes back takes its slices over: its slice watch sees
 the change and it publishes its pods again (:mod:`gpufleet.vk.endpoints`).
 
+``ready`` goes false under ``publishNotReadyAddresses`` too, where the
+standard controller keeps it true for a pod that is not Ready: that option
+publishes pods known to exist and not yet ready, and no one vouches any
+more that these exist at all. A Node that is not Ready while its Lease is
+renewed (the virtual kubelet never reports itself so; only another actor
+editing the condition would) makes the two disagree: the pass marks, the
+living publisher publishes again, at most once per tick per slice, as a
+kubelet and the node lifecycle controller disagree over pod readiness
+upstream in the same state.
+
 How the Lease's age is measured: as the node lifecycle controller does
 (``tryUpdateNodeHealth``), from when *this process* saw ``renewTime``
 change, on its own monotonic clock, never by comparing the publisher's
