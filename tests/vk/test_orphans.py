@@ -223,3 +223,29 @@ def test_a_publisher_republishes_a_slice_someone_else_changed_or_deleted():
     pub.queue.done("inference/chat")
     pub.slices.apply("DELETED", mine)
     assert pub.queue.get(timeout=0) == "inference/chat"
+
+
+# ------------------------------------------------------------------ where it runs: the taint controller
+
+
+def test_the_taint_controller_carries_the_pass_and_runs_it_every_tick(world):
+    from gpufleet.flip.decision import Hysteresis
+    from gpufleet.flip.main import build, settings_from_inventory
+    from gpufleet.flip.controller import TaintController
+
+    ctl, caches = build(FakeKube(), settings_from_inventory("local"))
+    assert isinstance(ctl.orphans, OrphanedEndpoints) and ctl.orphans.nodes is caches.nodes
+
+    kube, clock, nodes, orphans = world
+    nodes.apply("ADDED", node("vk-a", ready=False))
+    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-a")))
+
+    class Signal:
+        def value(self):
+            return None
+
+    class Caches:
+        nodes = Informer(FakeKube(), api_path("v1", "nodes"), name="none")
+
+    TaintController(kube, Signal(), Caches(), Hysteresis(16, 8, 0), orphans=orphans, clock=clock).tick()
+    assert kube.writes == [("patch", "inference", "chat-gf-1")]
