@@ -87,7 +87,7 @@ class FakeKube:
         self.events: list = []
         self.writes: list = []
 
-    KINDS = {"configmaps": "ConfigMap", "secrets": "Secret"}
+    KINDS = {"configmaps": "ConfigMap", "secrets": "Secret", "services": "Service", "pods": "Pod"}
 
     def put(self, plural: str, name: str, data: dict, namespace: str = "inference") -> None:
         self.rv += 1
@@ -154,6 +154,11 @@ class FakeKube:
         del self.objects[(plural, namespace, name)]
         self.writes.append(("delete", plural, namespace, name))
         return {}
+
+    def list(self, api_version, plural, namespace=None, labelSelector=None, **params):
+        key, _, value = (labelSelector or "").partition("=")
+        return {"items": [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items()) if p == plural
+                          and ns == namespace and (not key or (o["metadata"].get("labels") or {}).get(key) == value)]}
 
     def request(self, method, path, *, params=None, accept=None, **kwargs):
         """LIST ``/api/v1/<plural>`` with an equality ``labelSelector`` (metadata only)."""
@@ -524,3 +529,17 @@ def test_a_foreign_object_in_the_way_fails_the_pod_with_the_reason_and_a_warning
     (event,) = [e for e in kube.events if e["reason"] == FOREIGN_OBJECT_REASON]
     assert event["type"] == "Warning" and "left untouched" in event["message"]
     assert remote.objects[("configmaps", "inference", "gf-other.settings")]["data"] == {"k": "theirs"}
+
+
+def test_a_workloads_last_pod_going_deletes_only_this_nodes_remote_service_by_its_uid():
+    remote = FakeKube()
+    prov = KubernetesProvider("other", remote, node_name="vk-other", gpus=8, gpu_product=H100, price_per_gpu_hour=1,
+                              address_mode="load_balancer")
+    theirs = foreign(remote, "services", "gf-chat", {})
+    gone = {"metadata": {"name": "p", "namespace": "inference", "uid": "r1",
+                         "labels": {"gpufleet.io/remote-service": "gf-chat"}}}
+    prov._release_service(full_pod(), gone)
+    assert remote.objects[("services", "inference", "gf-chat")] == theirs and remote.writes == []
+    remote.objects[("services", "inference", "gf-chat")]["metadata"]["labels"] = {"gpufleet.io/virtual-node": "vk-other"}
+    prov._release_service(full_pod(), gone)
+    assert ("services", "inference", "gf-chat") not in remote.objects

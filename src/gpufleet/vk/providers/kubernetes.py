@@ -23,7 +23,8 @@ number, and reports the first IP of its ``status.loadBalancer.ingress``
 (None until the remote cloud provisions it; a hostname-only ingress is not
 reported: EndpointSlices carry IPs). The Service is created with the
 workload's first remote pod and deleted with its last (one that vanished
-in between is created again when its address is asked for); pods of one
+in between is created again when its address is asked for; deleted only
+when it carries this node's label, by its UID); pods of one
 workload deleted together may each see the others, so :meth:`sweep` (on
 the virtual kubelet's resync) also deletes every such Service of this
 virtual node whose workload has no remote pod left (asked of the remote
@@ -415,9 +416,14 @@ class KubernetesProvider:
             m = p["metadata"]
             if m.get("uid") != uid and not m.get("deletionTimestamp"):
                 return
+        # Only this node's Service (its label), exactly the one read (its UID): never a same-named one of someone else.
         try:
-            self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns)
-        except NotFound:
+            live = self._call("read service", self.kube.get_or_none, "v1", "services", svc_name, rns)
+            if live is None or ((live.get("metadata") or {}).get("labels") or {}).get(REMOTE_NODE_LABEL) != self.node_name:
+                return
+            self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns,
+                       uid=live["metadata"].get("uid"))
+        except (NotFound, Conflict):
             pass
 
     def sweep(self) -> int:
