@@ -70,6 +70,12 @@ asked for, the object of its own namespace) as
 ``gf-<pool>.kube-root-ca.crt``, and the remote cluster's own
 ``kube-root-ca.crt`` is neither read nor written.
 
+Copies an earlier version made under the source names (labelled
+``gpufleet.io/reflected-for=<node>``, named without the ``gf-<pool>.``
+prefix) are neither listed nor deleted: such an object may be one that
+version wrote over (the remote ``kube-root-ca.crt``), so whoever owns the
+namespace decides; they no longer back any remote pod once it is recreated.
+
 The remote kubeconfig then also needs get/list/create/patch/delete on
 configmaps and secrets. Errors about a Secret never quote its data
 (:func:`gpufleet.vk.provider.redact`).
