@@ -9,7 +9,8 @@ NAMESPACE = "gpufleet-system"
 
 
 def objects(inv: Inventory) -> list[Obj]:
-    """ServiceAccount, RBAC (read nodes/pods, patch node taints), Deployment with leader election."""
+    """ServiceAccount, RBAC (read nodes/pods, patch node taints, mark orphaned EndpointSlices), Deployment with
+    leader election."""
     v = inv.role("taint_controller")
     if not v.taint_controller_enabled:
         return []
@@ -18,6 +19,10 @@ def objects(inv: Inventory) -> list[Obj]:
     rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
              rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
              rule([""], ["pods/eviction"], ["create"]),
+             # gpufleet.vk.orphans: gpufleet's EndpointSlices (any namespace a virtual kubelet publishes in)
+             # watched, a silent publisher's marked not ready (patch) and a deleted node's removed; never created.
+             # The node Leases are read through LEASE_RULE (get/list/watch).
+             rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "patch", "delete"]),
              LEASE_RULE, EVENT_RULE]
     args = ["taint-controller", "--env", inv.env,
             "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),

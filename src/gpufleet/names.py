@@ -55,6 +55,14 @@ REMOTE_SERVICE_LABEL = "gpufleet.io/remote-service"
 #: Label on a ConfigMap or Secret the virtual kubelet reflects to a provider (a copy of one its pods
 #: reference): the virtual node it is reflected for.
 REFLECTED_LABEL = "gpufleet.io/reflected-for"
+#: Label on what the kubernetes provider creates in a remote cluster (namespaces, Services, reflected
+#: ConfigMaps and Secrets): ``gpufleet.io/managed-by=virtual-kubelet``.
+MANAGED_BY_LABEL = ("gpufleet.io/managed-by", "virtual-kubelet")
+#: Prefix of a reflected copy's name in a remote namespace: ``gf-<pool>.<source name>`` (one copy per pool,
+#: so pools sharing a remote namespace, and the remote cluster's own objects, never share a name).
+REFLECTED_NAME_PREFIX = "gf-"
+#: Event reason (and failed pod reason) when a reflected copy's name is taken by an object gpufleet does not own.
+FOREIGN_OBJECT_REASON = "ForeignObjectInTheWay"
 #: NVIDIA's node label naming the GPU model (GPU feature discovery).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Label naming a virtual node's external capacity pool.

@@ -45,7 +45,12 @@ NEEDED: dict[str, list[Ask]] = {
                          _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS,
                          # flip/surge.py: make-before-break replacements, only where inference runs.
                          *(_ask(v, "replicasets", "inference", group="apps") for v in ("get", "create", "delete")),
-                         _ask("get", "deployments", "inference", group="apps")],
+                         _ask("get", "deployments", "inference", group="apps"),
+                         # vk/orphans.py: gpufleet's EndpointSlices and the node Leases watched, a silent
+                         # publisher's slices marked not ready, a deleted node's removed.
+                         *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),
+                         *(_ask(v, "endpointslices", "inference", group="discovery.k8s.io") for v in ("patch", "delete")),
+                         *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("list", "watch"))],
     # quota/controller.py, resync.py: capacity from nodes and pods, nominalQuota patched.
     "quota-sync": [_ask("list", "nodes"), _ask("watch", "nodes"), _ask("list", "pods"),
                    *(_ask(v, "clusterqueues", group="kueue.x-k8s.io") for v in ("get", "list", "watch", "patch")),

@@ -164,3 +164,12 @@ def test_gpu_metrics_counters_exporter_and_rules() -> None:
     rules = find(r, "PrometheusRule", "gpufleet", "gpu-metrics")["spec"]
     assert any("78" in str(rule.get("expr")) for g in rules["groups"] for rule in g["rules"])
     assert [x for x in r.releases if x["name"] == "dcgm-exporter"][0]["values"]["arguments"] == ["-f", "/etc/gpufleet/counters.csv"]
+
+
+def test_the_taint_controller_may_mark_and_remove_endpointslices_but_never_create_them() -> None:
+    """gpufleet.vk.orphans: a gone virtual kubelet's endpoints marked not ready, a deleted node's removed."""
+    role = find(stack("prod"), "ClusterRole", "gpufleet:taint-controller")
+    verbs = {v for rule in role["rules"] if "endpointslices" in rule["resources"] for v in rule["verbs"]}
+    assert verbs == {"list", "watch", "patch", "delete"}
+    leases = {v for rule in role["rules"] if "leases" in rule["resources"] for v in rule["verbs"]}
+    assert {"list", "watch"} <= leases

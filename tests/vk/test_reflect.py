@@ -4,13 +4,16 @@ syncs and removes the provider's copies, the simulated rental waits for them, Se
 from __future__ import annotations
 
 import base64
+import copy
 import logging
 
 import pytest
 
-from gpufleet.kube import Forbidden, NotFound
+from gpufleet.kube import Conflict, Forbidden, NotFound
+from gpufleet.names import FOREIGN_OBJECT_REASON
 from gpufleet.vk.pods import PodController
 from gpufleet.vk.provider import ObjectRef, ProviderError, redact
+from gpufleet.vk.providers.kubernetes import KubernetesProvider, copy_name
 from gpufleet.vk.providers.simulated import SimulatedProvider
 from gpufleet.vk.reflect import MissingObjects, Reflector
 from gpufleet.vk.translate import Reference, Refused, references, translate
@@ -82,8 +85,9 @@ class FakeKube:
         self.rv = 0
         self.patches: list = []
         self.events: list = []
+        self.writes: list = []
 
-    KINDS = {"configmaps": "ConfigMap", "secrets": "Secret"}
+    KINDS = {"configmaps": "ConfigMap", "secrets": "Secret", "services": "Service", "pods": "Pod"}
 
     def put(self, plural: str, name: str, data: dict, namespace: str = "inference") -> None:
         self.rv += 1
@@ -104,8 +108,65 @@ class FakeKube:
         return {}
 
     def create(self, api_version, plural, body, namespace=None, **kwargs):
-        self.events.append(body)
-        return {**body, "metadata": {**body.get("metadata", {}), "name": f"e{len(self.events)}"}}
+        if plural not in self.KINDS:
+            self.events.append(body)
+            return {**body, "metadata": {**body.get("metadata", {}), "name": f"e{len(self.events)}"}}
+        name = body["metadata"]["name"]
+        if (plural, namespace, name) in self.objects:
+            raise Conflict(409, "AlreadyExists", f'{plural} "{name}" already exists')
+        return self._store(plural, namespace, copy.deepcopy(body))
+
+    # As a remote cluster's API server answers the kubernetes provider (ConfigMaps and Secrets only).
+
+    def _store(self, plural, namespace, obj):
+        self.rv += 1
+        meta = obj.setdefault("metadata", {})
+        old = self.objects.get((plural, namespace, meta["name"]))
+        meta.update(namespace=namespace, resourceVersion=str(self.rv),
+                    uid=(old or {}).get("metadata", {}).get("uid") or f"uid-{self.rv}")
+        self.objects[(plural, namespace, meta["name"])] = obj
+        self.writes.append(("write", plural, namespace, meta["name"]))
+        return obj
+
+    def get_or_none(self, api_version, plural, name, namespace=None):
+        try:
+            return self.get(api_version, plural, name, namespace)
+        except NotFound:
+            return None
+
+    def apply(self, body, *, field_manager=None, force=True, **kwargs):
+        """Server-side apply: a resourceVersion in the body is a precondition (409 when it is not the live one)."""
+        plural = {v: k for k, v in self.KINDS.items()}[body["kind"]]
+        meta = body["metadata"]
+        live = self.objects.get((plural, meta["namespace"], meta["name"]))
+        if meta.get("resourceVersion") and (live is None or live["metadata"]["resourceVersion"] != meta["resourceVersion"]):
+            raise Conflict(409, "Conflict", "the object has been modified")
+        obj = copy.deepcopy(body)
+        obj["metadata"].pop("resourceVersion", None)
+        return self._store(plural, meta["namespace"], obj)
+
+    def delete(self, api_version, plural, name, namespace=None, *, uid=None, **kwargs):
+        live = self.objects.get((plural, namespace, name))
+        if live is None:
+            raise NotFound(404, "NotFound", f'{plural} "{name}" not found')
+        if uid and live["metadata"].get("uid") != uid:
+            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition")
+        del self.objects[(plural, namespace, name)]
+        self.writes.append(("delete", plural, namespace, name))
+        return {}
+
+    def list(self, api_version, plural, namespace=None, labelSelector=None, **params):
+        key, _, value = (labelSelector or "").partition("=")
+        return {"items": [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items()) if p == plural
+                          and ns == namespace and (not key or (o["metadata"].get("labels") or {}).get(key) == value)]}
+
+    def request(self, method, path, *, params=None, accept=None, **kwargs):
+        """LIST ``/api/v1/<plural>`` with an equality ``labelSelector`` (metadata only)."""
+        assert method == "GET", method
+        plural = path.rsplit("/", 1)[-1]
+        key, _, value = (params or {}).get("labelSelector", "").partition("=")
+        return {"items": [{"metadata": copy.deepcopy(o["metadata"])} for (p, _, _), o in sorted(self.objects.items())
+                          if p == plural and (not key or (o["metadata"].get("labels") or {}).get(key) == value)]}
 
 
 def b64(text: str) -> str:
@@ -337,3 +398,148 @@ def test_an_optional_object_the_virtual_kubelet_may_not_read_gives_a_warning_eve
     ctl.pods.apply("ADDED", p)
     assert ctl._reconcile("inference/p") is None  # running there now: no second Event
     assert len(kube.events) == 1
+
+
+# ------------------------------------------------------------------ the kubernetes provider's copies: its own or untouched
+
+
+def kprov(remote: FakeKube, pool: str = "other") -> KubernetesProvider:
+    """A kubernetes provider whose remote API server is ``remote`` (not started: no watch needed here)."""
+    return KubernetesProvider(pool, remote, node_name=f"vk-{pool}", gpus=8, gpu_product=H100, price_per_gpu_hour=1)
+
+
+def foreign(remote: FakeKube, plural: str, name: str, data: dict, namespace: str = "inference") -> dict:
+    remote.put(plural, name, data, namespace)
+    obj = remote.objects[(plural, namespace, name)]
+    obj["metadata"]["uid"] = f"foreign-{name}"
+    return copy.deepcopy(obj)
+
+
+def test_translate_renames_every_reference_to_the_providers_copies():
+    p = full_pod()
+    p["spec"]["initContainers"] = [{"name": "init", "image": "i", "envFrom": [{"secretRef": {"name": "api"}}]}]
+    out = translate(p, node_name="vk", rename=lambda kind, name: f"gf-x.{name}")
+    spec, c = out["spec"], out["spec"]["containers"][0]
+    assert spec["volumes"][0]["configMap"]["name"] == "gf-x.model-config"
+    assert spec["volumes"][1]["projected"]["sources"][0]["secret"]["name"] == "gf-x.tls"
+    assert c["envFrom"] == [{"configMapRef": {"name": "gf-x.settings"}}]
+    assert [e["valueFrom"] for e in c["env"]] == [
+        {"secretKeyRef": {"name": "gf-x.api", "key": "token"}},
+        {"configMapKeyRef": {"name": "gf-x.extra", "key": "k", "optional": True}}]
+    assert spec["initContainers"][0]["envFrom"] == [{"secretRef": {"name": "gf-x.api"}}]
+    assert references(p)[1] == Reference("ConfigMap", "model-config")  # the source pod is left as it was
+
+
+def test_copy_names_are_per_pool_and_fit_a_dns_subdomain():
+    assert copy_name("other", "kube-root-ca.crt") == "gf-other.kube-root-ca.crt"
+    long = copy_name("other", "x" * 253)
+    assert len(long) == 253 and long != copy_name("other", "x" * 252) and long.startswith("gf-other.xxx")
+
+
+def test_copies_go_under_the_pools_names_and_the_remote_clusters_own_objects_are_not_touched():
+    remote = FakeKube()
+    ca = foreign(remote, "configmaps", "kube-root-ca.crt", {"ca.crt": "remote CA"})
+    mine = foreign(remote, "configmaps", "settings", {"k": "someone else's"})
+    prov = kprov(remote)
+    prov.put_object("ConfigMap", "inference", {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "our CA"}})
+    prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v1"}})
+    prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})  # an update
+    assert remote.objects[("configmaps", "inference", "kube-root-ca.crt")] == ca
+    assert remote.objects[("configmaps", "inference", "settings")] == mine
+    copy_ = remote.objects[("configmaps", "inference", "gf-other.settings")]
+    assert copy_["data"] == {"k": "v2"}
+    assert copy_["metadata"]["labels"] == {"gpufleet.io/reflected-for": "vk-other", "gpufleet.io/managed-by": "virtual-kubelet"}
+    assert remote.objects[("configmaps", "inference", "gf-other.kube-root-ca.crt")]["data"] == {"ca.crt": "our CA"}
+    assert sorted(o.name for o in prov.get_objects()) == ["kube-root-ca.crt", "settings"]
+    prov.delete_object("ConfigMap", "inference", "settings")
+    prov.delete_object("ConfigMap", "inference", "kube-root-ca.crt")
+    assert set(remote.objects) == {("configmaps", "inference", "kube-root-ca.crt"), ("configmaps", "inference", "settings")}
+    assert remote.objects[("configmaps", "inference", "kube-root-ca.crt")] == ca
+
+
+def test_an_object_gpufleet_does_not_own_at_a_copys_name_is_neither_written_nor_deleted():
+    remote = FakeKube()
+    theirs = foreign(remote, "secrets", "gf-other.api", {"token": b64("theirs")})
+    prov = kprov(remote)
+    with pytest.raises(ProviderError) as exc:
+        prov.put_object("Secret", "inference", {"metadata": {"name": "api"}, "data": {"token": b64(TOKEN)}})
+    assert exc.value.reason == FOREIGN_OBJECT_REASON and not exc.value.retryable
+    assert "Secret inference/gf-other.api" in str(exc.value) and "left untouched" in str(exc.value)
+    assert TOKEN not in str(exc.value) and b64(TOKEN) not in str(exc.value)
+    prov.delete_object("Secret", "inference", "api")
+    assert prov.get_objects() == []
+    assert remote.objects[("secrets", "inference", "gf-other.api")] == theirs and remote.writes == []
+
+
+def test_a_copy_taken_over_by_another_pool_is_foreign_to_this_one():
+    remote = FakeKube()
+    a = kprov(remote, "a")
+    a.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v"}})
+    remote.objects[("configmaps", "inference", "gf-a.settings")]["metadata"]["labels"]["gpufleet.io/reflected-for"] = "vk-b"
+    with pytest.raises(ProviderError, match="is the copy of virtual node vk-b: left untouched"):
+        a.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})
+    a.delete_object("ConfigMap", "inference", "settings")
+    assert remote.objects[("configmaps", "inference", "gf-a.settings")]["data"] == {"k": "v"}
+
+
+def test_two_pools_sharing_a_remote_namespace_never_remove_each_others_copies():
+    remote = FakeKube()
+    a, b = kprov(remote, "a"), kprov(remote, "b")
+    for prov, value in ((a, "of a"), (b, "of b")):
+        prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": value}})
+    assert a.get_objects() == [ObjectRef("ConfigMap", "inference", "settings")] == b.get_objects()
+    a.delete_object("ConfigMap", "inference", "settings")
+    assert ("configmaps", "inference", "gf-a.settings") not in remote.objects
+    assert remote.objects[("configmaps", "inference", "gf-b.settings")]["data"] == {"k": "of b"}
+    # b's sweep, with no pod of b left, removes b's copy and nothing else.
+    foreign(remote, "configmaps", "settings", {"k": "theirs"})
+    assert Reflector(FakeKube(), "vk-b", {"b": b}, watch=False).sweep(b) == 1
+    assert set(remote.objects) == {("configmaps", "inference", "settings")}
+
+
+def test_writes_and_deletes_are_preconditioned_on_what_was_checked(monkeypatch):
+    remote = FakeKube()
+    prov = kprov(remote)
+    prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v"}})
+    checked = copy.deepcopy(remote.objects[("configmaps", "inference", "gf-other.settings")])
+    # Replaced by someone else's object between the check and the delete: the UID precondition refuses.
+    del remote.objects[("configmaps", "inference", "gf-other.settings")]
+    theirs = foreign(remote, "configmaps", "gf-other.settings", {"k": "theirs"})
+    monkeypatch.setattr(remote, "get_or_none", lambda *a, **k: checked)
+    with pytest.raises(ProviderError) as exc:
+        prov.delete_object("ConfigMap", "inference", "settings")
+    assert exc.value.retryable
+    with pytest.raises(ProviderError) as exc:  # and the apply's resourceVersion precondition
+        prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})
+    assert exc.value.retryable
+    assert remote.objects[("configmaps", "inference", "gf-other.settings")] == theirs
+
+
+def test_a_foreign_object_in_the_way_fails_the_pod_with_the_reason_and_a_warning_event(kube):
+    remote = FakeKube()
+    foreign(remote, "configmaps", "gf-other.settings", {"k": "theirs"})
+    prov = kprov(remote)
+    ctl = PodController(kube, "vk-other", {"other": prov}, publish_endpoints=False)
+    ctl.reflector.watch = False
+    p = full_pod()
+    assert ctl._create(p) is None  # failed, not retried
+    status = kube.patches[-1][0][3]["status"]
+    assert (status["phase"], status["reason"]) == ("Failed", FOREIGN_OBJECT_REASON)
+    assert "ConfigMap inference/gf-other.settings" in status["message"]
+    (event,) = [e for e in kube.events if e["reason"] == FOREIGN_OBJECT_REASON]
+    assert event["type"] == "Warning" and "left untouched" in event["message"]
+    assert remote.objects[("configmaps", "inference", "gf-other.settings")]["data"] == {"k": "theirs"}
+
+
+def test_a_workloads_last_pod_going_deletes_only_this_nodes_remote_service_by_its_uid():
+    remote = FakeKube()
+    prov = KubernetesProvider("other", remote, node_name="vk-other", gpus=8, gpu_product=H100, price_per_gpu_hour=1,
+                              address_mode="load_balancer")
+    theirs = foreign(remote, "services", "gf-chat", {})
+    gone = {"metadata": {"name": "p", "namespace": "inference", "uid": "r1",
+                         "labels": {"gpufleet.io/remote-service": "gf-chat"}}}
+    prov._release_service(full_pod(), gone)
+    assert remote.objects[("services", "inference", "gf-chat")] == theirs and remote.writes == []
+    remote.objects[("services", "inference", "gf-chat")]["metadata"]["labels"] = {"gpufleet.io/virtual-node": "vk-other"}
+    prov._release_service(full_pod(), gone)
+    assert ("services", "inference", "gf-chat") not in remote.objects

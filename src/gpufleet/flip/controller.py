@@ -10,7 +10,11 @@ Every :data:`~gpufleet.flip.constants.TICK_SECONDS` (:meth:`TaintController.tick
    is *tainted* (never NoExecute; other taints untouched; a virtual node
    that registers later is brought in line on the next tick);
 4. run the flip-out (:mod:`gpufleet.flip.flipout`) and the flip-back
-   (:mod:`gpufleet.flip.flipback`) passes.
+   (:mod:`gpufleet.flip.flipback`) passes;
+5. mark not ready, then remove, the endpoints of virtual nodes whose
+   virtual kubelet is gone (:mod:`gpufleet.vk.orphans`: Lease not renewed,
+   node not Ready, node deleted), as the node lifecycle controller does for
+   pods on unreachable nodes.
 
 Initial state: tainted if any virtual node of the pools carries the taint
 (a restarted controller resumes what it was doing), unknown if there is
@@ -33,7 +37,9 @@ signal), ``tainted`` (1, 0, -1 unknown), ``transitions_total{to}``,
 ``decision_latency_seconds`` (decision to every virtual node patched),
 ``reaction_seconds`` (first sample of the streak to every node patched:
 the hold time plus the latency), ``signal_errors_total``,
-``virtual_nodes{tainted}``.
+``virtual_nodes{tainted}``, ``orphaned_endpoint_writes_total{action}``
+(writes to EndpointSlices of gone virtual kubelets, ``not_ready`` or
+``remove``: :mod:`gpufleet.vk.orphans`).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from .decision import Decision, Hysteresis
 from .flipback import FlipBack
 from .flipout import FlipOut, set_taint
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL
+from gpufleet.vk.orphans import OrphanedEndpoints
 
 from .constants import TICK_SECONDS
 
@@ -107,6 +114,8 @@ class TaintController:
         machine: the hysteresis state machine (its ``tainted`` is set from the nodes on :meth:`start`).
         pools: pool names whose virtual nodes are managed (empty: every virtual node).
         flip_out / flip_back: the two passes, or None to skip them.
+        orphans: the pass over endpoints whose publisher is gone (:class:`gpufleet.vk.orphans.OrphanedEndpoints`),
+            or None.
         clock: monotonic seconds.
     """
 
@@ -117,6 +126,7 @@ class TaintController:
     pools: tuple[str, ...] = ()
     flip_out: FlipOut | None = None
     flip_back: FlipBack | None = None
+    orphans: OrphanedEndpoints | None = None
     clock: Callable[[], float] = time.monotonic
     transitions: list[Transition] = field(default_factory=list)
     last_value: float | None = None
@@ -238,7 +248,7 @@ class TaintController:
         on = sum(self.has_taint(n) for n in vn)
         VNODES.labels("true").set(on)
         VNODES.labels("false").set(len(vn) - on)
-        for loop in (self.flip_out, self.flip_back):
+        for loop in (self.flip_out, self.flip_back, self.orphans):
             if loop is not None:
                 try:
                     loop.tick()

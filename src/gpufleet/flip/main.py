@@ -25,6 +25,7 @@ from gpufleet.controllers import flags, runtime
 from gpufleet.controllers.serve import Liveness
 from gpufleet.kube import ConfigError, Kube, KubeError
 from gpufleet.names import FLIP_MODES, SYSTEM_NAMESPACE
+from gpufleet.vk.orphans import OrphanedEndpoints
 
 from .budget import MigrationBudget
 from .controller import TaintController
@@ -136,6 +137,8 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
 
     The node/pod caches are always built (virtual nodes, flip-out and
     flip-back read them); the signal is the caches or a Prometheus query.
+    The pass over orphaned endpoints (``ctl.orphans``) acts once its watches
+    are started (:meth:`gpufleet.vk.orphans.OrphanedEndpoints.start`).
     """
     caches = ApiServerSignal(kube)
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
@@ -145,7 +148,9 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
                     mode=s.flip_back, make_before_break=s.flip_mode == "make_before_break",
                     surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_back != "off" else None
-    ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, clock=clock)
+    orphans = OrphanedEndpoints(kube, caches.nodes, clock=clock)
+    ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, orphans=orphans,
+                          clock=clock)
     return ctl, caches
 
 
@@ -219,8 +224,10 @@ def run(args: argparse.Namespace) -> int:
     ctl, caches = build(kube, s)
     try:
         caches.start()
+        ctl.orphans.start()
     except (TimeoutError, KubeError) as exc:
-        print(f"gpufleet taint-controller: cannot list nodes/pods on {kube.server}: {exc}", file=sys.stderr)
+        print(f"gpufleet taint-controller: cannot list nodes/pods/EndpointSlices/node Leases on {kube.server}: {exc}",
+              file=sys.stderr)
         return 1
     liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
     log.info("taint controller: high %g, low %g, hold %gs to taint / %gs to untaint, signal %s, pools %s", s.high_water,

@@ -56,6 +56,11 @@ first of duplicates (kube-proxy's ``addEndpoints``), so the merged
 endpoint is ready/serving while any pod behind it is, terminating once all
 are, and names no pod (no ``targetRef``).
 
+A slice of this node changed or deleted by someone else (the taint
+controller marks the endpoints of a publisher whose Lease expired not
+ready, :mod:`gpufleet.vk.orphans`) queues its Service: a publisher that
+was only slow, or is back, publishes its pods as they are again.
+
 Order on removal (:meth:`EndpointPublisher.sync_pod`): the pod side
 publishes a deleted pod as terminating and not ready before it stops the
 remote pod, and drops the endpoint once the pod is gone; a pod that
@@ -286,7 +291,8 @@ class EndpointPublisher:
                                                 handlers=[self._on_service], name=f"services-{node_name}")
         selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{REMOTE_NODE_LABEL}={node_name}"
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"),
-                                              params={"labelSelector": selector}, name=f"endpointslices-{node_name}")
+                                              params={"labelSelector": selector}, handlers=[self._on_slice],
+                                              name=f"endpointslices-{node_name}")
         #: Service keys; a failed publish comes back at the Service's own pace (:mod:`gpufleet.kube.ratelimit`).
         self.queue: RateLimitingQueue[str] = RateLimitingQueue()
         self._lock = threading.Lock()
@@ -333,6 +339,14 @@ class EndpointPublisher:
         """Queue Services ``namespace/name`` for publishing (an address behind them changed health)."""
         for key in keys:
             self.queue.add(key)
+
+    def _on_slice(self, kind: str, new: Any, old: Any) -> None:
+        """One of this node's slices was changed or deleted by someone else (the taint controller marks a silent
+        publisher's endpoints not ready, :mod:`gpufleet.vk.orphans`): publish its Service again."""
+        if kind == "ADDED" or (kind == "MODIFIED" and old is not None and essence(old) == essence(new)):
+            return
+        meta = (new or old)["metadata"]
+        self.queue.add(f"{meta['namespace']}/{(meta.get('labels') or {}).get(SERVICE_NAME_LABEL, '')}")
 
     def _on_service(self, kind: str, new: Any, old: Any) -> None:
         meta = (new or old)["metadata"]

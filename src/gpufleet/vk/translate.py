@@ -17,9 +17,12 @@ Kept (copied as is):
     ``downwardAPI`` with their mounts; references to ConfigMaps and Secrets
     (volumes of kind ``configMap`` and ``secret``, ``projected`` volumes of
     ``configMap``/``secret``/``downwardAPI`` sources, ``envFrom``, env
-    ``valueFrom.configMapKeyRef``/``secretKeyRef``): the objects keep their
-    names, and the virtual kubelet reflects them to the provider before the
-    pod starts there (:func:`references` lists them; :mod:`gpufleet.vk.reflect`).
+    ``valueFrom.configMapKeyRef``/``secretKeyRef``): the virtual kubelet
+    reflects the objects to the provider before the pod starts there
+    (:func:`references` lists them; :mod:`gpufleet.vk.reflect`). They keep
+    their names, unless the provider keeps its copies under names of its
+    own (``rename``: the kubernetes provider's ``gf-<pool>.<name>``), and
+    then every reference in the translated pod names the copy.
 
 Dropped (meaningless or harmful remotely):
     ``nodeName``, ``nodeSelector``, ``affinity``, ``tolerations`` (they name
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal
 
 from .provider import SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Pod
@@ -130,6 +134,43 @@ def references(pod: Pod) -> list[Reference]:
     return [Reference(k, n, opt) for (k, n), opt in sorted(found.items())]  # type: ignore[arg-type]
 
 
+Rename = Callable[[str, str], str]
+
+
+def rename_references(spec: dict, rename: Rename) -> None:
+    """Make every ConfigMap/Secret reference of pod ``spec`` (the places :func:`references` reads) name
+    ``rename(kind, name)`` instead, in place; the service-account token volume is left as it is."""
+    def ref(kind: str, holder: dict, key: str) -> None:
+        if holder.get(key):
+            holder[key] = rename(kind, holder[key])
+
+    for vol in spec.get("volumes") or []:
+        if _is_token_volume(vol):
+            continue
+        if "configMap" in vol:
+            ref("ConfigMap", vol["configMap"], "name")
+        if "secret" in vol:
+            ref("Secret", vol["secret"], "secretName")
+        for src in (vol.get("projected") or {}).get("sources") or []:
+            if "configMap" in src:
+                ref("ConfigMap", src["configMap"], "name")
+            if "secret" in src:
+                ref("Secret", src["secret"], "name")
+    for kind in ("containers", "initContainers"):
+        for c in spec.get(kind) or []:
+            for ef in c.get("envFrom") or []:
+                if "configMapRef" in ef:
+                    ref("ConfigMap", ef["configMapRef"], "name")
+                if "secretRef" in ef:
+                    ref("Secret", ef["secretRef"], "name")
+            for env in c.get("env") or []:
+                src = env.get("valueFrom") or {}
+                if "configMapKeyRef" in src:
+                    ref("ConfigMap", src["configMapKeyRef"], "name")
+                if "secretKeyRef" in src:
+                    ref("Secret", src["secretKeyRef"], "name")
+
+
 def _check_container(c: dict, kind: str) -> None:
     where = f"{kind} {c.get('name')!r}"
     if (c.get("resources") or {}).get("claims"):
@@ -137,7 +178,8 @@ def _check_container(c: dict, kind: str) -> None:
 
 
 def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: str | None = None,
-              tolerations: list[dict] | None = None, node_selector: dict[str, str] | None = None) -> Pod:
+              tolerations: list[dict] | None = None, node_selector: dict[str, str] | None = None,
+              rename: Rename | None = None) -> Pod:
     """The remote pod for source ``pod`` (see the module docstring for what is kept, dropped, refused).
 
     Args:
@@ -146,6 +188,9 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
         namespace / name: remote namespace and name (default: the source's).
         tolerations / node_selector: what the remote side needs (e.g. its
             own GPU node taint), set instead of the source's.
+        rename: ``(kind, name) -> name`` of the provider's copy of a
+            referenced ConfigMap/Secret (:func:`rename_references`); None:
+            the copies keep the source names.
 
     Returns:
         A new pod manifest (apiVersion, kind, metadata, spec) tagged with the
@@ -193,6 +238,8 @@ def translate(pod: Pod, *, node_name: str, namespace: str | None = None, name: s
                 c.pop("volumeMounts", None)
     if volumes:
         out_spec["volumes"] = volumes
+    if rename is not None:
+        rename_references(out_spec, rename)
     out_spec["automountServiceAccountToken"] = False
     if tolerations:
         out_spec["tolerations"] = copy.deepcopy(tolerations)

@@ -23,7 +23,8 @@ number, and reports the first IP of its ``status.loadBalancer.ingress``
 (None until the remote cloud provisions it; a hostname-only ingress is not
 reported: EndpointSlices carry IPs). The Service is created with the
 workload's first remote pod and deleted with its last (one that vanished
-in between is created again when its address is asked for); pods of one
+in between is created again when its address is asked for; deleted only
+when it carries this node's label, by its UID); pods of one
 workload deleted together may each see the others, so :meth:`sweep` (on
 the virtual kubelet's resync) also deletes every such Service of this
 virtual node whose workload has no remote pod left (asked of the remote
@@ -31,12 +32,51 @@ API, not the cache; a Service whose first pod is being created is left
 alone). The remote kubeconfig then also needs get/list/watch/create/delete
 on services.
 
-ConfigMaps and Secrets the pods reference (:mod:`gpufleet.vk.reflect`) are
-server-side applied into the remote namespace under gpufleet's field
-manager, with the same name, labelled ``gpufleet.io/reflected-for=<node>``
-and ``gpufleet.io/managed-by=virtual-kubelet`` and annotated with their
-source namespace and name; :meth:`KubernetesProvider.delete_object`
-deletes them. The remote kubeconfig then also needs list/patch/delete on
+ConfigMaps and Secrets the pods reference (:mod:`gpufleet.vk.reflect`)
+are copied into the remote namespace under **per-pool names**:
+``gf-<pool>.<name>`` (:func:`copy_name`; hashed down to 253 characters when
+longer), labelled ``gpufleet.io/reflected-for=<node>`` and
+``gpufleet.io/managed-by=virtual-kubelet`` and annotated with their source
+namespace and name. The translated pod's references name the copies
+(:func:`gpufleet.vk.translate.rename_references`), so the pod sees the
+same keys under the same mount paths and variables. Why names rather than
+labels alone: a remote namespace is often shared (several pools with the
+same ``namespace_prefix``, or the remote cluster's own objects), and the
+source name there may belong to someone else: the remote cluster's
+``kube-root-ca.crt`` (kube-controller-manager's root-ca-cert-publisher
+keeps one in every namespace), a user's ``settings``, another pool's copy.
+With per-pool names two pools never contend for one object and the
+remote cluster's own objects are never in the way; labels alone would
+leave one name to whichever pool came first and fail the other's pods.
+
+Ownership is checked before every write: a copy is created only where its
+name is free (POST, which fails if it exists), and updated only when the
+object there carries this node's labels and source annotations, by a
+server-side apply carrying the resourceVersion that was checked (an
+object replaced in between gives 409 and is checked again). A delete reads
+the object, checks it is this node's copy, and carries its UID as a
+precondition (``DeleteOptions.preconditions``). An object gpufleet does
+not own at a copy's name is never written nor deleted: ``put_object``
+raises a non-retryable :class:`~gpufleet.vk.provider.ProviderError` with
+reason :data:`~gpufleet.names.FOREIGN_OBJECT_REASON`, which the pod side
+turns into a failed pod and a Warning Event naming the object.
+
+``kube-root-ca.crt``: the service-account token volume
+(``kube-api-access-*``), which is what normally mounts it, is dropped by
+the translation (the remote pod runs without this cluster's credentials),
+so it is reflected only when a pod references it by name itself; it is
+then treated as any ConfigMap: the pod gets *this* cluster's CA (what it
+asked for, the object of its own namespace) as
+``gf-<pool>.kube-root-ca.crt``, and the remote cluster's own
+``kube-root-ca.crt`` is neither read nor written.
+
+Copies an earlier version made under the source names (labelled
+``gpufleet.io/reflected-for=<node>``, named without the ``gf-<pool>.``
+prefix) are neither listed nor deleted: such an object may be one that
+version wrote over (the remote ``kube-root-ca.crt``), so whoever owns the
+namespace decides; they no longer back any remote pod once it is recreated.
+
+The remote kubeconfig then also needs get/list/create/patch/delete on
 configmaps and secrets. Errors about a Secret never quote its data
 (:func:`gpufleet.vk.provider.redact`).
 
@@ -69,7 +109,9 @@ from typing import Any, Literal
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.retry import retryable
-from gpufleet.names import REFLECTED_LABEL
+from gpufleet.names import (
+    FIELD_MANAGER, FOREIGN_OBJECT_REASON, MANAGED_BY_LABEL, REFLECTED_LABEL, REFLECTED_NAME_PREFIX,
+)
 from gpufleet.vk.provider import (
     GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier,
     ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact,
@@ -79,7 +121,9 @@ from gpufleet.vk.translate import translate
 
 log = logging.getLogger(__name__)
 
-MANAGED_LABEL = ("gpufleet.io/managed-by", "virtual-kubelet")
+MANAGED_LABEL = MANAGED_BY_LABEL
+#: Longest ConfigMap/Secret name (a DNS-1123 subdomain).
+MAX_OBJECT_NAME = 253
 DEFAULT_TOLERATIONS = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
 TERMINAL = ("Succeeded", "Failed")
 #: How the main cluster reaches remote pods (a pool's ``address_mode``; see the module docstring).
@@ -113,6 +157,16 @@ def remote_service_name(workload: str) -> str:
     if len(name) <= 63:
         return name
     return f"{name[:52].rstrip('-')}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
+
+
+def copy_name(pool: str, name: str) -> str:
+    """The name of pool ``pool``'s remote copy of ConfigMap/Secret ``name``: ``gf-<pool>.<name>`` (module
+    docstring), shortened with a hash of the full name to at most 253 characters (a DNS-1123 subdomain)."""
+    full = f"{REFLECTED_NAME_PREFIX}{pool}.{name}"
+    if len(full) <= MAX_OBJECT_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    return f"{full[:MAX_OBJECT_NAME - 11].rstrip('-.')}-{digest}"
 
 
 def container_ports(pod: dict) -> list[dict]:
@@ -283,7 +337,7 @@ class KubernetesProvider:
         meta = pod["metadata"]
         rns = self.remote_namespace(meta["namespace"])
         body = translate(pod, node_name=self.node_name, namespace=rns, tolerations=self.tolerations,
-                         node_selector=self.node_selector)
+                         node_selector=self.node_selector, rename=lambda kind, name: copy_name(self.name, name))
         if self.address_mode == "load_balancer":
             body["metadata"]["labels"][REMOTE_SERVICE_LABEL] = remote_service_name(workload_name(pod))
         existing = self.pods.get(f"{rns}/{meta['name']}")
@@ -368,9 +422,14 @@ class KubernetesProvider:
             m = p["metadata"]
             if m.get("uid") != uid and not m.get("deletionTimestamp"):
                 return
+        # Only this node's Service (its label), exactly the one read (its UID): never a same-named one of someone else.
         try:
-            self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns)
-        except NotFound:
+            live = self._call("read service", self.kube.get_or_none, "v1", "services", svc_name, rns)
+            if live is None or ((live.get("metadata") or {}).get("labels") or {}).get(REMOTE_NODE_LABEL) != self.node_name:
+                return
+            self._call("delete service", self.kube.delete, "v1", "services", svc_name, rns,
+                       uid=live["metadata"].get("uid"))
+        except (NotFound, Conflict):
             pass
 
     def sweep(self) -> int:
@@ -408,52 +467,105 @@ class KubernetesProvider:
 
     # ------------------------------------------------------------------ objects
 
+    def copy_name(self, name: str) -> str:
+        """This pool's remote name for the copy of ConfigMap/Secret ``name`` (:func:`copy_name`)."""
+        return copy_name(self.name, name)
+
+    def owns(self, obj: dict, namespace: str, name: str) -> bool:
+        """Whether remote ``obj`` is this node's copy of source ``namespace/name`` (its labels and annotations)."""
+        meta = obj.get("metadata") or {}
+        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+        return (labels.get(REFLECTED_LABEL) == self.node_name and labels.get(MANAGED_BY_LABEL[0]) == MANAGED_BY_LABEL[1]
+                and ann.get(SOURCE_NAMESPACE) == namespace and ann.get(SOURCE_NAME) == name)
+
+    def _foreign(self, kind: str, rns: str, cname: str, namespace: str, name: str, live: dict) -> ProviderError:
+        labels = (live.get("metadata") or {}).get("labels") or {}
+        holder = labels.get(REFLECTED_LABEL)
+        whose = f"the copy of virtual node {holder}" if holder else "not a copy gpufleet made"
+        return ProviderError(
+            f"{self.name}: {kind} {rns}/{cname}, where {kind} {namespace}/{name} is to be copied, already exists and "
+            f"is {whose}: left untouched (gpufleet never writes or deletes an object it does not own); remove or "
+            f"rename that object, or give pool {self.name} another namespace_prefix",
+            reason=FOREIGN_OBJECT_REASON, retryable=False)
+
     def put_object(self, kind: str, namespace: str, obj: dict[str, Any]) -> None:
-        """Server-side apply the copy of ConfigMap/Secret ``obj`` into the remote namespace (module docstring).
+        """Create or update this pool's copy of ConfigMap/Secret ``obj`` in the remote namespace, only where the
+        name is free or holds this node's copy already (module docstring).
 
         Raises:
-            ProviderError: refused or unreachable (message redacted).
+            ProviderError: reason :data:`~gpufleet.names.FOREIGN_OBJECT_REASON` (not retryable) when an object
+                gpufleet does not own holds the copy's name; otherwise refused or unreachable (message redacted).
         """
         rns = self.remote_namespace(namespace)
         name = obj["metadata"]["name"]
+        cname = self.copy_name(name)
+        plural = OBJECT_PLURALS[kind]
         body = {"apiVersion": "v1", "kind": kind,
-                "metadata": {"name": name, "namespace": rns,
-                             "labels": {REFLECTED_LABEL: self.node_name, MANAGED_LABEL[0]: MANAGED_LABEL[1]},
+                "metadata": {"name": cname, "namespace": rns,
+                             "labels": {REFLECTED_LABEL: self.node_name, MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]},
                              "annotations": {SOURCE_NAMESPACE: namespace, SOURCE_NAME: name}},
                 **object_payload(obj)}
         if kind == "Secret":
             body.setdefault("type", "Opaque")
         try:
             self._call("create namespace", self._ensure_namespace, rns)
-            self._call(f"apply {kind} {rns}/{name}", self.kube.apply, body)
+            for _ in range(2):  # a copy created between the read and the create is read once more
+                live = self._call(f"read {kind} {rns}/{cname}", self.kube.get_or_none, "v1", plural, cname, rns)
+                if live is None:
+                    try:
+                        self._call(f"create {kind} {rns}/{cname}", self.kube.create, "v1", plural, body, rns,
+                                   fieldManager=FIELD_MANAGER)
+                        return
+                    except Conflict:
+                        continue
+                if not self.owns(live, namespace, name):
+                    raise self._foreign(kind, rns, cname, namespace, name, live)
+                # The resourceVersion checked is a precondition of the apply: replaced meanwhile -> 409.
+                body["metadata"]["resourceVersion"] = live["metadata"].get("resourceVersion")
+                self._call(f"apply {kind} {rns}/{cname}", self.kube.apply, body, field_manager=FIELD_MANAGER)
+                return
+            raise ProviderError(f"{self.name}: {kind} {rns}/{cname} was created by someone else while being created",
+                                reason="ProviderBusy", retryable=True)
         except ProviderError as exc:
             raise ProviderError(redact(str(exc), obj), reason=exc.reason, retryable=exc.retryable) from None
         except KubeError as exc:  # NotFound / Conflict, passed through by _call
-            raise ProviderError(redact(f"{self.name}: apply {kind} {rns}/{name}: the remote API server answered "
+            raise ProviderError(redact(f"{self.name}: write {kind} {rns}/{cname}: the remote API server answered "
                                        f"{exc.status} {exc.reason}: {exc.message}", obj),
-                                retryable=retryable(exc)) from None
+                                reason="ProviderBusy" if isinstance(exc, Conflict) else "ProviderFailed",
+                                retryable=True if isinstance(exc, Conflict) else retryable(exc)) from None
 
     def delete_object(self, kind: str, namespace: str, name: str) -> None:
-        """Delete the remote copy of ``kind`` ``namespace/name`` (no error if gone); raises ProviderError."""
+        """Delete this pool's copy of ``kind`` ``namespace/name``: only an object that is this node's copy, by
+        its UID (no error if gone; an object gpufleet does not own is left alone and logged). Raises ProviderError."""
+        rns, cname, plural = self.remote_namespace(namespace), self.copy_name(name), OBJECT_PLURALS[kind]
         try:
-            self._call(f"delete {kind}", self.kube.delete, "v1", OBJECT_PLURALS[kind], name,
-                       self.remote_namespace(namespace))
+            live = self._call(f"read {kind}", self.kube.get_or_none, "v1", plural, cname, rns)
+            if live is None:
+                return
+            if not self.owns(live, namespace, name):
+                log.warning("%s: %s %s/%s is not this node's copy of %s/%s: not deleted", self.name, kind, rns, cname,
+                            namespace, name)
+                return
+            self._call(f"delete {kind}", self.kube.delete, "v1", plural, cname, rns, uid=live["metadata"].get("uid"))
         except NotFound:
             pass
         except Conflict as exc:
-            raise ProviderError(f"{self.name}: delete {kind} {namespace}/{name}: {exc.message}", retryable=True) from None
+            raise ProviderError(f"{self.name}: delete {kind} {rns}/{cname}: {exc.message}", retryable=True) from None
 
     def get_objects(self) -> list[ObjectRef]:
-        """The copies this virtual node's pods had reflected here (listed as metadata only, from the remote API)."""
+        """The copies this virtual node's pods had reflected here (listed as metadata only, from the remote API):
+        objects labelled for this node, under this pool's name for their source."""
         out = []
         for kind, plural in OBJECT_PLURALS.items():
             listed = self._call(f"list {plural}", self.kube.request, "GET", api_path("v1", plural),
                                 params={"labelSelector": f"{REFLECTED_LABEL}={self.node_name}"}, accept=METADATA_ONLY)
             for item in listed.get("items") or []:
                 meta = item.get("metadata") or {}
-                ns = (meta.get("annotations") or {}).get(SOURCE_NAMESPACE)
-                if ns and self.remote_namespace(ns) == meta.get("namespace"):
-                    out.append(ObjectRef(kind, ns, meta["name"]))
+                ann = meta.get("annotations") or {}
+                ns, name = ann.get(SOURCE_NAMESPACE), ann.get(SOURCE_NAME)
+                if ns and name and self.remote_namespace(ns) == meta.get("namespace") and \
+                        meta.get("name") == self.copy_name(name) and self.owns(item, ns, name):
+                    out.append(ObjectRef(kind, ns, name))
         return out
 
     def update_pod(self, pod: Pod) -> None:
