@@ -126,12 +126,30 @@ def _goodput_metric_names() -> set[str]:
             if line and not line.startswith("#")}
 
 
+def _node_health_metric_names() -> set[str]:
+    """Names node health exports (``gpufleet node-health``), from its metrics."""
+    from prometheus_client import CollectorRegistry
+
+    from gpufleet.health.remediate import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    families = list(registry.collect())
+    return {f.name for f in families} | {s.name for f in families for s in f.samples}
+
+
+#: The exporter's per-collector status (node_exporter's ``node_scrape_collector_success`` convention),
+#: ``{collector="nvml"|"infiniband"}``: names fixed with the exporter's collectors, which set them.
+COLLECTOR_STATUS = {"gpufleet_exporter_collector_success", "gpufleet_exporter_collector_last_success_timestamp_seconds"}
+
+
 def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
     """Every gpufleet_* name in alerts and panels exists in some fixture exposition (typos break alerts silently)."""
-    exported = _exported_metric_names() | _goodput_metric_names()
+    exported = _exported_metric_names() | _goodput_metric_names() | _node_health_metric_names() | COLLECTOR_STATUS
     texts = [e for board in dashboards.values() for e in exprs(board)]
     texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
-    used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t)}
+    # a name ending in "_" is a prefix inside a regex matcher ({__name__=~"gpufleet_gpu_.+"})
+    used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t) if not m.endswith("_")}
     assert used, "no gpufleet_ metric referenced at all?"
     assert used - exported == set()
 
