@@ -40,6 +40,10 @@ NODE = 'node=~"$node"'
 RATE = "$__rate_interval"
 #: Legend of a per-port series (fabric dashboard).
 PORT = "{{node}} {{hca}}/{{port}}"
+#: ``counters/`` files of the IB error counters plotted in "Link errors" and a few more (the ``counter`` label
+#: of ``gpufleet_infiniband_counter_saturated``): IBA PortCounters, 4 to 16 bits wide, so they saturate.
+SATURABLE_ERRORS = ("symbol_error|link_error_recovery|link_downed|port_rcv_errors|port_rcv_remote_physical_errors|"
+                    "local_link_integrity_errors")
 #: Selectors of the queues dashboard: GPU resource series, the chosen ClusterQueues.
 GPU = 'resource="nvidia.com/gpu"'
 CQ = 'cluster_queue=~"$cluster_queue"'
@@ -387,7 +391,8 @@ def _fabric_errors_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashb
             _timeseries(
                 ids,
                 "Link errors (per 5m)",
-                "New symbol errors, link-downed events, link error recoveries and receive errors per port.",
+                "New symbol errors, link-downed events, link error recoveries and receive errors per port. A saturated "
+                "counter stops counting, so it shows no new errors here whatever happens: see Saturated error counters.",
                 [
                     (f"increase(gpufleet_infiniband_port_symbol_errors_total{{{NODE}}}[5m]) > 0", f"symbol_error {PORT}"),
                     (f"increase(gpufleet_infiniband_port_link_downed_total{{{NODE}}}[5m]) > 0", f"link_downed {PORT}"),
@@ -395,8 +400,23 @@ def _fabric_errors_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashb
                     (f"increase(gpufleet_infiniband_port_receive_errors_total{{{NODE}}}[5m]) > 0", f"port_rcv_errors {PORT}"),
                 ],
                 "short",
-                span=24,
+                span=16,
                 min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Saturated error counters",
+                "1 while an InfiniBand error counter sits at its maximum (symbol_error 65535, link_downed 255...): it "
+                "no longer counts, so at least that many errors happened and new ones are unseen. Node health keeps "
+                "the node degraded until the port's counters are reset (perfquery -x -R).",
+                [(f'max by (node, hca, port, counter) (gpufleet_infiniband_counter_saturated{{{NODE},'
+                  f'counter=~"{SATURABLE_ERRORS}"}})', f"{{{{counter}}}} {PORT}")],
+                "short",
+                span=8,
+                min_value=0,
+                max_value=1,
             )
         )
         .with_panel(

@@ -161,3 +161,19 @@ def test_every_query_parses_in_real_prometheus(dashboards, tmp_path):
             for expr in exprs(board):
                 concrete = expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$cluster_queue", ".*")
                 prom.query(concrete)  # raises PrometheusError with the parse error
+
+
+def test_saturated_error_counters_are_plotted_not_a_flat_zero(dashboards):
+    """Beside the link-error rates, a time series of the saturation gauge of the same counters node health reads."""
+    from gpufleet.health.faults import IB_ERROR_FILES
+
+    from roles.gpu_metrics.dashboards import SATURABLE_ERRORS
+
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-fabric"])}
+    sat = by_title["Saturated error counters"]
+    assert sat["type"] == "timeseries"
+    (target,) = sat["targets"]
+    assert "gpufleet_infiniband_counter_saturated" in target["expr"] and "{{counter}}" in target["legendFormat"]
+    assert set(SATURABLE_ERRORS.split("|")) == set(IB_ERROR_FILES)
+    assert "Saturated error counters" in by_title["Link errors (per 5m)"]["description"]
+    assert sat["gridPos"]["y"] == by_title["Link errors (per 5m)"]["gridPos"]["y"]  # same row, side by side
