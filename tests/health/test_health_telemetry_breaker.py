@@ -218,7 +218,7 @@ def test_resume_plan_is_bounded_idempotent_and_withdrawable():
     off = breaker.plan_resume(cm, "ns", 0, NOW, "alice")
     assert off.changed and off.data == {"resume-until": None, "resume-by": None} and off.until is None
     assert not breaker.plan_resume({"data": {"state": "open"}}, "ns", 0, NOW, "alice").changed
-    with pytest.raises(ValueError, match="--minutes -1"):
+    with pytest.raises(ValueError, match="--minutes -1: expected 0"):
         breaker.plan_resume(None, "ns", -1, NOW, "alice")
 
 

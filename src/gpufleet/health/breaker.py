@@ -174,7 +174,7 @@ def plan_resume(cm: Mapping[str, Any] | None, namespace: str, minutes: float, no
         ValueError: ``minutes`` negative or above a week (10080), naming ``--minutes``.
     """
     if not 0 <= minutes <= 7 * 24 * 60:
-        raise ValueError(f"--minutes {minutes!r}: expected 0 (withdraw a resume) to 10080 (a week)")
+        raise ValueError(f"--minutes {minutes:g}: expected 0 (withdraw a resume) to 10080 (a week)")
     before = dict((cm or {}).get("data") or {})
     if minutes == 0:
         data: dict[str, str | None] = {RESUME_UNTIL: None, RESUME_BY: None}
