@@ -226,6 +226,10 @@ def test_breaker_defaults_follow_the_role(local_inv):
     settings = Settings.from_inventory(local_inv)
     v = local_inv.role("node_health")
     assert settings.max_unhealthy_share == v.node_health_max_unhealthy_share == 0.5
-    assert settings.telemetry_node_selector == {"matchLabels": {}, "matchExpressions": []}
+    # the local environment's kwok nodes run no exporter (inventories/local): only the others are judged
+    assert settings.telemetry_node_selector == {"matchLabels": {}, "matchExpressions": [
+        {"key": "gpufleet.io/simulated", "operator": "DoesNotExist", "values": []}]}
+    kwok, real = node("kwok", labels={"gpufleet.io/simulated": "true"}), node("real")
+    assert telemetry_nodes({"kwok": kwok, "real": real}, settings, NOW) == ["real"]
     assert "telemetry" in settings.degraded_faults
     assert settings.rules.telemetry_stale_seconds == local_inv.role("gpu_metrics").gpu_metrics_telemetry_stale_seconds == 60
