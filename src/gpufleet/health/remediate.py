@@ -52,6 +52,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -115,7 +116,7 @@ class Settings:
     interval_seconds: float = 5.0
     partial_nodes_train: bool = False
     max_unhealthy_share: float = 0.5
-    telemetry_node_selector: Any = field(default_factory=dict)
+    telemetry_node_selector: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         cliargs.check("node_health_max_unhealthy_share", cliargs.share, self.max_unhealthy_share)
@@ -429,7 +430,7 @@ class Remediator:
         """Metrics, Events and the ConfigMap of the circuit breaker after one :func:`decide`
         (:mod:`gpufleet.health.breaker`). In dry run the ConfigMap is not written; Events and metrics are."""
         fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=self.settings.partial_nodes_train))
-        held = tuple(d.node for d in decisions if d.breaker)
+        held = tuple(sorted(d.node for d in decisions if d.breaker))
         for d in decisions:
             if d.breaker:
                 for f in d.faults:

@@ -190,7 +190,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     for n, obj in by_name.items():
         if n in virtual:
             continue
-        if not nodeutil.gpus(obj, "capacity") and nodeutil.flavor(obj) is None:
+        if not nodeutil.is_fleet_node(obj):
             continue  # a system node (no GPUs, no ResourceFlavor): not part of the GPU fleet
         nc = classify_node(obj, classes)
         if nc.facts.allocatable and not nc.facts.problem:
