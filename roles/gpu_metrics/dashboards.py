@@ -34,6 +34,8 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 #: Thresholds drawn on temperature panels, the defaults of the alert rules (Celsius).
 GPU_TEMP_THRESHOLD_CELSIUS = 78
 MEMORY_TEMP_THRESHOLD_CELSIUS = 85
+#: GPU telemetry older than this is stale, the default of gpu_metrics_telemetry_stale_seconds (seconds).
+TELEMETRY_STALE_SECONDS = 60
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
@@ -284,7 +286,7 @@ def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Das
 
 
 def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
-    """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, power draw (watts)."""
+    """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, GPU telemetry, power draw (watts)."""
     return (
         board.with_row(_row(ids, "Health"))
         .with_panel(_stat(ids, "GPUs lost", "GPUs NVML reports fallen off the bus.", f"sum(gpufleet_gpu_lost{{{NODE}}})"))
@@ -305,6 +307,28 @@ def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboar
                 "Uncorrectable ECC (1h)",
                 "New uncorrectable ECC errors in the last hour.",
                 f'sum(increase(gpufleet_gpu_ecc_errors_total{{{NODE},type="uncorrected"}}[1h]))',
+            )
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "GPU telemetry failing or stale",
+                "Nodes whose exporter's nvml collector failed its last read, or last succeeded more than "
+                f"{TELEMETRY_STALE_SECONDS} s ago (gpu_metrics_telemetry_stale_seconds' default): node health takes them "
+                "out of training.",
+                f'count((gpufleet_exporter_collector_success{{{NODE},collector="nvml"}} == 0) or ((time() - '
+                f'gpufleet_exporter_collector_last_success_timestamp_seconds{{{NODE},collector="nvml"}}) > '
+                f"{TELEMETRY_STALE_SECONDS}))",
+                span=12,
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "GPU nodes without GPU telemetry",
+                "Nodes node health expects GPUs on (gpufleet_node_health_expected_gpus) that send no gpufleet_gpu_* "
+                "series: the exporter is not running or not scraped there.",
+                f"max by (node) (gpufleet_node_health_expected_gpus{{{NODE}}}) unless on (node) gpufleet_gpu_nvml_available",
             )
         )
         .with_panel(

@@ -65,6 +65,9 @@ def test_tensor_activity_and_gpu_utilisation_side_by_side(dashboards):
                 "DCGM_FI_DEV_GPU_TEMP",
                 "gpufleet_gpu_lost",
                 "gpufleet_gpu_xid_events_total",
+                "gpufleet_exporter_collector_success",
+                "gpufleet_exporter_collector_last_success_timestamp_seconds",
+                "gpufleet_node_health_expected_gpus",
             ],
         ),
         (
@@ -177,3 +180,15 @@ def test_saturated_error_counters_are_plotted_not_a_flat_zero(dashboards):
     assert set(SATURABLE_ERRORS.split("|")) == set(IB_ERROR_FILES)
     assert "Saturated error counters" in by_title["Link errors (per 5m)"]["description"]
     assert sat["gridPos"]["y"] == by_title["Link errors (per 5m)"]["gridPos"]["y"]  # same row, side by side
+
+
+def test_gpu_telemetry_panels_use_the_roles_stale_default(dashboards):
+    import yaml
+
+    from roles.gpu_metrics.dashboards import TELEMETRY_STALE_SECONDS
+
+    defaults = yaml.safe_load((Path(__file__).parents[3] / "roles" / "gpu_metrics" / "defaults.yaml").read_text())
+    assert TELEMETRY_STALE_SECONDS == defaults["gpu_metrics_telemetry_stale_seconds"]
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
+    assert f"> {TELEMETRY_STALE_SECONDS}" in by_title["GPU telemetry failing or stale"]["targets"][0]["expr"]
+    assert "gpufleet_node_health_expected_gpus" in by_title["GPU nodes without GPU telemetry"]["targets"][0]["expr"]
