@@ -368,8 +368,9 @@ def _fabric_rules(for_seconds: int) -> list[dict[str, Any]]:
 
 #: Nodes that should have GPUs, one series each (``node`` label only; node health's metric).
 EXPECTED_GPUS = "max by (node) (gpufleet_node_health_expected_gpus) > 0"
-#: GPUs with any ``gpufleet_gpu_*`` series, per node.
-GPUS_SEEN = 'count by (node) (count by (node, gpu) ({__name__=~"gpufleet_gpu_.+",gpu!=""}))'
+#: GPUs with series, per node: the exporter writes ``gpufleet_gpu_lost`` (0 or 1) for every GPU NVML
+#: enumerates, ``gpufleet_gpu_erroring`` for every one it has a handle or an error for.
+GPUS_SEEN = "count by (node) (count by (node, gpu) (gpufleet_gpu_lost or gpufleet_gpu_erroring))"
 
 
 def _telemetry_rules(for_seconds: int, stale_seconds: float) -> list[dict[str, Any]]:

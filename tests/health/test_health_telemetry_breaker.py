@@ -74,7 +74,8 @@ def test_telemetry_queries_read_the_exporters_collector_status():
     q = Queries(RULES).all()
     assert q["telemetry_failing"] == 'gpufleet_exporter_collector_success{collector="nvml"} == 0'
     assert q["telemetry_last_success"] == 'gpufleet_exporter_collector_last_success_timestamp_seconds{collector="nvml"}'
-    assert q["telemetry_gpus"] == 'count by (node, gpu) ({__name__=~"gpufleet_gpu_.+"})'
+    assert q["telemetry_gpus"] == ("count by (node, gpu) (gpufleet_gpu_lost or gpufleet_gpu_erroring or "
+                                   "gpufleet_gpu_nvml_available)")
     assert Queries(Rules(node_label="host")).all()["telemetry_gpus"].startswith("count by (host, gpu)")
 
 

@@ -42,7 +42,8 @@ telemetry           a node that should have GPUs (:func:`gpufleet.fleet.nodes.  
                     unavailable), stale (its last success older than               ``gpufleet_gpu_nvml_available``, every
                     ``gpu_metrics_telemetry_stale_seconds``), absent (no           ``gpufleet_gpu_*`` series (GPUs seen)
                     ``gpufleet_gpu_*`` series at all), or that shows fewer GPUs
-                    in Prometheus than expected
+                    in Prometheus than expected (GPUs with ``gpufleet_gpu_lost``
+                    or ``gpufleet_gpu_erroring``)
 ib_errors           also: an InfiniBand error counter saturated (stuck at its      ``gpufleet_infiniband_counter_saturated``
 (saturated)         width's maximum, e.g. symbol_error 65535, link_downed 255)
                     counts as at least that many errors, until it is reset
@@ -221,8 +222,12 @@ class Queries:
             "gpu_erroring": f"{GPU_ERRORING_METRIC} == 1",
             "gpu_devices": GPU_DEVICES_METRIC,
             "ib_saturated": f'{IB_SATURATED_METRIC}{{{IB_PORTS},counter=~"{"|".join(IB_ERROR_FILES)}"}} == 1',
-            # one row per node and GPU index ('' for the node-wide series): which GPUs Prometheus sees
-            "telemetry_gpus": f'count by ({r.node_label}, gpu) ({{__name__=~"gpufleet_gpu_.+"}})',
+            # one row per node and GPU index ('' for the node-wide series): which GPUs Prometheus sees. The
+            # exporter writes gpufleet_gpu_lost (0/1) for every GPU NVML enumerates, gpufleet_gpu_erroring for
+            # every one it has a handle or an error for, gpufleet_gpu_nvml_available always: three series a GPU
+            # at most, where a regex over every gpufleet_gpu_* name would read dozens.
+            "telemetry_gpus": f"count by ({r.node_label}, gpu) ({GPU_LOST_METRIC} or {GPU_ERRORING_METRIC} or "
+                              f"{NVML_AVAILABLE_METRIC})",
             "telemetry_failing": f'{COLLECTOR_SUCCESS_METRIC}{{collector="{GPU_COLLECTOR}"}} == 0',
             "telemetry_last_success": f'{COLLECTOR_LAST_SUCCESS_METRIC}{{collector="{GPU_COLLECTOR}"}}',
             "nvml_unavailable": f"{NVML_AVAILABLE_METRIC} == 0",
