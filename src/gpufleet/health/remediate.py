@@ -227,7 +227,8 @@ def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> l
 
 
 def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Settings, now: float,
-           busy: set[str] | frozenset[str] = frozenset(), *, resumed: bool = False) -> list[Decision]:
+           busy: set[str] | frozenset[str] = frozenset(), *, resumed: bool = False,
+           fleet: breaker.FleetShare | None = None) -> list[Decision]:
     """One decision per faulty node (pure; module docstring for the rules).
 
     Args:
@@ -237,9 +238,11 @@ def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Set
         now: Unix seconds (lemon window).
         busy: nodes with an action in flight.
         resumed: a person's resume of the circuit breaker is in force (no share limit).
+        fleet: :func:`gpufleet.health.breaker.fleet_share` of ``nodes``, when the caller has it already.
     """
     out_now = sum(1 for n in nodes.values() if nodeutil.is_out(n))
-    fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=settings.partial_nodes_train))
+    if fleet is None:
+        fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=settings.partial_nodes_train))
     out_of_service = set(fleet.out)
     decisions: list[Decision] = []
     candidates: list[tuple[int, float, str, bool, bool]] = []
@@ -401,8 +404,10 @@ class Remediator:
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
         cm = self._read_breaker()
-        report.decisions = decide(report.faults, nodes, self.settings, now, busy, resumed=breaker.resumed(cm, now))
-        self._breaker(report.decisions, nodes, cm)
+        fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=self.settings.partial_nodes_train))
+        report.decisions = decide(report.faults, nodes, self.settings, now, busy, resumed=breaker.resumed(cm, now),
+                                  fleet=fleet)
+        self._breaker(report.decisions, fleet, cm)
         for kind in FAULT_KINDS:
             self.metrics.faulty.labels(kind).set(sum(1 for fs in report.faults.values() if any(f.kind == kind for f in fs)))
         for d in report.decisions:
@@ -426,10 +431,9 @@ class Remediator:
             log.warning("reading ConfigMap %s/%s: %s", self.settings.namespace, BREAKER_CONFIGMAP, exc)
             return None
 
-    def _breaker(self, decisions: list[Decision], nodes: dict[str, Node], cm: dict[str, Any] | None) -> None:
-        """Metrics, Events and the ConfigMap of the circuit breaker after one :func:`decide`
+    def _breaker(self, decisions: list[Decision], fleet: breaker.FleetShare, cm: dict[str, Any] | None) -> None:
+        """Metrics, Events and the ConfigMap of the circuit breaker after one :func:`decide` over ``fleet``
         (:mod:`gpufleet.health.breaker`). In dry run the ConfigMap is not written; Events and metrics are."""
-        fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=self.settings.partial_nodes_train))
         held = tuple(sorted(d.node for d in decisions if d.breaker))
         for d in decisions:
             if d.breaker:
