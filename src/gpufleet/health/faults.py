@@ -32,15 +32,15 @@ roce_errors         packet-loss counters of a RoCE port (``out_of_sequence``,   
                     the error window, or the port is not ACTIVE
 gpu_missing         NVML reports a GPU lost, or erroring (any other error on its   ``gpufleet_gpu_lost``, ``gpufleet_gpu_erroring``,
                     handle, or every read failing), or fewer GPUs than the node's  ``gpufleet_gpu_devices``
-                    ``nvidia.com/gpu.count`` label
+                    ``nvidia.com/gpu.count`` label (else its GPU capacity)
 gpu_partial         the Node's ``nvidia.com/gpu`` allocatable is below its         the Node object (not Prometheus), through the
                     capacity (the device plugin withdrew GPUs) and the inventory   node classifier (:mod:`gpufleet.fleet.classify`)
                     does not let such nodes count for training
 telemetry           a node that should have GPUs (:func:`gpufleet.fleet.nodes.     ``gpufleet_exporter_collector_success``,
                     expected_gpus` > 0) whose GPU telemetry is failing (the        ``gpufleet_exporter_collector_last_success_``
                     exporter's ``nvml`` collector reports failure, or NVML is      ``timestamp_seconds`` (``collector="nvml"``),
-                    unavailable), stale (its last success older than               ``gpufleet_gpu_nvml_available``, every
-                    ``gpu_metrics_telemetry_stale_seconds``), absent (no           ``gpufleet_gpu_*`` series (GPUs seen)
+                    unavailable), stale (its last success older than               ``gpufleet_gpu_nvml_available``,
+                    ``gpu_metrics_telemetry_stale_seconds``), absent (no           ``gpufleet_gpu_lost``/``_erroring`` (GPUs seen)
                     ``gpufleet_gpu_*`` series at all), or that shows fewer GPUs
                     in Prometheus than expected (GPUs with ``gpufleet_gpu_lost``
                     or ``gpufleet_gpu_erroring``)
