@@ -64,7 +64,11 @@ def main() -> None:
             rules = Rules(hot_samples=args.hot_samples, scrape_interval_seconds=args.scrape)
             rem = Remediator(api, PromClient(prom.url), Settings(rules=rules, max_nodes_out=len(names) + 1,
                                                                    degraded_faults=frozenset(), drain_timeout_seconds=30,
-                                                                   interval_seconds=args.interval))
+                                                                   interval_seconds=args.interval,
+                                                                   # only these nodes have exporters
+                                                                   telemetry_node_selector={"matchExpressions": [{
+                                                                       "key": "kubernetes.io/hostname", "operator": "In",
+                                                                       "values": names}]}))
             stop = threading.Event()
 
             def loop() -> None:

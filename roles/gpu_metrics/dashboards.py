@@ -34,12 +34,18 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 #: Thresholds drawn on temperature panels, the defaults of the alert rules (Celsius).
 GPU_TEMP_THRESHOLD_CELSIUS = 78
 MEMORY_TEMP_THRESHOLD_CELSIUS = 85
+#: GPU telemetry older than this is stale, the default of gpu_metrics_telemetry_stale_seconds (seconds).
+TELEMETRY_STALE_SECONDS = 60
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
 RATE = "$__rate_interval"
 #: Legend of a per-port series (fabric dashboard).
 PORT = "{{node}} {{hca}}/{{port}}"
+#: ``counters/`` files of the IB error counters plotted in "Link errors" and a few more (the ``counter`` label
+#: of ``gpufleet_infiniband_counter_saturated``): IBA PortCounters, 4 to 16 bits wide, so they saturate.
+SATURABLE_ERRORS = ("symbol_error|link_error_recovery|link_downed|port_rcv_errors|port_rcv_remote_physical_errors|"
+                    "local_link_integrity_errors")
 #: Selectors of the queues dashboard: GPU resource series, the chosen ClusterQueues.
 GPU = 'resource="nvidia.com/gpu"'
 CQ = 'cluster_queue=~"$cluster_queue"'
@@ -280,7 +286,7 @@ def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Das
 
 
 def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
-    """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, power draw (watts)."""
+    """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, GPU telemetry, power draw (watts)."""
     return (
         board.with_row(_row(ids, "Health"))
         .with_panel(_stat(ids, "GPUs lost", "GPUs NVML reports fallen off the bus.", f"sum(gpufleet_gpu_lost{{{NODE}}})"))
@@ -301,6 +307,28 @@ def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboar
                 "Uncorrectable ECC (1h)",
                 "New uncorrectable ECC errors in the last hour.",
                 f'sum(increase(gpufleet_gpu_ecc_errors_total{{{NODE},type="uncorrected"}}[1h]))',
+            )
+        )
+        .with_panel(
+            _stat(
+                ids,
+                "GPU telemetry failing or stale",
+                "Nodes whose exporter's nvml collector failed its last read, or last succeeded more than "
+                f"{TELEMETRY_STALE_SECONDS} s ago (gpu_metrics_telemetry_stale_seconds' default): node health takes them "
+                "out of training.",
+                f'count((gpufleet_exporter_collector_success{{{NODE},collector="nvml"}} == 0) or ((time() - '
+                f'gpufleet_exporter_collector_last_success_timestamp_seconds{{{NODE},collector="nvml"}}) > '
+                f"{TELEMETRY_STALE_SECONDS}))",
+                span=12,
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "GPU nodes without GPU telemetry",
+                "Nodes node health expects GPUs on (gpufleet_node_health_expected_gpus) that send no gpufleet_gpu_* "
+                "series: the exporter is not running or not scraped there.",
+                f"max by (node) (gpufleet_node_health_expected_gpus{{{NODE}}}) unless on (node) gpufleet_gpu_nvml_available",
             )
         )
         .with_panel(
@@ -387,7 +415,8 @@ def _fabric_errors_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashb
             _timeseries(
                 ids,
                 "Link errors (per 5m)",
-                "New symbol errors, link-downed events, link error recoveries and receive errors per port.",
+                "New symbol errors, link-downed events, link error recoveries and receive errors per port. A saturated "
+                "counter stops counting, so it shows no new errors here whatever happens: see Saturated error counters.",
                 [
                     (f"increase(gpufleet_infiniband_port_symbol_errors_total{{{NODE}}}[5m]) > 0", f"symbol_error {PORT}"),
                     (f"increase(gpufleet_infiniband_port_link_downed_total{{{NODE}}}[5m]) > 0", f"link_downed {PORT}"),
@@ -395,8 +424,23 @@ def _fabric_errors_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashb
                     (f"increase(gpufleet_infiniband_port_receive_errors_total{{{NODE}}}[5m]) > 0", f"port_rcv_errors {PORT}"),
                 ],
                 "short",
-                span=24,
+                span=16,
                 min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "Saturated error counters",
+                "1 while an InfiniBand error counter sits at its maximum (symbol_error 65535, link_downed 255...): it "
+                "no longer counts, so at least that many errors happened and new ones are unseen. Node health keeps "
+                "the node degraded until the port's counters are reset (perfquery -x -R).",
+                [(f'max by (node, hca, port, counter) (gpufleet_infiniband_counter_saturated{{{NODE},'
+                  f'counter=~"{SATURABLE_ERRORS}"}})', f"{{{{counter}}}} {PORT}")],
+                "short",
+                span=8,
+                min_value=0,
+                max_value=1,
             )
         )
         .with_panel(

@@ -36,6 +36,8 @@ DCGM_COUNTERS: list[tuple[str, str, str]] = [
 ]
 
 EXPORTER = "gpufleet-fabric-exporter"
+#: The node_health role's controller (its Deployment's ``app.kubernetes.io/name``), scraped for its metrics.
+NODE_HEALTH = "node-health"
 
 
 def counters_csv() -> str:
@@ -45,7 +47,12 @@ def counters_csv() -> str:
 
 
 def scrape_configs(inv: Inventory) -> list[Obj]:
-    """Prometheus scrape jobs for the fabric exporter and dcgm-exporter (pod discovery)."""
+    """Prometheus scrape jobs for the fabric exporter and dcgm-exporter (pod discovery), and node health's metrics.
+
+    Node health's job keeps its series' own ``node`` label (no relabeling to
+    the pod's node): ``gpufleet_node_health_expected_gpus{node}`` names the
+    node it is about, and the telemetry alerts join on it.
+    """
     v = inv.role("gpu_metrics")
     def job(name: str, app: str) -> Obj:
         return {
@@ -56,7 +63,18 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
                 {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
             ],
         }
-    return [job("gpufleet-fabric", EXPORTER), job("dcgm-exporter", "dcgm-exporter")]
+    jobs = [job("gpufleet-fabric", EXPORTER), job("dcgm-exporter", "dcgm-exporter")]
+    h = inv.role("node_health")
+    if h.node_health_enabled:
+        jobs.append({
+            "job_name": "gpufleet-node-health", "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [h.node_health_namespace]}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": NODE_HEALTH, "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+            ],
+        })
+    return jobs
 
 
 def rule_file(inv: Inventory) -> Obj:
@@ -66,7 +84,8 @@ def rule_file(inv: Inventory) -> Obj:
     v = inv.role("gpu_metrics")
     return build_rules(gpu_temp_threshold_celsius=v.gpu_metrics_gpu_temp_threshold_celsius,
                        memory_temp_threshold_celsius=v.gpu_metrics_memory_temp_threshold_celsius,
-                       for_seconds=v.gpu_metrics_alert_for_seconds)
+                       for_seconds=v.gpu_metrics_alert_for_seconds,
+                       telemetry_stale_seconds=v.gpu_metrics_telemetry_stale_seconds)
 
 
 def fabric_exporter(inv: Inventory) -> list[Obj]:

@@ -11,6 +11,14 @@ Every alert carries ``severity`` (``critical``: the node_health controller
 takes the node out; ``warning``: a person looks), ``fault`` (a short stable
 name the remediation controller maps to a taint reason) and ``component``.
 Behaviour is pinned by ``promtool test rules`` in ``tests/roles/gpu_metrics/``.
+
+The ``gpufleet-telemetry`` group judges only nodes that should have GPUs:
+node health exports ``gpufleet_node_health_expected_gpus{node}`` (label
+``nvidia.com/gpu.count``, else the Node's ``nvidia.com/gpu`` capacity, for
+the Ready GPU nodes it judges) and the role's ``gpufleet-node-health``
+scrape job brings it in, keeping that metric's own ``node`` label. The
+exporter runs on CPU nodes too, where NVML has nothing to find; without
+the join every CPU node would page.
 """
 
 from __future__ import annotations
@@ -99,6 +107,7 @@ def build_rules(
     gpu_temp_threshold_celsius: float = 78,
     memory_temp_threshold_celsius: float = 85,
     for_seconds: int = 60,
+    telemetry_stale_seconds: float = 60,
 ) -> dict[str, Any]:
     """The gpu_metrics Prometheus rule file.
 
@@ -111,16 +120,20 @@ def build_rules(
             HBM3 is specified to 95 C and throttles before, 85 leaves margin.
         for_seconds: how long a state condition (temperature, port state,
             NVLink down) must hold before firing, seconds (60 = "for 1 minute").
+        telemetry_stale_seconds: the exporter's nvml collector last succeeding
+            longer ago than this is stale telemetry (``gpu_metrics_telemetry_stale_seconds``).
 
     Returns:
         ``{"groups": [{"name": ..., "rules": [...]}, ...]}`` (Prometheus rule
         file format, also a valid PrometheusRule ``spec``).
 
     Raises:
-        ValueError: on a non-positive threshold or a negative ``for_seconds``.
+        ValueError: on a non-positive threshold or stale bound, or a negative ``for_seconds``.
     """
     if gpu_temp_threshold_celsius <= 0 or memory_temp_threshold_celsius <= 0:
         raise ValueError("temperature thresholds must be positive (Celsius)")
+    if telemetry_stale_seconds <= 0:
+        raise ValueError("telemetry_stale_seconds must be positive (seconds)")
     if for_seconds < 0:
         raise ValueError("for_seconds must be >= 0")
     return {
@@ -130,6 +143,7 @@ def build_rules(
              + _gpu_fault_rules(for_seconds)},
             {"name": "gpufleet-nvlink", "rules": _nvlink_rules(for_seconds)},
             {"name": "gpufleet-fabric", "rules": _fabric_rules(for_seconds)},
+            {"name": "gpufleet-telemetry", "rules": _telemetry_rules(for_seconds, telemetry_stale_seconds)},
         ]
     }
 
@@ -350,6 +364,83 @@ def _fabric_rules(for_seconds: int) -> list[dict[str, Any]]:
         ),
     ]
     return fabric_rules
+
+
+#: Nodes that should have GPUs, one series each (``node`` label only; node health's metric).
+EXPECTED_GPUS = "max by (node) (gpufleet_node_health_expected_gpus) > 0"
+#: GPUs with series, per node: the exporter writes ``gpufleet_gpu_lost`` (0 or 1) for every GPU NVML
+#: enumerates, ``gpufleet_gpu_erroring`` for every one it has a handle or an error for.
+GPUS_SEEN = "count by (node) (count by (node, gpu) (gpufleet_gpu_lost or gpufleet_gpu_erroring))"
+
+
+def _telemetry_rules(for_seconds: int, stale_seconds: float) -> list[dict[str, Any]]:
+    """The ``gpufleet-telemetry`` group: GPU telemetry failing, stale, absent or short of GPUs; node health's breaker."""
+    hold = f"{int(for_seconds)}s"
+    stale = _number(stale_seconds)
+    nvml = 'collector="nvml"'
+    return [
+        _alert(
+            "GpufleetGPUTelemetryFailing",
+            f"gpufleet_exporter_collector_success{{{nvml}}} == 0 and on (node) ({EXPECTED_GPUS})",
+            severity="critical",
+            fault="gpu-telemetry-failing",
+            for_seconds=for_seconds,
+            summary=f"GPU telemetry failing on {NODE}",
+            description=(
+                f"The exporter's nvml collector on {NODE} has failed to read NVML for more than {hold}: its GPUs' "
+                "temperatures, XIDs and ECC errors are unknown. Node health takes the node out of training (telemetry fault)."
+            ),
+        ),
+        _alert(
+            "GpufleetGPUTelemetryStale",
+            f"(time() - gpufleet_exporter_collector_last_success_timestamp_seconds{{{nvml}}}) > {stale} "
+            f"and on (node) ({EXPECTED_GPUS})",
+            severity="critical",
+            fault="gpu-telemetry-stale",
+            summary=f"GPU telemetry on {NODE} is stale",
+            description=(
+                f"The exporter's nvml collector on {NODE} last read NVML {{{{ $value | humanizeDuration }}}} ago "
+                f"(bound {stale}s, gpu_metrics_telemetry_stale_seconds): NVML hangs or the collector is stuck."
+            ),
+        ),
+        _alert(
+            "GpufleetGPUTelemetryAbsent",
+            f"({EXPECTED_GPUS}) unless on (node) gpufleet_gpu_nvml_available",
+            severity="critical",
+            fault="gpu-telemetry-absent",
+            for_seconds=for_seconds,
+            summary=f"No GPU telemetry from {NODE}",
+            description=(
+                f"{NODE} should have {{{{ $value }}}} GPUs but Prometheus has had no gpufleet_gpu_* series from it for more "
+                f"than {hold}: the exporter is not running or not scraped there."
+            ),
+        ),
+        _alert(
+            "GpufleetGPUTelemetryIncomplete",
+            f"({EXPECTED_GPUS}) > on (node) ({GPUS_SEEN} or on (node) (0 * max by (node) (gpufleet_gpu_nvml_available)))",
+            severity="critical",
+            fault="gpu-telemetry-incomplete",
+            for_seconds=for_seconds,
+            summary=f"Fewer GPUs in telemetry than {NODE} should have",
+            description=(
+                f"{NODE} should have {{{{ $value }}}} GPUs but fewer have gpufleet_gpu_* series, for more than {hold}: "
+                "a GPU fell off the bus before NVML enumerated it, or NVML is unavailable."
+            ),
+        ),
+        _alert(
+            "GpufleetNodeHealthBreakerOpen",
+            "max(gpufleet_node_health_breaker_open) == 1",
+            severity="warning",
+            fault="node-health-breaker-open",
+            summary="Node health's circuit breaker holds remediation",
+            description=(
+                "Taking more nodes out would put more than node_health_max_unhealthy_share of the GPU fleet out of "
+                "service, so node health holds its actions (Events RemediationHeldByBreaker on the nodes). Check whether "
+                "the faults are real (a bad exporter rollout or a Prometheus problem reads like many faulty nodes); "
+                "if they are, `invoke health.breaker-resume --env ENV` lets it act. It resumes by itself when the share falls."
+            ),
+        ),
+    ]
 
 
 def alert_names(rules: dict[str, Any]) -> list[str]:

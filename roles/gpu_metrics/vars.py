@@ -23,5 +23,6 @@ class Vars(BaseModel):
     gpu_metrics_exporter_port: int = Field(ge=1, le=65535)
     gpu_metrics_exporter_fixture_node: Annotated[str, Field(pattern=r"^/")] | None = None
     gpu_metrics_scrape_interval_seconds: PositiveInt
+    gpu_metrics_telemetry_stale_seconds: PositiveInt
     gpu_metrics_prometheus_operator: bool
     gpu_metrics_grafana_dashboards: bool

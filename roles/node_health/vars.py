@@ -4,12 +4,31 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 FaultKind = Literal["gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
-                    "gpu_missing", "gpu_partial"]
+                    "gpu_missing", "gpu_partial", "telemetry"]
+
+
+class SelectorRequirement(BaseModel):
+    """One ``matchExpressions`` entry of a Kubernetes LabelSelector (metav1.LabelSelectorRequirement)."""
+
+    model_config = STRICT
+
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(BaseModel):
+    """A Kubernetes LabelSelector (``matchLabels``, ``matchExpressions``); empty selects every node."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[SelectorRequirement] = Field(default_factory=list, alias="matchExpressions")
 
 
 class Vars(BaseModel):
@@ -38,3 +57,5 @@ class Vars(BaseModel):
     node_health_max_retired_pages: NonNegativeInt
     node_health_nvlink_window_seconds: PositiveInt
     node_health_xid_lookback_minutes: PositiveInt
+    node_health_max_unhealthy_share: float = Field(ge=0.0, le=1.0)
+    node_health_telemetry_node_selector: LabelSelector

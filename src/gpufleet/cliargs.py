@@ -126,6 +126,18 @@ def http_url(text: str) -> str:
     return text
 
 
+def share(text: str) -> float:
+    """An argparse type for a share of a whole: a finite number from 0 to 1 (0.5 = half)."""
+    expected = "a share from 0 to 1 (0.5 = half)"
+    try:
+        value = float(text)
+    except ValueError:
+        raise _fail(text, expected) from None
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise _fail(text, expected)
+    return value
+
+
 def check(flag: str, kind: Callable[[str], Any], value: Any) -> Any:
     """Apply the argparse type ``kind`` to a value from elsewhere (an inventory), as if given as ``flag``.
 

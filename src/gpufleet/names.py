@@ -70,6 +70,8 @@ POOL_LABEL = "gpufleet.io/pool"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: GPU feature discovery's label of a node's GPU count (the inventory sets it on the nodes it declares).
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 #: Label on every pod of a training job rendered from templates/training: the job's name.
 JOB_LABEL = "gpufleet.io/job"
 #: File a trainer writes last into ``$CHECKPOINT_DIR/step-<N>/`` when the checkpoint is complete
@@ -92,6 +94,9 @@ ANN_LEMON_REASON = "gpufleet.io/lemon-reason"
 SWAP_REQUEST_LABEL = "gpufleet.io/swap-request"
 SWAP_STATE_LABEL = "gpufleet.io/swap-state"
 SWAP_NODE_LABEL = "gpufleet.io/node"
+#: ConfigMap, in node_health_namespace, of node health's circuit breaker: its state, and a person's resume
+#: (gpufleet.health.breaker; written by node health and ``invoke health.breaker-resume``, read by ``invoke status``).
+BREAKER_CONFIGMAP = "gpufleet-node-health-breaker"
 #: Default namespace of gpufleet's own objects (node_health_namespace, kueue_quota_sync_namespace).
 SYSTEM_NAMESPACE = "gpufleet-system"
 

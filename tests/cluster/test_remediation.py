@@ -44,6 +44,8 @@ def fleet(local_cluster, tmp_path_factory):
     """``(names, simulated nodes by name, Prometheus)`` for six cluster nodes."""
     api = local_cluster.kube
     names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[8:14]
+    # only these nodes have exporters: node health judges only their GPU telemetry
+    SCOPE["selector"] = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": names}]}
     sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
     try:
         with running_prometheus([scrape_config(list(sims.values()))]) as prom:
@@ -92,8 +94,11 @@ def events(api, node: str, reason: str | None = None) -> list[dict]:
 SINCE = {"t": ""}
 
 
+SCOPE: dict = {}
+
+
 def remediator(api, prom, **kw) -> Remediator:
-    return Remediator(api, PromClient(prom.url), BASE.replace(**kw))
+    return Remediator(api, PromClient(prom.url), BASE.replace(**{"telemetry_node_selector": SCOPE["selector"], **kw}))
 
 
 def step_until(rem: Remediator, what: str, check, timeout: float = 30.0):

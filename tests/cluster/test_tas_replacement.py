@@ -105,7 +105,9 @@ def heat(local_cluster, state, node: str, tmp_path) -> float:
     sim = state["sims"][node] = start_node(node, workdir=tmp_path / node)
     with running_prometheus([scrape_config([sim])]) as prom:
         prom.wait_for_targets_up(1)
-        rem = Remediator(api, PromClient(prom.url), SETTINGS)
+        # only this node has an exporter: the others' GPU telemetry is not this test's business
+        rem = Remediator(api, PromClient(prom.url), SETTINGS.replace(telemetry_node_selector={"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}))
         try:
             for g in range(8):
                 sim.set_temperature(g, 41)

@@ -103,6 +103,9 @@ def test_quota_sync_bad_flags(argv, message, capsys):
     (["--degraded-clear", "nan"], "argument --degraded-clear: 'nan': expected a finite number of seconds > 0"),
     (["--prometheus-url", "prometheus:9090"], "argument --prometheus-url: 'prometheus:9090': expected an http://"),
     (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
+    (["--max-unhealthy-share", "1.5"], "argument --max-unhealthy-share: '1.5': expected a share from 0 to 1"),
+    (["--max-unhealthy-share", "nan"], "argument --max-unhealthy-share: 'nan': expected a share from 0 to 1"),
+    (["--telemetry-stale", "0"], "argument --telemetry-stale: '0': expected a finite number of seconds > 0"),
 ])
 def test_node_health_bad_flags(argv, message, capsys):
     assert message in _usage_error(["node-health", "--env", "local", *argv], capsys)

@@ -12,13 +12,14 @@ from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
 
 RULES = Rules(hot_samples=3, scrape_interval_seconds=1)
+NODES = ("healthy", "hot", "xid", "links", "nics", "erroring", "blind")
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
     """Four simulated nodes and a Prometheus scraping them every second."""
     nodes = {n: start_node(n, workdir=tmp_path_factory.mktemp(n), roce=n == "nics")
-             for n in ("healthy", "hot", "xid", "links", "nics", "erroring")}
+             for n in NODES}
     try:
         with running_prometheus([scrape_config(list(nodes.values()))]) as prom:
             prom.wait_for_targets_up(len(nodes))
@@ -34,7 +35,7 @@ def faults_now(prom) -> dict:
     client = PromClient(prom.url)
     now = time.time()
     results = {k: client.query(q, at=now) for k, q in Queries(RULES).all().items()}
-    return evaluate(results, RULES, now, expected_gpus={n: 8 for n in ("healthy", "hot", "xid", "links", "nics", "erroring")})
+    return evaluate(results, RULES, now, expected_gpus={n: 8 for n in NODES})
 
 
 def wait_faults(prom, want: set[str], timeout: float = 20.0) -> dict:
@@ -102,3 +103,31 @@ def test_infiniband_and_roce_ports_each_have_their_rules(sim):
 def test_prometheus_errors_are_clear():
     with pytest.raises(PromError, match="127.0.0.1:9"):
         PromClient("http://127.0.0.1:9", timeout=1).query("up")
+
+
+def test_a_counter_saturated_before_the_first_scrape_is_an_infiniband_fault(tmp_path):
+    """symbol_error at 65535 (16 bits) from the start never grows, yet counts as at least 65535 errors."""
+    sat = start_node("saturated", workdir=tmp_path)
+    sat.set_port_counter("mlx5_0", "symbol_error", 65535)
+    try:
+        with running_prometheus([scrape_config([sat])], workdir=tmp_path / "prometheus") as prom:
+            prom.wait_for_targets_up(1)
+            got = wait_faults(prom, {"saturated"})
+            (fault,) = got["saturated"]
+            assert fault.kind == "ib_errors"
+            assert "symbol_error{hca=mlx5_0,port=1}=65535: at least 65535 errors" in fault.detail
+            assert "InfiniBand errors in 300s" not in fault.detail  # no growth: the saturation rule found it
+    except PrometheusNotFound as exc:
+        pytest.skip(str(exc))
+    finally:
+        sat.stop()
+
+
+def test_a_node_whose_exporter_stops_answering_has_absent_gpu_telemetry(sim):
+    """No scrape, no GPU series (Prometheus marks them stale): the node cannot be seen, which is a fault."""
+    nodes, prom = sim
+    assert "blind" not in faults_now(prom)
+    nodes["blind"].stop()
+    got = wait_faults(prom, {"blind"})
+    assert [(f.kind, f.detail) for f in got["blind"]] == [
+        ("telemetry", "GPU telemetry absent: no gpufleet_gpu_* series in Prometheus, 8 GPUs expected")]

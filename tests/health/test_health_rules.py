@@ -112,7 +112,7 @@ def test_decide_degraded_tier_escalation_and_lemon():
     d = {x.node: x for x in decide(_faults(("deg", "xid"), ("fresh", "ib_errors")), nodes, settings, now)}
     assert d["deg"].action == "swap" and d["deg"].escalation
     assert d["fresh"].action == "defer"
-    d = {x.node: x for x in decide(_faults(("lemon", "gpu_temp")), {"lemon": lemon}, settings, now)}
+    d = {x.node: x for x in decide(_faults(("lemon", "gpu_temp")), {"lemon": lemon, "fresh": node("fresh")}, settings, now)}
     assert d["lemon"].action == "swap" and d["lemon"].lemon
 
 

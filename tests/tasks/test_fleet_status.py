@@ -92,3 +92,23 @@ def test_status_screen_shows_the_flip_out_mode():
     console = Console(width=160, record=True)
     console.print(st.render(st.build(load("local"), nodes, pods, [])))
     assert "flip-out mode: make_before_break" in " ".join(console.export_text().split())
+
+
+def test_status_shows_node_healths_circuit_breaker():
+    """The share out of service (the classifier's count), the room left, and the state node health wrote."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    nodes[0] = node("n0", taints=[{"key": "gpufleet.io/swap", "value": "fan", "effect": "NoSchedule"}])
+    nodes[1] = node("n1", cordoned=True)
+    cm = {"data": {"state": "open", "since": "2027-01-15T08:00:00Z", "held": "n2,n3", "out": "2", "total": "4",
+                   "limit": "0.5", "resume-until": ""}}
+    status = st.build(load("local"), nodes, [], [], cm)
+    b = status.breaker
+    assert (b.out, b.total, b.limit, b.room, b.state, b.held) == (2, 4, 0.5, 0, "open", ("n2", "n3"))
+    console = Console(width=200, record=True)
+    console.print(st.render(status))
+    text = console.export_text()
+    assert "Node health circuit breaker" in text and "OPEN since 2027-01-15T08:00:00Z" in text
+    assert "2 of 4 GPU nodes (50%)" in text and "none: new faults are held" in text and "n2, n3" in text
+    calm = st.build(load("local"), [node(f"n{i}") for i in range(4)], [], [])
+    assert calm.breaker.room == 2 and calm.breaker.state == "-"
+    assert st.build(load("local", overrides={"node_health_enabled": False}), nodes, [], []).breaker is None

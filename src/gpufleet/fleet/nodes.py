@@ -21,6 +21,7 @@ from gpufleet.names import (
     DEGRADED_TAINT,
     FLAVOR_LABEL,
     FREE_GPUS_TAINT,
+    GPU_COUNT_LABEL,
     GPU_RESOURCE,
     LEMON_LABEL,
     SWAP_TAINT,
@@ -86,6 +87,38 @@ def gpus(node: Node, field: str = "allocatable") -> int:
     if value is None:
         return 0
     return whole_gpus(value, f"node {node.get('metadata', {}).get('name', '?')} status.{field}")
+
+
+def expected_gpus(node: Node) -> int | None:
+    """GPUs the node should have: label ``nvidia.com/gpu.count``, else ``status.capacity[nvidia.com/gpu]``.
+
+    The label is GPU feature discovery's (and the inventory's, for the nodes it
+    declares); the capacity is what the device plugin registered. A label that
+    is not a decimal integer is ignored. Virtual nodes have no host GPUs: None.
+
+    Returns:
+        GPUs (>= 0), or None when neither says (or the capacity is malformed).
+    """
+    if is_virtual(node):
+        return None
+    text = labels(node).get(GPU_COUNT_LABEL, "")
+    if text.isdigit():
+        return int(text)
+    if GPU_RESOURCE not in ((node.get("status") or {}).get("capacity") or {}):
+        return None
+    try:
+        return gpus(node, "capacity")
+    except ValueError:
+        return None
+
+
+def is_fleet_node(node: Node) -> bool:
+    """Part of the GPU fleet: not virtual, and GPUs in its capacity or a ResourceFlavor label (system nodes are not).
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional or malformed capacity.
+    """
+    return not is_virtual(node) and bool(gpus(node, "capacity") or flavor(node) is not None)
 
 
 def out_reasons(node: Node) -> list[str]:

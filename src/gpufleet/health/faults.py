@@ -32,11 +32,37 @@ roce_errors         packet-loss counters of a RoCE port (``out_of_sequence``,   
                     the error window, or the port is not ACTIVE
 gpu_missing         NVML reports a GPU lost, or erroring (any other error on its   ``gpufleet_gpu_lost``, ``gpufleet_gpu_erroring``,
                     handle, or every read failing), or fewer GPUs than the node's  ``gpufleet_gpu_devices``
-                    ``nvidia.com/gpu.count`` label
+                    ``nvidia.com/gpu.count`` label (else its GPU capacity)
 gpu_partial         the Node's ``nvidia.com/gpu`` allocatable is below its         the Node object (not Prometheus), through the
                     capacity (the device plugin withdrew GPUs) and the inventory   node classifier (:mod:`gpufleet.fleet.classify`)
                     does not let such nodes count for training
+telemetry           a node that should have GPUs (:func:`gpufleet.fleet.nodes.     ``gpufleet_exporter_collector_success``,
+                    expected_gpus` > 0) whose GPU telemetry is failing (the        ``gpufleet_exporter_collector_last_success_``
+                    exporter's ``nvml`` collector reports failure, or NVML is      ``timestamp_seconds`` (``collector="nvml"``),
+                    unavailable), stale (its last success older than               ``gpufleet_gpu_nvml_available``,
+                    ``gpu_metrics_telemetry_stale_seconds``), absent (no           ``gpufleet_gpu_lost``/``_erroring`` (GPUs seen)
+                    ``gpufleet_gpu_*`` series at all), or that shows fewer GPUs
+                    in Prometheus than expected (GPUs with ``gpufleet_gpu_lost``
+                    or ``gpufleet_gpu_erroring``)
+ib_errors           also: an InfiniBand error counter saturated (stuck at its      ``gpufleet_infiniband_counter_saturated``
+(saturated)         width's maximum, e.g. symbol_error 65535, link_downed 255)
+                    counts as at least that many errors, until it is reset
 =================== ============================================================== ==========================================
+
+Telemetry is judged only for the nodes the caller names (``telemetry_nodes``
+of :func:`evaluate`; the remediation controller passes the Ready GPU nodes
+its ``node_health_telemetry_node_selector`` selects, older than the stale
+bound), and absence only while some other node does report GPU series: when
+no node reports any, Prometheus or its scrape configuration is what failed,
+and no node is blamed for it (the ``GpufleetGPUTelemetryAbsent`` alert of
+gpu_metrics still fires, per node). A failed query leaves its rule out, so a
+Prometheus outage never reads as absent telemetry.
+
+A saturated counter is a fault whatever its history, unlike counter growth:
+while it sits at its maximum new errors are not counted, so the node's
+fabric health is unknown and at least that many errors happened. It stays
+a fault after a return until the port's counters are reset
+(``perfquery -x -R``).
 
 InfiniBand and RoCE are kept apart by the ``link_layer`` label every port
 series carries: the IBA link-error counters (symbol errors, link
@@ -56,7 +82,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
+
+from gpufleet.exporter import sysfs
+from gpufleet.exporter.collector import PORT_COUNTERS
 
 #: ``(metric, fault)`` of InfiniBand error counters (the ones gpu_metrics alerts on, and two more).
 IB_ERROR_COUNTERS = (
@@ -87,8 +117,20 @@ ROCE_PORTS = 'link_layer="Ethernet"'
 #: RoCE packet-loss counters (mlx5 ``hw_counters``), as the gpu_metrics RoCE alert reads them.
 ROCE_LOSS_COUNTERS = ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "implied_nak_seq_err")
 
+IB_SATURATED_METRIC = "gpufleet_infiniband_counter_saturated"
+COLLECTOR_SUCCESS_METRIC = "gpufleet_exporter_collector_success"
+COLLECTOR_LAST_SUCCESS_METRIC = "gpufleet_exporter_collector_last_success_timestamp_seconds"
+NVML_AVAILABLE_METRIC = "gpufleet_gpu_nvml_available"
+#: The exporter's collector of GPU telemetry (``collector`` label of the collector series).
+GPU_COLLECTOR = "nvml"
+#: sysfs ``counters/`` files of :data:`IB_ERROR_COUNTERS` (the ``counter`` label of the saturation gauge) -> width in bits.
+IB_ERROR_FILES: dict[str, int] = {
+    file: sysfs.PMA_COUNTER_WIDTH_BITS[file] for file, (metric, _, _) in PORT_COUNTERS.items()
+    if f"gpufleet_{metric}" in IB_ERROR_COUNTERS and file in sysfs.PMA_COUNTER_WIDTH_BITS
+}
+
 FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
-               "gpu_missing", "gpu_partial")
+               "gpu_missing", "gpu_partial", "telemetry")
 
 Series = dict[str, Any]  # {"metric": {labels}, "values": [[ts, "v"], ...]} (matrix) or "value": [ts, "v"] (vector)
 
@@ -109,6 +151,8 @@ class Rules:
         ib_error_threshold: InfiniBand errors per node within the window tolerated.
         roce_error_threshold: RoCE lost/retransmitted packets per node within the window tolerated.
         node_label: label naming the node on every series.
+        telemetry_stale_seconds: a GPU collector whose last success is older than this is stale
+            (``gpu_metrics_telemetry_stale_seconds``).
     """
 
     hot_samples: int = 3
@@ -122,6 +166,7 @@ class Rules:
     ib_error_threshold: int = 0
     roce_error_threshold: int = 0
     node_label: str = "node"
+    telemetry_stale_seconds: float = 60.0
 
     @property
     def hot_window_seconds(self) -> float:
@@ -176,6 +221,16 @@ class Queries:
             "gpu_lost": f"{GPU_LOST_METRIC} == 1",
             "gpu_erroring": f"{GPU_ERRORING_METRIC} == 1",
             "gpu_devices": GPU_DEVICES_METRIC,
+            "ib_saturated": f'{IB_SATURATED_METRIC}{{{IB_PORTS},counter=~"{"|".join(IB_ERROR_FILES)}"}} == 1',
+            # one row per node and GPU index ('' for the node-wide series): which GPUs Prometheus sees. The
+            # exporter writes gpufleet_gpu_lost (0/1) for every GPU NVML enumerates, gpufleet_gpu_erroring for
+            # every one it has a handle or an error for, gpufleet_gpu_nvml_available always: three series a GPU
+            # at most, where a regex over every gpufleet_gpu_* name would read dozens.
+            "telemetry_gpus": f"count by ({r.node_label}, gpu) ({GPU_LOST_METRIC} or {GPU_ERRORING_METRIC} or "
+                              f"{NVML_AVAILABLE_METRIC})",
+            "telemetry_failing": f'{COLLECTOR_SUCCESS_METRIC}{{collector="{GPU_COLLECTOR}"}} == 0',
+            "telemetry_last_success": f'{COLLECTOR_LAST_SUCCESS_METRIC}{{collector="{GPU_COLLECTOR}"}}',
+            "nvml_unavailable": f"{NVML_AVAILABLE_METRIC} == 0",
         }
 
 
@@ -234,25 +289,34 @@ def _node(series: Series, rules: Rules) -> str | None:
 
 
 def evaluate(results: dict[str, list[Series]], rules: Rules, now: float, *, returned_at: dict[str, float] | None = None,
-             expected_gpus: dict[str, int] | None = None) -> dict[str, list[Fault]]:
+             expected_gpus: dict[str, int] | None = None,
+             telemetry_nodes: Iterable[str] | None = None) -> dict[str, list[Fault]]:
     """Faults per node from the query results (pure).
 
     Args:
-        results: name (as in :meth:`Queries.all`) -> the query's result list.
+        results: name (as in :meth:`Queries.all`) -> the query's result list; a query
+            missing here (it failed) leaves its rule out.
         rules: thresholds.
         now: evaluation time (Unix seconds); windows end here.
         returned_at: node -> Unix time of its last return; earlier samples are ignored.
-        expected_gpus: node -> GPUs it should have (``nvidia.com/gpu.count``), for gpu_missing.
+        expected_gpus: node -> GPUs it should have (:func:`gpufleet.fleet.nodes.expected_gpus`),
+            for gpu_missing and telemetry.
+        telemetry_nodes: nodes whose GPU telemetry is judged (``telemetry``); default every
+            node of ``expected_gpus`` expecting at least one GPU.
 
     Returns:
         node -> faults (at most one per kind: the first found, GPUs/ports in label order).
     """
+    expected = expected_gpus or {}
+    judged = [n for n in (expected if telemetry_nodes is None else telemetry_nodes) if expected.get(n, 0) > 0]
     ev = _Evaluation(results, rules, now, returned_at or {})
     ev.temperatures()
     ev.gpu_events()
     ev.error_counters()
+    ev.saturated_counters()
     ev.links_down()
-    ev.missing_gpus(expected_gpus or {})
+    ev.missing_gpus(expected)
+    ev.telemetry(expected, sorted(judged))
     return {n: list(f.values()) for n, f in sorted(ev.faults.items())}
 
 
@@ -372,3 +436,62 @@ class _Evaluation:
             want = expected_gpus.get(node)
             if pts and want is not None and pts[-1][1] < want:
                 self.add(node, "gpu_missing", f"{pts[-1][1]:g} GPUs visible to NVML, {want} expected", pts[-1][0])
+
+    def saturated_counters(self) -> None:
+        """InfiniBand error counters stuck at their maximum: at least that many errors (module docstring)."""
+        rules = self.rules
+        per: dict[str, tuple[int, float, list[str]]] = {}
+        for node, s in self.by_label("ib_saturated"):
+            pts = self.since_return(node, s)
+            m = s["metric"]
+            width = IB_ERROR_FILES.get(m.get("counter", ""))
+            if not pts or width is None:
+                continue
+            top = (1 << width) - 1
+            total, first, where = per.get(node, (0, pts[-1][0], []))
+            where.append(f"{m.get('counter')}{{hca={m.get('hca', '?')},port={m.get('port', '?')}}}={top}")
+            per[node] = (total + top, min(first, pts[-1][0]), where)
+        for node, (total, first, where) in per.items():
+            if total > rules.ib_error_threshold:
+                self.add(node, "ib_errors", f"saturated InfiniBand error counters: {'; '.join(where[:4])}: at least {total} "
+                                            f"errors, new ones uncounted until the counters are reset (perfquery -x -R)",
+                         first)
+
+    def telemetry(self, expected: dict[str, int], judged: list[str]) -> None:
+        """GPU telemetry failing, stale, absent or short of GPUs, for the ``judged`` nodes (module docstring)."""
+        rules, now = self.rules, self.now
+        if "telemetry_failing" in self.results:
+            for node, s in self.by_label("telemetry_failing"):
+                pts = self.since_return(node, s)
+                if pts and node in judged:
+                    self.add(node, "telemetry", f"GPU telemetry failing: the exporter's {GPU_COLLECTOR} collector "
+                                                f"could not read NVML ({COLLECTOR_SUCCESS_METRIC} 0)", pts[-1][0])
+        if "telemetry_last_success" in self.results:
+            for node, s in self.by_label("telemetry_last_success"):
+                pts = _samples(s, 0.0)
+                if pts and node in judged and now - pts[-1][1] > rules.telemetry_stale_seconds:
+                    self.add(node, "telemetry", f"GPU telemetry stale: the exporter's {GPU_COLLECTOR} collector last read "
+                                                f"NVML {now - pts[-1][1]:.0f}s ago (bound {rules.telemetry_stale_seconds:g}s)",
+                             now)
+        if "nvml_unavailable" in self.results:
+            for node, s in self.by_label("nvml_unavailable"):
+                pts = self.since_return(node, s)
+                if pts and node in judged:
+                    self.add(node, "telemetry", f"GPU telemetry failing: NVML unavailable ({NVML_AVAILABLE_METRIC} 0), "
+                                                f"{expected[node]} GPUs expected", pts[-1][0])
+        if "telemetry_gpus" not in self.results:
+            return
+        seen: dict[str, set[str]] = {}
+        for node, s in self.by_label("telemetry_gpus"):
+            seen.setdefault(node, set()).add((s.get("metric") or {}).get("gpu", ""))
+        for node in judged:
+            want = expected[node]
+            if node not in seen:
+                if seen:  # others report: this node's exporter is what is missing, not Prometheus
+                    self.add(node, "telemetry", f"GPU telemetry absent: no gpufleet_gpu_* series in Prometheus, "
+                                                f"{want} GPUs expected", now)
+                continue
+            gpus = {g for g in seen[node] if g}
+            if len(gpus) < want:
+                self.add(node, "telemetry", f"GPU telemetry incomplete: {len(gpus)} of {want} expected GPUs have series "
+                                            f"in Prometheus", now)

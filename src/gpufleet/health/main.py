@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", help="swap requests and Lease namespace (default: node_health_namespace)")
     # Counts are checked like the inventory checks node_health_* (roles/node_health/vars.py).
     parser.add_argument("--max-nodes-out", type=cliargs.integer_type(0), help="override node_health_max_nodes_out (>= 0)")
+    parser.add_argument("--max-unhealthy-share", type=cliargs.share,
+                        help="override node_health_max_unhealthy_share: most of the GPU fleet out of service at once "
+                             "before the circuit breaker holds actions (0..1)")
+    parser.add_argument("--telemetry-stale", type=cliargs.positive_seconds, dest="telemetry_stale_seconds",
+                        help="GPU telemetry older than this is stale, s > 0 (default: gpu_metrics_telemetry_stale_seconds)")
     parser.add_argument("--hot-samples", type=cliargs.integer_type(1), help="override node_health_hot_samples (>= 1)")
     parser.add_argument("--scrape-interval", type=cliargs.positive_seconds, dest="scrape_interval_seconds",
                         help="exporter scrape interval in seconds, > 0 (default: gpu_metrics_scrape_interval_seconds)")
@@ -83,6 +88,7 @@ def settings_from_args(args: argparse.Namespace):
     return Settings.from_inventory(
         inv, prometheus_url=args.prometheus_url, dry_run=args.dry_run, interval_seconds=args.interval,
         namespace=args.namespace, max_nodes_out=args.max_nodes_out, hot_samples=args.hot_samples,
+        max_unhealthy_share=args.max_unhealthy_share, telemetry_stale_seconds=args.telemetry_stale_seconds,
         scrape_interval_seconds=args.scrape_interval_seconds, error_window_seconds=args.error_window_seconds,
         event_window_seconds=args.event_window_seconds, nvlink_error_threshold=args.nvlink_error_threshold,
         ib_error_threshold=args.ib_error_threshold, roce_error_threshold=args.roce_error_threshold,
@@ -119,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         rem.close()
         print(json.dumps({
             "faults": {n: [f"{f.kind}: {f.detail}" for f in fs] for n, fs in report.faults.items()},
-            "decisions": [{"node": d.node, "action": d.action, "why": d.why, "lemon": d.lemon} for d in report.decisions],
+            "decisions": [{"node": d.node, "action": d.action, "why": d.why, "lemon": d.lemon,
+                           **({"breaker": True} if d.breaker else {})} for d in report.decisions],
             "recovered": report.recovered, "errors": report.errors, "dry_run": settings.dry_run,
         }, indent=1))
         return 1 if report.errors else 0

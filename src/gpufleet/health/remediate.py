@@ -22,11 +22,19 @@ One :meth:`Remediator.step`:
      ``node_health_max_nodes_out`` nodes are out (swap or degraded taint,
      whoever put it there); the others are deferred (Event
      ``RemediationDeferred``) and retried every step. Swaps are decided
-     before degrades; escalations need no new slot.
+     before degrades; escalations need no new slot;
+   * **circuit breaker** (:mod:`gpufleet.health.breaker`): a node is only
+     taken out while the GPU nodes out of service (the node classifier's
+     answer for training), that one included, stay within
+     ``node_health_max_unhealthy_share`` of the fleet; past it the action
+     is deferred (Event ``RemediationHeldByBreaker``), the breaker opens
+     (Event ``CircuitBreakerOpen`` on its ConfigMap, metric, alert) and it
+     closes by itself once the share allows the actions again, or while a
+     person's resume is in force (``invoke health.breaker-resume``).
 
 4. act: every action records an Event on the Node (``NodeSwapRequested``,
    ``NodeDrained``/``NodeDrainIncomplete``, ``NodeDegraded``, ``NodeLemon``,
-   ``RemediationDeferred``, ``NodeReturned`` for a recovered degraded node);
+   ``RemediationDeferred``, ``RemediationHeldByBreaker``, ``NodeReturned`` for a recovered degraded node);
    in dry run nothing changes and one ``RemediationDryRun`` Event per node
    and decision says what would have been done. Swaps run in worker
    threads (a drain may take minutes); the taint is applied first, and
@@ -52,10 +60,13 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gpufleet import cliargs
+from gpufleet.health import breaker
 from gpufleet.health.faults import FAULT_KINDS, Fault, Queries, Rules, evaluate
 from gpufleet.prom.client import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
@@ -64,9 +75,11 @@ from gpufleet.ops import swap as swapper
 from gpufleet.kube import Kube
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
+from gpufleet.ops.drain import selector_matches
 from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
-from gpufleet.names import ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE
+from gpufleet.names import (ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, BREAKER_CONFIGMAP, GPU_RESOURCE,
+                            LEMON_LABEL, SYSTEM_NAMESPACE)
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"
@@ -91,12 +104,18 @@ class Settings:
         interval_seconds: seconds between steps.
         partial_nodes_train: ``kueue_partial_gpu_nodes_count``: the remaining GPUs of a node
             whose allocatable fell below capacity count for training (no ``gpu_partial`` fault).
+        max_unhealthy_share: ``node_health_max_unhealthy_share``: most of the GPU fleet (a share
+            in [0, 1]) out of service at once before the circuit breaker holds new actions.
+        telemetry_node_selector: ``node_health_telemetry_node_selector``: a LabelSelector
+            (``matchLabels``/``matchExpressions``) of the GPU nodes whose GPU telemetry is judged
+            (``telemetry`` fault); ``{}`` selects every one.
     """
 
     rules: Rules = field(default_factory=Rules)
     max_nodes_out: int = 4
     dry_run: bool = False
-    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors", "gpu_partial"})
+    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors", "gpu_partial",
+                                                 "telemetry"})
     lemon_failures: int = 3
     lemon_window_seconds: float = 168 * 3600.0
     namespace: str = SYSTEM_NAMESPACE
@@ -105,6 +124,11 @@ class Settings:
     degraded_clear_seconds: float = 600.0
     interval_seconds: float = 5.0
     partial_nodes_train: bool = False
+    max_unhealthy_share: float = 0.5
+    telemetry_node_selector: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        cliargs.check("node_health_max_unhealthy_share", cliargs.share, self.max_unhealthy_share)
 
     @classmethod
     def from_inventory(cls, inv: Any, **overrides: Any) -> Settings:
@@ -115,12 +139,16 @@ class Settings:
                          "gpu_temp_celsius": float(m.gpu_metrics_gpu_temp_threshold_celsius),
                          "memory_temp_celsius": float(m.gpu_metrics_memory_temp_threshold_celsius),
                          "fatal_xids": frozenset(v.node_health_fatal_xids),
-                         "scrape_interval_seconds": float(m.gpu_metrics_scrape_interval_seconds), **rules_kw})
+                         "scrape_interval_seconds": float(m.gpu_metrics_scrape_interval_seconds),
+                         "telemetry_stale_seconds": float(m.gpu_metrics_telemetry_stale_seconds), **rules_kw})
         base = cls(rules=rules, max_nodes_out=v.node_health_max_nodes_out, dry_run=v.node_health_dry_run,
                    degraded_faults=frozenset(v.node_health_degraded_faults), lemon_failures=v.node_health_lemon_failures,
                    lemon_window_seconds=v.node_health_lemon_window_hours * 3600.0, namespace=v.node_health_namespace,
                    prometheus_url=v.node_health_prometheus_url,
-                   partial_nodes_train=inv.role("kueue").kueue_partial_gpu_nodes_count)
+                   partial_nodes_train=inv.role("kueue").kueue_partial_gpu_nodes_count,
+                   max_unhealthy_share=v.node_health_max_unhealthy_share,
+                   telemetry_node_selector=v.node_health_telemetry_node_selector.model_dump(by_alias=True,
+                                                                                            exclude_none=True))
         return base.replace(**{k: val for k, val in overrides.items() if val is not None})
 
     def replace(self, **kw: Any) -> Settings:
@@ -142,6 +170,7 @@ class Decision:
         lemon: the failure makes it a lemon.
         escalation: a degraded node moving to swap.
         intended: for ``defer``, the action deferred.
+        breaker: for ``defer``, the circuit breaker held it (not ``max_nodes_out``).
     """
 
     node: str
@@ -151,6 +180,7 @@ class Decision:
     lemon: bool = False
     escalation: bool = False
     intended: str = ""
+    breaker: bool = False
 
     @property
     def kinds(self) -> str:
@@ -187,8 +217,27 @@ def recent_failures(node: Node, now: float, window: float) -> list[dict[str, Any
     return out
 
 
+def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> list[str]:
+    """Nodes whose GPU telemetry is judged (pure): Ready, not virtual, expecting GPUs
+    (:func:`gpufleet.fleet.nodes.expected_gpus`), selected by ``telemetry_node_selector``, and
+    registered longer than the stale bound ago (a new node's exporter is still starting)."""
+    out = []
+    for name, obj in nodes.items():
+        want = nodeutil.expected_gpus(obj)
+        if not want or not nodeutil.is_ready(obj):
+            continue
+        if not selector_matches(settings.telemetry_node_selector, nodeutil.labels(obj)):
+            continue
+        created = nodeutil.parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+        if created is not None and now - created < settings.rules.telemetry_stale_seconds:
+            continue
+        out.append(name)
+    return sorted(out)
+
+
 def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Settings, now: float,
-           busy: set[str] | frozenset[str] = frozenset()) -> list[Decision]:
+           busy: set[str] | frozenset[str] = frozenset(), *, resumed: bool = False,
+           fleet: breaker.FleetShare | None = None) -> list[Decision]:
     """One decision per faulty node (pure; module docstring for the rules).
 
     Args:
@@ -197,8 +246,13 @@ def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Set
         settings: limits and tiers.
         now: Unix seconds (lemon window).
         busy: nodes with an action in flight.
+        resumed: a person's resume of the circuit breaker is in force (no share limit).
+        fleet: :func:`gpufleet.health.breaker.fleet_share` of ``nodes``, when the caller has it already.
     """
     out_now = sum(1 for n in nodes.values() if nodeutil.is_out(n))
+    if fleet is None:
+        fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=settings.partial_nodes_train))
+    out_of_service = set(fleet.out)
     decisions: list[Decision] = []
     candidates: list[tuple[int, float, str, bool, bool]] = []
     for name, fs in faults.items():
@@ -227,11 +281,19 @@ def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Set
         if degraded:  # escalation: already counted out
             decisions.append(Decision(name, action, fs, "escalated from the degraded tier", lemon, escalation=True))
             continue
+        if (not resumed and name not in out_of_service
+                and not breaker.allows(len(out_of_service) + 1, fleet.total, settings.max_unhealthy_share)):
+            decisions.append(Decision(
+                name, "defer", fs, f"circuit breaker: {len(out_of_service)} of {fleet.total} GPU nodes out of service; "
+                f"node_health_max_unhealthy_share {settings.max_unhealthy_share:g} allows "
+                f"{breaker.max_out(fleet.total, settings.max_unhealthy_share)}", lemon, intended=action, breaker=True))
+            continue
         if out_now >= settings.max_nodes_out:
             decisions.append(Decision(name, "defer", fs, f"{out_now} nodes out, node_health_max_nodes_out is "
                                                          f"{settings.max_nodes_out}", lemon, intended=action))
             continue
         out_now += 1
+        out_of_service.add(name)
         decisions.append(Decision(name, action, fs, "lemon: repeated failures" if lemon else action, lemon))
     return decisions
 
@@ -265,6 +327,21 @@ class Metrics:
         self.errors = Counter(p + "errors_total", "Steps or actions that failed, by where.", ["where"], registry=registry)
         self.last_success = Gauge(p + "last_success_timestamp_seconds", "Unix time of the last step without error.",
                                   registry=registry)
+        self.expected_gpus = Gauge(p + "expected_gpus", "GPUs each node should have (label nvidia.com/gpu.count, else "
+                                   "its nvidia.com/gpu capacity), for nodes whose GPU telemetry is judged; the "
+                                   "GpufleetGPUTelemetryAbsent/Incomplete alerts compare it with the exporter's series.",
+                                   ["node"], registry=registry)
+        self.breaker_open = Gauge(p + "breaker_open", "1 while the circuit breaker holds actions (more than "
+                                  "node_health_max_unhealthy_share of the GPU fleet would be out of service), else 0.",
+                                  registry=registry)
+        self.out_of_service = Gauge(p + "out_of_service_nodes", "GPU nodes out of service (not counting for training, "
+                                    "the node classifier), at the last step.", registry=registry)
+        self.fleet_nodes = Gauge(p + "fleet_nodes", "GPU nodes in the cluster (not virtual), at the last step.",
+                                 registry=registry)
+        self.unhealthy_share_limit = Gauge(p + "max_unhealthy_share", "node_health_max_unhealthy_share (0..1).",
+                                           registry=registry)
+        self.held = Counter(p + "breaker_held_total", "Actions the circuit breaker held, by fault kind (counted every step).",
+                            ["fault"], registry=registry)
 
 
 class Remediator:
@@ -293,6 +370,10 @@ class Remediator:
         self._clear_since: dict[str, float] = {}
         #: node -> seconds from evidence to taint, for every action this instance took.
         self.latencies: dict[str, float] = {}
+        #: the circuit breaker's state as last written (None: not read yet), and the nodes it held.
+        self._breaker_state: str | None = None
+        self._breaker_held: tuple[str, ...] = ()
+        self.metrics.unhealthy_share_limit.set(settings.max_unhealthy_share)
 
     # ------------------------------------------------------------------ evaluation
 
@@ -307,12 +388,13 @@ class Remediator:
                 errors.append(str(exc))
         returned = {n: t for n, obj in nodes.items()
                     if (t := nodeutil.parse_time(nodeutil.annotations(obj).get(ANN_RETURNED_AT))) is not None}
-        expected = {}
-        for n, obj in nodes.items():
-            c = nodeutil.labels(obj).get("nvidia.com/gpu.count")
-            if c and c.isdigit():
-                expected[n] = int(c)
-        found = evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected)
+        expected = {n: c for n, obj in nodes.items() if (c := nodeutil.expected_gpus(obj)) is not None}
+        judged = telemetry_nodes(nodes, self.settings, now)
+        self.metrics.expected_gpus.clear()
+        for n in judged:
+            self.metrics.expected_gpus.labels(n).set(expected[n])
+        found = evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected,
+                         telemetry_nodes=judged)
         for n, fault in partial_gpu_faults(nodes, self.settings, now).items():
             found.setdefault(n, []).append(fault)
         return dict(sorted(found.items())), errors
@@ -333,7 +415,11 @@ class Remediator:
             self.metrics.errors.labels("prometheus").inc()
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
-        report.decisions = decide(report.faults, nodes, self.settings, now, busy)
+        cm = self._read_breaker()
+        fleet = breaker.fleet_share(nodes, default_classes(partial_nodes_train=self.settings.partial_nodes_train))
+        report.decisions = decide(report.faults, nodes, self.settings, now, busy, resumed=breaker.resumed(cm, now),
+                                  fleet=fleet)
+        self._breaker(report.decisions, fleet, cm)
         for kind in FAULT_KINDS:
             self.metrics.faulty.labels(kind).set(sum(1 for fs in report.faults.values() if any(f.kind == kind for f in fs)))
         for d in report.decisions:
@@ -348,6 +434,68 @@ class Remediator:
 
     # ------------------------------------------------------------------ actions
 
+    def _read_breaker(self) -> dict[str, Any] | None:
+        """The breaker ConfigMap, None when absent or unreadable (then no resume is in force; counted as an error)."""
+        try:
+            return breaker.read(self.kube, self.settings.namespace)
+        except Exception as exc:  # noqa: BLE001 - a controller step reports and retries
+            self.metrics.errors.labels("breaker").inc()
+            log.warning("reading ConfigMap %s/%s: %s", self.settings.namespace, BREAKER_CONFIGMAP, exc)
+            return None
+
+    def _breaker(self, decisions: list[Decision], fleet: breaker.FleetShare, cm: dict[str, Any] | None) -> None:
+        """Metrics, Events and the ConfigMap of the circuit breaker after one :func:`decide` over ``fleet``
+        (:mod:`gpufleet.health.breaker`). In dry run the ConfigMap is not written; Events and metrics are."""
+        held = tuple(sorted(d.node for d in decisions if d.breaker))
+        for d in decisions:
+            if d.breaker:
+                for f in d.faults:
+                    self.metrics.held.labels(f.kind).inc()
+        self.metrics.out_of_service.set(len(fleet.out))
+        self.metrics.fleet_nodes.set(fleet.total)
+        self.metrics.breaker_open.set(1 if held else 0)
+        if self._breaker_state is None:
+            self._breaker_state = ((cm or {}).get("data") or {}).get(breaker.STATE, breaker.CLOSED)
+            self._breaker_held = tuple(n for n in (((cm or {}).get("data") or {}).get(breaker.HELD) or "").split(",") if n)
+        state = breaker.OPEN if held else breaker.CLOSED
+        if state == self._breaker_state and (state == breaker.CLOSED or held == self._breaker_held):
+            return
+        share = self.settings.max_unhealthy_share
+        if state == breaker.OPEN and self._breaker_state != breaker.OPEN:
+            reason, type_ = "CircuitBreakerOpen", "Warning"
+            message = (f"holding actions on {', '.join(held[:10])}{' ...' if len(held) > 10 else ''}: {len(fleet.out)} of "
+                       f"{fleet.total} GPU nodes out of service, node_health_max_unhealthy_share {share:g} allows "
+                       f"{breaker.max_out(fleet.total, share)}; resumes when the share falls, or run "
+                       f"invoke health.breaker-resume --env ENV")
+        elif state == breaker.CLOSED:
+            reason, type_ = "CircuitBreakerClosed", "Normal"
+            message = ("a person's resume is in force (invoke health.breaker-resume)" if breaker.resumed(cm, time.time())
+                       else f"the share allows actions again: {len(fleet.out)} of {fleet.total} GPU nodes out of service, "
+                            f"limit {share:g}")
+        else:
+            reason = ""
+        data = {breaker.STATE: state, breaker.OUT: str(len(fleet.out)), breaker.TOTAL: str(fleet.total),
+                breaker.LIMIT: f"{share:g}", breaker.HELD: ",".join(held)}
+        if reason:
+            data[breaker.SINCE] = nodeutil.now_rfc3339()
+            log.warning("circuit breaker %s: %s", state, message)
+        obj = cm
+        if not self.settings.dry_run:
+            try:
+                obj = breaker.write_state(self.kube, self.settings.namespace, data)
+            except Exception as exc:  # noqa: BLE001
+                self.metrics.errors.labels("breaker").inc()
+                log.error("writing ConfigMap %s/%s: %s", self.settings.namespace, BREAKER_CONFIGMAP, exc)
+                return  # retried next step: the state is not recorded as written
+        if state == breaker.CLOSED:  # held nodes are announced again the next time it opens
+            self._announced = {k for k in self._announced if k[1] != "RemediationHeldByBreaker"}
+        if reason:
+            ref = obj or {"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": BREAKER_CONFIGMAP, "namespace": self.settings.namespace}}
+            record_event(self.kube, {**ref, "apiVersion": "v1", "kind": "ConfigMap"}, reason, message, type_=type_,
+                         component=COMPONENT, action="Hold" if state == breaker.OPEN else "Resume")
+        self._breaker_state, self._breaker_held = state, held
+
     def _once(self, node: Node | None, d: Decision, reason: str, message: str, type_: str = "Normal") -> None:
         """Record ``reason`` on the node once per node, reason and fault kinds (dry run and deferrals repeat every step)."""
         key = (d.node, reason, d.kinds)
@@ -359,6 +507,10 @@ class Remediator:
     def _act(self, d: Decision, node: Node | None) -> None:
         """Carry out one decision: defer (Event), dry run (Event), degrade (now) or swap (worker thread)."""
         if d.action == "skip":
+            return
+        if d.action == "defer" and d.breaker:
+            self._once(node, d, "RemediationHeldByBreaker", f"would {d.intended} for {d.detail}; held by the {d.why}; "
+                       f"retried every step", "Warning")
             return
         if d.action == "defer":
             self.metrics.deferred.labels(d.kinds).inc()

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.names import BLOCK_LABEL, FLAVOR_LABEL, GPU_PRODUCT_LABEL, HOSTNAME_LABEL, RACK_LABEL
+from gpufleet.names import BLOCK_LABEL, FLAVOR_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, HOSTNAME_LABEL, RACK_LABEL
 
 from .catalog import GPU_MODELS, GpuModel
 from .models import FleetVars, HostVars
@@ -18,7 +18,7 @@ LABEL_FLAVOR = FLAVOR_LABEL
 LABEL_RACK = RACK_LABEL
 LABEL_BLOCK = BLOCK_LABEL
 LABEL_PRODUCT = GPU_PRODUCT_LABEL
-LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_COUNT = GPU_COUNT_LABEL
 GPU_RESOURCE = "nvidia.com/gpu"
 #: GPU nodes are tainted so only pods that asked for GPUs land there.
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -77,6 +77,12 @@ class SimulatedNode:
         path = self.sysfs_root / "class" / "infiniband" / hca / "ports" / str(port) / group / counter
         path.write_text(f"{int(path.read_text()) + n}\n")
 
+    def set_port_counter(self, hca: str, counter: str, value: int, *, port: int = 1, group: str = "counters") -> None:
+        """Set ``<group>/<counter>`` of ``hca`` port ``port`` to ``value`` (e.g. its width's maximum: saturated)."""
+        assert self.sysfs_root is not None
+        path = self.sysfs_root / "class" / "infiniband" / hca / "ports" / str(port) / group / counter
+        path.write_text(f"{int(value)}\n")
+
     def stop(self) -> None:
         """Stop serving."""
         if self._server is not None:

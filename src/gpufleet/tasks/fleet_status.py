@@ -18,6 +18,11 @@ read once):
   taint training pods do not tolerate, cordon, NotReady, GPU allocatable
   below capacity, lemon), and whether inference may still use them.
 * Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
+* Node health's circuit breaker (:mod:`gpufleet.health.breaker`): GPU nodes
+  out of service (the same classifier) against
+  ``node_health_max_unhealthy_share``, whether node health may take one
+  more out, and the state node health last wrote to its ConfigMap (open
+  since when, the nodes it holds, a person's resume).
 * Per topology domain (each level of the inventory's fabric but the
   hostname: block, rack): nodes, schedulable GPUs, GPUs held by training,
   free (:mod:`gpufleet.fleet.topology`); and every training gang whose pods
@@ -79,6 +84,36 @@ class VirtualNodeRow:
     used: int
 
 
+@dataclass(frozen=True)
+class BreakerRow:
+    """Node health's circuit breaker as ``invoke status`` shows it.
+
+    Attributes:
+        out: GPU nodes out of service (not counting for training).
+        total: GPU nodes.
+        limit: ``node_health_max_unhealthy_share``.
+        state: ``open``/``closed`` as node health last wrote it, ``-`` when it never wrote one.
+        since: when that state began (RFC 3339), ``""`` if unknown.
+        held: nodes it holds.
+        resume_until: a person's resume, RFC 3339, ``""`` if none.
+    """
+
+    out: int
+    total: int
+    limit: float
+    state: str = "-"
+    since: str = ""
+    held: tuple[str, ...] = ()
+    resume_until: str = ""
+
+    @property
+    def room(self) -> int:
+        """Nodes node health may still take out before the breaker holds (never below 0)."""
+        from gpufleet.health.breaker import max_out
+
+        return max(max_out(self.total, self.limit) - self.out, 0)
+
+
 @dataclass
 class FleetStatus:
     """The figures :func:`render` shows (see the module docstring). GPUs are counts of ``nvidia.com/gpu``."""
@@ -102,6 +137,8 @@ class FleetStatus:
     virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
     domains: list[topology.DomainRow] = field(default_factory=list)
     gangs: list[topology.GangSpan] = field(default_factory=list)
+    #: node health's circuit breaker; None when the node_health role is off.
+    breaker: BreakerRow | None = None
 
     @property
     def spanning(self) -> list[topology.GangSpan]:
@@ -131,8 +168,9 @@ def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
     return "other"
 
 
-def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj]) -> FleetStatus:
-    """The :class:`FleetStatus` from objects already read (pure)."""
+def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj],
+          breaker_cm: Obj | None = None) -> FleetStatus:
+    """The :class:`FleetStatus` from objects already read (pure); ``breaker_cm``: node health's breaker ConfigMap."""
     from roles.kueue.manifests import quotas
 
     from gpufleet.fleet.capacity import quota_capacity
@@ -152,7 +190,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     for n, obj in by_name.items():
         if n in virtual:
             continue
-        if not nodeutil.gpus(obj, "capacity") and nodeutil.flavor(obj) is None:
+        if not nodeutil.is_fleet_node(obj):
             continue  # a system node (no GPUs, no ResourceFlavor): not part of the GPU fleet
         nc = classify_node(obj, classes)
         if nc.facts.allocatable and not nc.facts.problem:
@@ -208,7 +246,22 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     levels = [(lv.name, lv.label) for lv in inv.topology_levels() if lv.name != "hostname"]
     st.domains = topology.domain_rows((by_name[n] for n in sorted(by_name)), held, levels, training_gpus)
     st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
+    st.breaker = breaker_row(inv, by_name, classes, breaker_cm)
     return st
+
+
+def breaker_row(inv: Inventory, nodes: dict[str, Obj], classes: Any, cm: Obj | None) -> BreakerRow | None:
+    """Node health's circuit breaker from the nodes and its ConfigMap (pure); None when node_health is off."""
+    from gpufleet.health import breaker
+
+    if not inv.enabled("node_health"):
+        return None
+    share = breaker.fleet_share(nodes, classes)
+    data = (cm or {}).get("data") or {}
+    until = data.get(breaker.RESUME_UNTIL, "")
+    return BreakerRow(len(share.out), share.total, inv.role("node_health").node_health_max_unhealthy_share,
+                      data.get(breaker.STATE, "-"), data.get(breaker.SINCE, ""),
+                      tuple(n for n in data.get(breaker.HELD, "").split(",") if n), until)
 
 
 def gang_of(pod: Obj) -> str | None:
@@ -226,7 +279,15 @@ def gather(kube: Kube, inv: Inventory) -> FleetStatus:
         cqs = kube.list_all(api_path(f"{KUEUE_GROUP}/{KUEUE_VERSION}", "clusterqueues"))[0]
     except KubeError:  # Kueue not installed: the screen still shows nodes and pods
         cqs = []
-    return build(inv, nodes, pods, cqs)
+    cm = None
+    if inv.enabled("node_health"):
+        from gpufleet.health import breaker
+
+        try:
+            cm = breaker.read(kube, inv.role("node_health").node_health_namespace)
+        except KubeError:  # not allowed to read it: the screen still shows the share
+            cm = None
+    return build(inv, nodes, pods, cqs, cm)
 
 
 def render(st: FleetStatus) -> Group:
@@ -262,7 +323,23 @@ def render(st: FleetStatus) -> Group:
                      Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
     if not st.virtual_nodes:
         virt.add_row("(none)", "", "", "", "")
-    return Group(gpus, queues, out, virt, *_topology_tables(st))
+    return Group(gpus, queues, out, virt, *_breaker_tables(st), *_topology_tables(st))
+
+
+def _breaker_tables(st: FleetStatus) -> list[Table]:
+    """Node health's circuit breaker (none when node_health is off)."""
+    b = st.breaker
+    if b is None:
+        return []
+    t = Table(title="Node health circuit breaker")
+    for col in ("state", "out of service", "limit", "room", "held", "resume"):
+        t.add_column(col)
+    share = f"{b.out} of {b.total} GPU nodes" + (f" ({b.out / b.total:.0%})" if b.total else "")
+    state = Text(f"OPEN since {b.since}" if b.since else "OPEN", style="red") if b.state == "open" else Text(b.state)
+    room = Text(f"{b.room} more node(s)") if b.room else Text("none: new faults are held", style="yellow")
+    t.add_row(state, share, f"{b.limit:g}", room, ", ".join(b.held) or "-",
+              f"until {b.resume_until} (invoke health.breaker-resume --minutes 0 withdraws it)" if b.resume_until else "-")
+    return [t]
 
 
 def _topology_tables(st: FleetStatus) -> list[Table]:

@@ -107,3 +107,74 @@ def _lists_hosts(groups: dict) -> bool:
 
 ns = Collection("health")
 ns.add_task(nodes)
+
+
+def resume_breaker(env: str, minutes: float, *, dry_run: bool = False, kubeconfig: str | None = None,
+                   context: str | None = None, console: Console | None = None):
+    """Lift (or, with 0 minutes, withdraw lifting) node health's circuit breaker limit; returns the
+    :class:`gpufleet.health.breaker.ResumePlan`.
+
+    Raises:
+        gpufleet.inventory.InventoryError: unknown environment or invalid inventory.
+        gpufleet.ops.kube.InputError: bad ``minutes`` (as ``--minutes``).
+        gpufleet.kube.KubeError: the API server refused or is unreachable.
+    """
+    import getpass
+    import socket
+
+    from gpufleet.health import breaker
+    from gpufleet.inventory import load
+    from gpufleet.ops.kube import InputError
+    from gpufleet.tasks.common import kube_for
+
+    console = console or Console()
+    namespace = load(env).role("node_health").node_health_namespace
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    try:
+        breaker.plan_resume(None, namespace, minutes, 0.0, by)  # refuse a bad --minutes before connecting
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    kube = kube_for(env, kubeconfig, context)
+    try:
+        plan = breaker.resume(kube, namespace, minutes, by=by, dry_run=dry_run)
+    finally:
+        kube.close()
+    where = f"ConfigMap {namespace}/{breaker.BREAKER_CONFIGMAP}"
+    what = ("withdraw the resume: the share limit applies again" if plan.until is None else
+            f"lift the share limit until {plan.data[breaker.RESUME_UNTIL]} (node_health_max_nodes_out still applies)")
+    state = plan.before.get(breaker.STATE, "never written")
+    if not plan.changed:
+        console.print(f"health.breaker-resume: nothing to do ({where} already says so; breaker {state})")
+    elif dry_run:
+        console.print(f"health.breaker-resume (dry run: nothing changed): would {what} in {where}; breaker {state}")
+    else:
+        console.print(f"health.breaker-resume: {what} ({where}, by {by}); node health reads it at its next step")
+    return plan
+
+
+@task(name="breaker-resume", help={
+    "env": "environment: a folder of inventories/ (local, staging, prod); names node_health_namespace",
+    "minutes": "how long node health may act past node_health_max_unhealthy_share (default 60; 0 withdraws a resume)",
+    "dry_run": "say what would be written; change nothing",
+    "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
+    "context": "kubeconfig context (default: the current one)",
+})
+def breaker_resume(c, env, minutes=60, dry_run=False, kubeconfig="", context=""):
+    """Let node health act although its circuit breaker is open, for --minutes (a person's decision).
+
+    The breaker holds new remediation while taking another node out would put
+    more than node_health_max_unhealthy_share of the GPU fleet out of service
+    (see invoke status). It resumes by itself when the share falls; after
+    checking that the faults are real (not an exporter rollout or Prometheus
+    problem), this lifts the limit until the time it writes into ConfigMap
+    <node_health_namespace>/gpufleet-node-health-breaker. Idempotent; 0
+    minutes withdraws it. Example: invoke health.breaker-resume --env prod --minutes 30
+    """
+    from gpufleet.ops.exits import fail_on_ops_error
+    from gpufleet.tasks.common import fail_on_inventory_error
+
+    with fail_on_inventory_error(), fail_on_ops_error("health.breaker-resume"):
+        resume_breaker(env, float(minutes), dry_run=dry_run, kubeconfig=kubeconfig or None, context=context or None)
+
+
+ns.add_task(breaker_resume)

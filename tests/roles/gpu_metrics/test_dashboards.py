@@ -65,6 +65,9 @@ def test_tensor_activity_and_gpu_utilisation_side_by_side(dashboards):
                 "DCGM_FI_DEV_GPU_TEMP",
                 "gpufleet_gpu_lost",
                 "gpufleet_gpu_xid_events_total",
+                "gpufleet_exporter_collector_success",
+                "gpufleet_exporter_collector_last_success_timestamp_seconds",
+                "gpufleet_node_health_expected_gpus",
             ],
         ),
         (
@@ -126,12 +129,30 @@ def _goodput_metric_names() -> set[str]:
             if line and not line.startswith("#")}
 
 
+def _node_health_metric_names() -> set[str]:
+    """Names node health exports (``gpufleet node-health``), from its metrics."""
+    from prometheus_client import CollectorRegistry
+
+    from gpufleet.health.remediate import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    families = list(registry.collect())
+    return {f.name for f in families} | {s.name for f in families for s in f.samples}
+
+
+#: The exporter's per-collector status (node_exporter's ``node_scrape_collector_success`` convention),
+#: ``{collector="nvml"|"infiniband"}``: names fixed with the exporter's collectors, which set them.
+COLLECTOR_STATUS = {"gpufleet_exporter_collector_success", "gpufleet_exporter_collector_last_success_timestamp_seconds"}
+
+
 def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
     """Every gpufleet_* name in alerts and panels exists in some fixture exposition (typos break alerts silently)."""
-    exported = _exported_metric_names() | _goodput_metric_names()
+    exported = _exported_metric_names() | _goodput_metric_names() | _node_health_metric_names() | COLLECTOR_STATUS
     texts = [e for board in dashboards.values() for e in exprs(board)]
     texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
-    used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t)}
+    # a name ending in "_" is a prefix inside a regex matcher ({__name__=~"gpufleet_gpu_.+"})
+    used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t) if not m.endswith("_")}
     assert used, "no gpufleet_ metric referenced at all?"
     assert used - exported == set()
 
@@ -143,3 +164,31 @@ def test_every_query_parses_in_real_prometheus(dashboards, tmp_path):
             for expr in exprs(board):
                 concrete = expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$cluster_queue", ".*")
                 prom.query(concrete)  # raises PrometheusError with the parse error
+
+
+def test_saturated_error_counters_are_plotted_not_a_flat_zero(dashboards):
+    """Beside the link-error rates, a time series of the saturation gauge of the same counters node health reads."""
+    from gpufleet.health.faults import IB_ERROR_FILES
+
+    from roles.gpu_metrics.dashboards import SATURABLE_ERRORS
+
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-fabric"])}
+    sat = by_title["Saturated error counters"]
+    assert sat["type"] == "timeseries"
+    (target,) = sat["targets"]
+    assert "gpufleet_infiniband_counter_saturated" in target["expr"] and "{{counter}}" in target["legendFormat"]
+    assert set(SATURABLE_ERRORS.split("|")) == set(IB_ERROR_FILES)
+    assert "Saturated error counters" in by_title["Link errors (per 5m)"]["description"]
+    assert sat["gridPos"]["y"] == by_title["Link errors (per 5m)"]["gridPos"]["y"]  # same row, side by side
+
+
+def test_gpu_telemetry_panels_use_the_roles_stale_default(dashboards):
+    import yaml
+
+    from roles.gpu_metrics.dashboards import TELEMETRY_STALE_SECONDS
+
+    defaults = yaml.safe_load((Path(__file__).parents[3] / "roles" / "gpu_metrics" / "defaults.yaml").read_text())
+    assert TELEMETRY_STALE_SECONDS == defaults["gpu_metrics_telemetry_stale_seconds"]
+    by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
+    assert f"> {TELEMETRY_STALE_SECONDS}" in by_title["GPU telemetry failing or stale"]["targets"][0]["expr"]
+    assert "gpufleet_node_health_expected_gpus" in by_title["GPU nodes without GPU telemetry"]["targets"][0]["expr"]

@@ -49,7 +49,7 @@ def run_checked_in_tests(tmp_path: Path, rules: dict, test_file: Path) -> subpro
 def test_default_signature_and_shape():
     rules = build_rules()
     assert rules == build_rules(gpu_temp_threshold_celsius=78, memory_temp_threshold_celsius=85, for_seconds=60)
-    assert [g["name"] for g in rules["groups"]] == ["gpufleet-gpu", "gpufleet-nvlink", "gpufleet-fabric"]
+    assert [g["name"] for g in rules["groups"]] == ["gpufleet-gpu", "gpufleet-nvlink", "gpufleet-fabric", "gpufleet-telemetry"]
     exprs = {r["expr"] for g in rules["groups"] for r in g["rules"]}
     assert "gpufleet_gpu_temperature_celsius > 78" in exprs
     assert "DCGM_FI_DEV_GPU_TEMP > 78" in exprs
@@ -143,7 +143,8 @@ def test_custom_thresholds_and_hold_time(tmp_path):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"gpu_temp_threshold_celsius": 0}, {"memory_temp_threshold_celsius": -5}, {"for_seconds": -1}],
+    [{"gpu_temp_threshold_celsius": 0}, {"memory_temp_threshold_celsius": -5}, {"for_seconds": -1},
+     {"telemetry_stale_seconds": 0}],
 )
 def test_rejects_nonsense_parameters(kwargs):
     with pytest.raises(ValueError):

@@ -1,0 +1,32 @@
+"""roles/gpu_metrics/manifests.py: scrape jobs and the rule file's inventory values."""
+
+from __future__ import annotations
+
+from gpufleet.inventory import load
+
+from roles.gpu_metrics.manifests import NODE_HEALTH, rule_file, scrape_configs
+
+
+def test_node_health_is_scraped_keeping_its_own_node_label():
+    """gpufleet_node_health_expected_gpus{node} names the node it is about: no relabeling to the pod's node."""
+    from roles.node_health.manifests import objects
+
+    inv = load("local")
+    jobs = {j["job_name"]: j for j in scrape_configs(inv)}
+    job = jobs["gpufleet-node-health"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["gpufleet-system"]}}]
+    assert {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": NODE_HEALTH,
+            "action": "keep"} in job["relabel_configs"]
+    assert not [r for r in job["relabel_configs"] if r.get("target_label") == "node"]
+    assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"} in \
+        jobs["gpufleet-fabric"]["relabel_configs"]
+    (deploy,) = [o for o in objects(inv) if o["kind"] == "Deployment"]
+    assert deploy["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == NODE_HEALTH
+    assert "gpufleet-node-health" not in {j["job_name"] for j in scrape_configs(load("local", overrides={
+        "node_health_enabled": False}))}
+
+
+def test_the_stale_bound_reaches_the_rule_file():
+    exprs = {r["alert"]: r["expr"] for g in rule_file(load("local", overrides={
+        "gpu_metrics_telemetry_stale_seconds": 90}))["groups"] for r in g["rules"]}
+    assert "> 90 and on (node)" in exprs["GpufleetGPUTelemetryStale"]
