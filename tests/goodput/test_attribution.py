@@ -248,3 +248,61 @@ def test_a_directory_two_jobs_share_is_remembered_while_one_of_them_remains(tmp_
     shutil.rmtree(tmp_path / "step-100")  # the trainer keeps the last few
     tracker.forget_workload({"metadata": {"uid": "wl-1"}})
     assert {a.job: a.checkpoints for a in tracker.accounts(T0 + 300)} == {"other": 1}
+
+
+# ------------------------------------------------------------------ what the training templates' pods write
+
+
+def _trainer_container(template: str):
+    import yaml
+
+    from gpufleet.training import render as r
+
+    docs = [d for d in yaml.safe_load_all(r.render("local", template, "llm", 2)) if d]
+    found = []
+
+    def walk(o):
+        if isinstance(o, dict):
+            if "containers" in o:
+                found.extend(o["containers"])
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    walk(docs)
+    return found[0]
+
+
+@pytest.mark.parametrize("template", ["jobset", "job", "pytorchjob"])
+def test_the_start_record_a_training_pod_writes_is_the_one_the_accountant_reads(tmp_path, template):
+    import subprocess
+
+    from gpufleet.goodput.checkpoints import clock_offset, starts
+
+    c = _trainer_container(template)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    uid_label = {"jobset": "jobset.sigs.k8s.io/jobset-uid", "job": "batch.kubernetes.io/controller-uid"}.get(template)
+    if uid_label:
+        assert env["JOB_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == f"metadata.labels['{uid_label}']"
+    else:
+        assert "JOB_UID" not in env  # the training-operator labels no uid
+    line = c["args"][0]
+    assert c["command"] == ["bash", "-c"] and "exec torchrun" in line
+    prelude = line[:line.index("exec torchrun")]
+    run = {"PATH": os.environ["PATH"], "CHECKPOINT_DIR": str(tmp_path), "POD_NAME": "llm-0", "POD_UID": "u-0",
+           **({"JOB_UID": "js-1"} if uid_label else {})}
+    subprocess.run(["bash", "-c", prelude + "true"], env=run, check=True, timeout=30)
+    subprocess.run(["bash", "-c", prelude + "true"], env=run, check=True, timeout=30)  # the trainer restarts in place
+    recs = starts(tmp_path)
+    assert len(recs) == 2
+    assert {(r.pod, r.pod_uid, r.job, r.job_uid) for r in recs} == {("llm-0", "u-0", "llm", "js-1" if uid_label else "")}
+    assert abs(clock_offset(recs)) < 1.0  # one machine: one clock
+    # a checkpoint filesystem it cannot write to does not stop the trainer
+    bad = {**run, "CHECKPOINT_DIR": str(tmp_path / "file" / "below-a-file")}
+    (tmp_path / "file").write_text("")
+    assert subprocess.run(["bash", "-c", prelude + "echo trains"], env=bad, capture_output=True, text=True,
+                          timeout=30).stdout == "trains\n"
