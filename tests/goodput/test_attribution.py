@@ -77,7 +77,8 @@ def test_checkpoints_another_job_writes_while_this_one_is_evicted_are_not_its_ru
     directory meanwhile; the job comes back at 520 and finishes at 800."""
     w = wl(admissions=((10, True), (300, False), (500, True)), finished=801)
     pods = [pod("a", 11, [(20, 300)], ended=300), pod("b", 11, [(20, 300)], ended=300),
-            pod("c", 501, [(520, 800)], ended=800, succeeded=True), pod("d", 501, [(520, 800)], ended=800, succeeded=True)]
+            pod("c", 501, [(520, 800)], ended=800, succeeded=True),
+            pod("d", 501, [(520, 800)], ended=800, succeeded=True)]
     cps = [cp(100, 150, 160), cp(200, 260, 270), cp(5000, 340, 350), cp(5100, 410, 420),
            cp(300, 640, 650), cp(400, 750, 760)]
     a = account(w, pods, cps, now=T0 + 1000)
@@ -134,7 +135,24 @@ def two_runs_with_checkpoints():
     return w, pods, CHECKPOINTS
 
 
-HISTORIES = {"close-calls": close_calls, "two-runs": two_runs_with_checkpoints}
+def four_runs():
+    """A steady trainer (1 step/s, a 3 s save every 150 steps, resumed 1.5 s after its gang runs) broken three
+    times; each new gang is created 20 s after the old one ends and runs 1 s later; Finished at 1861."""
+    pods, cps, saved, t = [], [], 0, 5.0
+    for k, length in enumerate((300, 200, 400, 600)):
+        start, end = t + 1, t + 1 + length
+        pods += [pod(f"g{k}-{i}", t, [(start, end)], scheduled=t, ended=end, succeeded=k == 3) for i in range(2)]
+        clock, step = start + 1.5, saved
+        while clock + 153 <= end:
+            step, clock = step + 150, clock + 150
+            cps.append(cp(step, clock, clock + 3))
+            clock += 3
+        saved = step
+        t = end + 20
+    return wl(finished=end + 1, admissions=((1, True),)), pods, cps
+
+
+HISTORIES = {"close-calls": close_calls, "two-runs": two_runs_with_checkpoints, "four-runs": four_runs}
 
 
 def _moved(a, b) -> dict[str, float]:
@@ -197,7 +215,8 @@ def test_without_start_records_a_skewed_clock_is_fitted_by_order(skew, history):
     assert abs(a.ettr - truth.ettr) <= abs(skew) / truth.wall_seconds + 1e-9
     assert all(abs(x.lost_seconds - y.lost_seconds) <= abs(skew) + 1e-6
                for x, y in zip(a.interruptions, truth.interruptions))
-    assert max(moved.values()) <= 2 * abs(skew) + 1e-6, moved
+    runs = len(truth.interruptions) + 1
+    assert max(moved.values()) <= runs * abs(skew) + 1e-6, moved
     assert abs(a.clock_offset - skew) <= abs(skew)
 
 
@@ -226,7 +245,8 @@ def test_the_tracker_measures_the_offset_from_start_records_on_disk(tmp_path):
     skew = 45
     for k in range(2):
         write(tmp_path / CHECKPOINT_STARTS_DIR / f"uid-llm-{k}.1", T0 + 20 + skew,
-              json.dumps({"pod": f"llm-{k}", "pod_uid": f"uid-llm-{k}", "job": "llm", "job_uid": "js-1", "time": T0 + 20}))
+              json.dumps({"pod": f"llm-{k}", "pod_uid": f"uid-llm-{k}", "job": "llm", "job_uid": "js-1",
+                          "time": T0 + 20}))
     save(tmp_path, 100, 150 + skew, 160 + skew)
     save(tmp_path, 200, 260 + skew, 270 + skew)
     tracker = Tracker()
@@ -299,7 +319,8 @@ def test_the_start_record_a_training_pod_writes_is_the_one_the_accountant_reads(
     subprocess.run(["bash", "-c", prelude + "true"], env=run, check=True, timeout=30)  # the trainer restarts in place
     recs = starts(tmp_path)
     assert len(recs) == 2
-    assert {(r.pod, r.pod_uid, r.job, r.job_uid) for r in recs} == {("llm-0", "u-0", "llm", "js-1" if uid_label else "")}
+    assert {(r.pod, r.pod_uid, r.job, r.job_uid) for r in recs} == {
+        ("llm-0", "u-0", "llm", "js-1" if uid_label else "")}
     assert abs(clock_offset(recs)) < 1.0  # one machine: one clock
     # a checkpoint filesystem it cannot write to does not stop the trainer
     bad = {**run, "CHECKPOINT_DIR": str(tmp_path / "file" / "below-a-file")}

@@ -26,6 +26,26 @@ A run is split with the job's checkpoints
   (or since its start-up) is work the job must do again;
 * the rest is productive.
 
+Which checkpoints are the job's, and when they completed, is settled
+first (the assumptions are in :mod:`gpufleet.goodput`):
+
+1. *By identity* (:func:`_by_identity`): the writer pod a marker names, else
+   the last start record written before the checkpoint, compared on the
+   filesystem's own clock.
+2. *On one clock* (:func:`on_api_clock`): the filesystem's offset, measured
+   from the start records (:func:`gpufleet.goodput.checkpoints.clock_offset`)
+   or fitted by order (:func:`fit_offset`), is taken off every file time.
+   Without a measured offset, a run whose first save is dated before its
+   gang can have computed the steps since the one it resumed from (at the
+   job's step rate) keeps its checkpoints that much later (at most
+   :data:`MAX_CLOCK_OFFSET_SECONDS`) when its lost work is counted.
+3. *By time* (:func:`_by_time`): what completed during a run, or where a run
+   whose pods are gone may have been; not while the Workload was not
+   admitted, nor while its known pods were there but not all running.
+
+The rest of the directory (copies, other jobs' checkpoints, the job's own
+from before its submission) only says which step a run resumed from.
+
 ETTR = productive / wall-clock (Kokolis et al., arXiv:2410.21680); the
 buckets sum to wall-clock minus productive. Without checkpoints the whole
 run counts as productive: an upper bound (``checkpoints`` None: the job's
@@ -133,6 +153,7 @@ class _Run:
     cps: list[Checkpoint] = field(default_factory=list)
     prior_step: int = 0
     startup: float | None = None
+    early: float = 0.0  # seconds its checkpoints are dated before the run can have reached them
 
 
 def _segments(wl: WorkloadRecord, pods: Sequence[PodRecord], t0: float, t1: float) -> list[tuple[float, float, str]]:
@@ -262,7 +283,12 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
         if r.cps and rate:
             first = r.cps[0]
             before = (first.started if first.started is not None else first.completed) - r.start
-            r.startup = min(max(0.0, before - (first.step - r.prior_step) / rate), max(0.0, before))
+            compute = (first.step - r.prior_step) / rate
+            r.startup = min(max(0.0, before - compute), max(0.0, before))
+            if source in ("fitted", "none"):
+                # a first save dated before the gang can have computed its steps: the filesystem's clock is
+                # behind by at least that much still; its checkpoints are kept that much later
+                r.early = min(max(0.0, compute - before), MAX_CLOCK_OFFSET_SECONDS)
     measured = [r.startup for r in runs if r.startup is not None]
     typical = statistics.median(measured) if measured else 0.0
 
@@ -279,7 +305,7 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
         length = e - s
         startup = r.startup if r.startup is not None else min(typical, length)
         saving = sum(c.completed - max(c.started if c.started is not None else c.completed, s) for c in r.cps)
-        last_kept = r.cps[-1].completed if r.cps else s + startup
+        last_kept = r.cps[-1].completed + r.early if r.cps else s + startup
         lost = max(0.0, e - last_kept) if r.interrupted and known else 0.0
         startup = max(0.0, min(startup, length - saving - lost))
         badput["starting"] += startup
@@ -303,11 +329,12 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
 #: Clock differences between the checkpoint filesystem and the API server the account is built to absorb
 #: (seconds): up to this, an account moves by at most the difference (module docstring).
 MAX_CLOCK_OFFSET_SECONDS = 60.0
-#: Offsets :func:`fit_offset` tries (whole seconds, either sign): twice what the account promises to absorb.
-FIT_RANGE_SECONDS = 120
+#: Offsets :func:`fit_offset` tries (whole seconds, either sign): what the account promises to absorb, no more
+#: (an offset it fits wrongly costs at most this much start-up or lost time in a run).
+FIT_RANGE_SECONDS = int(MAX_CLOCK_OFFSET_SECONDS)
 #: How much faster than the job's median pace (steps per compute second) :func:`fit_offset` lets a run have
 #: gone (a share): step times vary by a few percent; the share :data:`HIDDEN_GAP_SHARE` uses the other way.
-PACE_SLACK = 0.25
+PACE_SLACK = 0.1
 
 
 def on_api_clock(c: Checkpoint, offset: float) -> Checkpoint:
@@ -413,13 +440,15 @@ def fit_offset(cps: Sequence[Checkpoint], segments: Sequence[tuple[float, float,
     its save began after the run did, and ended after it began; its step is not lower than the run's
     checkpoint before it; and the time since that one (for the run's first, since the run started and
     from the highest step before it) covers its steps at the job's pace (the median steps per compute
-    second between consecutive checkpoints of one run) with :data:`PACE_SLACK` to spare. Every
-    whole-second offset within :data:`FIT_RANGE_SECONDS` is tried; the one that fits the most
-    checkpoints wins, and of those the one nearest 0. So 0 whenever it fits as many as any other (an
-    account without a skew does not move, and a checkpoint copied in is not explained away), and with
-    a skew ``d`` the offset chosen is the nearest to 0 that puts as many checkpoints back in their runs
-    as ``d`` does. Checkpoints outside every known run (copied in, another job's, or of a run whose
-    pods are gone) fit under no offset and do not move it.
+    second between consecutive checkpoints of one run) with :data:`PACE_SLACK` to spare.
+
+    0 stays while every checkpoint fits. Otherwise every whole-second offset within
+    :data:`FIT_RANGE_SECONDS` that leaves no fewer checkpoints in runs is tried, and the one that
+    fits the most wins if it fits more than 0 does, of equals the one nearest 0. A shift keeps the
+    times between checkpoints, so what it can mend is where a run begins and ends against them: a
+    save pushed past its run's end, before its start, or into the next run. A checkpoint copied in,
+    another job's, or one of a run whose pods are gone, which no offset puts in a run it fits, does
+    not move it.
 
     Args:
         cps: the job's checkpoints as the filesystem records them.
@@ -429,20 +458,21 @@ def fit_offset(cps: Sequence[Checkpoint], segments: Sequence[tuple[float, float,
     runs = [(s, e) for s, e, state in segments if state == "run"]
     if not runs or not cps:
         return 0.0
-    fitting = _fit_scorer(cps, runs, t0, t1)
-    best, most = 0.0, fitting(0.0)
-    if most == len(cps):  # every checkpoint fits a run as it is
+    score = _fit_scorer(cps, runs, t0, t1)
+    fit0, inside0 = score(0.0)
+    if fit0 == len(cps):  # every checkpoint fits a run as it is
         return 0.0
+    best, most = 0.0, fit0
     for step in range(1, FIT_RANGE_SECONDS + 1):
         for d in (float(step), float(-step)):
-            n = fitting(d)
-            if n > most:
-                best, most = d, n
+            fit, inside = score(d)
+            if inside >= inside0 and fit > most:
+                best, most = d, fit
     return best
 
 
 def _fit_scorer(cps: Sequence[Checkpoint], runs: Sequence[tuple[float, float]], t0: float, t1: float):
-    """``offset -> how many checkpoints fit the job's runs`` (:func:`fit_offset`)."""
+    """``offset -> (checkpoints that fit a run, checkpoints in a run)`` (:func:`fit_offset`)."""
     run_spans = _Spans((s + 1e-3, e + 1e-3) for s, e in runs)  # s < t <= e
     run_starts = [s for s, _ in runs]
     by_time = sorted(cps, key=lambda c: (c.completed, c.step))
@@ -450,8 +480,8 @@ def _fit_scorer(cps: Sequence[Checkpoint], runs: Sequence[tuple[float, float]], 
     def run_of(t: float) -> float | None:
         return run_starts[bisect.bisect_left(run_starts, t) - 1] if t0 < t <= t1 and t in run_spans else None
 
-    def score(d: float) -> int:
-        fitting = 0
+    def score(d: float) -> tuple[int, int]:
+        fitting = inside = 0
         moved = [on_api_clock(c, d) for c in by_time]
         where = [run_of(c.completed) for c in moved]
         # the pace within runs (a pair across a restart or a queue is slower); none known: not checked
@@ -477,8 +507,9 @@ def _fit_scorer(cps: Sequence[Checkpoint], runs: Sequence[tuple[float, float]], 
                     prior = steps_before[i - 1] if i else 0
                     bad = begin < run_here - SAME_MOMENT or too_far(c.step - prior, begin - run_here)
                 fitting += not bad
+                inside += 1
             bisect.insort(steps_before, c.step)
-        return fitting
+        return fitting, inside
 
     return score
 

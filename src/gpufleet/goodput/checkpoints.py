@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -104,7 +105,8 @@ def _marker_json(marker: Path) -> dict:
 
 
 def _number(value) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+    """``value`` as a finite float, None when it is not a finite number (booleans are not numbers)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 

@@ -44,7 +44,8 @@ def table(a: Account):
     known = f"{a.checkpoints} checkpoints{rate}" if a.checkpoints_known else "checkpoints not readable (nothing counted lost)"
     t.add_row("checkpoints", known, "")
     if a.checkpoints_not_counted:
-        t.add_row("not the job's", f"{a.checkpoints_not_counted} checkpoints", "copied in, another job's, or while queued")
+        t.add_row("not the job's", f"{a.checkpoints_not_counted} checkpoints",
+                  "copied in, another job's, or while queued")
     if a.clock_offset_source != "none":
         t.add_row("checkpoint clock", f"{a.clock_offset:+.1f} s", f"{a.clock_offset_source}, against the API server's")
     if a.reconstructed_runs:
