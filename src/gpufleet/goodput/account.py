@@ -37,8 +37,8 @@ first (the assumptions are in :mod:`gpufleet.goodput`):
    or fitted by order (:func:`fit_offset`), is taken off every file time.
    Without a measured offset, a run whose first save is dated before its
    gang can have computed the steps since the one it resumed from (at the
-   job's step rate) keeps its checkpoints that much later (at most
-   :data:`MAX_CLOCK_OFFSET_SECONDS`) when its lost work is counted.
+   job's step rate) by at most :data:`MAX_CLOCK_OFFSET_SECONDS` keeps its
+   checkpoints that much later when its lost work is counted.
 3. *By time* (:func:`_by_time`): what completed during a run, or where a run
    whose pods are gone may have been; not while the Workload was not
    admitted, nor while its known pods were there but not all running.
@@ -251,7 +251,8 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
     known = checkpoints is not None
     raw = list(checkpoints or ())
     starts = sorted(starts, key=lambda x: x.written)
-    mine = [c for c, ok in zip(raw, _by_identity(wl, pods, raw, starts)) if ok]
+    ours = _by_identity(wl, pods, raw, starts)
+    mine = [c for c, ok in zip(raw, ours) if ok]
     segments = _segments(wl, pods, t0, t1)
     if offset is not None:
         source = "given"
@@ -260,8 +261,9 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
     else:
         offset = fit_offset(mine, segments, t0, t1)
         source = "fitted" if offset else "none"
-    everything = sorted((on_api_clock(c, offset) for c in raw), key=lambda c: (c.completed, c.step))
-    mine = [on_api_clock(c, offset) for c in mine]
+    moved = [on_api_clock(c, offset) for c in raw]
+    everything = sorted(moved, key=lambda c: (c.completed, c.step))
+    mine = [c for c, ok in zip(moved, ours) if ok]
     cps = sorted(_by_time(wl, pods, mine, segments, t0, t1), key=lambda c: (c.completed, c.step))
     not_counted = sum(1 for c in everything if t0 < c.completed <= t1) - sum(1 for c in cps if t0 < c.completed <= t1)
     badput = dict.fromkeys(BUCKETS, 0.0)
@@ -285,10 +287,11 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
             before = (first.started if first.started is not None else first.completed) - r.start
             compute = (first.step - r.prior_step) / rate
             r.startup = min(max(0.0, before - compute), max(0.0, before))
-            if source in ("fitted", "none"):
-                # a first save dated before the gang can have computed its steps: the filesystem's clock is
-                # behind by at least that much still; its checkpoints are kept that much later
-                r.early = min(max(0.0, compute - before), MAX_CLOCK_OFFSET_SECONDS)
+            if source in ("fitted", "none") and 0.0 < compute - before <= MAX_CLOCK_OFFSET_SECONDS:
+                # a first save dated before the gang can have computed its steps, by no more than a clock can
+                # be off: the filesystem's clock is behind by that much still; its checkpoints are kept that
+                # much later (further off, the trainer saved sooner than its pace, and the times stand)
+                r.early = compute - before
     measured = [r.startup for r in runs if r.startup is not None]
     typical = statistics.median(measured) if measured else 0.0
 
@@ -339,6 +342,8 @@ PACE_SLACK = 0.1
 
 def on_api_clock(c: Checkpoint, offset: float) -> Checkpoint:
     """``c`` with its filesystem times moved onto the API server's clock (``offset``: filesystem minus API)."""
+    if not offset and (c.started is None or c.started <= c.completed):
+        return c
     completed = c.completed - offset
     started = c.started - offset if c.started is not None and c.started_on_fs else c.started
     if started is not None and started > completed:  # the writer's clock and the filesystem's disagree
@@ -442,7 +447,8 @@ def fit_offset(cps: Sequence[Checkpoint], segments: Sequence[tuple[float, float,
     from the highest step before it) covers its steps at the job's pace (the median steps per compute
     second between consecutive checkpoints of one run) with :data:`PACE_SLACK` to spare.
 
-    0 stays while every checkpoint fits. Otherwise every whole-second offset within
+    0 stays while every checkpoint fits (or is ahead of the job's pace by more than any offset in
+    range explains: a trainer that saved sooner than its pace). Otherwise every whole-second offset within
     :data:`FIT_RANGE_SECONDS` that leaves no fewer checkpoints in runs is tried, and the one that
     fits the most wins if it fits more than 0 does, of equals the one nearest 0. A shift keeps the
     times between checkpoints, so what it can mend is where a run begins and ends against them: a
@@ -459,57 +465,77 @@ def fit_offset(cps: Sequence[Checkpoint], segments: Sequence[tuple[float, float,
     if not runs or not cps:
         return 0.0
     score = _fit_scorer(cps, runs, t0, t1)
-    fit0, inside0 = score(0.0)
-    if fit0 == len(cps):  # every checkpoint fits a run as it is
+    fit0, inside0, beyond0 = score(0.0)
+    if fit0 + beyond0 == len(cps):  # every checkpoint fits a run as it is, or fits under no offset in range
         return 0.0
     best, most = 0.0, fit0
     for step in range(1, FIT_RANGE_SECONDS + 1):
         for d in (float(step), float(-step)):
-            fit, inside = score(d)
+            fit, inside, _ = score(d)
             if inside >= inside0 and fit > most:
                 best, most = d, fit
     return best
 
 
 def _fit_scorer(cps: Sequence[Checkpoint], runs: Sequence[tuple[float, float]], t0: float, t1: float):
-    """``offset -> (checkpoints that fit a run, checkpoints in a run)`` (:func:`fit_offset`)."""
-    run_spans = _Spans((s + 1e-3, e + 1e-3) for s, e in runs)  # s < t <= e
+    """``offset -> (checkpoints that fit a run, checkpoints in a run, checkpoints further ahead of the job's
+    pace than any offset in range explains)`` (:func:`fit_offset`)."""
     run_starts = [s for s, _ in runs]
+    run_ends = [e for _, e in runs]
     by_time = sorted(cps, key=lambda c: (c.completed, c.step))
+    steps = [c.step for c in by_time]
+    done = [c.completed for c in by_time]
+    # save starts on the filesystem's clock move with the offset; the writer's do not
+    began = [c.started if c.started is not None else c.completed for c in by_time]
+    moves = [c.started is None or c.started_on_fs for c in by_time]
+    known_start = [c.started is not None for c in by_time]
+    # the highest step below each checkpoint's among those before it (the order does not change with the offset)
+    below: list[int] = []
+    seen: list[int] = []
+    for st in steps:
+        i = bisect.bisect_left(seen, st)
+        below.append(seen[i - 1] if i else 0)
+        bisect.insort(seen, st)
 
-    def run_of(t: float) -> float | None:
-        return run_starts[bisect.bisect_left(run_starts, t) - 1] if t0 < t <= t1 and t in run_spans else None
+    reach = (1 + PACE_SLACK) * FIT_RANGE_SECONDS + SAME_MOMENT
 
-    def score(d: float) -> tuple[int, int]:
-        fitting = inside = 0
-        moved = [on_api_clock(c, d) for c in by_time]
-        where = [run_of(c.completed) for c in moved]
+    def score(d: float) -> tuple[int, int, int]:
+        t = [x - d for x in done]
+        b = [x - d if m else x for x, m in zip(began, moves)]
+        where: list[int | None] = []
+        for x in t:
+            i = bisect.bisect_left(run_starts, x) - 1  # s < x <= e
+            where.append(i if i >= 0 and t0 < x <= t1 and x <= run_ends[i] else None)
         # the pace within runs (a pair across a restart or a queue is slower); none known: not checked
-        within = [x for k in range(1, len(moved)) if where[k] is not None and where[k] == where[k - 1]
-                  for x in _pair_rates(moved[k - 1:k + 1])]
+        within = [(steps[k] - steps[k - 1]) / (b[k] - t[k - 1]) for k in range(1, len(t))
+                  if where[k] is not None and where[k] == where[k - 1] and steps[k] > steps[k - 1]
+                  and b[k] > t[k - 1]]
         rate = statistics.median(within) if within else None
+        fitting = inside = beyond = 0
 
-        def too_far(steps: int, seconds: float) -> bool:
-            return bool(rate) and steps / rate > (1 + PACE_SLACK) * seconds + SAME_MOMENT
+        def too_far(n: int, seconds: float) -> bool:
+            nonlocal beyond
+            excess = n / rate - (1 + PACE_SLACK) * seconds - SAME_MOMENT if rate else 0.0
+            beyond += excess > reach and settled  # no offset in range mends that
+            return excess > 0
 
-        steps_before: list[int] = []
-        for k, c in enumerate(moved):
-            t, run_here = c.completed, where[k]
-            if run_here is not None:
-                begin = c.started if c.started is not None else t
-                prev = moved[k - 1] if k and where[k - 1] == run_here else None
-                if c.started is not None and c.started > t + SAME_MOMENT:
-                    bad = True  # a save that ends before it begins
-                elif prev is not None:
-                    bad = c.step < prev.step or too_far(c.step - prev.step, begin - prev.completed)
-                else:
-                    i = bisect.bisect_left(steps_before, c.step)
-                    prior = steps_before[i - 1] if i else 0
-                    bad = begin < run_here - SAME_MOMENT or too_far(c.step - prior, begin - run_here)
-                fitting += not bad
-                inside += 1
-            bisect.insort(steps_before, c.step)
-        return fitting, inside
+        for k in range(len(t)):
+            run = where[k]
+            if run is None:
+                continue
+            inside += 1
+            # further than any offset in range from both ends of its run: no shift takes it out of that run
+            settled = min(t[k] - run_starts[run], run_ends[run] - t[k]) > FIT_RANGE_SECONDS
+            begin = min(b[k], t[k])
+            if known_start[k] and b[k] > t[k] + SAME_MOMENT:
+                continue  # a save that ends before it begins
+            if k and where[k - 1] == run:
+                if steps[k] < steps[k - 1] or too_far(steps[k] - steps[k - 1], begin - t[k - 1]):
+                    continue
+            elif begin < run_starts[run] - SAME_MOMENT or too_far(steps[k] - below[k], begin - run_starts[run]):
+                continue  # the gang had not run long enough to reach that step
+            fitting += 1
+        return fitting, inside, beyond
 
     return score
 

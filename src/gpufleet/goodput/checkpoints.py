@@ -133,11 +133,11 @@ def _started(data: dict, step_dir: Path, completed: float) -> tuple[float | None
     return (oldest if oldest is not None and oldest <= completed else None), True
 
 
-def _marker(step_dir: Path) -> tuple[Path, os.stat_result] | None:
+def _marker(step_dir: Path | str) -> tuple[Path, os.stat_result] | None:
     for name in MARKERS:
-        marker = step_dir / name
+        marker = os.path.join(step_dir, name)
         try:
-            return marker, marker.stat()
+            return Path(marker), os.stat(marker)
         except OSError:
             continue
     return None
@@ -233,14 +233,15 @@ class Scanner:
                 self._warned.add(str(root))
                 log.info("no checkpoints readable at %s: %s", root, exc.strerror or exc)
             names = []
+        base = str(root)
         for name in names:
-            step_dir = root / name
+            step_dir = os.path.join(base, name)
             found = _marker(step_dir)
             if found is None:
                 continue
-            key = (str(step_dir), found[1].st_mtime_ns, found[1].st_ino)
+            key = (step_dir, found[1].st_mtime_ns, found[1].st_ino)
             if key not in seen:
-                seen[key] = _read(step_dir, int(STEP_DIR.match(name).group(1)), *found)
+                seen[key] = _read(Path(step_dir), int(STEP_DIR.match(name).group(1)), *found)
         return sorted(seen.values(), key=lambda c: (c.completed, c.step))
 
     def starts(self, checkpoint_dir: str | Path) -> list[Start]:
