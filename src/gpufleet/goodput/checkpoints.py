@@ -45,11 +45,10 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from gpufleet.names import CHECKPOINT_MARKER, CHECKPOINT_STARTS_DIR
 
