@@ -104,7 +104,7 @@ class Account:
         badput: bucket -> seconds (:data:`gpufleet.goodput.BUCKETS`).
         phases: the timeline, in order, covering ``start``..``end``.
         interruptions: runs that ended early.
-        checkpoints: complete checkpoints seen.
+        checkpoints: the job's complete checkpoints completed in the window.
         step_rate: training steps per productive second, when two checkpoints of one run give it.
         finished: the Workload has finished.
         checkpoints_known: the job's checkpoints were readable (else nothing counts as lost).
@@ -265,7 +265,8 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
     everything = sorted(moved, key=lambda c: (c.completed, c.step))
     mine = [c for c, ok in zip(moved, ours) if ok]
     cps = sorted(_by_time(wl, pods, mine, segments, t0, t1), key=lambda c: (c.completed, c.step))
-    not_counted = sum(1 for c in everything if t0 < c.completed <= t1) - sum(1 for c in cps if t0 < c.completed <= t1)
+    counted = sum(1 for c in cps if t0 < c.completed <= t1)
+    not_counted = sum(1 for c in everything if t0 < c.completed <= t1) - counted
     badput = dict.fromkeys(BUCKETS, 0.0)
     ghosts = _reconstruct(wl, pods, cps, segments, t0, t1, everything)
     if ghosts:
@@ -321,7 +322,7 @@ def account(wl: WorkloadRecord, pods: Iterable[PodRecord], checkpoints: Sequence
             interruptions.append(Interruption(e, lost, resumed))
     return Account(namespace=wl.namespace, job=wl.job_name, kind=wl.job_kind, start=t0, end=t1,
                    productive_seconds=productive, badput=badput, phases=tuple(_merge(phases)),
-                   interruptions=tuple(interruptions), checkpoints=len(cps), step_rate=rate,
+                   interruptions=tuple(interruptions), checkpoints=counted, step_rate=rate,
                    finished=wl.finished is not None and wl.finished <= now, checkpoints_known=known,
                    reconstructed_runs=len({g.uid.rsplit("-", 1)[0] for g in ghosts}),
                    clock_offset=offset, clock_offset_source=source, checkpoints_not_counted=not_counted)
