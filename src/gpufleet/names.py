@@ -77,6 +77,10 @@ JOB_LABEL = "gpufleet.io/job"
 #: File a trainer writes last into ``$CHECKPOINT_DIR/step-<N>/`` when the checkpoint is complete
 #: (the training templates' ``CHECKPOINT_MARKER``; read by gpufleet.goodput.checkpoints).
 CHECKPOINT_MARKER = "COMPLETE"
+#: Folder under ``$CHECKPOINT_DIR`` where each training pod of templates/training records its start
+#: (one file per container start; read by gpufleet.goodput.checkpoints to tell the job's checkpoints
+#: from others and to measure the checkpoint filesystem's clock).
+CHECKPOINT_STARTS_DIR = ".gpufleet/starts"
 
 #: Node annotations written by the swap steps (times are RFC 3339 UTC).
 ANN_SWAP_REASON = "gpufleet.io/swap-reason"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from gpufleet.goodput.checkpoints import Checkpoint
+from dataclasses import replace
+
+from gpufleet.goodput.checkpoints import Checkpoint, Start
 from gpufleet.goodput.history import PodRecord, WorkloadRecord
 
 T0 = 1_800_000_000.0  # a fixed epoch for readable offsets
@@ -15,10 +17,11 @@ def ts(offset: float) -> str:
     return datetime.fromtimestamp(T0 + offset, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def wl(pods: int = 2, admissions=((10, True),), finished: float | None = None, succeeded: bool = True) -> WorkloadRecord:
+def wl(pods: int = 2, admissions=((10, True),), finished: float | None = None, succeeded: bool = True,
+       job_uid: str = "js-1") -> WorkloadRecord:
     return WorkloadRecord(namespace="team-a", name="jobset-llm-1a2b3", uid="wl-1", job_kind="JobSet", job_name="llm",
                           created=T0, pods_expected=pods, admissions=tuple((T0 + t, a) for t, a in admissions),
-                          finished=None if finished is None else T0 + finished, succeeded=succeeded)
+                          finished=None if finished is None else T0 + finished, succeeded=succeeded, job_uid=job_uid)
 
 
 def pod(name: str, created: float, runs, *, unschedulable: float | None = None, scheduled: float | None = None,
@@ -30,8 +33,22 @@ def pod(name: str, created: float, runs, *, unschedulable: float | None = None, 
                      ended=None if ended is None else T0 + ended, succeeded=succeeded)
 
 
-def cp(step: int, started: float | None, completed: float) -> Checkpoint:
-    return Checkpoint(step, T0 + completed, None if started is None else T0 + started)
+def cp(step: int, started: float | None, completed: float, *, writer: str | None = None,
+       started_on_fs: bool = True) -> Checkpoint:
+    return Checkpoint(step, T0 + completed, None if started is None else T0 + started, writer=writer,
+                      started_on_fs=started_on_fs)
+
+
+def start(pod: str, at: float, *, job: str = "llm", job_uid: str = "js-1", skew: float = 0.0) -> Start:
+    """A start record of pod ``pod`` (uid = name, as :func:`pod` makes them) written at ``at`` by the pod's
+    clock (the API server's), ``skew`` seconds later by the checkpoint filesystem's."""
+    return Start(pod=pod, pod_uid=pod, job=job, job_uid=job_uid, written=T0 + at + skew, clock=T0 + at)
+
+
+def skewed(c: Checkpoint, skew: float) -> Checkpoint:
+    """``c`` as a checkpoint filesystem whose clock is ``skew`` seconds ahead records it."""
+    return replace(c, completed=c.completed + skew,
+                   started=c.started + skew if c.started is not None and c.started_on_fs else c.started)
 
 
 def workload_json(*, conditions=(), pods: int = 2, owner: str = "llm", kind: str = "JobSet") -> dict:

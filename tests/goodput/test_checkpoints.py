@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from gpufleet.goodput.checkpoints import Scanner, read_checkpoint, scan
 
 
@@ -34,8 +36,11 @@ def test_markers_steps_and_save_start(tmp_path):
 def test_a_bad_started_value_falls_back_to_file_times(tmp_path):
     write(tmp_path / "step-1" / "a", 100)
     write(tmp_path / "step-1" / "COMPLETE", 110, "not json")
-    write(tmp_path / "step-2" / "COMPLETE", 210, json.dumps({"started": 500}))  # after completion: ignored
-    assert [(c.step, c.started) for c in scan(tmp_path)] == [(1, 100), (2, None)]
+    # the writer's clock, not the filesystem's: believed up to STARTED_SLACK_SECONDS after the mtime
+    write(tmp_path / "step-2" / "COMPLETE", 210, json.dumps({"started": 500}))
+    write(tmp_path / "step-3" / "COMPLETE", 310, json.dumps({"started": 5000}))  # a broken clock: ignored
+    assert [(c.step, c.started, c.started_on_fs) for c in scan(tmp_path)] == [
+        (1, 100, True), (2, 500, False), (3, None, True)]
 
 
 def test_the_scanner_remembers_checkpoints_the_trainer_deleted(tmp_path):
@@ -48,3 +53,37 @@ def test_the_scanner_remembers_checkpoints_the_trainer_deleted(tmp_path):
     assert [c.step for c in s.scan(tmp_path)] == [1, 2, 3]
     s.forget(tmp_path)
     assert [c.step for c in s.scan(tmp_path)] == [2, 3]
+
+
+def test_versions_of_one_step_written_again_are_two_checkpoints(tmp_path):
+    s = Scanner()
+    write(tmp_path / "step-1" / "COMPLETE", 100)
+    assert [c.completed for c in s.scan(tmp_path)] == [100]
+    shutil.rmtree(tmp_path / "step-1")
+    write(tmp_path / "step-1" / "COMPLETE", 400)  # a later run writes step 1 again
+    assert [(c.step, c.completed) for c in s.scan(tmp_path)] == [(1, 100), (1, 400)]
+    assert [c.completed for c in s.scan(tmp_path)] == [100, 400]  # read once
+
+
+def test_the_marker_may_name_its_writer(tmp_path):
+    write(tmp_path / "step-1" / "COMPLETE", 100, json.dumps({"started": 90, "pod": "llm-workers-0-0-x"}))
+    write(tmp_path / "step-2" / "COMPLETE", 200, json.dumps({"pod": 7}))
+    assert [c.writer for c in scan(tmp_path)] == ["llm-workers-0-0-x", None]
+
+
+def test_start_records_and_the_clock_offset_they_measure(tmp_path):
+    from gpufleet.goodput.checkpoints import clock_offset, starts
+    from gpufleet.names import CHECKPOINT_STARTS_DIR
+
+    d = tmp_path / CHECKPOINT_STARTS_DIR
+    for i, (clock, skew) in enumerate([(1000.25, 30), (1001.5, 30), (1002.0, 31.5), (1003.0, -400)]):
+        write(d / f"uid-{i}.{i}", clock + skew, json.dumps({"pod": f"p{i}", "pod_uid": f"uid-{i}", "job": "llm",
+                                                            "job_uid": "js-1", "time": clock}))
+    write(d / "broken", 5, "{")
+    write(d / "no-uid", 5, json.dumps({"pod": "x", "time": 1}))
+    recs = starts(tmp_path)
+    assert [r.pod for r in recs] == ["p3", "p0", "p1", "p2"]  # by modification time
+    assert (recs[1].job, recs[1].job_uid, recs[1].clock) == ("llm", "js-1", 1000.25)
+    assert clock_offset(recs) == pytest.approx(30.0)  # the median: one node's bad clock does not move it
+    assert clock_offset([]) is None
+    assert starts(tmp_path / "missing") == []

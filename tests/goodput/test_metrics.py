@@ -22,6 +22,14 @@ def test_exposition_per_job_and_bucket():
     assert text.count("gpufleet_job_badput_seconds{") == 6
     assert 'gpufleet_job_interruptions{job="llm",namespace="team-a"} 1.0' in text
     assert "gpufleet_goodput_last_success_timestamp_seconds 1000.0" in text
+    assert 'gpufleet_job_checkpoints_not_counted{job="llm",namespace="team-a"} 0.0' in text
+    assert "gpufleet_job_checkpoint_clock_offset_seconds{" not in text  # nothing measured: absent, not 0
+    c.update([Account("team-a", "llm", "JobSet", 0.0, 801.0, 545.0, badput, clock_offset=-31.5,
+                      clock_offset_source="start records", checkpoints_not_counted=2)])
+    text = generate_latest(registry(c)).decode()
+    assert ('gpufleet_job_checkpoint_clock_offset_seconds{job="llm",namespace="team-a",source="start records"} -31.5'
+            in text)
+    assert 'gpufleet_job_checkpoints_not_counted{job="llm",namespace="team-a"} 2.0' in text
 
 
 def test_queues_dashboard_has_a_goodput_row():
@@ -30,3 +38,16 @@ def test_queues_dashboard_has_a_goodput_row():
     assert rows[-1] == "Goodput"
     exprs = "\n".join(t["expr"] for p in board["panels"] if p.get("type") != "row" for t in p.get("targets", []))
     assert "gpufleet_job_ettr_ratio" in exprs and "sum by (bucket) (gpufleet_job_badput_seconds)" in exprs
+
+
+def test_the_json_account_keeps_its_keys_and_says_what_it_did_not_count():
+    from gpufleet.goodput.main import account_json
+
+    a = Account("team-a", "llm", "JobSet", 0.0, 801.0, 545.0, dict.fromkeys(
+        ("queued", "starting", "checkpoint_saving", "progress_lost", "waiting_for_hardware", "other"), 1.0),
+        clock_offset=12.25, clock_offset_source="fitted", checkpoints_not_counted=3)
+    j = account_json(a)
+    assert {"namespace", "job", "kind", "ettr", "wall_clock_seconds", "productive_seconds", "badput_seconds",
+            "interruptions", "checkpoints", "checkpoints_known", "reconstructed_runs", "finished"} <= set(j)
+    assert (j["checkpoints_not_counted"], j["checkpoint_clock_offset_seconds"], j["checkpoint_clock_offset_source"]) \
+        == (3, 12.25, "fitted")

@@ -46,6 +46,7 @@ class WorkloadRecord:
         finished: ``Finished`` condition time, None while the job runs.
         succeeded: whether it finished successfully (``Finished`` reason ``Succeeded``).
         checkpoint_dir: the pods' ``CHECKPOINT_DIR``, when known.
+        job_uid: its owner's uid (the JobSet's, PyTorchJob's or Job's), ``""`` when unknown.
     """
 
     namespace: str
@@ -59,6 +60,7 @@ class WorkloadRecord:
     finished: float | None = None
     succeeded: bool = False
     checkpoint_dir: str | None = None
+    job_uid: str = ""
 
     def admitted_at(self, t: float) -> bool:
         """Whether the Workload was admitted at time ``t`` (the last transition at or before it)."""
@@ -102,9 +104,14 @@ def _conditions(obj: Obj) -> dict[str, Obj]:
 
 def owner(obj: Obj) -> tuple[str, str] | None:
     """``(kind, name)`` of a Workload's training-job owner (JobSet, PyTorchJob, Job), else None."""
+    ref = _owner_ref(obj)
+    return (ref["kind"], ref.get("name", "")) if ref else None
+
+
+def _owner_ref(obj: Obj) -> Obj | None:
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") in JOB_KINDS:
-            return ref["kind"], ref.get("name", "")
+            return ref
     return None
 
 
@@ -185,6 +192,7 @@ def workload_record(wl: Obj, events: Iterable[Obj] = (), previous: WorkloadRecor
                                       previous.admissions if previous else ()),
         finished=finished, succeeded=bool(fin and fin.get("status") == "True" and fin.get("reason") == "Succeeded"),
         checkpoint_dir=checkpoint_dir or (previous.checkpoint_dir if previous else None),
+        job_uid=(_owner_ref(wl) or {}).get("uid", ""),
     )
     return rec
 

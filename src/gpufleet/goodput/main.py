@@ -50,7 +50,10 @@ def account_json(a) -> dict:
             "interruptions": [{"time": i.time, "lost_seconds": round(i.lost_seconds, 1), "resumed": i.resumed}
                               for i in a.interruptions],
             "checkpoints": a.checkpoints, "checkpoints_known": a.checkpoints_known,
-            "reconstructed_runs": a.reconstructed_runs, "finished": a.finished}
+            "reconstructed_runs": a.reconstructed_runs, "finished": a.finished,
+            "checkpoints_not_counted": a.checkpoints_not_counted,
+            "checkpoint_clock_offset_seconds": round(a.clock_offset, 3),
+            "checkpoint_clock_offset_source": a.clock_offset_source}
 
 
 def snapshot(client, tracker, namespace: str | None, *, pods: bool = True) -> None:

@@ -6,7 +6,11 @@ Per job (labels ``namespace``, ``job``):
 * ``gpufleet_job_badput_seconds{bucket}``: seconds lost, one series per bucket of
   :data:`gpufleet.goodput.BUCKETS`;
 * ``gpufleet_job_productive_seconds`` and ``gpufleet_job_wall_clock_seconds``;
-* ``gpufleet_job_interruptions``: runs of the job that ended early.
+* ``gpufleet_job_interruptions``: runs of the job that ended early;
+* ``gpufleet_job_checkpoints_not_counted``: checkpoints in the job's directory during its window that
+  are not the job's (copied in, another job's, written while it was queued);
+* ``gpufleet_job_checkpoint_clock_offset_seconds``: how far the checkpoint filesystem's clock is
+  ahead of the API server's, as the account took it (absent when nothing measured or fitted one).
 
 Of the accountant itself: ``gpufleet_goodput_jobs``,
 ``gpufleet_goodput_account_duration_seconds`` (the last pass over every
@@ -60,6 +64,13 @@ class GoodputCollector:
         interruptions = GaugeMetricFamily("gpufleet_job_interruptions", "Runs of a training job that ended before "
                                           "the job did (a pod failed, was evicted or deleted).",
                                           labels=["namespace", "job"])
+        not_counted = GaugeMetricFamily("gpufleet_job_checkpoints_not_counted", "Checkpoints in a training job's "
+                                        "directory during its window that are not the job's (copied in, another "
+                                        "job's, written while it was queued).", labels=["namespace", "job"])
+        offset = GaugeMetricFamily("gpufleet_job_checkpoint_clock_offset_seconds", "Seconds the checkpoint "
+                                   "filesystem's clock is ahead of the API server's (negative: behind), as a "
+                                   "training job's account took it; source: start records, fitted or given.",
+                                   labels=["namespace", "job", "source"])
         for a in accounts:
             ettr.add_metric([a.namespace, a.job], a.ettr)
             for bucket in BUCKETS:
@@ -67,7 +78,10 @@ class GoodputCollector:
             productive.add_metric([a.namespace, a.job], a.productive_seconds)
             wall.add_metric([a.namespace, a.job], a.wall_seconds)
             interruptions.add_metric([a.namespace, a.job], len(a.interruptions))
-        yield from (ettr, badput, productive, wall, interruptions)
+            not_counted.add_metric([a.namespace, a.job], a.checkpoints_not_counted)
+            if a.clock_offset_source != "none":
+                offset.add_metric([a.namespace, a.job, a.clock_offset_source], a.clock_offset)
+        yield from (ettr, badput, productive, wall, interruptions, not_counted, offset)
         yield GaugeMetricFamily("gpufleet_goodput_jobs", "Training jobs the accountant follows.", value=len(accounts))
         yield GaugeMetricFamily("gpufleet_goodput_account_duration_seconds",
                                 "Seconds the last pass over every job's account took.", value=duration)

@@ -43,6 +43,11 @@ def table(a: Account):
     rate = f", {a.step_rate:.3g} steps/s" if a.step_rate else ""
     known = f"{a.checkpoints} checkpoints{rate}" if a.checkpoints_known else "checkpoints not readable (nothing counted lost)"
     t.add_row("checkpoints", known, "")
+    if a.checkpoints_not_counted:
+        t.add_row("not the job's", f"{a.checkpoints_not_counted} checkpoints",
+                  "copied in, another job's, or while queued")
+    if a.clock_offset_source != "none":
+        t.add_row("checkpoint clock", f"{a.clock_offset:+.1f} s", f"{a.clock_offset_source}, against the API server's")
     if a.reconstructed_runs:
         t.add_row("rebuilt runs", f"{a.reconstructed_runs}", "from checkpoints: their pods are gone")
     for i, x in enumerate(a.interruptions, 1):

@@ -4,9 +4,11 @@
 train.goodput``: it folds every version of a Workload or pod it is given
 into compact records (:mod:`gpufleet.goodput.history`), so transitions the
 API overwrites and pods it deletes stay in the job's history, and reads
-each job's checkpoints (:mod:`gpufleet.goodput.checkpoints`) from the
-``CHECKPOINT_DIR`` its pods were given. Thread-safe: watches feed it from
-their threads while the controller loop asks for accounts.
+each job's checkpoints and start records (:mod:`gpufleet.goodput.checkpoints`)
+from the ``CHECKPOINT_DIR`` its pods were given; which of them are the
+job's, and on which clock, the account decides (:mod:`gpufleet.goodput.account`).
+Thread-safe: watches feed it from their threads while the controller loop
+asks for accounts.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Tracker:
             for pod_uid in self._pods.pop(key, {}):
                 self._pod_job.pop(pod_uid, None)
             d = self._ckpt_dirs.pop(key, None)
-            if d:
+            if d and d not in self._ckpt_dirs.values():  # another job writes there too: keep its memory
                 self._scanner.forget(d)
 
     def workloads_listed(self, items: Iterable[Obj]) -> None:
@@ -168,7 +170,7 @@ class Tracker:
             pods = [p for p in self._pods.get(key, {}).values() if p.created >= wl.created - CREATION_SLACK]
             d = checkpoint_dir or self._dir_of(wl.namespace, wl.job_name, self._ckpt_dirs.get(key))
         cps = self._scanner.scan(d) if d else None
-        return account(wl, pods, cps, now)
+        return account(wl, pods, cps, now, starts=self._scanner.starts(d) if d else ())
 
     def accounts(self, now: float) -> list[Account]:
         """Accounts of every job, as of ``now``; forgets long-ended pods of jobs without a Workload."""

@@ -25,8 +25,9 @@ from gpufleet.inventory import Host, Inventory, load
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.names import (CHECKPOINT_MARKER, JOB_LABEL, KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY,
-                            KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION)
+from gpufleet.names import (CHECKPOINT_MARKER, CHECKPOINT_STARTS_DIR, JOB_LABEL, KUEUE_PODSET_GROUP,
+                            KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT,
+                            SIMULATED_DURATION_ANNOTATION)
 
 from . import gang as native
 from .checkpoint import default_interval_seconds
@@ -76,6 +77,8 @@ class Template:
 
     ``hostname(name, nodes)`` is the longest pod hostname the workload
     controller derives from the job name; it must fit in a 63-character DNS label.
+    ``job_uid_label`` is the pod label in which the workload controller puts
+    the job object's uid (None: it puts none), for the pods' start records.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Template:
     api_version: str
     hostname: Callable[[str, int], str]
     description: str
+    job_uid_label: str | None = None
 
     @property
     def group(self) -> str:
@@ -96,13 +100,15 @@ TEMPLATES: dict[str, Template] = {
     for t in (
         Template("jobset", "jobset.yaml.j2", "JobSet", "jobset.x-k8s.io/v1alpha2",
                  lambda n, k: f"{n}-workers-0-{k - 1}",
-                 "JobSet: one indexed Job of N pods; failurePolicy restarts the whole gang"),
+                 "JobSet: one indexed Job of N pods; failurePolicy restarts the whole gang",
+                 job_uid_label="jobset.sigs.k8s.io/jobset-uid"),
         Template("pytorchjob", "pytorchjob.yaml.j2", "PyTorchJob", "kubeflow.org/v1",
                  lambda n, k: f"{n}-master-0" if k < 2 else max(f"{n}-master-0", f"{n}-worker-{k - 2}", key=len),
                  "Kubeflow PyTorchJob: 1 Master + N-1 Workers (training-operator)"),
         Template("job", "job.yaml.j2", "Job", "batch/v1",
                  lambda n, k: f"{n}-{k - 1}",
-                 "indexed batch Job of N pods plus its headless Service"),
+                 "indexed batch Job of N pods plus its headless Service",
+                 job_uid_label="batch.kubernetes.io/controller-uid"),
     )
 }
 
@@ -489,6 +495,8 @@ def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, fl
         "job_dir": job_dir,
         "checkpoint_dir": f"{job_dir}/{training.training_checkpoint_subdir.strip('/')}",
         "checkpoint_marker": CHECKPOINT_MARKER,
+        "start_record": start_record_command(name),
+        "job_uid_label": tpl.job_uid_label,
         "checkpoint_backend": pfs.parallel_fs_backend,
         "checkpoint_claim": CHECKPOINT_CLAIM,
         "checkpoint_subpath": f"{lq.namespace}/{name}",
@@ -497,6 +505,24 @@ def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, fl
         "simulated_duration_seconds": parsed.get("simulated_duration_seconds"),
         "annotation_simulated_duration": ANNOTATION_SIMULATED_DURATION,
     }
+
+
+def start_record_command(job: str) -> str:
+    """The shell every training pod runs before its trainer: one start record in
+    ``$CHECKPOINT_DIR/.gpufleet/starts/`` (:data:`gpufleet.names.CHECKPOINT_STARTS_DIR`).
+
+    The record is ``{"pod", "pod_uid", "job", "job_uid", "time"}`` (``time``:
+    bash's ``EPOCHREALTIME``, the pod's clock as it writes the file), in a file
+    named after the pod's uid and that time, which the goodput accountant
+    reads (:func:`gpufleet.goodput.checkpoints.read_start`) to tell the job's
+    checkpoints from others' and to measure the checkpoint filesystem's clock.
+    It needs ``POD_NAME``, ``POD_UID`` and (optional) ``JOB_UID`` in the
+    environment; a failure to write it never stops the trainer.
+    """
+    return ('d="$CHECKPOINT_DIR/' + CHECKPOINT_STARTS_DIR + '"; t="${EPOCHREALTIME:-$(date +%s)}"; '
+            "{ mkdir -p \"$d\" && printf '{\"pod\": \"%s\", \"pod_uid\": \"%s\", \"job\": \"%s\", "
+            "\"job_uid\": \"%s\", \"time\": %s}\\n' "
+            f'"$POD_NAME" "$POD_UID" "{job}" "${{JOB_UID:-}}" "$t" > "$d/$POD_UID.${{t/./}}"; }} 2>/dev/null || true; ')
 
 
 def _pinned_crd_keeps(tpl: Template, field: str) -> bool | None:
