@@ -8,11 +8,18 @@ the pool's Secret, mounted read-only. Pods outside take the ConfigMaps and
 Secrets they reference with them (:mod:`gpufleet.vk.reflect`): the virtual
 kubelet may get, list and watch those of the inference namespace only (a
 Role there, when the inference role is enabled), never cluster-wide.
+
+Where the taint controller runs, each virtual node registers closed: with
+its free-GPU taint (``--register-with-taints``), so no inference goes
+outside before the taint controller has decided the cluster is short of
+GPUs. Without a taint controller nothing would ever open it, so the node
+registers open as before.
 """
 
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT
 from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 #: Memory of the virtual kubelet itself (MiB).
@@ -42,6 +49,8 @@ def objects(inv: Inventory) -> list[Obj]:
     # gpufleet.vk.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
     reflect = ([rule([""], ["configmaps", "secrets"], ["get", "list", "watch"])]
                if inference.inference_enabled else [])
+    closed = (["--register-with-taints", f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT}"]
+              if inv.role("taint_controller").taint_controller_enabled else [])
     for pool in v.virtual_kubelet_pools:
         name = f"vk-{pool.name}"
         volumes = mounts = own = None
@@ -51,7 +60,7 @@ def objects(inv: Inventory) -> list[Obj]:
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
         memory = MEMORY_MIB + (pool.capacity_gpus * LOCAL_INSTANCE_MEMORY_MIB if pool.instances == "local_process" else 0)
-        objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, "--pool", pool.name], rules,
+        objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, *closed, "--pool", pool.name], rules,
                           fleet=inv.fleet, inventory=inv, memory=f"{memory}Mi", volumes=volumes, mounts=mounts,
                           namespaced_rules=own)
         deployment = objs[-1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -109,6 +110,30 @@ nonnegative_seconds = number_type(positive=False, unit="seconds")
 nonnegative_number = number_type(positive=False)
 #: A finite number > 0 (rates).
 positive_number = number_type(positive=True)
+
+
+#: The taint effects the API accepts (``core/v1`` ``TaintEffect``).
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+#: A label key as the API validates it: optional DNS-subdomain prefix and ``/``, then a name of at most 63
+#: characters (``k8s.io/apimachinery/pkg/util/validation.IsQualifiedName``).
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def taints(text: str) -> list[dict[str, str]]:
+    """An argparse type for the kubelet's ``--register-with-taints``: ``key[=value]:Effect`` comma-separated.
+
+    Returns the taints as the API writes them (``{"key", "effect"[, "value"]}``); ``""`` is none.
+    """
+    expected = "key[=value]:Effect[,...] with Effect one of " + ", ".join(TAINT_EFFECTS)
+    out: list[dict[str, str]] = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        spec, sep, effect = item.rpartition(":")
+        key, _, value = spec.partition("=")
+        if not sep or effect not in TAINT_EFFECTS or not _QUALIFIED_NAME.match(key) or len(value) > 63:
+            raise _fail(item, expected)
+        out.append({"key": key, **({"value": value} if value else {}), "effect": effect})
+    return out
 
 
 def http_url(text: str) -> str:

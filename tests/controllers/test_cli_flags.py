@@ -39,6 +39,10 @@ def _usage_error(argv: list[str], capsys) -> str:
     (["--workers", "0"], "argument --workers: '0': expected a whole number >= 1"),
     (["--workers", "-3"], "argument --workers: '-3': expected a whole number >= 1"),
     (["--workers", "2.5"], "argument --workers: '2.5': expected a whole number >= 1"),
+    (["--register-with-taints", "gpufleet.io/x"], "argument --register-with-taints: 'gpufleet.io/x': expected "
+                                                  "key[=value]:Effect"),
+    (["--register-with-taints", "a:Never"], "argument --register-with-taints: 'a:Never': expected key[=value]:Effect"),
+    (["--register-with-taints", "bad key:NoSchedule"], "'bad key:NoSchedule': expected key[=value]:Effect"),
 ])
 def test_virtual_kubelet_bad_flags(argv, message, capsys):
     assert message in _usage_error(["virtual-kubelet", "--pool", "rental", *argv], capsys)

@@ -146,6 +146,16 @@ def test_checkpoint_volume_per_team_on_weka() -> None:
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "500Ti"
 
 
+def test_virtual_nodes_register_closed_where_a_taint_controller_opens_them() -> None:
+    def vk_args(r: Rendered) -> list[str]:
+        return find(r, "Deployment", "vk-other", "gpufleet-system")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert "--register-with-taints" in vk_args(stack("local"))
+    i = vk_args(stack("local")).index("--register-with-taints")
+    assert vk_args(stack("local"))[i + 1] == "gpufleet.io/cluster-has-free-gpus:NoSchedule"
+    assert "--register-with-taints" not in vk_args(stack("local", taint_controller_enabled=False))
+
+
 def test_disabled_role_declares_nothing() -> None:
     r = stack("staging", inference_enabled=False)
     assert not [o for o in r.objects if o["metadata"].get("namespace") == "inference"]

@@ -264,3 +264,18 @@ def test_status_write_replaces_host_ips_after_a_restart_on_another_address():
     assert status["hostIP"] == "10.244.1.9"
     assert status["hostIPs"] == [{"$patch": "replace"}, {"ip": "10.244.1.9"}]
     assert kwargs["patch"] == "strategic" and kwargs["subresource"] == "status"
+
+
+def test_register_with_taints_reads_as_the_kubelets_flag_and_lands_only_on_the_created_node():
+    from gpufleet.cliargs import taints
+    from gpufleet.names import FREE_GPUS_TAINT
+    from gpufleet.vk.node import node_manifest, provider_taint
+    from gpufleet.vk.provider import Capacity
+
+    assert taints("") == []
+    assert taints(f"{FREE_GPUS_TAINT}:NoSchedule, team=a:NoExecute") == [
+        {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, {"key": "team", "value": "a", "effect": "NoExecute"}]
+    cap = Capacity(gpus=8, cpu=64, memory_bytes=2**40, pods=110, gpu_product="H100", price_per_gpu_hour=2.0)
+    closed = node_manifest("rental", "simulated", cap, register_taints=taints(f"{FREE_GPUS_TAINT}:NoSchedule"))
+    assert closed["spec"]["taints"] == [provider_taint("simulated"), {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}]
+    assert node_manifest("rental", "simulated", cap)["spec"]["taints"] == [provider_taint("simulated")]

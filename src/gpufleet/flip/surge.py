@@ -45,7 +45,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gpufleet.kube import Conflict, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
+from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
 from gpufleet.names import SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
 
 log = logging.getLogger(__name__)
@@ -254,6 +254,13 @@ class Surges:
             body = surge_replicaset(meta, owner_rs, self.direction)
         except (Unreachable, ServerError, TooManyRequests):
             raise
+        except Forbidden as exc:
+            # Not a property of this pod but of the controller's RBAC: every flip in this namespace
+            # loses make-before-break, so say it loudly (the taint_controller role grants the
+            # surge Role only where the inference role is enabled).
+            log.warning("flip-%s: no surge for %s/%s, forbidden (%s): evicting first; the taint controller "
+                        "needs the surge Role in namespace %s", self.direction, ns, meta["name"], exc, ns)
+            return None
         except (KubeError, ValueError) as exc:
             log.info("flip-%s: no surge for %s/%s (%s): evicting first", self.direction, ns, meta["name"], exc)
             return None

@@ -15,8 +15,11 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 
-#: Stack config of the demo's ``pulumi up``: sim.flip brings its own inference workload (its replicas, its PDB).
-DEMO_CONFIG = {"gpufleet:inference_enabled": "false"}
+#: Stack config of the demo's ``pulumi up``: sim.flip brings its own inference workload (its replicas, its PDB),
+#: so the inference role declares none; the role stays enabled because it is what says inference runs in its
+#: namespace, and the taint controller's surge rights and the virtual kubelet's reflection rights follow it
+#: (with the role off the flip loses make before break: a surge ReplicaSet read is forbidden).
+DEMO_CONFIG = {"gpufleet:inference_deployments": "[]"}
 
 
 @task(help={"force": "rebuild every component even if cached and verified"})
@@ -50,7 +53,8 @@ def demo(c: Context, nodes: int = 0, out: str = "out/demo", duration: int = 30) 
        kubelet per pool, quota sync, node health) and the exporter run from
        gpufleet's image on the cluster's real node, and the ``other`` pool's
        cluster is started. The flip simulation brings its own inference
-       workload, so that role is switched off here (``DEMO_CONFIG``).
+       workload, so that role declares its namespace but no Deployment
+       here (``DEMO_CONFIG``).
     3. ``invoke status --env local``.
     4. ``invoke sim.flip``: training takes every GPU, inference flips to the
        virtual nodes and comes back, driven by those in-cluster controllers;

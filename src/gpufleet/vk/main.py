@@ -47,11 +47,13 @@ class VirtualKubelet:
         providers: ``{name: Provider}`` behind the node (usually one: the pool's).
         host_ip: the node's InternalIP.
         workers / resync_seconds / status_interval / lease_seconds: loop settings.
+        register_taints: taints the Node is created with (:class:`~gpufleet.vk.node.NodeController`).
     """
 
     def __init__(self, kube: Kube, pool: str, provider_kind: str, providers: dict[str, Provider], *,
                  host_ip: str = "127.0.0.1", workers: int = 8, resync_seconds: float = 10.0,
-                 status_interval: float = 60.0, lease_seconds: int = 40, **pod_kwargs: Any):
+                 status_interval: float = 60.0, lease_seconds: int = 40,
+                 register_taints: list[dict[str, str]] | tuple = (), **pod_kwargs: Any):
         self.kube = kube
         self.pool = pool
         self.providers = providers
@@ -67,7 +69,7 @@ class VirtualKubelet:
                             gpu_product=first.gpu_product, price_per_gpu_hour=min(c.price_per_gpu_hour for c in caps))
 
         self.node = NodeController(kube, pool, provider_kind, capacity, internal_ip=host_ip,
-                                   status_interval=status_interval)
+                                   status_interval=status_interval, register_taints=register_taints)
         self.lease = LeaseHeartbeat(kube, self.node_name, lambda: self.node.uid, duration=lease_seconds)
         self.pods = PodController(kube, self.node_name, providers, host_ip=host_ip, workers=workers,
                                   resync_seconds=resync_seconds, **pod_kwargs)
@@ -126,6 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--endpoint-health-threshold", type=cliargs.integer_type(1), default=None,
                         help="consecutive failed checks (>= 1) that publish an endpoint not ready (default "
                              "virtual_kubelet_endpoint_health_unhealthy_threshold, 2)")
+    parser.add_argument("--register-with-taints", type=cliargs.taints, default=[], metavar="KEY[=VALUE]:EFFECT,...",
+                        help="taints the Node is created with, as the kubelet's flag (an existing Node keeps its "
+                             "own); the virtual_kubelet role passes the taint controller's free-GPU taint")
     flags.add_log_level(parser)
 
 
@@ -175,7 +180,7 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
     provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=v.virtual_kubelet_namespace,
                               remote_kubeconfig=args.remote_kubeconfig, **overrides)
     return VirtualKubelet(kube, pool.name, pool.provider, {pool.name: provider}, host_ip=args.host_ip,
-                          workers=args.workers, endpoint_health=health)
+                          workers=args.workers, endpoint_health=health, register_taints=args.register_with_taints)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,13 @@ The Node is named ``vk-<pool>`` and carries:
   that tolerate it, i.e. inference, come here). Other taints on the Node
   (the taint controller's) are left as they are: taints are updated by
   read-modify-write with the resourceVersion, never overwritten.
+* at creation only, the ``register_taints`` (the kubelet's
+  ``--register-with-taints``): the virtual_kubelet role registers the node
+  with the taint controller's free-GPU taint, so a new virtual node is
+  closed until the taint controller decides to open it, instead of taking
+  inference before any decision (a rental bill at the first ``pulumi up``).
+  A node that already exists keeps the taints it has: the taint
+  controller's decision stands across virtual kubelet restarts.
 * ``status.capacity`` = ``status.allocatable`` = the provider's capacity
   (``nvidia.com/gpu``, ``cpu``, ``memory``, ``pods``), conditions
   ``Ready=True`` (``KubeletReady``) and no pressure, ``nodeInfo`` naming
@@ -102,15 +109,17 @@ def node_status(capacity: Capacity, internal_ip: str, ready: bool = True) -> dic
     }
 
 
-def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str = "127.0.0.1") -> dict[str, Any]:
-    """The whole Node object a virtual kubelet registers for ``pool``."""
+def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str = "127.0.0.1",
+                  register_taints: list[dict[str, str]] | tuple = ()) -> dict[str, Any]:
+    """The whole Node object a virtual kubelet registers for ``pool`` (``register_taints`` after the provider's)."""
     name = node_name_for(pool)
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels(pool, provider, capacity.gpu_product, name),
                      "annotations": {"gpufleet.io/price-per-gpu-hour": f"{capacity.price_per_gpu_hour:g}"}},
-        "spec": {"taints": [provider_taint(provider)]},
+        "spec": {"taints": [provider_taint(provider),
+                            *(dict(t) for t in register_taints if t.get("key") != PROVIDER_TAINT)]},
         "status": node_status(capacity, internal_ip),
     }
 
@@ -124,14 +133,16 @@ class NodeController:
         capacity: callable returning the provider's current :class:`Capacity`.
         internal_ip: the node's InternalIP (the pod IP of the virtual kubelet in-cluster).
         status_interval: seconds between status refreshes.
+        register_taints: taints the Node is created with besides the provider's (module docstring).
 
     Attributes:
         name: the Node name; uid: its UID once registered.
     """
 
     def __init__(self, kube: Kube, pool: str, provider_kind: str, capacity, *, internal_ip: str = "127.0.0.1",
-                 status_interval: float = STATUS_INTERVAL):
+                 status_interval: float = STATUS_INTERVAL, register_taints: list[dict[str, str]] | tuple = ()):
         self.kube = kube
+        self.register_taints = list(register_taints)
         self.pool = pool
         self.provider_kind = provider_kind
         self.capacity = capacity
@@ -152,7 +163,7 @@ class NodeController:
             KubeError: the API server refused or is unreachable.
         """
         cap = self.capacity()
-        want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip)
+        want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip, self.register_taints)
         try:
             node = self.kube.create("v1", "nodes", want)
         except Conflict:
