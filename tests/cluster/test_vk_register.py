@@ -1,0 +1,91 @@
+"""A virtual node registers closed: no inference goes outside before the taint controller decides.
+
+The virtual kubelet is started in-process with the flags the
+virtual_kubelet role renders for the local stack (read back through
+``gpufleet virtual-kubelet``'s own parser), and no taint controller runs:
+the new Node carries the free-GPU taint from its creation, and an inference
+pod that tolerates the provider taint (as the inference role's pods do) is
+not scheduled there. A virtual kubelet restarted on a Node the taint
+controller has opened keeps it open: the decision stands.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpufleet.cli import build_parser
+from gpufleet.inventory import load
+from gpufleet.kube import Kube, NotFound
+from gpufleet.names import FREE_GPUS_TAINT
+from gpufleet.stack.render import render
+from gpufleet.vk.main import VirtualKubelet
+from gpufleet.vk.providers.simulated import SimulatedProvider
+
+from .helpers import wait
+from .vk_helpers import H100, delete_namespace, namespace
+
+pytestmark = pytest.mark.cluster
+
+POOL = "vkr-rental"
+NODE = f"vk-{POOL}"
+
+
+def role_register_taints() -> list[dict]:
+    """``--register-with-taints`` of the local stack's virtual kubelet, parsed as the command parses it."""
+    dep = next(o for o in render(load("local")).objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "vk-rental")
+    args = build_parser("virtual-kubelet").parse_args(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+    return args.register_with_taints
+
+
+def inference_pod() -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server", "labels": {"app": "chat"}},
+            "spec": {"nodeSelector": {"gpufleet.io/pool": POOL}, "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"},
+                                     {"key": "nvidia.com/gpu", "operator": "Exists"}],
+                     "containers": [{"name": "server", "image": "registry.invalid/inference:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def free_gpus_taint(kube: Kube) -> bool:
+    return any(t["key"] == FREE_GPUS_TAINT for t in kube.get("v1", "nodes", NODE)["spec"].get("taints") or [])
+
+
+def test_a_new_virtual_node_is_closed_until_the_taint_controller_opens_it(local_cluster):
+    kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
+    taints = role_register_taints()
+    assert [t["key"] for t in taints] == [FREE_GPUS_TAINT]
+    prov = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE).start()
+
+    def virtual_kubelet() -> VirtualKubelet:
+        return VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0,
+                              register_taints=taints).start()
+
+    vk = virtual_kubelet()
+    ns = namespace(kube, "vkr")
+    try:
+        assert free_gpus_taint(kube), f"{NODE} registered open: {kube.get('v1', 'nodes', NODE)['spec']}"
+        kube.create("v1", "pods", inference_pod(), ns)
+        time.sleep(5)  # the scheduler has had its chance
+        pod = kube.get("v1", "pods", "server", ns)
+        assert not pod["spec"].get("nodeName"), f"scheduled outside before any decision: {pod['spec']['nodeName']}"
+
+        # the taint controller opens the node (as FlipOut/TaintController do: the taint removed)
+        node = kube.get("v1", "nodes", NODE)
+        node["spec"]["taints"] = [t for t in node["spec"]["taints"] if t["key"] != FREE_GPUS_TAINT]
+        kube.replace("v1", "nodes", NODE, node)
+        wait("the pod scheduled outside once the node is open",
+             lambda: kube.get("v1", "pods", "server", ns)["spec"].get("nodeName") == NODE, timeout=30)
+
+        vk.stop()  # restarted on the existing Node: the taint controller's decision stands
+        vk = virtual_kubelet()
+        assert not free_gpus_taint(kube), "a restarted virtual kubelet closed a node the taint controller had opened"
+    finally:
+        vk.close()
+        delete_namespace(kube, ns)
+        try:
+            kube.delete("v1", "nodes", NODE)
+        except NotFound:
+            pass
+        kube.close()
