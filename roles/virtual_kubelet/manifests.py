@@ -13,7 +13,7 @@ Role there, when the inference role is enabled), never cluster-wide.
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
+from gpufleet.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 #: Memory of the virtual kubelet itself (MiB).
 MEMORY_MIB = 512
