@@ -46,7 +46,7 @@ def _no_releases(inv: Inventory) -> list[HelmRelease]:
 
 @dataclass(frozen=True)
 class Role:
-    """One role: what it is called, validates, builds, is declared as and waits for.
+    """One role: its name, what it validates and builds, its component's type token, what it waits for.
 
     Attributes:
         name: the role's folder under ``roles/`` and the prefix of its variables (``<name>_*``).
@@ -54,7 +54,6 @@ class Role:
         objects: ``objects(inv)``: the Kubernetes manifests it declares (Namespaces included).
         releases: ``releases(inv)``: the pinned Helm releases it installs, declared before its objects.
         token: type token of its Pulumi component (``gpufleet:<area>:<Type>``).
-        description: what the component provisions, in a line.
         after: roles whose components it is declared after (when they are enabled).
     """
 
@@ -62,7 +61,6 @@ class Role:
     vars: type[BaseModel]
     objects: Callable[[Inventory], list[Obj]]
     token: str
-    description: str
     releases: Callable[[Inventory], list[HelmRelease]] = _no_releases
     after: tuple[str, ...] = ()
 
@@ -72,43 +70,39 @@ class Role:
         return self.name.replace("_", "-")
 
 
-#: The roles Kueue must precede: its release installs Kueue's CRDs and admission webhooks, and the
+#: What every other role waits for: the kueue release installs Kueue's CRDs and admission webhooks, and the
 #: kueue role declares the PriorityClasses the other roles' pods name (inference takes the lowest).
 AFTER_KUEUE = ("kueue",)
 
 #: Every role, in the order the stack composes them (what a role waits for comes first).
 ROLES: tuple[Role, ...] = (
-    Role("kueue", kueue_vars.Vars, kueue.objects, releases=kueue.releases,
-         token="gpufleet:scheduling:Kueue",
-         description="Kueue install and configuration: flavors, queues in one cohort, priorities."),
+    # Kueue install and configuration: flavors, queues in one cohort, priorities.
+    Role("kueue", kueue_vars.Vars, kueue.objects, releases=kueue.releases, token="gpufleet:scheduling:Kueue"),
+    # dcgm-exporter, the fabric exporter, scrape config, alert rules and dashboards.
     Role("gpu_metrics", gpu_metrics_vars.Vars, gpu_metrics.objects, releases=gpu_metrics.releases,
-         token="gpufleet:monitoring:GpuMetrics",
-         description="dcgm-exporter, the fabric exporter, scrape config, alert rules and dashboards.",
+         token="gpufleet:monitoring:GpuMetrics", after=AFTER_KUEUE),
+    # The checkpoint filesystem: StorageClass and shared volumes.
+    Role("parallel_fs", parallel_fs_vars.Vars, parallel_fs.objects, token="gpufleet:storage:ParallelFs",
          after=AFTER_KUEUE),
-    Role("parallel_fs", parallel_fs_vars.Vars, parallel_fs.objects,
-         token="gpufleet:storage:ParallelFs",
-         description="The checkpoint filesystem: StorageClass and shared volumes.", after=AFTER_KUEUE),
-    Role("training", training_vars.Vars, training.objects,
-         token="gpufleet:workloads:Training",
-         description="Defaults that training job templates use.", after=AFTER_KUEUE),
-    Role("virtual_kubelet", virtual_kubelet_vars.Vars, virtual_kubelet.objects,
-         token="gpufleet:flip:VirtualKubelet",
-         description="One virtual kubelet per external capacity pool.", after=AFTER_KUEUE),
+    # Defaults that training job templates use.
+    Role("training", training_vars.Vars, training.objects, token="gpufleet:workloads:Training", after=AFTER_KUEUE),
+    # One virtual kubelet per external capacity pool.
+    Role("virtual_kubelet", virtual_kubelet_vars.Vars, virtual_kubelet.objects, token="gpufleet:flip:VirtualKubelet",
+         after=AFTER_KUEUE),
+    # The taint controller on virtual nodes.
     Role("taint_controller", taint_controller_vars.Vars, taint_controller.objects,
-         token="gpufleet:flip:TaintController",
-         description="The taint controller on virtual nodes.", after=AFTER_KUEUE),
+         token="gpufleet:flip:TaintController", after=AFTER_KUEUE),
+    # The descheduler and its flip-back policy.
     Role("descheduler", descheduler_vars.Vars, descheduler.objects, releases=descheduler.releases,
-         token="gpufleet:scheduling:Descheduler",
-         description="The descheduler and its flip-back policy.", after=AFTER_KUEUE),
-    Role("node_health", node_health_vars.Vars, node_health.objects,
-         token="gpufleet:health:NodeHealth",
-         description="The remediation controller.", after=AFTER_KUEUE),
-    Role("inference", inference_vars.Vars, inference.objects,
-         token="gpufleet:workloads:Inference",
-         description="Inference Deployments with Service, HPA and PodDisruptionBudget.", after=AFTER_KUEUE),
-    Role("goodput", goodput_vars.Vars, goodput.objects,
-         token="gpufleet:training:Goodput",
-         description="The goodput accountant, one per team namespace.", after=AFTER_KUEUE),
+         token="gpufleet:scheduling:Descheduler", after=AFTER_KUEUE),
+    # The remediation controller.
+    Role("node_health", node_health_vars.Vars, node_health.objects, token="gpufleet:health:NodeHealth",
+         after=AFTER_KUEUE),
+    # Inference Deployments with Service, HPA and PodDisruptionBudget.
+    Role("inference", inference_vars.Vars, inference.objects, token="gpufleet:workloads:Inference",
+         after=AFTER_KUEUE),
+    # The goodput accountant, one per team namespace.
+    Role("goodput", goodput_vars.Vars, goodput.objects, token="gpufleet:training:Goodput", after=AFTER_KUEUE),
 )
 
 

@@ -26,7 +26,7 @@ def test_a_role_waits_only_for_roles_declared_before_it():
     with pytest.raises(ValueError, match="declared twice"):
         _check((kueue, kueue))
     with pytest.raises(ValueError, match="waits for 'nope'"):
-        _check((Role("x", kueue.vars, kueue.objects, token="gpufleet:x:X", description="", after=("nope",)),))
+        _check((Role("x", kueue.vars, kueue.objects, token="gpufleet:x:X", after=("nope",)),))
 
 
 def test_the_registry_loads_without_pulumi():
