@@ -28,10 +28,10 @@ from gpufleet.flip.controller import TaintController
 from gpufleet.flip.decision import Hysteresis
 from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.flip.signal import ApiServerSignal, gpus_used, schedulable
-from gpufleet.inventory import load
 from gpufleet.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
+from roles.registry import load
 
 NODE = "vk-bench-taint"
 

@@ -50,13 +50,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpufleet.inventory import load
 from gpufleet.local import cluster as local
 from gpufleet.local import node as realnode
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.sim import incluster
 from in_cluster_memory import sample
+from roles.registry import load
 
 POOL = "rental"
 NODE = f"vk-{POOL}"
@@ -191,7 +191,7 @@ def main() -> int:
         if not local.status(args.cluster).up:
             raise LookupError
     except LookupError:
-        from gpufleet.inventory import node_specs
+        from roles.registry import node_specs
 
         c = local.up(args.cluster, specs=node_specs("local", 4))
     kube = Kube.from_kubeconfig(c.kubeconfig, max_connections=64)

@@ -37,7 +37,7 @@ def main() -> None:
     again = images.build()
     print(f"  cached build: {time.monotonic() - t:.2f}s (cached={again.cached})")
 
-    from gpufleet.inventory import node_specs
+    from roles.registry import node_specs
 
     specs = node_specs("local", args.nodes)
     local.down(NAME, purge=True)

@@ -26,11 +26,11 @@ import json
 import os
 import time
 
-from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.build.components import components
 from gpufleet.build.install import install_record
 from gpufleet.local.processes import rss_bytes
+from roles.registry import node_specs
 
 NAME = "bench"
 

@@ -32,7 +32,6 @@ import statistics
 import threading
 import time
 
-from gpufleet.inventory import load, node_specs
 from gpufleet.kube import Conflict
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.local import cluster as local
@@ -40,6 +39,7 @@ from gpufleet.names import SWAP_TAINT
 from gpufleet.ops.kube import list_nodes
 from gpufleet.quota import resync as rs
 from gpufleet.quota.controller import QuotaSync
+from roles.registry import load, node_specs
 
 NAME = "ops-bench"
 FLAVOR = "h100-sxm-80gb"

@@ -28,7 +28,6 @@ from gpufleet.health.faults import Rules
 from gpufleet.prom.client import PromClient
 from gpufleet.health.remediate import Remediator, Settings
 from gpufleet.sim.fleet import scrape_config, start_node
-from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.kube import KubeError
 from gpufleet.ops.kube import list_nodes
@@ -36,6 +35,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
 from gpufleet.names import SWAP_TAINT
 from gpufleet.prom.server import running_prometheus
+from roles.registry import node_specs
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ import uuid
 
 import yaml
 
-from gpufleet.inventory import load, node_specs
 from gpufleet.kube import Conflict, Kube, NotFound
 from gpufleet.local import cluster as local
 from gpufleet.ops import swap as swapper
@@ -40,6 +39,7 @@ from gpufleet.training import gang as native
 from gpufleet.training.render import build_context, render_context
 from gpufleet.training.submit import create_objects
 from roles.kueue.manifests import objects as kueue_objects
+from roles.registry import load, node_specs
 
 NS = "team-pretrain"
 

@@ -57,7 +57,7 @@ def main() -> int:
         if not local.status(args.cluster).up:
             raise LookupError
     except LookupError:
-        from gpufleet.inventory import node_specs
+        from roles.registry import node_specs
 
         c = local.up(args.cluster, specs=node_specs("local", 4))
     kube = Kube.from_kubeconfig(c.kubeconfig, max_connections=64)

@@ -1,1 +1,1 @@
-"""gpufleet roles: one add-on per package (defaults.yaml, templates/, the Pulumi ComponentResource, README)."""
+"""gpufleet roles: one add-on per package (defaults.yaml, vars.py, manifests.py, README); ``roles.registry`` declares them all."""

@@ -43,6 +43,6 @@ def invoke_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., InvokeCli]:
 @pytest.fixture(scope="session")
 def local_inv():
     """The ``local`` inventory (16 nodes x 8 H100; queues training share 3, research share 1)."""
-    from gpufleet.inventory import load  # imported here: the node checks (tests/nodes) load no inventory
+    from roles.registry import load  # imported here: the node checks (tests/nodes) load no inventory
 
     return load("local")

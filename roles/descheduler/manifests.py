@@ -13,7 +13,7 @@ from __future__ import annotations
 import yaml
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import HelmRelease, Obj, config_map
+from gpufleet.manifests import HelmRelease, Obj, config_map
 from gpufleet.versions import pin
 
 #: The taint the taint controller adds to virtual nodes while the cluster has free GPUs.

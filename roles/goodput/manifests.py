@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gpufleet.inventory import Inventory
 from gpufleet.names import KUEUE_GROUP
-from gpufleet.stack.objects import Obj, api_server_env, meta, rule, service_account, system_placement
+from gpufleet.manifests import Obj, api_server_env, meta, rule, service_account, system_placement
 
 from ..parallel_fs.manifests import team_namespaces, volume
 

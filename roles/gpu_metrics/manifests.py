@@ -9,7 +9,7 @@ import yaml
 
 from gpufleet.inventory import Inventory
 from gpufleet.names import VIRTUAL_NODE_LABEL
-from gpufleet.stack.objects import HelmRelease, Obj, config_map, meta, namespace, service_account
+from gpufleet.manifests import HelmRelease, Obj, config_map, meta, namespace, service_account
 from gpufleet.versions import pin
 
 #: dcgm-exporter counters (DCGM field names, DCGM 4 / dcgm-exporter 4.x).

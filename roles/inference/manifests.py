@@ -31,7 +31,7 @@ from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE
 from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY, WORKLOAD_INFERENCE, WORKLOAD_LABEL
-from gpufleet.stack.objects import Obj, meta
+from gpufleet.manifests import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 
@@ -89,7 +89,7 @@ def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Ob
 
 def objects(inv: Inventory) -> list[Obj]:
     """Namespace, and per deployment: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget."""
-    from gpufleet.stack.objects import namespace
+    from gpufleet.manifests import namespace
 
     v = inv.role("inference")
     if not v.inference_enabled:

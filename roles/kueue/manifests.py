@@ -2,10 +2,9 @@
 
 Kueue API: ``kueue.x-k8s.io/v1beta2`` (the storage version of the pinned
 Kueue, src/gpufleet/versions.yaml). Quota: every flavor's capacity split
-over the ClusterQueues by share (gpufleet.fleet.shares); cpu and memory
-follow each queue's GPU quota so no queue holds CPU it has no GPUs for.
-Quota sync replaces the inventory's sizes by what the nodes can schedule
-(gpufleet.fleet.capacity).
+over the ClusterQueues by the policy in gpufleet.fleet.quota_policy (by
+share; cpu and memory follow each queue's GPU quota). Quota sync recomputes
+it from what the nodes can schedule (gpufleet.fleet.capacity).
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ import yaml
 from gpufleet.inventory import Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
 from gpufleet.kube.quantity import canonical
-from gpufleet.fleet.shares import gpu_quotas, split
-from gpufleet.stack.objects import HelmRelease, Obj, meta, namespace
+from gpufleet.fleet.quota_policy import quotas
+from gpufleet.manifests import HelmRelease, Obj, meta, namespace
 from gpufleet.versions import pin
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -39,35 +38,6 @@ def configuration(inv: Inventory) -> Obj:
         },
         "integrations": {"frameworks": FRAMEWORKS},
     }
-
-
-def quotas(inv: Inventory, capacity: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, dict[str, int]]]:
-    """nominalQuota per ClusterQueue and flavor: ``{queue: {flavor: {"gpu", "cpu", "memory"}}}``.
-
-    ``capacity`` (flavor -> ``{"gpu": GPUs, "cpu": cores, "memory": bytes}``
-    schedulable, :func:`gpufleet.fleet.capacity.quota_capacity`) replaces the
-    inventory's sizes: quota sync passes what the cluster's nodes can really
-    schedule, CPU and memory included (allocatable minus what pods Kueue does
-    not manage request); a flavor it lacks has none. Without it (``pulumi
-    up``, before any node exists) the inventory's hosts are the capacity. The
-    flavor's GPUs are shared by the queues' shares (pins and the reserve
-    apply); its cpu and memory in proportion to each queue's GPUs, so no
-    queue holds CPU it has no GPUs for.
-    """
-    v = inv.role("kueue")
-    shares = {q.name: q.share for q in v.kueue_cluster_queues}
-    out: dict[str, dict[str, dict[str, int]]] = {q: {} for q in shares}
-    for flavor, cap in inv.flavors().items():
-        have = ({"gpu": cap.gpus, "cpu": cap.cpu, "memory": cap.memory_bytes} if capacity is None
-                else capacity.get(flavor, {"gpu": 0, "cpu": 0, "memory": 0}))
-        pinned = {q.name: q.nominal_gpus[flavor] for q in v.kueue_cluster_queues if q.nominal_gpus and flavor in q.nominal_gpus}
-        gpus = gpu_quotas(have["gpu"], v.kueue_reserve_gpus, shares, pinned)
-        weights = {q: g for q, g in gpus.items() if g > 0}
-        cpu = split(max(int(have["cpu"]), 0), weights) if weights else {}
-        mem = split(max(int(have["memory"]), 0), weights) if weights else {}
-        for q in shares:
-            out[q][flavor] = {"gpu": gpus[q], "cpu": cpu.get(q, 0), "memory": mem.get(q, 0)}
-    return out
 
 
 def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -> Obj:
@@ -173,7 +143,7 @@ def releases(inv: Inventory) -> list[HelmRelease]:
 
 def quota_sync(inv: Inventory) -> list[Obj]:
     """The ``gpufleet quota-sync`` controller: reads Nodes and Pods, patches ClusterQueues."""
-    from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, controller, rule
+    from gpufleet.manifests import EVENT_RULE, LEASE_RULE, controller, rule
 
     v = inv.role("kueue")
     rules = [

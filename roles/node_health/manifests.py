@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
+from gpufleet.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
 
 
 def objects(inv: Inventory) -> list[Obj]:

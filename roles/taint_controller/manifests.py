@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
+from gpufleet.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 NAMESPACE = "gpufleet-system"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import yaml
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import Obj, config_map
+from gpufleet.manifests import Obj, config_map
 
 from ..parallel_fs.manifests import team_namespaces
 

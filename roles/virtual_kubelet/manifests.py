@@ -19,8 +19,8 @@ registers open as before.
 from __future__ import annotations
 
 from gpufleet.inventory import Inventory
+from gpufleet.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT
-from gpufleet.stack.objects import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 #: Memory of the virtual kubelet itself (MiB).
 MEMORY_MIB = 512

@@ -120,7 +120,7 @@ def test_inventory_loads_inside_the_image_from_a_mounted_folder(bundle):
 
     mounted = bundle / "rootfs/tmp/inventories"
     shutil.copytree(INVENTORIES / "prod", mounted / "prod", dirs_exist_ok=True)
-    code = "from gpufleet.inventory import load; inv = load('prod'); print(len(inv.hosts), inv.role('taint_controller').taint_controller_signal)"
+    code = "from roles.registry import load; inv = load('prod'); print(len(inv.hosts), inv.role('taint_controller').taint_controller_signal)"
     proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/env",
                            "GPUFLEET_INVENTORIES=/tmp/inventories", "/usr/bin/python3", "-c", code],
                           capture_output=True, text=True)

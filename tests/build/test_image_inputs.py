@@ -12,9 +12,10 @@ import yaml
 from gpufleet import imageref
 from gpufleet.build import image
 from gpufleet.cli import COMMANDS
-from gpufleet.inventory import InventoryError, load
+from gpufleet.inventory import InventoryError
 from gpufleet.paths import INVENTORIES, REPO_ROOT
 from gpufleet.stack.render import render
+from roles.registry import load
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 #: Distributions that provision, build or test: never in the image.

@@ -79,7 +79,7 @@ def local_queues(local_cluster):
     (team namespaces, PriorityClasses, WorkloadPriorityClasses, the
     ResourceFlavor, ClusterQueues in one cohort, LocalQueues).
     """
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     from .helpers import ensure_kueue_objects
 

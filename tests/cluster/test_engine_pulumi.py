@@ -33,13 +33,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.inventory import NodeSpec, load
+from gpufleet.inventory import NodeSpec
 from gpufleet.kube import Kube, NotFound
 from gpufleet.local import kwok
 from gpufleet.build import pulumi as tools
 from gpufleet.stack import engine
 from gpufleet.stack.render import render
 from gpufleet.stack.role import object_id
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 

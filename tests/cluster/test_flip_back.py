@@ -18,12 +18,12 @@ from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import set_taint
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
 from gpufleet.flip.signal import ApiServerSignal
-from gpufleet.inventory import load
 from gpufleet.sim.flip import gated_policy, use_descheduler_policy
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.simulated import SimulatedProvider
+from roles.registry import load
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready

@@ -18,11 +18,11 @@ from gpufleet.flip.budget import MigrationBudget
 from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import FlipOut
 from gpufleet.flip.signal import ApiServerSignal
-from gpufleet.inventory import load
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
 from gpufleet.sim.flip import gated_policy, use_descheduler_policy
+from roles.registry import load
 
 from .helpers import busy_nodes, wait
 from .vk_helpers import delete_namespace, deployment, namespace, pods, ready

@@ -84,9 +84,9 @@ def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, 
 
 
 def jobset(name: str, ns: str, queue: str, pods: int, duration: int, checkpoint_dir: str) -> dict:
-    from gpufleet.inventory import load
     from gpufleet.training.render import build_context, render_context
     import yaml
+    from roles.registry import load
 
     ctx = build_context(load("local"), "jobset", name, pods, queue=f"{ns}/{queue}",
                         sets=[f"simulated_duration_seconds={duration}"])

@@ -138,9 +138,9 @@ def test_a_node_whose_gpu_telemetry_stops_leaves_trainings_quota(local_cluster, 
 
 
 def test_breaker_holds_past_the_share_resumes_when_it_falls_and_when_a_person_says_so(local_cluster, fleet, clean):
-    from gpufleet.inventory import load
     from gpufleet.tasks.fleet_status import gather, render
     from gpufleet.tasks.health import resume_breaker
+    from roles.registry import load
 
     api = local_cluster.kube
     since = clean

@@ -15,11 +15,11 @@ import time
 import pytest
 from gpufleet import names
 from gpufleet.flip.constants import LEASE_NAME
-from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local.apply import apply_changed
 from gpufleet.local import node as realnode
 from gpufleet.stack.render import render
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 

@@ -27,7 +27,6 @@ import time
 
 import pytest
 from gpufleet.flip.constants import LEASE_NAME
-from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local import cluster as local
 from gpufleet.local.processes import running
@@ -37,6 +36,7 @@ from gpufleet.sim.flip import JOBSET_NAME, Options, run
 from gpufleet.sim.incluster import pods
 from gpufleet.vk.node import node_name_for
 from gpufleet.vk.provider import SOURCE_UID, REMOTE_NODE_LABEL
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 

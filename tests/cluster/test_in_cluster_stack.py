@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 from gpufleet.build import pulumi as tools
-from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local import cluster as local
 from gpufleet.local import node as realnode
 from gpufleet.sim import incluster
 from gpufleet.stack import engine
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 

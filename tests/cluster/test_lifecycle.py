@@ -8,13 +8,13 @@ import pytest
 
 from gpufleet import names
 from gpufleet.build import image as images
-from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.local import node as realnode
 from gpufleet.local.apply import apply_changed, wait_for
 from gpufleet.local import ports as portblocks
 from gpufleet.local import prometheus
 from gpufleet.prom.client import PromClient
+from roles.registry import node_specs
 
 pytestmark = pytest.mark.cluster
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from gpufleet.inventory import load
 from gpufleet.kube import Kube
 from gpufleet.local.apply import apply_changed
 from gpufleet.stack.render import render
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 
@@ -161,7 +161,7 @@ def test_a_controller_pod_reaches_the_api_server_in_cluster_with_its_token(local
     (``GPUFLEET_API_SERVER``: the ``kubernetes`` Service the kubelet names has no kube-proxy behind it)."""
     from gpufleet.build import image as images
     from gpufleet.local import node as realnode
-    from gpufleet.stack.objects import api_server_env, system_toleration
+    from gpufleet.manifests import api_server_env, system_toleration
 
     k = local_cluster.kube
     name, sa = "in-cluster-probe", "taint-controller"

@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from gpufleet.inventory import load
 from gpufleet.tasks import fleet_status as st
+from roles.registry import load
 
 from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, fill, gpu_nodes_by, wait
 

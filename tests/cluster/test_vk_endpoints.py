@@ -19,7 +19,6 @@ import time
 
 import pytest
 
-from gpufleet.inventory import load, node_specs
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.local import cluster as local
@@ -29,6 +28,7 @@ from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
 from roles.inference.manifests import objects as inference_objects
+from roles.registry import load, node_specs
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from gpufleet.inventory import node_specs
 from gpufleet.local import cluster as local
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.times import parse_time
@@ -19,6 +18,7 @@ from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.provider import SOURCE_UID
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
+from roles.registry import node_specs
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready

@@ -24,12 +24,12 @@ import logging
 
 import pytest
 
-from gpufleet.inventory import node_specs
 from gpufleet.kube import Kube, NotFound
 from gpufleet.local import cluster as local
 from gpufleet.names import FOREIGN_OBJECT_REASON, REFLECTED_LABEL
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.kubernetes import KubernetesProvider, copy_name
+from roles.registry import node_specs
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, keep, namespace, ready

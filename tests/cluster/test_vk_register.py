@@ -16,12 +16,12 @@ import time
 import pytest
 
 from gpufleet.cli import build_parser
-from gpufleet.inventory import load
 from gpufleet.kube import Kube, NotFound
 from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.stack.render import render
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.simulated import SimulatedProvider
+from roles.registry import load
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, namespace

@@ -12,10 +12,10 @@ import pytest
 from gpufleet.flip.signal import free_gpus, node_view, pod_view
 from gpufleet.fleet.classify import INFERENCE, TRAINING, NodeFacts, classify, tolerates
 from gpufleet.health.remediate import Settings, decide, partial_gpu_faults
-from gpufleet.inventory import load
 from gpufleet.names import DEGRADED_TAINT, RESERVED_TAINT, SWAP_TAINT
 from gpufleet.quota.resync import capacity_of
 from gpufleet.tasks import fleet_status
+from roles.registry import load
 
 from ..builders import FLAVOR, node, pod
 

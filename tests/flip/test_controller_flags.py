@@ -29,7 +29,7 @@ def test_hold_times_apart_from_inventory_flags_and_role():
     from roles.taint_controller.manifests import objects
 
     from gpufleet.flip.main import settings_from_inventory
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     s = settings_from_inventory("local")
     assert (s.add_hold, s.remove_hold) == (5, 5)  # taint_controller_hold_seconds both ways

@@ -6,8 +6,8 @@ from functools import cache
 
 import pytest
 
-from gpufleet.inventory import load
 from gpufleet.stack.render import Rendered, render
+from roles.registry import load
 
 
 @cache

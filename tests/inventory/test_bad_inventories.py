@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.inventory import InventoryError, load
+from gpufleet.inventory import InventoryError
 from gpufleet.paths import INVENTORIES
+from roles.registry import load
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def test_inventory_loading_does_not_need_ansible():
     import sys
 
     code = ("import sys; sys.modules['ansible'] = None\n"
-            "from gpufleet.inventory import load\n"
+            "from roles.registry import load\n"
             "inv = load('prod'); print(len(inv.hosts))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.inventory import load
 from gpufleet.paths import INVENTORIES
+from roles.registry import load
 
 
 def test_prod_is_the_realistic_fleet() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpufleet.inventory import load
 from gpufleet.local.descheduler import check_policy, default_policy
 from roles.descheduler.manifests import policy as role_policy
+from roles.registry import load
 
 
 def test_the_default_and_the_roles_policies_pass(tmp_path):

@@ -182,7 +182,7 @@ def test_kueue_pods_and_pods_the_flip_out_reclaims_take_nothing_from_quota(local
 
 
 def test_the_inventory_can_leave_what_unmanaged_pods_take_in_quota():
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     inv = load("local", overrides={"kueue_quota_subtract_unmanaged_gpus": False})
     ds = [pod("ds-0", "gpu-00", owner="DaemonSet", cpu="8", memory="8Gi")]

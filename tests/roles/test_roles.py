@@ -7,8 +7,8 @@ from functools import cache
 import pytest
 import yaml
 
-from gpufleet.inventory import load
 from gpufleet.stack.render import Rendered, render
+from roles.registry import load
 
 
 @cache

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet.inventory import load
 from gpufleet.names import GPU_RESOURCE
 from gpufleet.sim import serving
+from roles.registry import load
 
 
 def _template():

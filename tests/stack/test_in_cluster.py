@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from gpufleet import names
-from gpufleet.inventory import InventoryError, load
+from gpufleet.inventory import InventoryError
 from gpufleet.kube.config import API_SERVER_ENV
-from gpufleet.stack.objects import INVENTORY_MOUNT
+from gpufleet.manifests import INVENTORY_MOUNT
 from gpufleet.stack.render import render
+from roles.registry import load
 
 CONTROLLERS = ("taint-controller", "quota-sync", "node-health", "vk-rental")
 

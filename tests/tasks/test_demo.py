@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gpufleet.inventory import load
 from gpufleet.stack.program import _decode
 from gpufleet.stack.render import render
 from gpufleet.tasks.demo import DEMO_CONFIG
+from roles.registry import load
 
 
 def test_the_demo_stack_grants_the_surge_and_reflection_rights_but_deploys_no_inference() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from gpufleet.fleet import topology
-from gpufleet.inventory import load
 from gpufleet.tasks import fleet_status as st
+from roles.registry import load
 
 from ..builders import node, pod
 

@@ -6,7 +6,8 @@ from functools import cache
 
 import pytest
 
-from gpufleet.inventory import Inventory, load
+from gpufleet.inventory import Inventory
+from roles.registry import load
 
 
 @cache

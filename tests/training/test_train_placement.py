@@ -98,7 +98,7 @@ def test_a_required_gang_the_size_of_a_rack_renders(inventory):
 
 
 def test_topology_needs_kueues_topology(inventory):
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     inv = load("local", overrides={"kueue_topology_enabled": False, "training_topology": "none"})
     with pytest.raises(TrainingInputError) as err:

@@ -7,13 +7,13 @@ import socket
 
 import pytest
 
-from gpufleet.inventory import load
 from gpufleet.names import SERVICE_NAME_LABEL
 from gpufleet.vk.endpoints import build_slices
 from gpufleet.vk.health import EndpointHealthChecker, HealthSettings, HealthTable, published_targets, tcp_probe
 from gpufleet.vk.main import add_arguments, health_settings
 from gpufleet.vk.provider import Address
 from gpufleet.vk.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
+from roles.registry import load
 
 from .test_endpoints import H100, NODE, Clock, endpoints_of, pod, service, sim_pod
 

@@ -223,8 +223,9 @@ def test_a_bad_address_mode_in_an_inventory_names_the_file_key_and_value(tmp_pat
 
     import yaml
 
-    from gpufleet.inventory import InventoryError, load
+    from gpufleet.inventory import InventoryError
     from gpufleet.paths import INVENTORIES
+    from roles.registry import load
 
     root = tmp_path / "inventories" / "staging"
     shutil.copytree(INVENTORIES / "staging", root)

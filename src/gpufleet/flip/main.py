@@ -83,7 +83,7 @@ def settings_from_inventory(env: str, **overrides: Any) -> Settings:
         gpufleet.inventory.InventoryError: the inventory is invalid.
         ValueError: the resulting marks are inconsistent.
     """
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     inv = load(env)
     tc, vk, ds, kq = (inv.role(r) for r in ("taint_controller", "virtual_kubelet", "descheduler", "kueue"))

@@ -82,7 +82,7 @@ def settings_from_args(args: argparse.Namespace):
         gpufleet.inventory.InventoryError: unknown environment or invalid inventory.
     """
     from gpufleet.health.remediate import Settings
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     inv = load(args.env)
     return Settings.from_inventory(

@@ -22,7 +22,10 @@ from .errors import MISSING, InventoryError, Problem
 from .files import InventoryFiles, Layer, read_inventory, read_yaml
 from .inventory import Host, Inventory
 from .models import FLEET_KEYS, HOST_KEYS, FleetVars, HostVars
-from .roles import ROLE_NAMES, defaults_file, defaults_path, role_of, vars_model
+from .roles import defaults_file, defaults_path, role_of
+
+#: Role name -> the pydantic model of its variables, in the order the stack composes the roles.
+RoleModels = Mapping[str, type[BaseModel]]
 
 #: The group whose leaf groups are racks of GPU nodes.
 GPU_GROUP = "gpu_nodes"
@@ -35,16 +38,22 @@ def environments() -> list[str]:
 
 def load(
     env: str,
+    role_models: RoleModels,
     *,
     overrides: Mapping[str, Any] | None = None,
     overrides_file: str | None = None,
     nodes: int | None = None,
     root: Path | None = None,
 ) -> Inventory:
-    """Load and validate ``inventories/<env>`` (or ``root``).
+    """Load and validate ``inventories/<env>`` (or ``root``) against the given roles' variable models.
+
+    Callers that want every role pass the registry's models; ``roles.registry.load``
+    does that, and is what entry points call.
 
     Args:
         env: environment name (a folder of ``inventories/``).
+        role_models: role name -> model of its variables (``roles/<role>/vars.py: Vars``),
+            in composition order; each role's defaults are read from ``roles/<role>/defaults.yaml``.
         overrides: stack-config values, highest precedence (e.g. Pulumi config).
         overrides_file: name shown in messages for ``overrides``.
         nodes: for simulated fleets, the number of hosts (overrides
@@ -63,15 +72,15 @@ def load(
     problems = list(files.problems)
     over_layer = Layer(overrides_file or f"Pulumi.{env}.yaml (stack config)", dict(overrides or {}))
 
-    defaults = [_role_defaults(r, problems) for r in ROLE_NAMES]
-    problems += _classify(files, over_layer)
+    defaults = [_role_defaults(r, problems) for r in role_models]
+    problems += _classify(files, over_layer, role_models)
     cluster_layers = defaults + files.group_layers.get("all", []) + [over_layer]
-    cluster, origin = _merge(cluster_layers, lambda k: role_of(k) is not None or k in FLEET_KEYS)
+    cluster, origin = _merge(cluster_layers, lambda k: role_of(k, role_models) is not None or k in FLEET_KEYS)
 
     roles: dict[str, BaseModel] = {}
-    for role in ROLE_NAMES:
-        keys = set(vars_model(role).model_fields)
-        model = _validate(vars_model(role), {k: v for k, v in cluster.items() if k in keys}, origin, problems,
+    for role, vars_model in role_models.items():
+        keys = set(vars_model.model_fields)
+        model = _validate(vars_model, {k: v for k, v in cluster.items() if k in keys}, origin, problems,
                           default_file=defaults_file(role))
         if model is not None:
             roles[role] = model
@@ -99,25 +108,25 @@ def _role_defaults(role: str, problems: list[Problem]) -> Layer:
     return Layer(defaults_file(role), data or {})
 
 
-def _known_keys() -> list[str]:
+def _known_keys(role_models: RoleModels) -> list[str]:
     keys = set(HOST_KEYS) | set(FLEET_KEYS)
-    for role in ROLE_NAMES:
-        keys |= set(vars_model(role).model_fields)
+    for vars_model in role_models.values():
+        keys |= set(vars_model.model_fields)
     return sorted(keys)
 
 
-def _unknown(file: str, key: str, value: Any) -> Problem:
-    close = difflib.get_close_matches(key, _known_keys(), n=1)
+def _unknown(file: str, key: str, value: Any, role_models: RoleModels) -> Problem:
+    close = difflib.get_close_matches(key, _known_keys(role_models), n=1)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    if role_of(key) is None and key not in HOST_KEYS and key not in FLEET_KEYS and key.endswith("_enabled"):
-        return Problem(file, key, value, f"a variable of a known role ({', '.join(ROLE_NAMES)}): unknown role{hint}")
+    if role_of(key, role_models) is None and key not in HOST_KEYS and key not in FLEET_KEYS and key.endswith("_enabled"):
+        return Problem(file, key, value, f"a variable of a known role ({', '.join(role_models)}): unknown role{hint}")
     return Problem(file, key, value, f"a known variable{hint}")
 
 
-def _classify(files: InventoryFiles, overrides: Layer) -> list[Problem]:
+def _classify(files: InventoryFiles, overrides: Layer, role_models: RoleModels) -> list[Problem]:
     """Every key of every layer must be known and set where it may be set."""
     problems: list[Problem] = []
-    role_keys = {k for r in ROLE_NAMES for k in vars_model(r).model_fields}
+    role_keys = {k for vars_model in role_models.values() for k in vars_model.model_fields}
     layers = [(g, layer) for g, ls in files.group_layers.items() for layer in ls]
     layers += [(None, layer) for ls in files.host_layers.values() for layer in ls]
     layers.append(("all", overrides))
@@ -131,7 +140,7 @@ def _classify(files: InventoryFiles, overrides: Layer) -> list[Problem]:
                 if layer is overrides:
                     problems.append(Problem(layer.file, key, value, "a cluster-wide variable (node variables belong in group_vars or host_vars)"))
             else:
-                problems.append(_unknown(layer.file, key, value))
+                problems.append(_unknown(layer.file, key, value, role_models))
     return problems
 
 

@@ -1,33 +1,15 @@
-"""The role registry: which roles exist, their defaults and variable models."""
+"""Where a role's variables come from: its defaults file, and which role a variable belongs to.
+
+The roles themselves (their variable models) are declared in ``roles.registry``
+and handed to :func:`gpufleet.inventory.load`; nothing here imports a role.
+"""
 
 from __future__ import annotations
 
-import importlib
-from functools import cache
-
-from pydantic import BaseModel
+from collections.abc import Iterable
+from pathlib import Path
 
 from gpufleet.paths import ROLES
-
-#: Every role, in the order the stack composes them (dependencies first).
-ROLE_NAMES: tuple[str, ...] = (
-    "kueue",
-    "gpu_metrics",
-    "parallel_fs",
-    "training",
-    "virtual_kubelet",
-    "taint_controller",
-    "descheduler",
-    "node_health",
-    "inference",
-    "goodput",
-)
-
-
-@cache
-def vars_model(role: str) -> type[BaseModel]:
-    """The pydantic model of ``role``'s variables (``roles/<role>/vars.py: Vars``)."""
-    return importlib.import_module(f"roles.{role}.vars").Vars
 
 
 def defaults_file(role: str) -> str:
@@ -35,12 +17,12 @@ def defaults_file(role: str) -> str:
     return f"roles/{role}/defaults.yaml"
 
 
-def role_of(key: str) -> str | None:
-    """The role a variable belongs to by its prefix (longest role name wins), or None."""
-    matches = [r for r in ROLE_NAMES if key.startswith(r + "_")]
+def role_of(key: str, roles: Iterable[str]) -> str | None:
+    """The role of ``roles`` a variable belongs to by its prefix (longest role name wins), or None."""
+    matches = [r for r in roles if key.startswith(r + "_")]
     return max(matches, key=len) if matches else None
 
 
-def defaults_path(role: str):
+def defaults_path(role: str) -> Path:
     """Absolute path of ``roles/<role>/defaults.yaml``."""
     return ROLES / role / "defaults.yaml"

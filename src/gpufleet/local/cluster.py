@@ -569,7 +569,7 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
     c = get(name, allocate=True)
     c.layout.create()
     if specs is None:
-        from gpufleet.inventory import node_specs
+        from roles.registry import node_specs
 
         specs = node_specs(env, nodes) if nodes is not None else node_specs(env)
     _write_configs(c, descheduler_policy)

@@ -43,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the controller (module docstring)."""
-    from gpufleet.inventory import InventoryError, load
+    from gpufleet.inventory import InventoryError
     from gpufleet.kube import ConfigError
     from gpufleet.quota.controller import QuotaSync
+    from roles.registry import load
 
     runtime.setup_logging(args.log_level)
     try:

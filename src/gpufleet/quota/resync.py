@@ -16,8 +16,8 @@ reason with) unchanged. So gpufleet rewrites ``nominalQuota``: capacity
 per flavor from the Nodes (:mod:`gpufleet.fleet.capacity`: GPUs, and the
 cores and bytes those nodes can schedule, allocatable minus what pods Kueue
 does not manage request, DaemonSets and system pods included), shared over the
-ClusterQueues by ``roles.kueue.manifests.quotas`` (the same function
-``pulumi up`` declares them with: shares, pins, ``kueue_reserve_gpus``,
+ClusterQueues by :func:`gpufleet.fleet.quota_policy.quotas` (the same function
+the kueue role declares them with at ``pulumi up``: shares, pins, ``kueue_reserve_gpus``,
 largest-remainder rounding), written back only where it differs.
 
 **Applying.** Each ClusterQueue is read, its resource groups are rebuilt
@@ -67,11 +67,12 @@ from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.names import GPU_RESOURCE, KUEUE_GROUP, KUEUE_VERSION
 from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, pod_spec_gpus, quota_capacity
 from gpufleet.fleet.classify import default_classes
+from gpufleet.fleet.quota_policy import quotas
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-#: quota resource name in ``roles.kueue.manifests.quotas`` -> Kubernetes resource name.
+#: quota resource name in :func:`gpufleet.fleet.quota_policy.quotas` -> Kubernetes resource name.
 RESOURCES = {"gpu": GPU_RESOURCE, "cpu": "cpu", "memory": "memory"}
 CQ_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues"
 WL_PATH = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/workloads"
@@ -389,8 +390,6 @@ def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workl
         OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
         gpufleet.kube.quantity.GpuCountError: a pod or Workload with a fractional GPU count.
     """
-    from roles.kueue.manifests import quotas
-
     t0 = time.perf_counter()
     v = inv.role("kueue")
     flavors = list(inv.flavors())

@@ -491,7 +491,7 @@ def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
     A stack's Deployments are used as they are; missing ones are applied
     here (and removed after the run). Returns ``(objects, created, caches)``.
     """
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     overrides = incluster.overrides(incluster.stack_config(cluster))
     if opts.mode:
@@ -520,7 +520,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     """
     from rich.console import Console
 
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     console = console or Console(stderr=True, highlight=False)
     say = console.print

@@ -229,8 +229,8 @@ class Trainer:
 
 def _jobset(opts: Options, name: str, run_id: str, checkpoint_dir: Path) -> dict:
     """The training template's JobSet, offered only the replay's nodes, its CHECKPOINT_DIR here."""
-    from gpufleet.inventory import load
     from gpufleet.training.render import build_context, render_context
+    from roles.registry import load
 
     inv = load("local")
     queue = next(q for q in inv.role("kueue").kueue_local_queues if q.namespace == opts.namespace)
@@ -303,11 +303,11 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         raise ValueError("\n".join(problems))
     from gpufleet.prom.client import PromClient
     from gpufleet.health.remediate import Remediator, Settings
-    from gpufleet.inventory import load, node_specs
     from gpufleet.local import cluster as local
     from gpufleet.ops import swap as swapper
     from gpufleet.prom.server import running_prometheus
     from gpufleet.sim.fleet import scrape_config, start_node
+    from roles.registry import load, node_specs
 
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -371,7 +371,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
 
 def settings_namespace() -> str:
     """Namespace of node health's swap requests (the local inventory's)."""
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     return load("local").role("node_health").node_health_namespace
 

@@ -69,8 +69,8 @@ def pool_clusters(kube: Kube, inv, pools, *, names: dict[str, str] | None = None
     node (its forward is the server of the kubeconfig the virtual kubelet's
     pod reads). Returns pool -> :class:`~gpufleet.local.cluster.Cluster`.
     """
-    from gpufleet.inventory import node_specs
     from gpufleet.local import cluster as local
+    from roles.registry import node_specs
 
     ns = inv.role("virtual_kubelet").virtual_kubelet_namespace
     gpus_per_node = max(h.vars.gpu_count for h in inv.hosts.values())

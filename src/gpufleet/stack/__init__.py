@@ -1,2 +1,3 @@
-"""The Pulumi side of gpufleet: manifest builders shared by roles, the role
-component base, the stack program, and rendering it without an engine."""
+"""The Pulumi side of gpufleet: the role component, the stack program that
+composes the roles of ``roles.registry``, and rendering it without an engine.
+The builders roles share live below both, in ``gpufleet.manifests``."""

@@ -8,16 +8,15 @@ overrides that variable with the highest precedence.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pulumi
 
-from gpufleet.inventory import Inventory, load
-from gpufleet.inventory.roles import ROLE_NAMES
+from gpufleet.inventory import Inventory
 from gpufleet.stack.role import Namespaces, NamespacesArgs, RoleArgs, RoleComponent
+from roles.registry import ROLES, load
 
 PROJECT = "gpufleet"
 
@@ -88,32 +87,28 @@ def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     return _decode({k: v for k, v in config.items() if k not in secrets}), secrets
 
 
-def component_class(role: str) -> type[RoleComponent]:
-    """The ComponentResource class in ``roles/<role>/component.py``."""
-    module = importlib.import_module(f"roles.{role}.component")
-    return next(v for v in vars(module).values()
-                if isinstance(v, type) and issubclass(v, RoleComponent) and v is not RoleComponent)
-
-
 def namespaces(inv: Inventory) -> list[str]:
     """Every Namespace any enabled role declares, once, in role order."""
     names: list[str] = []
-    for role in ROLE_NAMES:
-        manifests = importlib.import_module(f"roles.{role}.manifests")
-        names += [o["metadata"]["name"] for o in manifests.objects(inv) if o["kind"] == "Namespace"]
+    for role in ROLES:
+        names += [o["metadata"]["name"] for o in role.objects(inv) if o["kind"] == "Namespace"]
     return list(dict.fromkeys(names))
 
 
 def compose(inv: Inventory, provider: pulumi.ProviderResource | None = None) -> dict[str, RoleComponent]:
-    """Declare the Namespaces and every enabled role; returns role -> component."""
+    """Declare the Namespaces and every enabled role, in registry order; returns role name -> component.
+
+    A role's component depends on the Namespaces and on the components of
+    the roles it waits for (``Role.after``) that are enabled.
+    """
     ns = Namespaces("namespaces", NamespacesArgs(tuple(namespaces(inv)), provider))
     components: dict[str, RoleComponent] = {}
-    for role in ROLE_NAMES:
-        if not inv.enabled(role):
+    for role in ROLES:
+        if not inv.enabled(role.name):
             continue
-        deps: list[pulumi.Resource] = [ns] + ([components["kueue"]] if "kueue" in components else [])
-        components[role] = component_class(role)(role.replace("_", "-"), RoleArgs(inv, provider),
-                                                 pulumi.ResourceOptions(depends_on=deps))
+        deps: list[pulumi.Resource] = [ns] + [components[d] for d in role.after if d in components]
+        components[role.name] = RoleComponent(role.component_name, RoleArgs(role, inv, provider),
+                                              pulumi.ResourceOptions(depends_on=deps))
     return components
 
 

@@ -1,25 +1,26 @@
-"""The base of every role's Pulumi ComponentResource.
+"""Every role's Pulumi ComponentResource.
 
 A role is data (``roles/<role>/defaults.yaml``), a model (``vars.py``) and
 pure builders (``manifests.py``: ``objects(inv)`` and optionally
-``releases(inv)``); its component only declares what those return. Helm
-releases go first; plain objects are declared in two waves (Namespaces and
-cluster-scoped definitions, then the rest) so the engine creates them in an
-order the API server accepts.
+``releases(inv)``), declared in ``roles.registry``; its component, of the
+role's type token, only declares what those return. Helm releases go first;
+plain objects are declared in two waves (Namespaces and cluster-scoped
+definitions, then the rest) so the engine creates them in an order the API
+server accepts.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from gpufleet.inventory import Inventory
-from gpufleet.stack.objects import HelmRelease, labels
+from gpufleet.manifests import HelmRelease, labels
+from roles.registry import Role
 
 #: Kinds declared in the first wave: others may live in or depend on them. Identities, RBAC and
 #: configuration come before the workloads that use them: a DaemonSet created before its
@@ -31,33 +32,31 @@ FIRST_WAVE = {"Namespace", "CustomResourceDefinition", "PriorityClass", "Storage
 
 @dataclass(frozen=True)
 class RoleArgs:
-    """Arguments of every role component: the validated inventory and the provider to use."""
+    """Arguments of every role component: the role, the validated inventory and the provider to use."""
 
+    role: Role
     inventory: Inventory
     provider: pulumi.ProviderResource | None = None
 
 
 class RoleComponent(pulumi.ComponentResource):
-    """Declares one role's Helm releases and objects as children.
+    """Declares one role's Helm releases and objects as children, as a resource of the role's type token.
 
-    Subclasses set ``TOKEN`` (``gpufleet:<area>:<Type>``) and ``ROLE``.
-    Outputs: ``object_names`` (``kind/namespace/name`` of each object) and
-    ``release_names``.
+    The token (``gpufleet:<area>:<Type>``) and builders come from
+    ``args.role`` (``roles.registry``). Outputs: ``object_names``
+    (``kind/namespace/name`` of each object) and ``release_names``.
     """
 
-    TOKEN: ClassVar[str]
-    ROLE: ClassVar[str]
     object_names: pulumi.Output[list[str]]
     release_names: pulumi.Output[list[str]]
 
     def __init__(self, name: str, args: RoleArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(self.TOKEN, name, None, opts)
-        manifests = importlib.import_module(f"roles.{self.ROLE}.manifests")
+        super().__init__(args.role.token, name, None, opts)
         inv = args.inventory
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        releases = [self._release(r, child) for r in getattr(manifests, "releases", lambda _: [])(inv)]
+        releases = [self._release(r, child) for r in args.role.releases(inv)]
         # Namespaces are shared between roles; the stack declares them once (see Namespaces).
-        objs = [o for o in manifests.objects(inv) if o["kind"] != "Namespace"]
+        objs = [o for o in args.role.objects(inv) if o["kind"] != "Namespace"]
         first = [o for o in objs if o["kind"] in FIRST_WAVE]
         rest = [o for o in objs if o["kind"] not in FIRST_WAVE]
         deps: list[pulumi.Resource] = list(releases)

@@ -48,6 +48,7 @@ from gpufleet.fleet import topology
 from gpufleet.fleet.capacity import pod_gpus as capacity_pod_gpus
 from gpufleet.fleet.classify import INFERENCE, TRAINING, default_classes
 from gpufleet.fleet.classify import classify as classify_node
+from gpufleet.fleet.quota_policy import quotas
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.ops.kube import list_nodes
@@ -171,8 +172,6 @@ def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
 def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj],
           breaker_cm: Obj | None = None) -> FleetStatus:
     """The :class:`FleetStatus` from objects already read (pure); ``breaker_cm``: node health's breaker ConfigMap."""
-    from roles.kueue.manifests import quotas
-
     from gpufleet.fleet.capacity import quota_capacity
     from gpufleet.quota.resync import capacity_of, quota_of, reserved_gpus
 

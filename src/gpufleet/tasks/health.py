@@ -123,9 +123,9 @@ def resume_breaker(env: str, minutes: float, *, dry_run: bool = False, kubeconfi
     import socket
 
     from gpufleet.health import breaker
-    from gpufleet.inventory import load
     from gpufleet.ops.kube import InputError
     from gpufleet.tasks.common import kube_for
+    from roles.registry import load
 
     console = console or Console()
     namespace = load(env).role("node_health").node_health_namespace

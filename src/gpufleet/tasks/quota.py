@@ -31,10 +31,10 @@ def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfi
         gpufleet.inventory.InventoryError: unknown or invalid environment.
         gpufleet.ops.kube.OpsError: wrong cluster, zero-capacity flavor without ``allow_zero``, conflicts.
     """
-    from gpufleet.inventory import load
     from gpufleet.tasks.common import kube_for
     from gpufleet.quota import resync as rs
     from gpufleet.quota.report import render
+    from roles.registry import load
 
     console = console or Console()
     inv = load(env)

@@ -25,10 +25,10 @@ def render(c, env, out, config_file=""):
     the objects inside the charts are not shown (they come from the chart at
     install time).
     """
-    from gpufleet.inventory import load
     from gpufleet.paths import REPO_ROOT
     from gpufleet.stack.program import file_config
     from gpufleet.stack.render import check_out, render as render_stack, write
+    from roles.registry import load
 
     if not out.strip():
         raise Exit(f"--out {out!r}: expected a folder", code=2)

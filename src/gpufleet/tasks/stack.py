@@ -44,8 +44,8 @@ _HELP = {
 
 def _target(env: str, kubeconfig: str, cluster: str, backend: str):
     """Resolve the task's flags into an engine Target (exit 2 when no cluster can be named)."""
-    from gpufleet.inventory import load
     from gpufleet.stack.engine import Target, default_backend
+    from roles.registry import load
 
     with fail_on_inventory_error():
         load(env)  # validate before building or starting anything
@@ -84,8 +84,8 @@ def local_environment(lc, env: str = "local") -> dict[str, str]:
     each ``kubernetes`` pool's cluster is started and its Secret written
     (:func:`gpufleet.sim.incluster.pool_clusters`), so that every virtual kubelet can start.
     """
-    from gpufleet.inventory import load
     from gpufleet.sim import incluster
+    from roles.registry import load
 
     inv = load(env)
     with lc.kube() as kube:

@@ -15,9 +15,9 @@ from gpufleet.tasks.common import fail_on_inventory_error
 
 def show_status(env: str, *, kubeconfig: str | None = None, context: str | None = None, console: Console | None = None):
     """Gather and print the status screen; returns the :class:`gpufleet.tasks.fleet_status.FleetStatus`."""
-    from gpufleet.inventory import load
     from gpufleet.tasks import fleet_status as st
     from gpufleet.tasks.common import kube_for
+    from roles.registry import load
 
     inv = load(env)
     kube = kube_for(env, kubeconfig, context)

@@ -18,7 +18,7 @@ import yaml
 from invoke import Collection, Context, task
 from invoke.exceptions import Exit
 
-from gpufleet.inventory import InventoryError, environments, load
+from gpufleet.inventory import InventoryError, environments
 from gpufleet.tasks import goodput
 from gpufleet.training import checkpoint
 from gpufleet.training import gang as native
@@ -28,6 +28,7 @@ from gpufleet.kube import KubeError
 from gpufleet.ops.kube import InputError
 from gpufleet.tasks.common import kube_for
 from gpufleet.training.submit import SubmitError, submit as submit_job
+from roles.registry import load
 
 _SET_HELP = f"key=value, repeatable; keys: {', '.join(SETTINGS)} (templates/training/README.md)"
 

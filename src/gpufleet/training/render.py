@@ -21,13 +21,14 @@ import jinja2
 import yaml
 
 from gpufleet import paths
-from gpufleet.inventory import Host, Inventory, load
+from gpufleet.inventory import Host, Inventory
 from gpufleet.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
 from gpufleet.names import (CHECKPOINT_MARKER, CHECKPOINT_STARTS_DIR, JOB_LABEL, KUEUE_PODSET_GROUP,
                             KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT,
                             SIMULATED_DURATION_ANNOTATION)
+from roles.registry import load
 
 from . import gang as native
 from .checkpoint import default_interval_seconds

@@ -159,8 +159,9 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
         ConfigError: unusable kubeconfig.
         ProviderError: the remote side did not answer.
     """
-    from gpufleet.inventory import InventoryError, environments, load
+    from gpufleet.inventory import InventoryError, environments
     from gpufleet.vk.providers import build as build_provider
+    from roles.registry import load
 
     if args.env not in environments():
         raise ValueError(f"--env {args.env!r}: expected one of {', '.join(environments())}")

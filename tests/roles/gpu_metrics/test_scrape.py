@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.inventory import load
-
 from roles.gpu_metrics.manifests import NODE_HEALTH, rule_file, scrape_configs
+from roles.registry import load
 
 
 def test_node_health_is_scraped_keeping_its_own_node_label():

@@ -32,7 +32,7 @@ def test_a_budget_that_is_missing_doubled_or_never_allows_an_eviction_is_refused
 
 
 def test_the_rendered_budget_carries_max_unavailable_only(monkeypatch):
-    from gpufleet.inventory import load
+    from roles.registry import load
 
     inv = load("local")
     role = inv.role("inference")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.inventory import load
 from gpufleet.stack.render import render
 from roles.inference.manifests import service
+from roles.registry import load
 
 
 @pytest.mark.parametrize("env", ["local", "prod"])

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.inventory import InventoryError, load
+from gpufleet.inventory import InventoryError
 from gpufleet.paths import INVENTORIES
 from roles.kueue.manifests import objects as kueue_objects
+from roles.registry import load
 
 
 @pytest.fixture

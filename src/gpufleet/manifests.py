@@ -1,7 +1,9 @@
 """Pure builders of Kubernetes objects shared by several roles.
 
 Each returns a plain manifest dict (what ``kubectl apply`` would take), so
-roles compose them and tests check them without a Pulumi engine.
+roles compose them and tests check them without a Pulumi engine. This module
+sits below the roles and the stack program that declares what they build
+(``gpufleet.stack -> roles -> gpufleet.manifests``): it imports neither.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class HelmRelease:
     """A pinned Helm chart install: ``chart`` from ``repo`` (or an ``oci://`` chart) at ``version``.
 
     Declared by :class:`gpufleet.stack.role.RoleComponent`; defined here because
-    the roles' manifests, which gpufleet's controllers import, must not need Pulumi.
+    the roles' manifests, which gpufleet's controllers load, must not need Pulumi.
     """
 
     name: str
