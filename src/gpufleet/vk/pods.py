@@ -61,6 +61,10 @@ Services selecting the pod are queued for publishing at the address the
 provider reports; a deleted pod is published as terminating, not ready,
 *before* its remote pod is stopped (rule 1), so requests leave it first.
 
+Cost (:mod:`gpufleet.vk.ledger`): a pod's GPUs count outside, at its
+pool's price, from the first mirror of its remote pod Running until the
+remote pod is terminal or gone (or the loop stops).
+
 Restarts: nothing is kept on disk. Remote pods carry the source pod UID;
 on start the loop lists every provider's pods, adopts those whose source
 pod exists (no duplicate create), fails those that were started and are
