@@ -142,3 +142,33 @@ def test_the_pod_side_counts_from_running_at_the_provider_to_the_remote_pods_end
     cost = next(x for x in text.splitlines()
                 if x.startswith('gpufleet_flip_external_gpu_cost_total{currency="USD",pool="ledger-pool"}'))
     assert float(cost.split()[-1]) == pytest.approx(seconds / 3600 * 7.2)
+
+
+def test_read_totals_sums_the_counters_by_pool_from_a_real_prometheus(tmp_path):
+    from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+    from gpufleet.vk.ledger import read_totals
+
+    registry = CollectorRegistry()
+    collector = LedgerCollector()
+    registry.register(collector)
+    clock = Clock()
+    ledger = Ledger(["a", "b"], clock=clock, register=False)
+    collector.add(ledger)
+    ledger.running("u1", rental("a", price=3.6, clock=clock), gpu_pod("p1", "u1", 2))
+    clock.t = 1800
+    ledger.close()  # frozen: the scraped values do not move
+    port = free_port()
+    server = serve(registry, port=port, host="127.0.0.1")
+    scrape = [{"job_name": "vk", "scrape_interval": "500ms", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}]
+    try:
+        with running_prometheus(scrape, workdir=tmp_path / "prometheus") as prom:
+            prom.wait_for_targets_up(1)
+            prom.wait_for('gpufleet_flip_external_gpu_cost_total{pool="b"}', timeout=20)
+            totals = read_totals(prom)
+    except PrometheusNotFound as exc:
+        pytest.skip(str(exc))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert totals["a"].gpu_seconds == pytest.approx(3600) and totals["a"].cost == pytest.approx(3.6)
+    assert totals["a"].currency == "USD" and totals["b"].gpu_seconds == 0

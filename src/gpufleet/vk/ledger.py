@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from gpufleet.fleet.capacity import pod_gpus
 from gpufleet.kube.quantity import GpuCountError
+from gpufleet.prom.client import PromClient
 
 from .provider import Provider
 
@@ -48,6 +49,9 @@ CURRENCY = "USD"
 #: The virtual node's annotation with its pool's price (USD per GPU-hour), written by :mod:`gpufleet.vk.node`.
 PRICE_ANNOTATION = "gpufleet.io/price-per-gpu-hour"
 SECONDS_PER_HOUR = 3600.0
+#: The counters, as Prometheus names them (the collector adds ``_total`` to its families' names).
+GPU_SECONDS_METRIC = "gpufleet_flip_external_gpu_seconds_total"
+COST_METRIC = "gpufleet_flip_external_gpu_cost_total"
 
 log = logging.getLogger(__name__)
 TERMINAL = ("Succeeded", "Failed")
@@ -188,12 +192,12 @@ class LedgerCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         seconds = CounterMetricFamily(
-            "gpufleet_flip_external_gpu_seconds",
+            GPU_SECONDS_METRIC.removesuffix("_total"),
             "GPU-seconds pods held at the pool's provider outside the cluster: GPUs requested x seconds from the "
             "remote pod seen Running to its stop (gpufleet.vk.ledger); resets when the virtual kubelet restarts.",
             labels=["pool"])
         cost = CounterMetricFamily(
-            "gpufleet_flip_external_gpu_cost",
+            COST_METRIC.removesuffix("_total"),
             "Cost of those GPU-seconds: GPU-seconds / 3600 x the pool's price per GPU-hour, in the currency label "
             "(gpufleet.vk.ledger); resets when the virtual kubelet restarts.",
             labels=["pool", "currency"])
@@ -207,3 +211,21 @@ class LedgerCollector(Collector):
 #: The process' one collector of ledgers, on prometheus_client's default registry (what ``/metrics`` serves).
 COLLECTOR = LedgerCollector()
 REGISTRY.register(COLLECTOR)
+
+
+def read_totals(prom: PromClient) -> dict[str, PoolTotals]:
+    """``{pool: PoolTotals}`` as Prometheus holds the counters now: the sum over the virtual kubelets' live series
+    of each pool, i.e. since each of them started (a counter restarts at 0 with its process).
+
+    Raises:
+        gpufleet.prom.client.PromError: Prometheus unreachable or answering an error.
+    """
+    out: dict[str, PoolTotals] = {}
+    for s in prom.query(f"sum by (pool) ({GPU_SECONDS_METRIC})"):
+        pool = s["metric"].get("pool", "")
+        out[pool] = PoolTotals(float(s["value"][1]), 0.0)
+    for s in prom.query(f"sum by (pool, currency) ({COST_METRIC})"):
+        pool = s["metric"].get("pool", "")
+        t = out.get(pool, PoolTotals())
+        out[pool] = PoolTotals(t.gpu_seconds, t.cost + float(s["value"][1]), s["metric"].get("currency", CURRENCY))
+    return out
