@@ -136,6 +136,9 @@ def test_the_offload_ledger_counts_gpu_seconds_and_cost_while_pods_run_outside(k
         assert seconds is not None and cost is not None, "the pool's counters are not served"
         return seconds, cost
 
+    # Earlier tests' namespaces are deleted without waiting: let their pods leave the node first.
+    wait("no pod on the virtual node", lambda: not kube.list("v1", "pods", fieldSelector=f"spec.nodeName={NODE}")["items"]
+         and not vk.pods.ledger.gpus_running(), timeout=90)
     seconds0, cost0 = counters()  # earlier tests' pods have counted too: deltas only
     t0 = time.monotonic()
     kube.create("apps/v1", "deployments", deployment("paid", ns, 2, gpus=2, node_selector={"gpufleet.io/pool": POOL}), ns)
