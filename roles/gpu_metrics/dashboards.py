@@ -11,8 +11,11 @@ ships each as a ConfigMap for the Grafana sidecar. Three dashboards:
   counters) and link utilisation, IB error counters, port state and
   saturated counters, NVLink errors and down links.
 * ``gpufleet-queues``: Kueue queue state (pending and admitted workloads,
-  GPU usage against nominal quota per ClusterQueue and flavor) and the
-  goodput of training jobs (``gpufleet goodput``: ETTR, lost time by cause).
+  GPU usage against nominal quota per ClusterQueue and flavor), the
+  goodput of training jobs (``gpufleet goodput``: ETTR, lost time by cause)
+  and what the flip's outside capacity costs by pool (the virtual kubelets'
+  ``gpufleet_flip_external_gpu_{seconds,cost}_total``: GPUs outside, cost
+  per hour, cost over the dashboard's time range).
 
 All panels query the ``${datasource}`` Prometheus variable; GPU and fabric
 panels filter on the ``node`` label the role's scrape config sets.
@@ -524,7 +527,7 @@ def queues_dashboard() -> dashboard.Dashboard:
         .all_value(".*")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
     )
-    return _with_rows(board, _queue_workloads_row, _queue_gpu_quota_row, _goodput_row)
+    return _with_rows(board, _queue_workloads_row, _queue_gpu_quota_row, _goodput_row, _flip_cost_row)
 
 
 def _queue_workloads_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
@@ -636,6 +639,53 @@ def _goodput_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
                 "gpufleet_job_interruptions: runs of each job that ended before the job did.",
                 "sort_desc(gpufleet_job_interruptions)",
                 span=12,
+            )
+        )
+    )
+
+
+def _flip_cost_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+    """Row "Outside capacity cost": GPUs outside and cost per hour by pool, and the cost over the time range.
+
+    From the virtual kubelets' counters (:mod:`gpufleet.vk.ledger`): the rate of GPU-seconds is the GPUs held
+    outside; the rate of cost x 3600 the cost per hour; ``increase`` over ``$__range`` the total, across restarts.
+    """
+    return (
+        board.with_row(_row(ids, "Outside capacity cost"))
+        .with_panel(
+            _timeseries(
+                ids,
+                "Cost per hour outside, by pool",
+                "What inference moved off the cluster costs now: rate of gpufleet_flip_external_gpu_cost_total "
+                "x 3600 (GPUs running at the pool's provider x its price per GPU-hour), per pool and currency.",
+                [(f"sum by (pool, currency) (rate(gpufleet_flip_external_gpu_cost_total[{RATE}])) * 3600",
+                  "{{pool}} ({{currency}}/h)")],
+                "short",
+                span=8,
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _timeseries(
+                ids,
+                "GPUs outside, by pool",
+                "GPUs held at each pool's provider: rate of gpufleet_flip_external_gpu_seconds_total (GPU-seconds "
+                "per second).",
+                [(f"sum by (pool) (rate(gpufleet_flip_external_gpu_seconds_total[{RATE}]))", "{{pool}}")],
+                "short",
+                span=8,
+                min_value=0,
+            )
+        )
+        .with_panel(
+            _table(
+                ids,
+                "Cost over the time range, by pool",
+                "What outside capacity cost over the dashboard's time range, per pool and currency: increase of "
+                "gpufleet_flip_external_gpu_cost_total (a virtual kubelet's restart resets its counters; increase "
+                "counts across it).",
+                "sum by (pool, currency) (increase(gpufleet_flip_external_gpu_cost_total[$__range]))",
+                span=8,
             )
         )
     )

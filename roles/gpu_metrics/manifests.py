@@ -74,6 +74,19 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
                 {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
             ],
         })
+    vk = inv.role("virtual_kubelet")
+    if vk.virtual_kubelet_enabled and vk.virtual_kubelet_pools:
+        # The virtual kubelets' own metrics, the offload cost ledger among them (gpufleet.vk.ledger): their series
+        # carry the pool, so the pod's node (the real node it runs on) is not added.
+        jobs.append({
+            "job_name": "gpufleet-virtual-kubelet", "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [vk.virtual_kubelet_namespace]}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+                 "regex": "|".join(f"vk-{p.name}" for p in vk.virtual_kubelet_pools), "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
+            ],
+        })
     return jobs
 
 

@@ -23,6 +23,8 @@ DEGRADED_TAINT = "gpufleet.io/degraded"
 FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
 #: Its effect: NoSchedule only, never NoExecute (pods outside keep serving until moved one budget at a time).
 FREE_GPUS_EFFECT = "NoSchedule"
+#: Annotation of a virtual node: its pool's price, USD per GPU-hour (written by the virtual kubelet).
+PRICE_ANNOTATION = "gpufleet.io/price-per-gpu-hour"
 #: Taint put on an in-cluster node the flip-out reserves for one pending high-priority pod
 #: (value: that pod's UID); the pod gets the matching toleration.
 RESERVED_TAINT = "gpufleet.io/reserved-for"

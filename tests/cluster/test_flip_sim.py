@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gpufleet.sim.flip import SUMMARY_KEYS, Options, run
+from roles.registry import load
 
 pytestmark = pytest.mark.cluster
 
@@ -22,6 +23,12 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     assert summary["serving_capacity_min_ratio"] == 1.0
     assert summary["seconds_training_waited_for_flip"] is not None and summary["external_gpu_seconds_during_flip"] > 0
     assert summary["seconds_to_served_outside"] is not None
+    # Priced at the pool's price per GPU-hour, from the inventory.
+    price = next(p.price_per_gpu_hour for p in load("local").role("virtual_kubelet").virtual_kubelet_pools
+                 if p.name == "other")
+    assert summary["external_gpu_cost_during_flip"] == pytest.approx(
+        summary["external_gpu_seconds_during_flip"] / 3600 * price, rel=0.01, abs=1e-3)
+    assert set(summary["external_gpu_cost_during_flip_by_pool"]) == {"other"}
     assert summary["seconds_to_back_in_cluster"] is not None and summary["seconds_to_back_in_cluster"] < 300
     timeline = json.loads((tmp_path / "timeline.json").read_text())
     assert [t["tainted"] for t in timeline["transitions"]] == [True, False, True]

@@ -125,6 +125,39 @@ def test_pod_lifecycle_create_status_delete(kube, vk, other, ns):
     assert last["metadata"]["uid"] not in {p["metadata"]["annotations"][SOURCE_UID] for p in remote_pods(other, ns)}
 
 
+def test_the_offload_ledger_counts_gpu_seconds_and_cost_while_pods_run_outside(kube, vk, other, ns):
+    """gpufleet_flip_external_gpu_{seconds,cost}_total{pool} grow by GPUs x seconds (x price / 3600) while the pods
+    run at the provider, and stop growing once they are gone (the vk in-process: its registry is this one)."""
+    from prometheus_client.core import REGISTRY
+
+    def counters() -> tuple[float, float]:
+        seconds = REGISTRY.get_sample_value("gpufleet_flip_external_gpu_seconds_total", {"pool": POOL})
+        cost = REGISTRY.get_sample_value("gpufleet_flip_external_gpu_cost_total", {"pool": POOL, "currency": "USD"})
+        assert seconds is not None and cost is not None, "the pool's counters are not served"
+        return seconds, cost
+
+    # Earlier tests' namespaces are deleted without waiting: let their pods leave the node first.
+    wait("no pod on the virtual node", lambda: not kube.list("v1", "pods", fieldSelector=f"spec.nodeName={NODE}")["items"]
+         and not vk.pods.ledger.gpus_running(), timeout=90)
+    seconds0, cost0 = counters()  # earlier tests' pods have counted too: deltas only
+    t0 = time.monotonic()
+    kube.create("apps/v1", "deployments", deployment("paid", ns, 2, gpus=2, node_selector={"gpufleet.io/pool": POOL}), ns)
+    wait("2 pods Ready on the virtual node", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)
+    assert vk.pods.ledger.gpus_running() == {POOL: 4}
+    time.sleep(3)
+    seconds1, cost1 = counters()
+    assert seconds1 - seconds0 >= 4 * 3
+    kube.patch("apps/v1", "deployments", "paid", {"spec": {"replicas": 0}}, ns)
+    wait("the pods gone here and remotely", lambda: not pods(kube, ns) and not remote_pods(other, ns), timeout=60)
+    elapsed = time.monotonic() - t0
+    assert vk.pods.ledger.gpus_running() == {}
+    seconds2, cost2 = counters()
+    assert 4 * 3 <= seconds2 - seconds0 <= 4 * elapsed
+    assert cost2 - cost0 == pytest.approx((seconds2 - seconds0) / 3600 * 2.1)
+    time.sleep(1)
+    assert counters() == (seconds2, cost2)  # nothing runs outside: the counters stand still
+
+
 def test_remote_failure_and_loss_mark_failed_and_the_replicaset_replaces(kube, vk, other, ns):
     kube.create("apps/v1", "deployments", deployment("svc", ns, 2, node_selector={"gpufleet.io/pool": POOL}), ns)
     wait("2 Ready", lambda: len([p for p in pods(kube, ns) if ready(p)]) == 2, timeout=60)

@@ -45,7 +45,18 @@ Summary (``summary.json``, exactly these keys):
   maxUnavailable budget, the fewest Ready replicas it allows: replicas less
   maxUnavailable scaled up, as the disruption controller scales it);
 * ``external_gpu_seconds_after_training``: GPU-seconds held on virtual
-  nodes by inference after the training's end.
+  nodes by inference after the training's end;
+* ``external_gpu_seconds_during_flip``: GPU-seconds held on virtual nodes
+  by inference from the submission until inference is back in-cluster;
+* ``external_gpu_cost_during_flip``: their cost, each virtual node's
+  GPU-seconds / 3600 x its pool's ``price_per_gpu_hour`` (USD, as the
+  inventory prices pools), and ``external_gpu_cost_during_flip_by_pool``:
+  ``{pool: cost}``; the virtual kubelets count the same in production
+  (``gpufleet_flip_external_gpu_cost_total``, :mod:`gpufleet.vk.ledger`).
+
+The other keys (``flip_mode``, ``serving_capacity_min_ratio``,
+``seconds_training_waited_for_flip``, the request figures) are described at
+:func:`summarize` and :func:`gpufleet.sim.serving.summarize`.
 
 Errors: :class:`SimError` (a phase did not finish in time; the message says
 which and what the cluster looked like; the timeline is still written).
@@ -79,7 +90,8 @@ log = logging.getLogger(__name__)
 REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "latency_p99_ms_flip")
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
                 "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
-                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", *REQUEST_KEYS)
+                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
+                "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS)
 JOBSET_NAME = "gpufleet-sim-flip"
 DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 
@@ -274,7 +286,8 @@ class Recorder:
 
 
 def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min_available: int,
-              training_pods: int, flip_mode: str = "") -> tuple[dict[str, Any], dict[str, float | None]]:
+              training_pods: int, flip_mode: str = "", prices: dict[str, float] | None = None,
+              ) -> tuple[dict[str, Any], dict[str, float | None]]:
     """The summary (:data:`SUMMARY_KEYS`) and the phase times from the samples (seconds since the start).
 
     ``serving_capacity_min_ratio``: fewest Ready inference pods (a surge
@@ -284,6 +297,16 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
     this is admission to running as the samples see it).
     ``external_gpu_seconds_during_flip``: GPUs of inference pods outside,
     integrated from the submission until inference is back in-cluster.
+    ``external_gpu_cost_during_flip``: the same integral per virtual node
+    times its pool's price, ``sum over pools of GPU-seconds / 3600 x
+    price_per_gpu_hour`` (USD, rounded to 4 decimals), with
+    ``external_gpu_cost_during_flip_by_pool`` (``{pool: cost}``, every pool
+    of ``prices``).
+
+    Args:
+        prices: ``{pool: USD per GPU-hour}`` (inventory ``virtual_kubelet_pools``); the samples name
+            virtual nodes, :func:`gpufleet.vk.node.node_name_for` of each pool. A virtual node of no pool
+            here (another stack's) is left out of the cost, with a warning.
 
     Returns:
         ``(summary, phases)``; phases: ``submitted``, ``served_outside``,
@@ -300,7 +323,9 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
                      and sum(s.inference_ready_outside.values()) == 0 and sum(s.inference_gpus_outside.values()) == 0),
                     None)
     ext = _gpu_seconds_outside([s for s in after if s.t >= end]) if end is not None else 0.0
-    during = _gpu_seconds_outside([s for s in after if back is None or s.t <= back])
+    flip = [s for s in after if back is None or s.t <= back]
+    during = _gpu_seconds_outside(flip)
+    by_pool = _cost_outside(flip, prices or {})
     summary = {
         "seconds_to_served_outside": None if served is None else round(served - submitted, 1),
         "seconds_to_back_in_cluster": None if back is None or end is None else round(back - end, 1),
@@ -311,6 +336,8 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
         "serving_capacity_min_ratio": round(min((s.inference_ready for s in after), default=0) / replicas, 3),
         "seconds_training_waited_for_flip": None if running is None else round(running - submitted, 1),
         "external_gpu_seconds_during_flip": round(during, 1),
+        "external_gpu_cost_during_flip": round(sum(by_pool.values()), 4),
+        "external_gpu_cost_during_flip_by_pool": {p: round(c, 4) for p, c in sorted(by_pool.items())},
     }
     phases = {"submitted": submitted, "served_outside": served, "training_running": running, "training_end": end,
               "back_in_cluster": back}
@@ -320,6 +347,29 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
 def _gpu_seconds_outside(samples: list[Sample]) -> float:
     """GPU-seconds of inference outside over consecutive ``samples`` (left Riemann sum)."""
     return sum(sum(a.inference_gpus_outside.values()) * (b.t - a.t) for a, b in zip(samples, samples[1:]))
+
+
+def _cost_outside(samples: list[Sample], prices: dict[str, float]) -> dict[str, float]:
+    """``{pool: cost}`` of inference outside over consecutive ``samples``: each virtual node's GPU-seconds (left
+    Riemann sum, as :func:`_gpu_seconds_outside`) x its pool's price per GPU-hour / 3600 (:func:`gpufleet.vk.ledger.cost_of`).
+    GPUs on a virtual node of no pool of ``prices`` are left out (logged once per node)."""
+    from gpufleet.vk.ledger import cost_of
+
+    pool_of = {node_name_for(p): p for p in prices}
+    out = dict.fromkeys(prices, 0.0)
+    unpriced: set[str] = set()
+    for a, b in zip(samples, samples[1:]):
+        for node, gpus in a.inference_gpus_outside.items():
+            if not gpus:
+                continue
+            if node not in pool_of:
+                if node not in unpriced:
+                    unpriced.add(node)
+                    log.warning("virtual node %s held %d GPUs but is no pool of this run (%s): left out of the cost",
+                                node, gpus, ", ".join(sorted(prices)) or "none")
+                continue
+            out[pool_of[node]] += cost_of(gpus * (b.t - a.t), prices[pool_of[node]])
+    return out
 
 
 def plot(samples: list[Sample], phases: dict[str, float | None], path: Path, title: str, *,
@@ -698,7 +748,8 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
     Returns ``(summary, phases)`` as :func:`summarize` does.
     """
     summary, phases = summarize(samples, submitted=submitted if submitted is not None else 0.0, replicas=replicas,
-                                pdb_min_available=pdb, training_pods=nodes, flip_mode=mode)
+                                pdb_min_available=pdb, training_pods=nodes, flip_mode=mode,
+                                prices={p.name: p.price_per_gpu_hour for p in pools})
     rps = None
     if requests is not None:
         flip_to = phases["back_in_cluster"] or (samples[-1].t if samples else None)

@@ -18,6 +18,14 @@ read once):
   taint training pods do not tolerate, cordon, NotReady, GPU allocatable
   below capacity, lemon), and whether inference may still use them.
 * Virtual nodes and whether they carry ``gpufleet.io/cluster-has-free-gpus``.
+* What outside capacity costs, per virtual node (pool): GPUs of its pods
+  Running (mirrored from the provider), its price per GPU-hour (the node's
+  ``gpufleet.io/price-per-gpu-hour``, which its virtual kubelet writes
+  from the inventory; USD), and the burn rate, GPUs x price per hour. With
+  a Prometheus URL, also the GPU-seconds and cost the virtual kubelets
+  counted (``gpufleet_flip_external_gpu_{seconds,cost}_total``,
+  :mod:`gpufleet.vk.ledger`): since each of them started, as their
+  counters restart with the process; without one, no totals are shown.
 * Node health's circuit breaker (:mod:`gpufleet.health.breaker`): GPU nodes
   out of service (the same classifier) against
   ``node_health_max_unhealthy_share``, whether node health may take one
@@ -86,6 +94,32 @@ class VirtualNodeRow:
 
 
 @dataclass(frozen=True)
+class OutsideCostRow:
+    """What one virtual node's pool costs now, and (from Prometheus) what it has cost.
+
+    Attributes:
+        node / pool: the virtual node and its ``gpufleet.io/pool`` label.
+        gpus_running: GPUs requested by its pods in phase Running (running at the provider).
+        price_per_gpu_hour: the node's price annotation (``currency`` per GPU-hour); None when absent or not a number.
+        gpu_seconds / cost: the virtual kubelets' counters for the pool (:func:`gpufleet.vk.ledger.read_totals`);
+            None without Prometheus, or when it has no series for the pool.
+    """
+
+    node: str
+    pool: str
+    gpus_running: int
+    price_per_gpu_hour: float | None
+    currency: str = "USD"
+    gpu_seconds: float | None = None
+    cost: float | None = None
+
+    @property
+    def burn_per_hour(self) -> float | None:
+        """Cost per hour at the present rate: ``gpus_running x price_per_gpu_hour``; None without a price."""
+        return None if self.price_per_gpu_hour is None else self.gpus_running * self.price_per_gpu_hour
+
+
+@dataclass(frozen=True)
 class BreakerRow:
     """Node health's circuit breaker as ``invoke status`` shows it.
 
@@ -136,6 +170,12 @@ class FleetStatus:
     #: names of nodes out of training capacity whose GPUs still count for inference (degraded tier).
     inference_ok: set[str] = field(default_factory=set)
     virtual_nodes: list[VirtualNodeRow] = field(default_factory=list)
+    #: per virtual node: the outside capacity's burn rate and, with Prometheus, what it cost.
+    outside_cost: list[OutsideCostRow] = field(default_factory=list)
+    #: where the cost totals came from ("": no Prometheus URL given: none shown).
+    prometheus_url: str = ""
+    #: why the totals are missing although a URL was given (Prometheus unreachable or in error); "" otherwise.
+    prometheus_error: str = ""
     domains: list[topology.DomainRow] = field(default_factory=list)
     gangs: list[topology.GangSpan] = field(default_factory=list)
     #: node health's circuit breaker; None when the node_health role is off.
@@ -170,8 +210,9 @@ def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
 
 
 def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj],
-          breaker_cm: Obj | None = None) -> FleetStatus:
-    """The :class:`FleetStatus` from objects already read (pure); ``breaker_cm``: node health's breaker ConfigMap."""
+          breaker_cm: Obj | None = None, ledger: dict[str, Any] | None = None) -> FleetStatus:
+    """The :class:`FleetStatus` from objects already read (pure); ``breaker_cm``: node health's breaker ConfigMap;
+    ``ledger``: ``{pool: gpufleet.vk.ledger.PoolTotals}`` read from Prometheus (None: not read)."""
     from gpufleet.fleet.capacity import quota_capacity
     from gpufleet.quota.resync import capacity_of, quota_of, reserved_gpus
 
@@ -183,6 +224,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
     used_on: dict[str, int] = {}
+    running_on: dict[str, int] = {}
     held: dict[str, tuple[int, int]] = {}
     placements: list[tuple[str, str]] = []
     training_gpus: dict[str, int] = {}
@@ -214,6 +256,8 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         used_on[node] = used_on.get(node, 0) + g
         kind = classify(pod, training_pc, inference_pc)
         if node in virtual:
+            if (pod.get("status") or {}).get("phase") == "Running":
+                running_on[node] = running_on.get(node, 0) + g
             if kind == "inference":
                 st.inference_outside += g
             continue
@@ -231,6 +275,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         obj = by_name[n]
         st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
+    st.outside_cost = outside_cost_rows({n: by_name[n] for n in sorted(virtual)}, running_on, ledger)
     capacity = capacity_of(inv, nodes, pods)
     st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())
     real = quotas(inv, capacity=quota_capacity(capacity))
@@ -247,6 +292,26 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     st.breaker = breaker_row(inv, by_name, classes, breaker_cm)
     return st
+
+
+def outside_cost_rows(virtual: dict[str, Obj], running_on: dict[str, int],
+                      ledger: dict[str, Any] | None) -> list[OutsideCostRow]:
+    """One :class:`OutsideCostRow` per virtual node (pure): ``running_on`` ``{node: GPUs of Running pods}``,
+    ``ledger`` ``{pool: PoolTotals}`` (None: no totals)."""
+    from gpufleet.names import PRICE_ANNOTATION
+    from gpufleet.vk.ledger import CURRENCY
+
+    rows = []
+    for n, obj in virtual.items():
+        pool = nodeutil.labels(obj).get("gpufleet.io/pool", "-")
+        try:
+            price: float | None = float(((obj.get("metadata") or {}).get("annotations") or {})[PRICE_ANNOTATION])
+        except (KeyError, TypeError, ValueError):
+            price = None
+        totals = (ledger or {}).get(pool)
+        rows.append(OutsideCostRow(n, pool, running_on.get(n, 0), price, totals.currency if totals else CURRENCY,
+                                   totals.gpu_seconds if totals else None, totals.cost if totals else None))
+    return rows
 
 
 def breaker_row(inv: Inventory, nodes: dict[str, Obj], classes: Any, cm: Obj | None) -> BreakerRow | None:
@@ -270,8 +335,9 @@ def gang_of(pod: Obj) -> str | None:
     return f"{meta.get('namespace', '')}/{name}" if name else None
 
 
-def gather(kube: Kube, inv: Inventory) -> FleetStatus:
-    """Read nodes, pods and ClusterQueues once and :func:`build` the status."""
+def gather(kube: Kube, inv: Inventory, prometheus_url: str | None = None) -> FleetStatus:
+    """Read nodes, pods and ClusterQueues once and :func:`build` the status; with ``prometheus_url``, also the
+    virtual kubelets' cost counters (Prometheus unreachable: the screen says so and shows no totals)."""
     nodes = list_nodes(kube)
     pods = kube.list_all(api_path("v1", "pods"), field_selector="status.phase!=Succeeded,status.phase!=Failed")[0]
     try:
@@ -286,7 +352,21 @@ def gather(kube: Kube, inv: Inventory) -> FleetStatus:
             cm = breaker.read(kube, inv.role("node_health").node_health_namespace)
         except KubeError:  # not allowed to read it: the screen still shows the share
             cm = None
-    return build(inv, nodes, pods, cqs, cm)
+    ledger, error = None, ""
+    if prometheus_url:
+        from gpufleet.prom.client import PromClient, PromError
+        from gpufleet.vk.ledger import read_totals
+
+        prom = PromClient(prometheus_url)
+        try:
+            ledger = read_totals(prom)
+        except PromError as exc:
+            error = str(exc)
+        finally:
+            prom.close()
+    st = build(inv, nodes, pods, cqs, cm, ledger)
+    st.prometheus_url, st.prometheus_error = prometheus_url or "", error
+    return st
 
 
 def render(st: FleetStatus) -> Group:
@@ -322,7 +402,33 @@ def render(st: FleetStatus) -> Group:
                      Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
     if not st.virtual_nodes:
         virt.add_row("(none)", "", "", "", "")
-    return Group(gpus, queues, out, virt, *_breaker_tables(st), *_topology_tables(st))
+    return Group(gpus, queues, out, virt, _cost_table(st), *_breaker_tables(st), *_topology_tables(st))
+
+
+def _cost_table(st: FleetStatus) -> Table:
+    """Outside capacity: GPUs running, price, burn rate per virtual node; totals only from Prometheus."""
+    if not st.prometheus_url:
+        since = "totals: give --prometheus-url (the virtual kubelets' counters)"
+    elif st.prometheus_error:
+        since = f"totals unavailable: {st.prometheus_error}"
+    else:
+        since = f"totals since each virtual kubelet started, from {st.prometheus_url}"
+    t = Table(title="Outside capacity cost", caption=since)
+    for col, j in (("node", "left"), ("pool", "left"), ("GPUs running", "right"), ("price / GPU-hour", "right"),
+                   ("burn / hour", "right"), ("GPU-seconds", "right"), ("cost", "right")):
+        t.add_column(col, justify=j)
+    for r in st.outside_cost:
+        t.add_row(r.node, r.pool, str(r.gpus_running), _money(r.price_per_gpu_hour, r.currency),
+                  _money(r.burn_per_hour, r.currency), "-" if r.gpu_seconds is None else f"{r.gpu_seconds:,.0f}",
+                  _money(r.cost, r.currency))
+    if not st.outside_cost:
+        t.add_row("(none)", "", "", "", "", "", "")
+    return t
+
+
+def _money(amount: float | None, currency: str) -> str:
+    """``1,234.56 USD``, or ``-`` for no figure."""
+    return "-" if amount is None else f"{amount:,.2f} {currency}"
 
 
 def _breaker_tables(st: FleetStatus) -> list[Table]:

@@ -40,7 +40,7 @@ from gpufleet.kube.retry import update_with_retry
 from gpufleet.kube.times import now_rfc3339
 
 from .provider import PRODUCT_LABEL, Capacity
-from gpufleet.names import VIRTUAL_NODE_TAINT
+from gpufleet.names import PRICE_ANNOTATION, VIRTUAL_NODE_TAINT
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": labels(pool, provider, capacity.gpu_product, name),
-                     "annotations": {"gpufleet.io/price-per-gpu-hour": f"{capacity.price_per_gpu_hour:g}"}},
+                     "annotations": {PRICE_ANNOTATION: f"{capacity.price_per_gpu_hour:g}"}},
         "spec": {"taints": [provider_taint(provider),
                             *(dict(t) for t in register_taints if t.get("key") != PROVIDER_TAINT)]},
         "status": node_status(capacity, internal_ip),

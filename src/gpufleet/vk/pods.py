@@ -61,6 +61,10 @@ Services selecting the pod are queued for publishing at the address the
 provider reports; a deleted pod is published as terminating, not ready,
 *before* its remote pod is stopped (rule 1), so requests leave it first.
 
+Cost (:mod:`gpufleet.vk.ledger`): a pod's GPUs count outside, at its
+pool's price, from the first mirror of its remote pod Running until the
+remote pod is terminal or gone (or the loop stops).
+
 Restarts: nothing is kept on disk. Remote pods carry the source pod UID;
 on start the loop lists every provider's pods, adopts those whose source
 pod exists (no duplicate create), fails those that were started and are
@@ -90,6 +94,7 @@ from gpufleet.kube.workqueue import BACKOFF, RateLimitingQueue, Requeue
 from . import metrics
 from .endpoints import EndpointPublisher
 from .health import HealthSettings
+from .ledger import Ledger
 from .provider import (
     PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
@@ -185,6 +190,8 @@ class PodController:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.running_since: dict[str, float] = {}
+        #: GPU-seconds and cost outside, by pool (:mod:`gpufleet.vk.ledger`): opened when a remote pod is seen Running.
+        self.ledger = Ledger((p.name for p in providers.values()), clock=clock)
         self.endpoints = EndpointPublisher(kube, node_name, self.pods, self.address, health=endpoint_health,
                                            dial_of=self.dial) if publish_endpoints else None
         self.reflector = Reflector(kube, node_name, providers, on_pod=self.queue.add)
@@ -220,6 +227,7 @@ class PodController:
     def stop(self) -> None:
         """Stop watching and working (remote pods are left as they are, to be adopted on restart)."""
         self._stop.set()
+        self.ledger.close()
         self.pods.stop()
         self.reflector.stop()
         self.queue.shutdown()
@@ -331,6 +339,7 @@ class PodController:
         return prov, remote
 
     def _forget(self, uid: str) -> None:
+        self.ledger.stopped(uid)
         self.reflector.release(uid)
         with self._lock:
             self.placement.pop(uid, None)
@@ -445,6 +454,7 @@ class PodController:
                 except ProviderError as exc:
                     log.info("%s: %s: label update not applied: %s", self.node, key, exc)
         rstatus = remote.get("status") or {}
+        self.ledger.observe(uid, prov, pod, rstatus.get("phase"))
         if rstatus.get("phase") == "Failed" and status.get("phase") != "Failed":
             self._event(pod, "ProviderFailed", f"the remote pod on {prov.name} failed: {rstatus.get('reason', '')} "
                                                f"{rstatus.get('message', '')}".strip())

@@ -90,6 +90,8 @@ def test_tensor_activity_and_gpu_utilisation_side_by_side(dashboards):
                 "kueue_admitted_active_workloads",
                 "kueue_cluster_queue_resource_usage",
                 "kueue_cluster_queue_nominal_quota",
+                "gpufleet_flip_external_gpu_cost_total",
+                "gpufleet_flip_external_gpu_seconds_total",
             ],
         ),
     ],
@@ -129,6 +131,21 @@ def _goodput_metric_names() -> set[str]:
             if line and not line.startswith("#")}
 
 
+def _ledger_metric_names() -> set[str]:
+    """Names the virtual kubelets' offload cost ledger exports (:mod:`gpufleet.vk.ledger`), from its collector."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from gpufleet.vk.ledger import Ledger, LedgerCollector
+
+    registry = CollectorRegistry()
+    collector = LedgerCollector()
+    registry.register(collector)
+    ledger = Ledger(["pool"], register=False)
+    collector.add(ledger)
+    return {re.split(r"[{ ]", line, 1)[0] for line in generate_latest(registry).decode().splitlines()
+            if line and not line.startswith("#")}
+
+
 def _node_health_metric_names() -> set[str]:
     """Names node health exports (``gpufleet node-health``), from its metrics."""
     from prometheus_client import CollectorRegistry
@@ -148,7 +165,8 @@ COLLECTOR_STATUS = {"gpufleet_exporter_collector_success", "gpufleet_exporter_co
 
 def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
     """Every gpufleet_* name in alerts and panels exists in some fixture exposition (typos break alerts silently)."""
-    exported = _exported_metric_names() | _goodput_metric_names() | _node_health_metric_names() | COLLECTOR_STATUS
+    exported = (_exported_metric_names() | _goodput_metric_names() | _node_health_metric_names() | COLLECTOR_STATUS
+                | _ledger_metric_names())
     texts = [e for board in dashboards.values() for e in exprs(board)]
     texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
     # a name ending in "_" is a prefix inside a regex matcher ({__name__=~"gpufleet_gpu_.+"})
@@ -162,7 +180,8 @@ def test_every_query_parses_in_real_prometheus(dashboards, tmp_path):
     with running_prometheus([], workdir=tmp_path / "prometheus") as prom:
         for name, board in dashboards.items():
             for expr in exprs(board):
-                concrete = expr.replace("$__rate_interval", "1m").replace("$node", ".*").replace("$cluster_queue", ".*")
+                concrete = (expr.replace("$__rate_interval", "1m").replace("$__range", "1h").replace("$node", ".*")
+                            .replace("$cluster_queue", ".*"))
                 prom.query(concrete)  # raises PrometheusError with the parse error
 
 

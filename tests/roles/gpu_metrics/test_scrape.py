@@ -25,6 +25,21 @@ def test_node_health_is_scraped_keeping_its_own_node_label():
         "node_health_enabled": False}))}
 
 
+def test_the_virtual_kubelets_are_scraped_for_the_offload_cost_ledger():
+    from roles.virtual_kubelet.manifests import objects
+
+    inv = load("local")
+    job = {j["job_name"]: j for j in scrape_configs(inv)}["gpufleet-virtual-kubelet"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {"names": ["gpufleet-system"]}}]
+    (keep, port) = job["relabel_configs"]
+    names = {d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+             for d in objects(inv) if d["kind"] == "Deployment"}
+    assert names == set(keep["regex"].split("|")) == {"vk-other", "vk-rental"}
+    assert port == {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"}
+    assert "gpufleet-virtual-kubelet" not in {j["job_name"] for j in scrape_configs(load("local", overrides={
+        "virtual_kubelet_enabled": False}))}
+
+
 def test_the_stale_bound_reaches_the_rule_file():
     exprs = {r["alert"]: r["expr"] for g in rule_file(load("local", overrides={
         "gpu_metrics_telemetry_stale_seconds": 90}))["groups"] for r in g["rules"]}

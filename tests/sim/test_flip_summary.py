@@ -1,0 +1,63 @@
+"""``sim.flip``'s summary: GPU-seconds outside during the flip and their cost at each pool's price."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpufleet.sim.flip import SUMMARY_KEYS, Sample, _write_results, summarize
+
+
+def sample(t: float, *, outside: dict[str, int], ready_in: int = 0, ready_out: dict[str, int] | None = None,
+           started: int = 1, finished: int = 0) -> Sample:
+    return Sample(t=t, training_gpus=8, training_pods_running=started - finished, training_pods_started=started,
+                  training_pods_finished=finished, inference_ready=ready_in + sum((ready_out or {}).values()),
+                  inference_ready_in_cluster=ready_in, inference_ready_outside=ready_out or dict.fromkeys(outside, 0),
+                  inference_gpus_in_cluster=0, inference_gpus_outside=outside, tainted={}, reserved_nodes=0,
+                  pending_pods=0, free_gpus=None)
+
+
+def timeline() -> list[Sample]:
+    """Submitted at 0; 4 GPUs on vk-rental from 0 to 10 s and 2 on vk-other from 5 to 15 s; back in-cluster at 15 s;
+    a straggler 1 GPU outside at 15 s to 20 s (after the flip: not counted)."""
+    return [
+        sample(0, outside={"vk-rental": 4, "vk-other": 0}),
+        sample(5, outside={"vk-rental": 4, "vk-other": 2}),
+        sample(10, outside={"vk-rental": 0, "vk-other": 2}, finished=1),
+        sample(15, outside={"vk-rental": 0, "vk-other": 0}, ready_in=2, finished=1),
+        sample(20, outside={"vk-rental": 1, "vk-other": 0}, ready_in=2, finished=1),
+    ]
+
+
+def test_the_cost_is_each_pools_gpu_seconds_over_3600_times_its_price():
+    summary, phases = summarize(timeline(), submitted=0, replicas=2, pdb_min_available=1, training_pods=1,
+                                prices={"rental": 3.6, "other": 7.2})
+    assert phases["back_in_cluster"] == 15
+    assert summary["external_gpu_seconds_during_flip"] == 60.0  # 4 x 10 + 2 x 10
+    assert summary["external_gpu_cost_during_flip_by_pool"] == {"other": pytest.approx(20 / 3600 * 7.2),
+                                                                "rental": pytest.approx(40 / 3600 * 3.6)}
+    assert summary["external_gpu_cost_during_flip"] == pytest.approx(0.08)
+
+
+def test_an_unpriced_virtual_node_is_left_out_of_the_cost_with_a_warning(caplog):
+    summary, _ = summarize(timeline(), submitted=0, replicas=2, pdb_min_available=1, training_pods=1,
+                           prices={"rental": 3.6})
+    assert summary["external_gpu_cost_during_flip_by_pool"] == {"rental": pytest.approx(0.04)}
+    assert "vk-other" in caplog.text
+
+
+def test_summary_json_has_the_cost_keys(tmp_path):
+    class Pool:
+        def __init__(self, name, price):
+            self.name, self.price_per_gpu_hour = name, price
+
+    class Opts:
+        duration, rate = 30.0, 0
+
+    summary, _ = _write_results(tmp_path, Opts(), timeline(), [], 0.0, nodes=1, gpus_per_node=8, replicas=2, pdb=1,
+                                pools=[Pool("rental", 3.6), Pool("other", 7.2)])
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert list(written) == list(SUMMARY_KEYS) == list(summary)
+    assert written["external_gpu_cost_during_flip"] == pytest.approx(0.08)
+    assert set(written["external_gpu_cost_during_flip_by_pool"]) == {"rental", "other"}
