@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from gpufleet.kube.quantity import number, whole_gpus
+from gpufleet.fleet.capacity import pod_resource_requests
 from gpufleet.names import (  # noqa: F401 (SOURCE_*: re-exported for the providers)
     GPU_PRODUCT_LABEL, GPU_RESOURCE, REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID,
 )
@@ -272,41 +272,18 @@ def supports_notify(provider: Any) -> bool:
 
 
 def pod_requests(pod: Pod) -> dict[str, float]:
-    """Effective resource requests of a pod: max(sum of containers, largest init container), plus overhead.
+    """What a pod requests, as floats for the providers' sums of free and used capacity.
 
-    Shape: ``{"nvidia.com/gpu": 1.0, "cpu": 4.0, "memory": 34359738368.0}``;
-    a container with limits but no requests of an extended resource (GPUs)
-    counts its limit, as the API server defaults requests to limits.
-    """
-    spec = pod.get("spec") or {}
-
-    def of(container: dict) -> dict[str, float]:
-        res = container.get("resources") or {}
-        req = dict(res.get("requests") or {})
-        for k, v in (res.get("limits") or {}).items():
-            req.setdefault(k, v)
-        return {k: number(v) for k, v in req.items()}
-
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or []:
-        for k, v in of(c).items():
-            total[k] = total.get(k, 0.0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in of(c).items():
-            total[k] = max(total.get(k, 0.0), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0.0) + number(v)
-    return total
-
-
-def pod_gpus(pod: Pod) -> int:
-    """GPUs (``nvidia.com/gpu``) the pod requests.
+    The rule is :func:`gpufleet.fleet.capacity.pod_resource_requests`'s
+    (kube-scheduler's: containers and sidecars summed, the larger init step,
+    ``spec.overhead`` added, requests defaulting to limits). Shape:
+    ``{"nvidia.com/gpu": 1.0, "cpu": 4.0, "memory": 34359738368.0}``.
 
     Raises:
-        gpufleet.kube.quantity.GpuCountError: a fractional count (naming the pod), never truncated.
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count, naming the pod and value.
+        ValueError: a value that is not a quantity, naming the pod.
     """
-    meta = pod.get("metadata") or {}
-    return whole_gpus(pod_requests(pod).get(GPU, 0), f"pod {meta.get('namespace')}/{meta.get('name')}")
+    return {k: float(v) for k, v in pod_resource_requests(pod).items()}
 
 
 # ------------------------------------------------------------------------------- choice
