@@ -23,6 +23,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.kube import KubeError
 from gpufleet.kube.events import events_for
 from gpufleet.kube.retry import update_with_retry
+from gpufleet.kube.times import now_rfc3339
 from gpufleet.ops.kube import get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
@@ -224,7 +225,7 @@ def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster
     api = local_cluster.kube
     names, sims, prom = fleet
     n = names[5]
-    now = nodeutil.now_rfc3339()
+    now = now_rfc3339()
     history = [{"time": now, "fault": "xid", "action": "swap"}, {"time": now, "fault": "gpu_temp", "action": "swap"}]
     api.patch("v1", "nodes", n, {"metadata": {"annotations": {ANN_HEALTH_HISTORY: json.dumps(history)}}})
     rem = remediator(api, prom)
