@@ -241,24 +241,9 @@ class PodController:
         it; done: its failures forgotten), and mark it done. Never raises."""
         started = time.perf_counter()
         try:
-            outcome = self.reconcile(key)
-            if outcome is BACKOFF:
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if outcome is not None:
-                    self.queue.add_after(key, outcome)
-        except Conflict:  # written from a stale cache: the watch brings the newer object
-            log.debug("%s: %s: conflict; retrying", self.node, key)
-            self.queue.add_rate_limited(key)
-        except (KubeError, ProviderError) as exc:
-            log.warning("%s: %s: %s; retrying", self.node, key, exc)
-            self.queue.add_rate_limited(key)
-        except Exception:  # never let one pod kill the loop
-            log.exception("%s: reconciling %s failed", self.node, key)
-            self.queue.add_rate_limited(key)
+            self.queue.process(key, self.reconcile, what=f"{self.node}: {key}", retry_on=(KubeError, ProviderError),
+                               quiet=(Conflict,), logger=log)
         finally:
-            self.queue.done(key)
             metrics.RECONCILE_SECONDS.labels(self.node).observe(time.perf_counter() - started)
 
     def _resync_loop(self) -> None:
