@@ -48,11 +48,9 @@ from typing import Any
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, PodClass, classify
 from gpufleet.fleet.nodes import Node
-from gpufleet.names import GPU_RESOURCE, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL
+from gpufleet.names import GPU_RESOURCE, KUEUE_MANAGED_LABEL, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL
 from gpufleet.kube.quantity import parse_quantity, whole_gpus
 
-#: Label Kueue's pod integration puts on the plain pods it manages.
-KUEUE_MANAGED_LABEL = ("kueue.x-k8s.io/managed", "true")
 
 
 @dataclass

@@ -51,7 +51,7 @@ from gpufleet.fleet.classify import classify as classify_node
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.ops.kube import list_nodes
-from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
+from gpufleet.names import (JOB_LABEL, POOL_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
                             KUEUE_WORKLOAD_ANNOTATION, WORKLOAD_INFERENCE, WORKLOAD_LABEL)
 
 Obj = dict[str, Any]
@@ -230,7 +230,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             st.other += g
     for n in sorted(virtual):
         obj = by_name[n]
-        st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
+        st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get(POOL_LABEL, "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
     capacity = capacity_of(inv, nodes, pods)
     st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())

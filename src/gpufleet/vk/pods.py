@@ -86,12 +86,13 @@ from gpufleet.kube.events import record_event
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.times import now_rfc3339
 from gpufleet.kube.workqueue import BACKOFF, RateLimitingQueue, Requeue
+from gpufleet.names import GPU_PRODUCT_LABEL
 
 from . import metrics
 from .endpoints import EndpointPublisher
 from .health import HealthSettings
 from .provider import (
-    PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
+    SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
 from .reflect import MissingObjects, Reflector, live_references
 from .translate import Refused, mirror_status
@@ -511,10 +512,10 @@ class PodController:
     def _only_provider(self, pod: Pod) -> str:
         """The single provider's name; raises NoProvider if the pod asks for another GPU model."""
         ((name, prov),) = self.providers.items()
-        wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+        wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
         have = prov.capacity().gpu_product
         if wanted and wanted != have:
-            raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+            raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {GPU_PRODUCT_LABEL}); available: {have}",
                              retryable=False)
         return name
 

@@ -52,8 +52,6 @@ from gpufleet.names import (  # noqa: F401 (SOURCE_*: re-exported for the provid
     GPU_PRODUCT_LABEL, GPU_RESOURCE, REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID,
 )
 
-GPU = GPU_RESOURCE
-PRODUCT_LABEL = GPU_PRODUCT_LABEL
 #: Labels a provider adds to remote pods (not the source pod's: label sync leaves them out).
 TAG_LABELS = (REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL)
 
@@ -98,7 +96,8 @@ class Capacity:
 
     def resources(self) -> dict[str, str]:
         """As Node ``status.capacity``: ``{"nvidia.com/gpu": "64", "cpu": "2048", "memory": "...", "pods": "1000"}``."""
-        return {GPU: str(self.gpus), "cpu": str(self.cpu), "memory": str(self.memory_bytes), "pods": str(self.pods)}
+        return {GPU_RESOURCE: str(self.gpus), "cpu": str(self.cpu), "memory": str(self.memory_bytes),
+                "pods": str(self.pods)}
 
 
 @dataclass
@@ -321,16 +320,18 @@ def choose(pod: Pod, offers: Iterable[Offer]) -> str:
             cannot run here), or none has room right now (retryable).
     """
     offers = list(offers)
-    wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
     models = [o for o in offers if not wanted or o.gpu_product == wanted]
     if not models:
         have = ", ".join(sorted({o.gpu_product for o in offers})) or "none"
-        raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+        raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {GPU_PRODUCT_LABEL}); available: {have}",
                          retryable=False)
     req = pod_requests(pod)
-    fits = [o for o in models if all(o.free.get(k, 0.0) >= v for k, v in req.items() if k in (GPU, "cpu", "memory", "pods"))]
+    fits = [o for o in models
+            if all(o.free.get(k, 0.0) >= v for k, v in req.items() if k in (GPU_RESOURCE, "cpu", "memory", "pods"))]
     if not fits:
-        short = "; ".join(f"{o.name}: {GPU} free {o.free.get(GPU, 0):g} of {req.get(GPU, 0):g} asked" for o in models)
+        short = "; ".join(f"{o.name}: {GPU_RESOURCE} free {o.free.get(GPU_RESOURCE, 0):g} of "
+                          f"{req.get(GPU_RESOURCE, 0):g} asked" for o in models)
         raise NoProvider(f"no provider has room for the pod now ({short})", retryable=True)
-    best = min(fits, key=lambda o: (o.price_per_gpu_hour, -o.free.get(GPU, 0.0), o.name))
+    best = min(fits, key=lambda o: (o.price_per_gpu_hour, -o.free.get(GPU_RESOURCE, 0.0), o.name))
     return best.name
