@@ -23,8 +23,6 @@ DEGRADED_TAINT = "gpufleet.io/degraded"
 FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
 #: Its effect: NoSchedule only, never NoExecute (pods outside keep serving until moved one budget at a time).
 FREE_GPUS_EFFECT = "NoSchedule"
-#: Annotation of a virtual node: its pool's price, USD per GPU-hour (written by the virtual kubelet).
-PRICE_ANNOTATION = "gpufleet.io/price-per-gpu-hour"
 #: Taint put on an in-cluster node the flip-out reserves for one pending high-priority pod
 #: (value: that pod's UID); the pod gets the matching toleration.
 RESERVED_TAINT = "gpufleet.io/reserved-for"
@@ -69,6 +67,12 @@ FOREIGN_OBJECT_REASON = "ForeignObjectInTheWay"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Label naming a virtual node's external capacity pool.
 POOL_LABEL = "gpufleet.io/pool"
+#: Label naming a virtual node's provider kind (``simulated``, ``kubernetes``).
+PROVIDER_LABEL = "gpufleet.io/provider"
+#: Annotation on a virtual node: its pool's price per GPU-hour (the provider's ``price_per_gpu_hour``).
+PRICE_ANNOTATION = "gpufleet.io/price-per-gpu-hour"
+#: Annotation on a make-before-break replacement's ReplicaSet: ``namespace/name`` of the pod it replaces.
+SURGE_OF_ANNOTATION = "gpufleet.io/surge-of"
 #: Label selecting ResourceFlavors (set on every GPU node from the inventory).
 FLAVOR_LABEL = "gpufleet.io/flavor"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -111,6 +115,18 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
+#: Label Kueue's pod integration puts on the plain pods it manages: ``kueue.x-k8s.io/managed=true``.
+KUEUE_MANAGED_LABEL = ("kueue.x-k8s.io/managed", "true")
+#: Label naming a job's WorkloadPriorityClass (Kueue's queue order).
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+
+#: The local cluster's names (gpufleet.local, gpufleet.sim): its simulated (kwok) nodes' label
+#: (``gpufleet.io/simulated=true``), the label of the cluster they belong to, the annotation of what
+#: ``local.up`` applied (the manifest's digest), and the goodput replay's node label (value: the run id).
+SIMULATED_LABEL = "gpufleet.io/simulated"
+LOCAL_CLUSTER_LABEL = "gpufleet.io/local-cluster"
+APPLIED_ANNOTATION = "gpufleet.io/applied-sha256"
+GOODPUT_REPLAY_LABEL = "gpufleet.io/goodput-replay"
 
 #: Field manager of gpufleet's writes and server-side applies (``metadata.managedFields``).
 FIELD_MANAGER = "gpufleet"
@@ -125,8 +141,6 @@ FIELD_MANAGER_SIM = "gpufleet-sim"
 BLOCK_LABEL = "gpufleet.io/block"
 RACK_LABEL = "gpufleet.io/rack"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
-#: Label on every pod of a training job (value: the job's name).
-JOB_LABEL = "gpufleet.io/job"
 
 #: Kueue Topology-Aware Scheduling: the PodSet annotations on a pod template (kueue.x-k8s.io/v1beta2).
 KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -103,3 +104,56 @@ def delete_job(kube: Kube, namespace: str, name: str) -> None:
             pass
     wait(f"pods of {name} gone", lambda: not kube.list(
         "v1", "pods", namespace, labelSelector=f"gpufleet.io/job={name}")["items"], timeout=90)
+
+
+def hostname_selector(names: list[str]) -> dict:
+    """A LabelSelector of exactly the nodes ``names`` (``kubernetes.io/hostname In names``)."""
+    return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(names)}]}
+
+
+@contextmanager
+def exporter_fleet(kube: Kube, tmp_path_factory, nodes: slice, selector: str = "gpufleet.io/simulated=true"):
+    """Simulated GPU exporters (:mod:`gpufleet.sim.fleet`) on a slice of the cluster's nodes, scraped by a real Prometheus.
+
+    Args:
+        kube: the cluster.
+        tmp_path_factory: pytest's, for each exporter's work folder.
+        nodes: which of the nodes matching ``selector``, sorted by name (``slice(8, 14)``, ``slice(-3, None)``):
+            modules running beside each other take slices no other module uses.
+        selector: the label selector of the nodes to slice.
+
+    Yields:
+        ``(names, exporters by node name, Prometheus)``, every target up. Skips the test without a Prometheus.
+    """
+    from gpufleet.ops.kube import list_nodes
+    from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+    from gpufleet.sim.fleet import scrape_config, start_node
+
+    names = sorted(n["metadata"]["name"] for n in list_nodes(kube, selector))[nodes]
+    sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
+    try:
+        with running_prometheus([scrape_config(list(sims.values()))]) as prom:
+            prom.wait_for_targets_up(len(sims))
+            yield names, sims, prom
+    except PrometheusNotFound as exc:
+        pytest.skip(str(exc))
+    finally:
+        for s in sims.values():
+            s.stop()
+
+
+def return_to_service(kube: Kube, names: list[str]) -> None:
+    """Nodes ``names`` back in service without node health's marks: swap and degraded taints, the cordon, the
+    lemon and replacement labels and every ``gpufleet.io/`` annotation removed (the tests' own nodes only)."""
+    from gpufleet.kube.retry import update_with_retry
+    from gpufleet.names import DEGRADED_TAINT, LEMON_LABEL, REPLACEMENT_LABEL, SWAP_TAINT
+
+    def change(obj):
+        meta = obj["metadata"]
+        return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
+                                    if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None, "unschedulable": None},
+                "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, REPLACEMENT_LABEL)},
+                             "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
+
+    for name in names:
+        update_with_retry(kube, f"/api/v1/nodes/{name}", change)

@@ -36,6 +36,7 @@ import pytest
 from gpufleet.inventory import NodeSpec
 from gpufleet.kube import Kube, NotFound
 from gpufleet.local import kwok
+from gpufleet.names import SIMULATED_LABEL
 from gpufleet.build import pulumi as tools
 from gpufleet.stack import engine
 from gpufleet.stack.render import render
@@ -117,7 +118,7 @@ def system_node(local_cluster) -> Iterator[str | None]:
     spec = NodeSpec(name=SYSTEM_NODE, labels={"node-role.kubernetes.io/system": ""}, taints=[],
                     capacity={"cpu": "32", "memory": "128Gi", "pods": "110"})
     node = kwok.node_manifest(spec, local_cluster.name)
-    del node["metadata"]["labels"][kwok.SIMULATED_LABEL]  # local.up keeps only inventory nodes with that label
+    del node["metadata"]["labels"][SIMULATED_LABEL]  # local.up keeps only inventory nodes with that label
     kube.create("v1", "nodes", node)
     try:
         deadline = time.monotonic() + 60

@@ -19,14 +19,12 @@ from gpufleet.flip.flipout import set_taint
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.sim.flip import gated_policy, use_descheduler_policy
-from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.providers.simulated import SimulatedProvider
 from roles.registry import load
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
+from .vk_helpers import close_virtual_kubelet, deployment, namespace, pods, ready, simulated_provider, start_virtual_kubelet
 
 pytestmark = pytest.mark.cluster
 
@@ -45,8 +43,7 @@ def gated(local_cluster):
 @pytest.mark.flaky(reruns=2)  # timing on a shared 2-core machine; a rerun starts from a settled cluster
 def test_descheduler_moves_released_pods_back_without_breaking_the_pdb(gated):
     kube = Kube.from_kubeconfig(gated.kubeconfig)
-    sim = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE).start()
-    vk = VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: sim}, resync_seconds=2.0).start()
+    vk = start_virtual_kubelet(kube, POOL, simulated_provider(POOL, NODE))
     ns = namespace(kube, "fbt")
     caches = ApiServerSignal(kube).start()
     stop = threading.Event()
@@ -114,10 +111,5 @@ def test_descheduler_moves_released_pods_back_without_breaking_the_pdb(gated):
             kube.patch("v1", "nodes", n, {"spec": {"unschedulable": None}})
         stop.set()
         caches.stop()
-        vk.close()
-        delete_namespace(kube, ns)
-        try:
-            kube.delete("v1", "nodes", NODE)
-        except NotFound:
-            pass
+        close_virtual_kubelet(kube, vk, ns, NODE)
         kube.close()

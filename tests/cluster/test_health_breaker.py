@@ -24,13 +24,12 @@ from gpufleet.health.faults import Rules
 from gpufleet.health.remediate import Remediator, Settings
 from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
-from gpufleet.kube.retry import update_with_retry
-from gpufleet.names import BREAKER_CONFIGMAP, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
+from gpufleet.names import BREAKER_CONFIGMAP, DEGRADED_TAINT
 from gpufleet.ops import swap as swapper
 from gpufleet.ops.kube import get_node, list_nodes
 from gpufleet.prom.client import PromClient
-from gpufleet.prom.server import PrometheusNotFound, running_prometheus
-from gpufleet.sim.fleet import scrape_config, start_node
+
+from .helpers import exporter_fleet, hostname_selector, return_to_service
 
 pytestmark = pytest.mark.cluster
 
@@ -38,38 +37,16 @@ NS = "gpufleet-system"
 RULES = Rules(hot_samples=3, gpu_temp_celsius=78, scrape_interval_seconds=1)
 
 
-def scoped(names: list[str]) -> dict:
-    """A LabelSelector of exactly ``names`` (the nodes given exporters here)."""
-    return {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": list(names)}]}
-
-
 @pytest.fixture(scope="module")
 def fleet(local_cluster, tmp_path_factory):
     """``(names, simulated exporters by name, Prometheus)`` for three simulated nodes no other module uses."""
-    api = local_cluster.kube
-    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[-3:]
-    sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
-    try:
-        with running_prometheus([scrape_config(list(sims.values()))]) as prom:
-            prom.wait_for_targets_up(len(sims))
-            yield names, sims, prom
-    except PrometheusNotFound as exc:
-        pytest.skip(str(exc))
-    finally:
-        for s in sims.values():
-            s.stop()
+    with exporter_fleet(local_cluster.kube, tmp_path_factory, slice(-3, None)) as f:
+        yield f
 
 
 def restore(api, names: list[str]) -> None:
     """Every node back in service without gpufleet's marks; the breaker's ConfigMap gone (ours)."""
-    for name in names:
-        def change(obj):
-            meta = obj["metadata"]
-            return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
-                                        if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None, "unschedulable": None},
-                    "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, swapper.REPLACEMENT_LABEL)},
-                                 "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
-        update_with_retry(api, f"/api/v1/nodes/{name}", change)
+    return_to_service(api, names)
     try:
         api.delete("v1", "configmaps", BREAKER_CONFIGMAP, NS)
     except NotFound:
@@ -118,7 +95,7 @@ def test_a_node_whose_gpu_telemetry_stops_leaves_trainings_quota(local_cluster, 
     api = local_cluster.kube
     names, sims, prom = fleet
     blind = names[0]
-    rem = Remediator(api, PromClient(prom.url), Settings(rules=RULES, namespace=NS, telemetry_node_selector=scoped(names)))
+    rem = Remediator(api, PromClient(prom.url), Settings(rules=RULES, namespace=NS, telemetry_node_selector=hostname_selector(names)))
     try:
         report = rem.step()
         assert not report.errors and not set(report.faults) & set(names), report.faults
@@ -149,7 +126,7 @@ def test_breaker_holds_past_the_share_resumes_when_it_falls_and_when_a_person_sa
     share = breaker.fleet_share({nodeutil.name(n): n for n in list_nodes(api)})
     limit = (len(share.out) + 1) / share.total  # room for exactly one more node out of service
     rem = Remediator(api, PromClient(prom.url), Settings(rules=RULES, namespace=NS, max_nodes_out=4,
-                                                         max_unhealthy_share=limit, telemetry_node_selector=scoped(live)))
+                                                         max_unhealthy_share=limit, telemetry_node_selector=hostname_selector(live)))
     kubeconfig = str(local_cluster.kubeconfig)
     console = Console(width=220, record=True)
     try:

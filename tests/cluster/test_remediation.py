@@ -18,17 +18,15 @@ import pytest
 from gpufleet.health.faults import Rules
 from gpufleet.prom.client import PromClient
 from gpufleet.health.remediate import Remediator, Settings
-from gpufleet.sim.fleet import scrape_config, start_node
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.kube import KubeError
 from gpufleet.kube.events import events_for
-from gpufleet.kube.retry import update_with_retry
+from gpufleet.kube.times import now_rfc3339
 from gpufleet.ops.kube import get_node, list_nodes
 from gpufleet.ops import swap as swapper
-from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, LEMON_LABEL, SWAP_TAINT
-from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
 
-from .helpers import wait
+from .helpers import exporter_fleet, hostname_selector, return_to_service, wait
 
 pytestmark = pytest.mark.cluster
 
@@ -42,20 +40,10 @@ BASE = Settings(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory
 @pytest.fixture(scope="module")
 def fleet(local_cluster, tmp_path_factory):
     """``(names, simulated nodes by name, Prometheus)`` for six cluster nodes."""
-    api = local_cluster.kube
-    names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))[8:14]
-    # only these nodes have exporters: node health judges only their GPU telemetry
-    SCOPE["selector"] = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": names}]}
-    sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}
-    try:
-        with running_prometheus([scrape_config(list(sims.values()))]) as prom:
-            prom.wait_for_targets_up(len(sims))
-            yield names, sims, prom
-    except PrometheusNotFound as exc:
-        pytest.skip(str(exc))
-    finally:
-        for s in sims.values():
-            s.stop()
+    with exporter_fleet(local_cluster.kube, tmp_path_factory, slice(8, 14)) as (names, sims, prom):
+        # only these nodes have exporters: node health judges only their GPU telemetry
+        SCOPE["selector"] = hostname_selector(names)
+        yield names, sims, prom
 
 
 @pytest.fixture
@@ -70,14 +58,8 @@ def clean(local_cluster, fleet):
         for g in range(8):
             s.set_temperature(g, 41)
             s.set_temperature(g, 47, memory=True)
+    return_to_service(api, names)
     for name in names:
-        def change(obj):
-            meta = obj["metadata"]
-            return {"spec": {"taints": [t for t in obj["spec"].get("taints") or []
-                                        if t["key"] not in (SWAP_TAINT, DEGRADED_TAINT)] or None, "unschedulable": None},
-                    "metadata": {"labels": {k: None for k in meta.get("labels", {}) if k in (LEMON_LABEL, swapper.REPLACEMENT_LABEL)},
-                                 "annotations": {k: None for k in meta.get("annotations", {}) if k.startswith("gpufleet.io/")}}}
-        update_with_retry(api, f"/api/v1/nodes/{name}", change)
         try:
             api.delete("v1", "configmaps", swapper.request_name(name), NS)
         except KubeError:
@@ -224,7 +206,7 @@ def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster
     api = local_cluster.kube
     names, sims, prom = fleet
     n = names[5]
-    now = nodeutil.now_rfc3339()
+    now = now_rfc3339()
     history = [{"time": now, "fault": "xid", "action": "swap"}, {"time": now, "fault": "gpu_temp", "action": "swap"}]
     api.patch("v1", "nodes", n, {"metadata": {"annotations": {ANN_HEALTH_HISTORY: json.dumps(history)}}})
     rem = remediator(api, prom)

@@ -24,14 +24,14 @@ from gpufleet.kube.events import events_for
 from gpufleet.local import cluster as local
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from gpufleet.vk.health import HealthSettings
-from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
 from roles.inference.manifests import objects as inference_objects
 from roles.registry import load, node_specs
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready
+from .vk_helpers import (H100, close_virtual_kubelet, delete_namespace, deployment, keep, namespace, pods, ready,
+                         simulated_provider, start_virtual_kubelet)
 
 pytestmark = pytest.mark.cluster
 
@@ -104,7 +104,7 @@ class Cordoned:
 
 
 def simulated(pool: str, node: str, other_cluster) -> SimulatedProvider:
-    return SimulatedProvider(pool, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=node).start()
+    return simulated_provider(pool, node)
 
 
 def kubernetes_pod_ip(pool: str, node: str, other_cluster) -> KubernetesProvider:
@@ -118,8 +118,7 @@ def test_inference_flipped_outside_is_published_at_its_reachable_address(kube, l
     node = f"vk-{pool}"
     remote_side = request.getfixturevalue("other") if make_provider is kubernetes_pod_ip else None
     prov = make_provider(pool, node, remote_side)
-    vk = VirtualKubelet(Kube(kube.config), pool, "simulated" if make_provider is simulated else "kubernetes",
-                        {pool: prov}, resync_seconds=2.0).start()
+    vk = start_virtual_kubelet(kube, pool, prov, "simulated" if make_provider is simulated else "kubernetes")
     ns = namespace(kube, "ept")
     dep, svc = inference_in(ns, replicas=2)
     name = svc["metadata"]["name"]
@@ -196,12 +195,7 @@ def test_inference_flipped_outside_is_published_at_its_reachable_address(kube, l
             wait("the stale pod IP cleared", lambda: "podIP" not in kube.get("v1", "pods", survivor, ns)["status"],
                  timeout=30)
     finally:
-        vk.close()
-        delete_namespace(kube, ns)
-        try:
-            kube.delete("v1", "nodes", node)
-        except NotFound:
-            pass
+        close_virtual_kubelet(kube, vk, ns, node)
         if remote_side is not None:
             with Kube.from_kubeconfig(remote_side.kubeconfig) as r:
                 delete_namespace(r, ns)
@@ -214,7 +208,7 @@ def test_a_remote_load_balancer_per_workload_is_one_endpoint(kube, other):
     remote = Kube.from_kubeconfig(other.kubeconfig)
     prov = KubernetesProvider(pool, Kube.from_kubeconfig(other.kubeconfig), node_name=node, gpus=8, gpu_product=H100,
                               price_per_gpu_hour=2.1, address_mode="load_balancer").start()
-    vk = VirtualKubelet(Kube(kube.config), pool, "kubernetes", {pool: prov}, resync_seconds=2.0).start()
+    vk = start_virtual_kubelet(kube, pool, prov, "kubernetes")
     ns = namespace(kube, "eplb")
     dep = deployment("chat", ns, 2, node_selector={"gpufleet.io/pool": pool})
     dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
@@ -241,14 +235,9 @@ def test_a_remote_load_balancer_per_workload_is_one_endpoint(kube, other):
         wait("the remote Service deleted with the last pod",
              lambda: remote.get_or_none("v1", "services", "gf-chat", ns) is None, timeout=60)
     finally:
-        vk.close()
-        delete_namespace(kube, ns)
+        close_virtual_kubelet(kube, vk, ns, node)
         delete_namespace(remote, ns)
         remote.close()
-        try:
-            kube.delete("v1", "nodes", node)
-        except NotFound:
-            pass
 
 
 def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_runs(kube):
@@ -256,10 +245,9 @@ def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_r
     kubelet's own TCP check takes it out of the Service within a few seconds, records it on the pod, and puts it
     back once it answers again."""
     pool, node = "ept-health", "vk-ept-health"
-    prov = SimulatedProvider(pool, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=node).start()
+    prov = simulated_provider(pool, node)
     settings = HealthSettings(interval_seconds=1.0, timeout_seconds=0.5, unhealthy_threshold=2)
-    vk = VirtualKubelet(Kube(kube.config), pool, "simulated", {pool: prov}, resync_seconds=2.0,
-                        endpoint_health=settings).start()
+    vk = start_virtual_kubelet(kube, pool, prov, endpoint_health=settings)
     ns = namespace(kube, "eph")
     dep = deployment("chat", ns, 2, node_selector={"gpufleet.io/pool": pool})
     dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
@@ -298,9 +286,4 @@ def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_r
                                                if e["reason"].startswith("Endpoint")]
              == ["EndpointUnreachable", "EndpointReachable"], timeout=10)
     finally:
-        vk.close()
-        delete_namespace(kube, ns)
-        try:
-            kube.delete("v1", "nodes", node)
-        except NotFound:
-            pass
+        close_virtual_kubelet(kube, vk, ns, node)

@@ -18,15 +18,14 @@ import time
 import pytest
 
 from gpufleet.flip.signal import node_view
-from gpufleet.kube import Kube, NotFound, api_path
+from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from gpufleet.vk.main import VirtualKubelet
 from gpufleet.vk.orphans import EVENT_REASON, OrphanedEndpoints
-from gpufleet.vk.providers.simulated import SimulatedProvider
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, namespace, ready
+from .vk_helpers import close_virtual_kubelet, namespace, ready, simulated_provider, start_virtual_kubelet
 
 pytestmark = pytest.mark.cluster
 
@@ -58,11 +57,10 @@ def pod() -> dict:
 
 def test_a_stopped_virtual_kubelets_endpoints_go_not_ready_within_its_lease_and_leave_with_its_node(local_cluster):
     kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
-    prov = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE).start()
+    prov = simulated_provider(POOL, NODE)
 
     def virtual_kubelet() -> VirtualKubelet:
-        return VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0,
-                              lease_seconds=LEASE_SECONDS).start()
+        return start_virtual_kubelet(kube, POOL, prov, lease_seconds=LEASE_SECONDS)
 
     vk = virtual_kubelet()
     nodes = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes").start()
@@ -112,12 +110,7 @@ def test_a_stopped_virtual_kubelets_endpoints_go_not_ready_within_its_lease_and_
         assert kube.get_or_none("v1", "services", "chat", ns) is not None  # the Service itself is the user's
     finally:
         stop.set()
-        vk.close()
         orphans.stop()
         nodes.stop()
-        delete_namespace(kube, ns)
-        try:
-            kube.delete("v1", "nodes", NODE)
-        except NotFound:
-            pass
+        close_virtual_kubelet(kube, vk, ns, NODE)
         kube.close()

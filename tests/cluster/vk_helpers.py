@@ -7,8 +7,39 @@ import uuid
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound
+from gpufleet.vk.main import VirtualKubelet
+from gpufleet.vk.providers.simulated import SimulatedProvider
 
 H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def simulated_provider(pool: str, node: str) -> SimulatedProvider:
+    """A started simulated rental of 8 H100s at 2.85 per GPU-hour, serving the virtual node ``node``."""
+    return SimulatedProvider(pool, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=node).start()
+
+
+def start_virtual_kubelet(kube: Kube, pool: str, provider: Any, kind: str = "simulated", **options: Any) -> VirtualKubelet:
+    """A started virtual kubelet of ``pool`` on its own client (as its own process has), resyncing every 2 s.
+
+    Args:
+        kube: the cluster (its config is used for a new client).
+        pool: the pool (the node is ``vk-<pool>``).
+        provider: the pool's provider.
+        kind: the provider kind (``simulated``, ``kubernetes``).
+        options: more :class:`~gpufleet.vk.main.VirtualKubelet` keywords (``lease_seconds``, ``endpoint_health``).
+    """
+    options.setdefault("resync_seconds", 2.0)
+    return VirtualKubelet(Kube(kube.config), pool, kind, {pool: provider}, **options).start()
+
+
+def close_virtual_kubelet(kube: Kube, vk: VirtualKubelet, ns: str, node: str) -> None:
+    """After a test: ``vk`` closed, the test's namespace ``ns`` deleted (not waited for) and the virtual ``node`` gone."""
+    vk.close()
+    delete_namespace(kube, ns)
+    try:
+        kube.delete("v1", "nodes", node)
+    except NotFound:
+        pass
 
 
 def namespace(kube: Kube, prefix: str) -> str:

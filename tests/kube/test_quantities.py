@@ -60,14 +60,14 @@ def test_fractional_gpus_in_pod_specs_workloads_and_queue_status_are_refused() -
     from gpufleet.fleet.capacity import pod_gpus
     from gpufleet.kube.quantity import GpuCountError
     from gpufleet.quota.resync import reserved_gpus, workload_gpus
-    from gpufleet.vk.provider import pod_gpus as vk_pod_gpus
+    from gpufleet.vk.provider import pod_requests as vk_pod_requests
 
     pod = {"metadata": {"name": "p", "namespace": "team"},
            "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1500m"}}}]}}
     with pytest.raises(GpuCountError, match=r"pod team/p container trainer: nvidia.com/gpu '1500m'"):
         pod_gpus(pod)
-    with pytest.raises(GpuCountError, match=r"pod team/p: nvidia.com/gpu '1.5'"):
-        vk_pod_gpus(pod)
+    with pytest.raises(GpuCountError, match=r"pod team/p container trainer: nvidia.com/gpu '1500m'"):
+        vk_pod_requests(pod)
     wl = {"metadata": {"name": "w", "namespace": "team"},
           "spec": {"podSets": [{"name": "workers", "count": 2, "template": {"spec": pod["spec"]}}]}}
     with pytest.raises(GpuCountError, match=r"Workload team/w podSet workers container trainer: nvidia.com/gpu '1500m'"):

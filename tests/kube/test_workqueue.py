@@ -168,3 +168,50 @@ def test_token_bucket_reservations_queue_up_at_its_rate():
     assert not b.take(1.0) and b.available(3.0) == pytest.approx(1.0)
     assert [b.reserve(3.0, max_wait=2) for _ in range(4)] == [0, pytest.approx(1), pytest.approx(2), pytest.approx(2)]
     assert b.available(3.0) == pytest.approx(-2)  # the fourth booked nothing
+
+
+# ------------------------------------------------------------------ the worker step
+
+
+class Flaky(RuntimeError):
+    pass
+
+
+class Routine(Flaky):
+    pass
+
+
+@pytest.mark.parametrize("answer, level, requeues, ready_at", [
+    (None, None, 0, None),  # done: forgotten, not queued again
+    (30.0, None, 0, 130.0),  # done for now: forgotten, looked at again after 30 s
+    ("backoff", None, 2, 100.01),  # not done: at the key's pace (its second failure: 2 x 5 ms)
+    (Flaky("backend down"), "WARNING", 2, 100.01),  # expected failure: one line, no traceback
+    (Routine("stale write"), "DEBUG", 2, 100.01),  # routine failure: a debug line
+    (KeyError("bug"), "ERROR", 2, 100.01),  # anything else: a traceback, and the worker lives on
+], ids=["done", "after", "backoff", "expected", "quiet", "unexpected"])
+def test_process_requeues_as_the_reconcile_answers_and_always_marks_done(caplog, answer, level, requeues, ready_at):
+    from gpufleet.kube.ratelimit import ItemExponentialFailureRateLimiter
+    from gpufleet.kube.workqueue import BACKOFF
+
+    clock = Clock()
+    q: RateLimitingQueue[str] = RateLimitingQueue(ItemExponentialFailureRateLimiter(0.005, 10), clock)
+    q.add_rate_limited("ns/p")  # one failure before this step
+    q.add("ns/p")
+    assert q.get(timeout=0) == "ns/p"
+
+    def reconcile(key: str):
+        assert key == "ns/p"
+        if isinstance(answer, BaseException):
+            raise answer
+        return BACKOFF if answer == "backoff" else answer
+
+    caplog.set_level("DEBUG", logger="gpufleet.kube.workqueue")
+    q.process("ns/p", reconcile, what="vk-a: ns/p", retry_on=(Flaky,), quiet=(Routine,))
+    assert q.num_requeues("ns/p") == requeues
+    assert q.ready_at("ns/p") == (pytest.approx(ready_at) if ready_at else None)
+    records = [r for r in caplog.records if r.name == "gpufleet.kube.workqueue"]
+    assert [r.levelname for r in records] == ([level] if level else [])
+    assert [r.getMessage().startswith("vk-a: ns/p: ") for r in records] == [True] * len(records)
+    assert [r.exc_info is not None for r in records] == [level == "ERROR"] * len(records)
+    q.add("ns/p")  # done was called: queued again now, not held back as still being processed
+    assert q.get(timeout=0) == "ns/p"

@@ -30,6 +30,12 @@ memory come back with their GPUs. A pod's requests are
 :func:`pod_spec_request`'s, the one definition used everywhere here; a pod
 moving off a node therefore moves its own requests, never a GPU's share
 of the node.
+
+**What a pod requests** is defined here once for all of gpufleet (quota,
+status, the flip controllers, the virtual kubelet): :func:`pod_spec_request`
+(one resource), :func:`pod_spec_requests` / :func:`pod_resource_requests`
+(every resource), :func:`pod_gpus` (GPUs, whole or refused), by
+kube-scheduler's rule (``k8s.io/component-helpers/resource.PodRequests``).
 """
 
 from __future__ import annotations
@@ -42,11 +48,9 @@ from typing import Any
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, PodClass, classify
 from gpufleet.fleet.nodes import Node
-from gpufleet.names import GPU_RESOURCE, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL
+from gpufleet.names import GPU_RESOURCE, KUEUE_MANAGED_LABEL, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL
 from gpufleet.kube.quantity import parse_quantity, whole_gpus
 
-#: Label Kueue's pod integration puts on the plain pods it manages.
-KUEUE_MANAGED_LABEL = ("kueue.x-k8s.io/managed", "true")
 
 
 @dataclass
@@ -149,6 +153,47 @@ def pod_spec_request(spec: Mapping[str, Any], resource: str) -> Decimal:
     return max(main, init_peak) + (parse_quantity(overhead) if overhead is not None else Decimal(0))
 
 
+def pod_spec_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Every resource a pod spec requests, by :func:`pod_spec_request`'s rule: ``{"cpu": Decimal("4.25"), ...}``.
+
+    The resources are those any container (``requests`` or ``limits``), init
+    container or ``spec.overhead`` names; one named with 0 is kept as 0.
+
+    Raises:
+        ValueError: a value that is not a Kubernetes quantity.
+    """
+    names: dict[str, None] = {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        res = c.get("resources") or {}
+        names.update(dict.fromkeys([*(res.get("requests") or {}), *(res.get("limits") or {})]))
+    names.update(dict.fromkeys(spec.get("overhead") or {}))
+    return {r: pod_spec_request(spec, r) for r in names}
+
+
+def pod_name(pod: Mapping[str, Any]) -> str:
+    """``pod <namespace>/<name>``, as the errors here name a pod."""
+    meta = pod.get("metadata") or {}
+    return f"pod {meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+
+
+def pod_resource_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Every resource a Pod requests (:func:`pod_spec_requests`), GPUs checked whole (:func:`pod_gpus`).
+
+    Shape: ``{"nvidia.com/gpu": Decimal(8), "cpu": Decimal("4.25"), "memory": Decimal(34359738368)}``.
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count, naming the pod (and container) and value.
+        ValueError: a value that is not a quantity, naming the pod.
+    """
+    try:
+        out = pod_spec_requests(pod.get("spec") or {})
+    except ValueError as exc:
+        raise ValueError(f"{pod_name(pod)}: {exc}") from None
+    if GPU_RESOURCE in out:
+        out[GPU_RESOURCE] = Decimal(pod_gpus(pod))
+    return out
+
+
 def container_gpus(container: Mapping[str, Any], where: str) -> int:
     """GPUs one container asks for (:func:`container_request` of ``nvidia.com/gpu``).
 
@@ -172,9 +217,13 @@ def pod_spec_gpus(spec: Mapping[str, Any], where: str) -> int:
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """GPUs a Pod requests (:func:`pod_spec_gpus`); the error names ``pod <namespace>/<name>``."""
-    meta = pod.get("metadata") or {}
-    return pod_spec_gpus(pod.get("spec") or {}, f"pod {meta.get('namespace', 'default')}/{meta.get('name', '?')}")
+    """GPUs a Pod requests (:func:`pod_spec_gpus`): the one count fleet, quota, flip and the virtual kubelet use.
+
+    Raises:
+        gpufleet.kube.quantity.GpuCountError: a fractional count; the message names
+            ``pod <namespace>/<name>`` (and the container) and the value.
+    """
+    return pod_spec_gpus(pod.get("spec") or {}, pod_name(pod))
 
 
 def pod_requests(pod: Mapping[str, Any]) -> Requests:
@@ -185,11 +234,10 @@ def pod_requests(pod: Mapping[str, Any]) -> Requests:
         ValueError: a cpu or memory value that is not a quantity, naming the pod.
     """
     spec = pod.get("spec") or {}
-    meta = pod.get("metadata") or {}
     try:
         cpu, memory = pod_spec_request(spec, "cpu"), pod_spec_request(spec, "memory")
     except ValueError as exc:
-        raise ValueError(f"pod {meta.get('namespace', 'default')}/{meta.get('name', '?')}: {exc}") from None
+        raise ValueError(f"{pod_name(pod)}: {exc}") from None
     return Requests(pod_gpus(pod), cpu, int(memory.to_integral_value(rounding=ROUND_FLOOR)))
 
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from gpufleet.kube.quantity import whole_gpus
+from gpufleet.kube.times import parse_time
 from gpufleet.names import (
     ANN_HEALTH_HISTORY,
     DEGRADED_TAINT,
@@ -29,6 +30,8 @@ from gpufleet.names import (
 )
 
 Node = dict[str, Any]
+
+log = logging.getLogger(__name__)
 
 
 def name(node: Node) -> str:
@@ -177,18 +180,20 @@ def near_matches(wanted: str, names: list[str], n: int = 5) -> list[str]:
     return close[:n]
 
 
-def now_rfc3339() -> str:
-    """Now, UTC, RFC 3339 with seconds (``2026-01-02T03:04:05Z``)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def recorded_time(value: str | None, where: str) -> float | None:
+    """A time gpufleet recorded where people may edit it (an annotation, a history entry, a ConfigMap key).
 
+    :func:`gpufleet.kube.times.parse_time`'s seconds since the epoch; a value
+    it refuses is logged (naming ``where``, the value and the expected form)
+    and read as absent, so one hand-edited annotation never stops a controller.
 
-def parse_time(text: str | None) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time, None when absent or malformed."""
-    if not text:
-        return None
+    Returns:
+        seconds since the epoch, or None when absent or malformed.
+    """
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+        return parse_time(value)
+    except ValueError as exc:
+        log.warning("%s: %s; read as absent", where, exc)
         return None
 
 

@@ -24,18 +24,16 @@ Two sources:
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Iterable
 from typing import Any
 
+from gpufleet.fleet.capacity import pod_gpus
 from gpufleet.fleet.classify import INFERENCE, NodeFacts, classify, default_classes
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
-from gpufleet.kube.quantity import GpuCountError, whole_gpus
+from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
-from gpufleet.names import GPU_RESOURCE
 from gpufleet.prom.client import PromClient, PromError
-from gpufleet.vk.provider import pod_requests
 
 #: The classes the signal classifies nodes for: it counts room for inference.
 CLASSES = default_classes()
@@ -84,15 +82,14 @@ def pod_view(pod: dict) -> dict[str, Any]:
 
 
 def _pod_gpus(pod: dict) -> int:
-    """GPUs a pod requests; a fraction (the API server refuses them for extended resources) counts the
-    whole GPUs it would hold, with an error logged naming the pod: refused, never truncated."""
-    amount = pod_requests(pod).get(GPU_RESOURCE, 0)
-    meta = pod.get("metadata") or {}
+    """GPUs a pod requests (:func:`gpufleet.fleet.capacity.pod_gpus`). A fraction (the API server refuses
+    them for extended resources) is refused as :func:`node_view` refuses one: logged naming the pod and
+    value, the pod counted for no GPUs; never rounded."""
     try:
-        return whole_gpus(amount, f"pod {meta.get('namespace')}/{meta.get('name')}")
+        return pod_gpus(pod)
     except GpuCountError as exc:
-        log.error("%s; counted as %d GPUs held", exc, math.ceil(amount))
-        return math.ceil(amount)
+        log.error("%s; counted as holding no GPUs", exc)
+        return 0
 
 
 def schedulable(node: dict[str, Any]) -> bool:

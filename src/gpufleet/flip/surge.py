@@ -46,7 +46,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
-from gpufleet.names import SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT
+from gpufleet.names import (SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION, VIRTUAL_NODE_LABEL,
+                            VIRTUAL_NODE_TAINT)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction
         "metadata": {"name": surge_name(victim["name"], uid), "namespace": ns,
                      "labels": {SURGE_FOR_LABEL: uid, SURGE_DIRECTION_LABEL: direction,
                                 "app.kubernetes.io/managed-by": "gpufleet"},
-                     "annotations": {"gpufleet.io/surge-of": f"{ns}/{victim['name']}"},
+                     "annotations": {SURGE_OF_ANNOTATION: f"{ns}/{victim['name']}"},
                      "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["name"],
                                           "uid": deployment["uid"]}]},
         "spec": {"replicas": 1, "selector": {"matchLabels": {SURGE_FOR_LABEL: uid}},

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpufleet.fleet.nodes import parse_time
+from gpufleet.kube.times import parse_time
 from gpufleet.names import JOB_LABEL
 
 Obj = dict[str, Any]

@@ -110,7 +110,7 @@ def max_out(total: int, limit: float) -> int:
 def resume_until(cm: Mapping[str, Any] | None) -> float | None:
     """Unix time until which a person's resume holds, from the breaker ConfigMap; None without one."""
     data = (cm or {}).get("data") or {}
-    return nodeutil.parse_time(data.get(RESUME_UNTIL))
+    return nodeutil.recorded_time(data.get(RESUME_UNTIL), f"ConfigMap {BREAKER_CONFIGMAP} data.{RESUME_UNTIL}")
 
 
 def resumed(cm: Mapping[str, Any] | None, now: float) -> bool:

@@ -75,11 +75,12 @@ from gpufleet.ops import swap as swapper
 from gpufleet.kube import Kube
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
+from gpufleet.kube.times import now_rfc3339, parse_time
 from gpufleet.ops.drain import selector_matches
 from gpufleet.ops.kube import OpsError, list_nodes
 from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
-from gpufleet.names import (ANN_DEGRADED_AT, ANN_LEMON_REASON, ANN_RETURNED_AT, BREAKER_CONFIGMAP, GPU_RESOURCE,
-                            LEMON_LABEL, SYSTEM_NAMESPACE)
+from gpufleet.names import (ANN_DEGRADED_AT, ANN_HEALTH_HISTORY, ANN_LEMON_REASON, ANN_RETURNED_AT, BREAKER_CONFIGMAP,
+                            GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE)
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"
@@ -211,7 +212,7 @@ def recent_failures(node: Node, now: float, window: float) -> list[dict[str, Any
     """History entries of ``node`` within ``window`` seconds before ``now``."""
     out = []
     for e in nodeutil.health_history(node):
-        t = nodeutil.parse_time(e.get("time"))
+        t = nodeutil.recorded_time(e.get("time"), f"node {nodeutil.name(node)} {ANN_HEALTH_HISTORY} time")
         if t is not None and now - t <= window:
             out.append(e)
     return out
@@ -228,7 +229,7 @@ def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> l
             continue
         if not selector_matches(settings.telemetry_node_selector, nodeutil.labels(obj)):
             continue
-        created = nodeutil.parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+        created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
         if created is not None and now - created < settings.rules.telemetry_stale_seconds:
             continue
         out.append(name)
@@ -387,7 +388,8 @@ class Remediator:
             except PromError as exc:
                 errors.append(str(exc))
         returned = {n: t for n, obj in nodes.items()
-                    if (t := nodeutil.parse_time(nodeutil.annotations(obj).get(ANN_RETURNED_AT))) is not None}
+                    if (t := nodeutil.recorded_time(nodeutil.annotations(obj).get(ANN_RETURNED_AT),
+                                                    f"node {n} annotation {ANN_RETURNED_AT}")) is not None}
         expected = {n: c for n, obj in nodes.items() if (c := nodeutil.expected_gpus(obj)) is not None}
         judged = telemetry_nodes(nodes, self.settings, now)
         self.metrics.expected_gpus.clear()
@@ -477,7 +479,7 @@ class Remediator:
         data = {breaker.STATE: state, breaker.OUT: str(len(fleet.out)), breaker.TOTAL: str(fleet.total),
                 breaker.LIMIT: f"{share:g}", breaker.HELD: ",".join(held)}
         if reason:
-            data[breaker.SINCE] = nodeutil.now_rfc3339()
+            data[breaker.SINCE] = now_rfc3339()
             log.warning("circuit breaker %s: %s", state, message)
         obj = cm
         if not self.settings.dry_run:
@@ -523,7 +525,7 @@ class Remediator:
         if dry:
             self._once(node, d, "RemediationDryRun", f"dry run: would {d.action}{' (lemon)' if d.lemon else ''}: {d.detail}")
             return
-        entry = {"time": nodeutil.now_rfc3339(), "fault": d.kinds, "action": d.action, "detail": d.detail[:300]}
+        entry = {"time": now_rfc3339(), "fault": d.kinds, "action": d.action, "detail": d.detail[:300]}
         if d.action == "degrade":
             first = d.faults[0]
             try:

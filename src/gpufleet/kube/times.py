@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import calendar
+import datetime
+import re
 import time
 
 
@@ -17,14 +19,33 @@ def now_micro() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1e6):06d}Z"
 
 
+#: RFC 3339 ``date-time`` (section 5.6): ``T`` (or a space, as RFC 3339 allows), any fraction, ``Z`` or an offset.
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
 def parse_time(value: str | None) -> float | None:
-    """Seconds since the epoch of an RFC 3339 UTC timestamp (``...Z``, optional fraction), or None when empty.
+    """Seconds since the epoch (float, fraction kept) of a Kubernetes API time, or None when absent (None or ``""``).
+
+    The one parser of API times in gpufleet: ``metav1.Time`` (``2026-01-02T03:04:05Z``),
+    ``MicroTime`` (``...05.123456Z``), RFC3339Nano fractions, and offsets
+    (``+02:00``), all RFC 3339 (section 5.6) as apimachinery writes and reads them.
+    A caller reading a value people may edit (an annotation, a ConfigMap key)
+    catches the ValueError and says where it read it.
 
     Raises:
-        ValueError: not a timestamp of that form.
+        ValueError: not an RFC 3339 time; the message quotes the value and the expected form.
     """
-    if not value:
+    if value is None or value == "":
         return None
-    main, _, frac = value.rstrip("Z").partition(".")
-    secs = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
-    return secs + (float("0." + frac) if frac else 0.0)
+    m = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise ValueError(f"{value!r} is not an RFC 3339 time (expected e.g. 2026-01-02T03:04:05Z)")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    frac, zone = m.group(7), m.group(8)
+    try:
+        datetime.datetime(year, month, day, hour, minute, second)  # the ranges (month 13, Feb 30) calendar skips
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an RFC 3339 time ({exc})") from None
+    offset = 0 if zone in ("Z", "z") else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    secs = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
+    return secs + (float(frac) if frac else 0.0)

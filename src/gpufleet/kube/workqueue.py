@@ -17,7 +17,8 @@ call :meth:`WorkQueue.done`.
   :mod:`gpufleet.kube.ratelimit`), and one that succeeded calls
   :meth:`RateLimitingQueue.forget`. A reconcile answers :data:`BACKOFF` to
   say "not done yet, try again at this key's pace" (controller-runtime's
-  ``Result{Requeue: true}``).
+  ``Result{Requeue: true}``). :meth:`RateLimitingQueue.process` is that whole
+  worker step, the one every controller's worker runs.
 
 Time: ready times are on the queue's ``clock`` (monotonic seconds,
 injectable so tests need no sleeping); ``get``'s own ``timeout`` is real
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +38,8 @@ from typing import Final, Generic, Hashable, TypeVar
 from .ratelimit import RateLimiter, default_controller_rate_limiter
 
 K = TypeVar("K", bound=Hashable)
+
+log = logging.getLogger(__name__)
 
 
 class Requeue(enum.Enum):
@@ -205,3 +209,45 @@ class RateLimitingQueue(WorkQueue[K]):
     def num_requeues(self, key: K) -> int:
         """Failures of ``key`` since it was last forgotten."""
         return self.rate_limiter.num_requeues(key)
+
+    def process(self, key: K, fn: Callable[[K], float | Requeue | None], *, what: str | None = None,
+                retry_on: tuple[type[BaseException], ...] = (), quiet: tuple[type[BaseException], ...] = (),
+                logger: logging.Logger | None = None) -> None:
+        """One worker step for ``key`` (handed out by :meth:`get`): run ``fn(key)``, requeue as it says, mark done.
+
+        client-go's ``processNextWorkItem``: ``fn`` answering None is done
+        (:meth:`forget`), a float is done for now and looked at again after
+        that many seconds (:meth:`forget`, then :meth:`add_after`), :data:`BACKOFF`
+        comes back at the key's rate-limited pace (:meth:`add_rate_limited`),
+        and so does any exception. :meth:`done` is called whatever happens. Never
+        raises (an ``Exception``), so one key never kills a worker.
+
+        Args:
+            key: the key.
+            fn: the reconcile.
+            what: the key as log lines name it (default ``str(key)``).
+            retry_on: expected failures (an API or backend error): one warning line, no traceback.
+            quiet: failures that are routine (a write conflict from a stale cache): a debug line.
+            logger: where to log (default this module's).
+        """
+        logger = logger or log
+        what = str(key) if what is None else what
+        try:
+            outcome = fn(key)
+            if outcome is BACKOFF:
+                self.add_rate_limited(key)
+            else:
+                self.forget(key)
+                if outcome is not None:
+                    self.add_after(key, outcome)
+        except quiet as exc:
+            logger.debug("%s: %s; retrying", what, exc)
+            self.add_rate_limited(key)
+        except retry_on as exc:
+            logger.warning("%s: %s; retrying", what, exc)
+            self.add_rate_limited(key)
+        except Exception:  # never let one key kill the worker
+            logger.exception("%s: failed; retrying", what)
+            self.add_rate_limited(key)
+        finally:
+            self.done(key)

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError
+from gpufleet.names import APPLIED_ANNOTATION
 
 #: Annotation holding the hash of the manifest last applied by :func:`apply_changed`.
-APPLIED_ANNOTATION = "gpufleet.io/applied-sha256"
 #: Ask for metadata only (PartialObjectMetadataList), falling back to the full list.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json"
 

@@ -46,7 +46,7 @@ from gpufleet.local.certs import Pki, ensure_pki
 from gpufleet.local.layout import DEFAULT_NAME, Layout, check_name
 from gpufleet.local.ports import Ports
 from gpufleet.local.processes import ComponentFailed, Health, ProcessSpec, probe, rss_bytes, running
-from gpufleet.names import FIELD_MANAGER_LOCAL
+from gpufleet.names import FIELD_MANAGER_LOCAL, SIMULATED_LABEL
 
 #: Start order; ``down`` stops in reverse.
 COMPONENTS = (
@@ -345,7 +345,7 @@ def _release_node_leases(k: Kube) -> None:
     nodes, so pods bound after a restart would stay Pending for minutes.
     Only called while no kwok runs; virtual-kubelet Leases are kept.
     """
-    simulated = {n["metadata"]["name"] for n in k.list("v1", "nodes", labelSelector=kwok.SIMULATED_LABEL)["items"]}
+    simulated = {n["metadata"]["name"] for n in k.list("v1", "nodes", labelSelector=SIMULATED_LABEL)["items"]}
     for lease in k.list("coordination.k8s.io/v1", "leases", "kube-node-lease")["items"]:
         if lease["metadata"]["name"] in simulated:
             try:
@@ -361,7 +361,7 @@ def apply_nodes(c: Cluster, k: Kube, specs: Sequence[Any], *, workers: int = 8) 
     server-side applied (labels, taints; capacity patched through the status
     subresource when it differs), simulated nodes not in ``specs`` deleted.
     """
-    selector = f"{kwok.SIMULATED_LABEL}=true"
+    selector = f"{SIMULATED_LABEL}=true"
     existing = {n["metadata"]["name"]: n for n in k.list("v1", "nodes", labelSelector=selector)["items"]}
     wanted = {s.name: kwok.node_manifest(s, c.name) for s in specs}
 
@@ -409,7 +409,7 @@ def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
     started = time.monotonic()
     interval = 0.5 if len(names) <= 256 else 2.0
     while True:
-        nodes = k.list("v1", "nodes", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")["items"]
+        nodes = k.list("v1", "nodes", labelSelector=f"{SIMULATED_LABEL}=true", resourceVersion="0")["items"]
         ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
         missing = names - ready
         if not missing:
@@ -777,7 +777,7 @@ def status(name: str = DEFAULT_NAME) -> Status:
     if any(s.name == "kube-apiserver" and s.healthy for s in comps):
         try:
             with c.kube(timeout=10) as k:
-                items = k.list("v1", "nodes", labelSelector=f"{kwok.SIMULATED_LABEL}=true", resourceVersion="0")["items"]
+                items = k.list("v1", "nodes", labelSelector=f"{SIMULATED_LABEL}=true", resourceVersion="0")["items"]
                 nodes = (len(items), sum(_node_ready(n) for n in items))
                 if node_name:
                     ready = _node_ready(k.get_or_none("v1", "nodes", node_name) or {})

@@ -28,6 +28,7 @@ from gpufleet.local import manifests, webhooks
 from gpufleet.build.components import component
 from gpufleet.build.gobuild import module_dir
 from gpufleet.local.ports import Ports
+from gpufleet.names import KUEUE_GROUP
 
 #: Kueue integrations the local cluster enables.
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
@@ -139,7 +140,7 @@ def kueue_webhook_configurations(ports: Ports, ca_pem: bytes, frameworks: tuple[
 
     def keep(w: dict) -> bool:
         targets = webhooks.webhook_targets(w)
-        return any(g == "kueue.x-k8s.io" for g, _ in targets) or bool(targets & allowed)
+        return any(g == KUEUE_GROUP for g, _ in targets) or bool(targets & allowed)
 
     docs = webhooks.kustomize_webhooks(kueue_source() / "config" / "components" / "webhook")
     return webhooks.localize_webhooks(docs, port=ports.kueue_webhook, ca_pem=ca_pem, name_prefix="kueue-", keep=keep)

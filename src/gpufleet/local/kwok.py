@@ -15,7 +15,7 @@ Stages installed (upstream ones read from the pinned kwok module):
 * ``pod-ready`` (``kustomize/stage/pod/fast``): a pod bound to a kwok node
   becomes Running and Ready with a pod IP from ``--cidr``.
 * ``gpufleet-pod-complete``: a Running pod with annotation
-  :data:`DURATION_ANNOTATION` (seconds, or a Go duration such as ``5m``)
+  :data:`SIMULATED_DURATION_ANNOTATION` (seconds, or a Go duration such as ``5m``)
   Succeeds that long after it started running.
 * ``gpufleet-pod-terminate``: a pod being deleted that still has a
   finalizer (a Job's ``batch.kubernetes.io/job-tracking``) ends as a
@@ -36,14 +36,12 @@ from gpufleet.local import manifests
 from gpufleet.build.components import component
 from gpufleet.build.gobuild import module_dir
 from gpufleet.local.webhooks import load_crds
-from gpufleet.names import SIMULATED_DURATION_ANNOTATION
+from gpufleet.names import LOCAL_CLUSTER_LABEL, SIMULATED_DURATION_ANNOTATION, SIMULATED_LABEL
 
 #: Annotation giving a simulated pod's run time.
-DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 #: Annotation selecting the nodes kwok manages.
 MANAGED_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 #: Label on every Node the local cluster created from the inventory.
-SIMULATED_LABEL = "gpufleet.io/simulated"
 #: Pod IP range (kept clear of the 10.96.0.0/16 service range).
 POD_CIDR = "10.128.0.0/12"
 #: Node lease duration (s); kwok renews at a quarter of it (100 s). Lease
@@ -76,7 +74,7 @@ def stage_crds() -> list[dict]:
 def _complete_stage(src: Path) -> dict:
     """Our pod-complete Stage, reusing upstream's status template."""
     upstream = manifests.load_one(src / "kustomize/stage/pod/fast/pod-complete.yaml")
-    value = f'.metadata.annotations["{DURATION_ANNOTATION}"]'
+    value = f'.metadata.annotations["{SIMULATED_DURATION_ANNOTATION}"]'
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
@@ -159,7 +157,7 @@ def node_manifest(spec, cluster: str) -> dict:
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
         SIMULATED_LABEL: "true",
-        "gpufleet.io/local-cluster": cluster,
+        LOCAL_CLUSTER_LABEL: cluster,
         **dict(spec.labels),
     }
     taints = [{k: t[k] for k in ("key", "value", "effect") if t.get(k) is not None} for t in spec.taints]

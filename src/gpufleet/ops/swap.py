@@ -72,6 +72,7 @@ from gpufleet.fleet.classify import tolerated as tolerates
 from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unauthorized, api_path
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
+from gpufleet.kube.times import now_rfc3339
 from gpufleet.ops.kube import InputError, OpsError, ensure_namespace, get_node
 from gpufleet.ops.nodechecks import CheckResult, NodeChecks
 from gpufleet.names import (
@@ -214,7 +215,7 @@ def plan_swap(node: Node, reason: str, *, source: str = "manual", now: str | Non
     """
     if not reason.strip():
         raise OpsError("--reason is empty: say why the node goes out (it is recorded for the replacement)")
-    now = now or nodeutil.now_rfc3339()
+    now = now or now_rfc3339()
     name = nodeutil.name(node)
     ann = nodeutil.annotations(node)
     lab = nodeutil.labels(node)
@@ -276,7 +277,7 @@ def plan_return(node: Node, *, clear_lemon: bool = False, now: str | None = None
         raise LemonNode(f"node {name} is a lemon ({ann.get(ANN_LEMON_REASON, 'repeated failures')}; recent: {last}). "
                         "It stays out until a person returns it: once its hardware is replaced or checked, run "
                         f"`invoke node.return {name} --clear-lemon`")
-    now = now or nodeutil.now_rfc3339()
+    now = now or now_rfc3339()
     changes: list[Change] = []
     spec: dict[str, Any] = {}
     meta_ann: dict[str, str | None] = {}
@@ -315,7 +316,7 @@ def plan_degrade(node: Node, fault: str, *, now: str | None = None) -> NodePlan 
     """Taint ``gpufleet.io/degraded=<fault>:NoSchedule`` (pure); None when the node already carries it or is out for swap."""
     if nodeutil.taint(node, SWAP_TAINT) is not None or nodeutil.taint(node, DEGRADED_TAINT) is not None:
         return None
-    now = now or nodeutil.now_rfc3339()
+    now = now or now_rfc3339()
     want = {"key": DEGRADED_TAINT, "value": slug(fault, "fault"), "effect": "NoSchedule"}
     patch = {"spec": {"taints": nodeutil.taints(node) + [want]},
              "metadata": {"annotations": {ANN_DEGRADED_AT: now}}}
@@ -491,7 +492,7 @@ def swap(kube: Kube, node_name: str, reason: str, *, source: str = "manual", tim
     if on_tainted:
         on_tainted(node)
     ann = nodeutil.annotations(node)
-    when, why, src = ann.get(ANN_SWAPPED_AT, nodeutil.now_rfc3339()), ann.get(ANN_SWAP_REASON, reason), ann.get(ANN_SWAP_SOURCE, source)
+    when, why, src = ann.get(ANN_SWAPPED_AT, now_rfc3339()), ann.get(ANN_SWAP_REASON, reason), ann.get(ANN_SWAP_SOURCE, source)
     if not plan.resume:
         record_event(kube, node, "NodeSwapRequested", f"cordoned and tainted {SWAP_TAINT} ({src}): {why}; draining",
                      type_="Warning", component=f"gpufleet-{src}", action="Swap")
@@ -570,7 +571,7 @@ def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_
                 + ("would be marked returned" if dry_run else "marked returned"))
         plan = NodePlan(node_name, [], {})
         if not dry_run:
-            when = nodeutil.annotations(node).get(ANN_RETURNED_AT) or nodeutil.now_rfc3339()
+            when = nodeutil.annotations(node).get(ANN_RETURNED_AT) or now_rfc3339()
             write_request(kube, node, namespace, {**request.get("data", {}), "state": "returned", "returned_at": when})
         return ReturnResult(plan, req_name, dry_run=dry_run, notes=[note])
     notes = []
@@ -598,7 +599,7 @@ def return_node(kube: Kube, node_name: str, *, checks: NodeChecks | None, clear_
     node, applied = _apply_plan(kube, node_name, lambda obj: plan_return(obj, clear_lemon=clear_lemon))
     plan = applied or plan
     if open_request or (request is not None and clear_lemon and nodeutil.is_lemon(before)):
-        data = {"state": "returned", "returned_at": nodeutil.annotations(node).get(ANN_RETURNED_AT, nodeutil.now_rfc3339())}
+        data = {"state": "returned", "returned_at": nodeutil.annotations(node).get(ANN_RETURNED_AT, now_rfc3339())}
         if clear_lemon and nodeutil.is_lemon(before):
             data["history"] = json.dumps(nodeutil.health_history(before))
             data["lemon"] = "cleared"

@@ -48,7 +48,7 @@ from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
-from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, VIRTUAL_NODE_LABEL
+from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, VIRTUAL_NODE_LABEL
 from gpufleet.quota import resync
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def signature(node: Obj) -> tuple:
 def slim_pod(pod: Obj) -> Obj:
     """The fields of a Pod quota depends on (requests, node, Kueue labels, priority), in the Pod's own shape."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("kueue.x-k8s.io/")}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith(f"{KUEUE_GROUP}/")}
     keep = {k: spec[k] for k in ("nodeName", "priority", "containers", "initContainers", "overhead") if k in spec}
     keep["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}} for c in keep.get("containers") or []]
     keep["initContainers"] = [{"name": c.get("name"), "resources": c.get("resources") or {},

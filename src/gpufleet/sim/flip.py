@@ -77,8 +77,8 @@ from typing import Any
 from gpufleet.flip.controller import Transition
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError
-from gpufleet.names import (FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_QUEUE_LABEL, RELEASE_LABEL,
-                            RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_TRAINING)
+from gpufleet.names import (FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL,
+                            RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_TRAINING)
 from gpufleet.local.dataplane import netns_name as dataplane_name
 from gpufleet.local.node import node_name as real_node_name
 from gpufleet.sim import incluster, serving
@@ -93,7 +93,6 @@ SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_
                 "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS)
 JOBSET_NAME = "gpufleet-sim-flip"
-DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 
 #: What the simulation applies of the kueue role.
 QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
@@ -150,8 +149,8 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
     """
     labels = {KUEUE_QUEUE_LABEL: queue}
     if workload_priority_class:
-        labels["kueue.x-k8s.io/priority-class"] = workload_priority_class
-    annotations = {DURATION_ANNOTATION: f"{duration:g}"} if duration is not None else {}
+        labels[KUEUE_PRIORITY_LABEL] = workload_priority_class
+    annotations = {SIMULATED_DURATION_ANNOTATION: f"{duration:g}"} if duration is not None else {}
     pod = {
         "metadata": {"annotations": annotations, "labels": {WORKLOAD_LABEL: WORKLOAD_TRAINING}},
         "spec": {
@@ -180,7 +179,7 @@ def finish_training(kube: Kube, namespace: str, name: str = JOBSET_NAME) -> int:
     running = [p["metadata"]["name"] for p in items if (p.get("status") or {}).get("phase") == "Running"]
 
     def end(pod: str) -> None:
-        kube.patch("v1", "pods", pod, {"metadata": {"annotations": {DURATION_ANNOTATION: "0"}}}, namespace)
+        kube.patch("v1", "pods", pod, {"metadata": {"annotations": {SIMULATED_DURATION_ANNOTATION: "0"}}}, namespace)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(end, running))

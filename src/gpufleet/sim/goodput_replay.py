@@ -58,15 +58,14 @@ import yaml
 
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.goodput import kube as gkube
-from gpufleet.local.kwok import DURATION_ANNOTATION, SIMULATED_LABEL
 from gpufleet.goodput.account import Account
 from gpufleet.goodput.tracker import Tracker
-from gpufleet.names import CHECKPOINT_MARKER, FIELD_MANAGER, SWAP_TAINT
+from gpufleet.names import (CHECKPOINT_MARKER, FIELD_MANAGER, GOODPUT_REPLAY_LABEL, SIMULATED_DURATION_ANNOTATION,
+                            SIMULATED_LABEL, SWAP_TAINT)
 
 log = logging.getLogger(__name__)
 
 #: Node label marking the nodes offered to the replay's gang.
-REPLAY_LABEL = "gpufleet.io/goodput-replay"
 #: Faults the replay can inject (module docstring).
 FAULTS = ("xid", "gpu_temp", "ib_down")
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -237,7 +236,7 @@ def _jobset(opts: Options, name: str, run_id: str, checkpoint_dir: Path) -> dict
     ctx = build_context(inv, "jobset", name, opts.pods, queue=f"{queue.namespace}/{queue.name}", sets=[])
     (js,) = [d for d in yaml.safe_load_all(render_context(ctx)) if d]
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    pod["spec"]["nodeSelector"][REPLAY_LABEL] = run_id
+    pod["spec"]["nodeSelector"][GOODPUT_REPLAY_LABEL] = run_id
     pod["spec"]["terminationGracePeriodSeconds"] = 0
     js["metadata"]["namespace"] = opts.namespace
     for c in pod["spec"]["containers"]:
@@ -338,7 +337,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         if len(nodes) < opts.nodes:
             raise ReplayError(f"only {len(nodes)} healthy simulated nodes, expected {opts.nodes}")
         for n in nodes:
-            gkube.label_node(api, n, REPLAY_LABEL, run_id)
+            gkube.label_node(api, n, GOODPUT_REPLAY_LABEL, run_id)
             sims[n] = start_node(n, workdir=work / n)
         inv = load("local")
         scrape = opts.scrape_seconds or float(inv.role("gpu_metrics").gpu_metrics_scrape_interval_seconds)
@@ -365,7 +364,7 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
             except Exception:  # noqa: BLE001 - not out
                 pass
             gkube.delete(api, "v1", "configmaps", swapper.request_name(n), settings_namespace())
-            gkube.label_node(api, n, REPLAY_LABEL, None)
+            gkube.label_node(api, n, GOODPUT_REPLAY_LABEL, None)
         api.close()
 
 
@@ -423,7 +422,7 @@ def _replay(opts: Options, api, rem, sims, nodes, name, ckpt, work, out, stop, s
             raise ReplayError("the accountant's watches did not list in 30 s")
     trainer = Trainer(ckpt, gang, opts.steps_per_second, opts.checkpoint_steps, opts.save_seconds,
                       opts.startup_seconds, opts.total_steps)
-    say(f"submitting JobSet {ns}/{name}: {opts.pods} pods on nodes labelled {REPLAY_LABEL}")
+    say(f"submitting JobSet {ns}/{name}: {opts.pods} pods on nodes labelled {GOODPUT_REPLAY_LABEL}")
     gkube.create(api, _jobset(opts, name, name.split("-")[-1], ckpt))
     trainer_thread = threading.Thread(target=trainer.run, args=(stop,), daemon=True)
     trainer_thread.start()
@@ -467,7 +466,7 @@ def _replay(opts: Options, api, rem, sims, nodes, name, ckpt, work, out, stop, s
     _wait("the trainer to finish", trainer.done.is_set, left(), interval=0.5)
     say("trainer done: finishing the pods")
     for p in gang_pods():
-        gkube.annotate_pod(api, ns, p["metadata"]["name"], DURATION_ANNOTATION, "0")
+        gkube.annotate_pod(api, ns, p["metadata"]["name"], SIMULATED_DURATION_ANNOTATION, "0")
     wl = _wait("the Workload Finished", lambda: next((w for w in tracker.jobs() if w.job_name == name and w.finished), None),
                left(), interval=0.5)
     time.sleep(1.0)

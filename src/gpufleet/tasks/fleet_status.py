@@ -60,7 +60,7 @@ from gpufleet.fleet.quota_policy import quotas
 from gpufleet.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.ops.kube import list_nodes
-from gpufleet.names import (JOB_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
+from gpufleet.names import (JOB_LABEL, POOL_LABEL, KUEUE_GROUP, KUEUE_PODSET_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION,
                             KUEUE_WORKLOAD_ANNOTATION, WORKLOAD_INFERENCE, WORKLOAD_LABEL)
 
 Obj = dict[str, Any]
@@ -273,7 +273,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             st.other += g
     for n in sorted(virtual):
         obj = by_name[n]
-        st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get("gpufleet.io/pool", "-"),
+        st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get(POOL_LABEL, "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
     st.outside_cost = outside_cost_rows({n: by_name[n] for n in sorted(virtual)}, running_on, ledger)
     capacity = capacity_of(inv, nodes, pods)
@@ -298,12 +298,12 @@ def outside_cost_rows(virtual: dict[str, Obj], running_on: dict[str, int],
                       ledger: dict[str, Any] | None) -> list[OutsideCostRow]:
     """One :class:`OutsideCostRow` per virtual node (pure): ``running_on`` ``{node: GPUs of Running pods}``,
     ``ledger`` ``{pool: PoolTotals}`` (None: no totals)."""
-    from gpufleet.names import PRICE_ANNOTATION
+    from gpufleet.names import POOL_LABEL, PRICE_ANNOTATION
     from gpufleet.vk.ledger import CURRENCY
 
     rows = []
     for n, obj in virtual.items():
-        pool = nodeutil.labels(obj).get("gpufleet.io/pool", "-")
+        pool = nodeutil.labels(obj).get(POOL_LABEL, "-")
         try:
             price: float | None = float(((obj.get("metadata") or {}).get("annotations") or {})[PRICE_ANNOTATION])
         except (KeyError, TypeError, ValueError):

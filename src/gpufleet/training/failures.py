@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.names import GPU_RESOURCE, VIRTUAL_NODE_LABEL
+from gpufleet.kube.times import parse_time
+from gpufleet.names import ANN_HEALTH_HISTORY, GPU_RESOURCE, VIRTUAL_NODE_LABEL
 
 Obj = dict[str, Any]
 
@@ -63,8 +64,7 @@ class Measured:
 
 
 def _event_time(e: Obj) -> float | None:
-    return (nodeutil.parse_time(e.get("eventTime")) or nodeutil.parse_time(e.get("lastTimestamp"))
-            or nodeutil.parse_time(e.get("firstTimestamp")))
+    return parse_time(e.get("eventTime")) or parse_time(e.get("lastTimestamp")) or parse_time(e.get("firstTimestamp"))
 
 
 def remediations(events: Iterable[Obj], nodes: Iterable[Obj]) -> dict[str, list[float]]:
@@ -82,7 +82,7 @@ def remediations(events: Iterable[Obj], nodes: Iterable[Obj]) -> dict[str, list[
             times.setdefault(ref.get("name", ""), []).append(t)
     for n in nodes:
         for entry in nodeutil.health_history(n):
-            t = nodeutil.parse_time(entry.get("time"))
+            t = nodeutil.recorded_time(entry.get("time"), f"node {nodeutil.name(n)} {ANN_HEALTH_HISTORY} time")
             if t is not None:
                 times.setdefault(nodeutil.name(n), []).append(t)
     out: dict[str, list[float]] = {}

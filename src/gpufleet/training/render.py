@@ -35,8 +35,6 @@ from .checkpoint import default_interval_seconds
 
 #: Where the training templates live (``<checkout>/templates/training``).
 TEMPLATE_DIR: Path = paths.TEMPLATES / "training"
-#: Label on every pod of a job (and the pod-affinity selector that keeps them in one rack).
-LABEL_JOB = JOB_LABEL
 #: ``--topology`` values: a level of the inventory's fabric, or none.
 TOPOLOGIES = ("block", "rack", "none")
 #: ``--topology-mode`` values: Kueue's podset-required-topology or podset-preferred-topology.
@@ -45,8 +43,6 @@ TOPOLOGY_MODES = ("required", "preferred")
 GANG_MODES = ("kueue", "native", "both")
 #: Kueue PodSet group of a PyTorchJob's Master and Workers: one unit of topology placement.
 PODSET_GROUP = "trainer"
-#: Pod annotation the local (kwok) cluster reads to finish a pod after that many seconds.
-ANNOTATION_SIMULATED_DURATION = SIMULATED_DURATION_ANNOTATION
 #: Kubernetes PriorityClass of training pods (declared by the kueue role); preempts inference.
 POD_PRIORITY_CLASS = "gpufleet-training"
 #: The checkpoint PersistentVolumeClaim the parallel_fs role declares in every team namespace.
@@ -478,7 +474,7 @@ def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, fl
         "gpu_product": inv.flavors()[flavor_name].gpu_model.product,
         "gpu_resource": GPU_RESOURCE,
         "rack_label": LABEL_RACK,
-        "job_label": LABEL_JOB,
+        "job_label": JOB_LABEL,
         "cpu": parsed.get("cpu", str(max(1, int(node_cpu * NODE_SHARE)))),
         "memory": parsed.get("memory", f"{max(1, int(node_mem * NODE_SHARE) >> 30)}Gi"),
         "image": parsed.get("image", DEFAULT_IMAGE),
@@ -504,7 +500,7 @@ def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, fl
         "rdma": bool(hcas),
         "nccl_env": nccl_env(hcas, parsed.get("socket_ifname", "eth0"), training.training_nccl_env),
         "simulated_duration_seconds": parsed.get("simulated_duration_seconds"),
-        "annotation_simulated_duration": ANNOTATION_SIMULATED_DURATION,
+        "annotation_simulated_duration": SIMULATED_DURATION_ANNOTATION,
     }
 
 
@@ -573,7 +569,7 @@ def _placement(inv: Inventory, tpl: Template, name: str, namespace: str, nodes: 
     if gang_mode != "kueue" and gang_api is not None:
         out["gang_field"], out["gang_ref"] = native.pod_reference(gang_api, name)
         out["gang_objects"] = native.objects(gang_api, name, namespace, nodes, (tpl.group, tpl.kind),
-                                             {LABEL_JOB: name})
+                                             {JOB_LABEL: name})
     return out
 
 

@@ -19,14 +19,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
-from gpufleet.names import KUEUE_GROUP, KUEUE_QUEUE_LABEL as QUEUE_LABEL, KUEUE_VERSION
+from gpufleet.names import JOB_LABEL, KUEUE_GROUP, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, KUEUE_VERSION
 
 from gpufleet.inventory.inventory import TOPOLOGY_LEVELS
 
-from .render import LABEL_JOB, TEMPLATES
+from .render import TEMPLATES
 
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 class SubmitError(RuntimeError):
@@ -108,14 +107,14 @@ def pods_reason(pods: Sequence[dict[str, Any]]) -> str:
 def _main_object(objects: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The job object: the one Kueue admits (queue label), else (``--gang native``) the labelled job of a template."""
     for obj in objects:
-        if QUEUE_LABEL in (obj.get("metadata", {}).get("labels") or {}):
+        if KUEUE_QUEUE_LABEL in (obj.get("metadata", {}).get("labels") or {}):
             return obj
     kinds = {t.kind for t in TEMPLATES.values()}
     for obj in objects:
-        if obj.get("kind") in kinds and LABEL_JOB in (obj.get("metadata", {}).get("labels") or {}):
+        if obj.get("kind") in kinds and JOB_LABEL in (obj.get("metadata", {}).get("labels") or {}):
             return obj
-    raise SubmitError(f"none of the objects has the label {QUEUE_LABEL} or is a {'/'.join(sorted(kinds))} "
-                      f"labelled {LABEL_JOB}: nothing to follow")
+    raise SubmitError(f"none of the objects has the label {KUEUE_QUEUE_LABEL} or is a {'/'.join(sorted(kinds))} "
+                      f"labelled {JOB_LABEL}: nothing to follow")
 
 
 def preflight(kube: Kube, namespace: str, queue: str, priority_class: str | None) -> None:
@@ -243,7 +242,7 @@ def follow(
                 state = "admitted" if result.admitted else "quota reserved" if result.quota_reserved else "pending"
                 progress.update(admission, completed=int(result.quota_reserved) + int(result.admitted),
                                 description=f"Workload {result.workload}: {state}")
-            pods = kube.list_all(api_path("v1", "pods", ns), label_selector=f"{LABEL_JOB}={name}")[0]
+            pods = kube.list_all(api_path("v1", "pods", ns), label_selector=f"{JOB_LABEL}={name}")[0]
             up = [p for p in pods if _phase(p) in ("Running", "Succeeded") and (p.get("spec") or {}).get("nodeName")]
             result.pods_running = len(up)
             result.nodes = sorted({p["spec"]["nodeName"] for p in up})
@@ -295,9 +294,9 @@ def submit(
     """
     main = _main_object(objects)
     labels = main["metadata"].get("labels") or {}
-    kueue = QUEUE_LABEL in labels
+    kueue = KUEUE_QUEUE_LABEL in labels
     if kueue:
-        preflight(kube, main["metadata"]["namespace"], labels[QUEUE_LABEL], labels.get(PRIORITY_LABEL))
+        preflight(kube, main["metadata"]["namespace"], labels[KUEUE_QUEUE_LABEL], labels.get(KUEUE_PRIORITY_LABEL))
     created = create_objects(kube, objects)
     created.setdefault("kind", main["kind"])
     return follow(kube, created, pods_expected, timeout=timeout, console=console, poll_seconds=poll_seconds,

@@ -399,18 +399,10 @@ class EndpointPublisher:
 
     def process(self, key: str) -> None:
         """One worker step for a Service key :attr:`queue` handed out: publish it (its failures forgotten), or
-        queue it again at its rate-limited pace when that failed; mark it done. Never raises."""
-        try:
-            self.sync_service(key)
-            self.queue.forget(key)
-        except KubeError as exc:
-            log.warning("%s: endpoints of Service %s: %s; retrying", self.node, key, exc)
-            self.queue.add_rate_limited(key)
-        except Exception:  # never let one Service kill the loop
-            log.exception("%s: publishing endpoints of Service %s failed", self.node, key)
-            self.queue.add_rate_limited(key)
-        finally:
-            self.queue.done(key)
+        queue it again at its rate-limited pace when that failed; mark it done
+        (:meth:`~gpufleet.kube.workqueue.RateLimitingQueue.process`). Never raises."""
+        self.queue.process(key, self.sync_service, what=f"{self.node}: endpoints of Service {key}",
+                           retry_on=(KubeError,), logger=log)
 
     def sync_service(self, key: str) -> None:
         """Bring Service ``namespace/name``'s slices of this node in line with the node's pods.

@@ -39,15 +39,12 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, api_path
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.kube.times import now_rfc3339
 
-from .provider import PRODUCT_LABEL, Capacity
-from gpufleet.names import PRICE_ANNOTATION, VIRTUAL_NODE_TAINT
+from .provider import Capacity
+from gpufleet.names import (GPU_PRODUCT_LABEL, POOL_LABEL, PRICE_ANNOTATION, PROVIDER_LABEL, VIRTUAL_NODE_LABEL,
+                            VIRTUAL_NODE_TAINT)
 
 log = logging.getLogger(__name__)
 
-LABEL_TYPE = ("type", "virtual-kubelet")
-LABEL_POOL = "gpufleet.io/pool"
-LABEL_PROVIDER = "gpufleet.io/provider"
-PROVIDER_TAINT = VIRTUAL_NODE_TAINT
 STATUS_INTERVAL = 60.0
 VERSION = "gpufleet-vk/0.1.0"
 
@@ -60,20 +57,20 @@ def node_name_for(pool: str) -> str:
 def labels(pool: str, provider: str, gpu_product: str, node_name: str) -> dict[str, str]:
     """The virtual node's labels (see the module docstring)."""
     return {
-        LABEL_TYPE[0]: LABEL_TYPE[1],
-        LABEL_POOL: pool,
-        LABEL_PROVIDER: provider,
+        VIRTUAL_NODE_LABEL[0]: VIRTUAL_NODE_LABEL[1],
+        POOL_LABEL: pool,
+        PROVIDER_LABEL: provider,
         "kubernetes.io/role": "agent",
         "kubernetes.io/hostname": node_name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        PRODUCT_LABEL: gpu_product,
+        GPU_PRODUCT_LABEL: gpu_product,
     }
 
 
 def provider_taint(provider: str) -> dict[str, str]:
     """``virtual-kubelet.io/provider=<provider>:NoSchedule``."""
-    return {"key": PROVIDER_TAINT, "value": provider, "effect": "NoSchedule"}
+    return {"key": VIRTUAL_NODE_TAINT, "value": provider, "effect": "NoSchedule"}
 
 
 def conditions(ready: bool = True, message: str = "") -> list[dict[str, Any]]:
@@ -119,7 +116,7 @@ def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str
         "metadata": {"name": name, "labels": labels(pool, provider, capacity.gpu_product, name),
                      "annotations": {PRICE_ANNOTATION: f"{capacity.price_per_gpu_hour:g}"}},
         "spec": {"taints": [provider_taint(provider),
-                            *(dict(t) for t in register_taints if t.get("key") != PROVIDER_TAINT)]},
+                            *(dict(t) for t in register_taints if t.get("key") != VIRTUAL_NODE_TAINT)]},
         "status": node_status(capacity, internal_ip),
     }
 
@@ -183,7 +180,7 @@ class NodeController:
             taints = (live.get("spec") or {}).get("taints") or []
             if want in taints:
                 return None
-            return {"spec": {"taints": [t for t in taints if t.get("key") != PROVIDER_TAINT] + [want]}}
+            return {"spec": {"taints": [t for t in taints if t.get("key") != VIRTUAL_NODE_TAINT] + [want]}}
 
         return update_with_retry(self.kube, api_path("v1", "nodes", name=self.name), change)[0]
 

@@ -90,13 +90,14 @@ from gpufleet.kube.events import record_event
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.times import now_rfc3339
 from gpufleet.kube.workqueue import BACKOFF, RateLimitingQueue, Requeue
+from gpufleet.names import GPU_PRODUCT_LABEL
 
 from . import metrics
 from .endpoints import EndpointPublisher
 from .health import HealthSettings
 from .ledger import Ledger
 from .provider import (
-    PRODUCT_LABEL, SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
+    SOURCE_UID, TAG_LABELS, Address, NoProvider, Offer, Pod, Provider, ProviderError, choose,
 )
 from .reflect import MissingObjects, Reflector, live_references
 from .translate import Refused, mirror_status
@@ -249,24 +250,9 @@ class PodController:
         it; done: its failures forgotten), and mark it done. Never raises."""
         started = time.perf_counter()
         try:
-            outcome = self.reconcile(key)
-            if outcome is BACKOFF:
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                if outcome is not None:
-                    self.queue.add_after(key, outcome)
-        except Conflict:  # written from a stale cache: the watch brings the newer object
-            log.debug("%s: %s: conflict; retrying", self.node, key)
-            self.queue.add_rate_limited(key)
-        except (KubeError, ProviderError) as exc:
-            log.warning("%s: %s: %s; retrying", self.node, key, exc)
-            self.queue.add_rate_limited(key)
-        except Exception:  # never let one pod kill the loop
-            log.exception("%s: reconciling %s failed", self.node, key)
-            self.queue.add_rate_limited(key)
+            self.queue.process(key, self.reconcile, what=f"{self.node}: {key}", retry_on=(KubeError, ProviderError),
+                               quiet=(Conflict,), logger=log)
         finally:
-            self.queue.done(key)
             metrics.RECONCILE_SECONDS.labels(self.node).observe(time.perf_counter() - started)
 
     def _resync_loop(self) -> None:
@@ -536,10 +522,10 @@ class PodController:
     def _only_provider(self, pod: Pod) -> str:
         """The single provider's name; raises NoProvider if the pod asks for another GPU model."""
         ((name, prov),) = self.providers.items()
-        wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+        wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
         have = prov.capacity().gpu_product
         if wanted and wanted != have:
-            raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+            raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {GPU_PRODUCT_LABEL}); available: {have}",
                              retryable=False)
         return name
 

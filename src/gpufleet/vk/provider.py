@@ -47,13 +47,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from gpufleet.kube.quantity import number, whole_gpus
+from gpufleet.fleet.capacity import pod_resource_requests
 from gpufleet.names import (  # noqa: F401 (SOURCE_*: re-exported for the providers)
     GPU_PRODUCT_LABEL, GPU_RESOURCE, REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID,
 )
 
-GPU = GPU_RESOURCE
-PRODUCT_LABEL = GPU_PRODUCT_LABEL
 #: Labels a provider adds to remote pods (not the source pod's: label sync leaves them out).
 TAG_LABELS = (REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL)
 
@@ -98,7 +96,8 @@ class Capacity:
 
     def resources(self) -> dict[str, str]:
         """As Node ``status.capacity``: ``{"nvidia.com/gpu": "64", "cpu": "2048", "memory": "...", "pods": "1000"}``."""
-        return {GPU: str(self.gpus), "cpu": str(self.cpu), "memory": str(self.memory_bytes), "pods": str(self.pods)}
+        return {GPU_RESOURCE: str(self.gpus), "cpu": str(self.cpu), "memory": str(self.memory_bytes),
+                "pods": str(self.pods)}
 
 
 @dataclass
@@ -272,41 +271,18 @@ def supports_notify(provider: Any) -> bool:
 
 
 def pod_requests(pod: Pod) -> dict[str, float]:
-    """Effective resource requests of a pod: max(sum of containers, largest init container), plus overhead.
+    """What a pod requests, as floats for the providers' sums of free and used capacity.
 
-    Shape: ``{"nvidia.com/gpu": 1.0, "cpu": 4.0, "memory": 34359738368.0}``;
-    a container with limits but no requests of an extended resource (GPUs)
-    counts its limit, as the API server defaults requests to limits.
-    """
-    spec = pod.get("spec") or {}
-
-    def of(container: dict) -> dict[str, float]:
-        res = container.get("resources") or {}
-        req = dict(res.get("requests") or {})
-        for k, v in (res.get("limits") or {}).items():
-            req.setdefault(k, v)
-        return {k: number(v) for k, v in req.items()}
-
-    total: dict[str, float] = {}
-    for c in spec.get("containers") or []:
-        for k, v in of(c).items():
-            total[k] = total.get(k, 0.0) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in of(c).items():
-            total[k] = max(total.get(k, 0.0), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, 0.0) + number(v)
-    return total
-
-
-def pod_gpus(pod: Pod) -> int:
-    """GPUs (``nvidia.com/gpu``) the pod requests.
+    The rule is :func:`gpufleet.fleet.capacity.pod_resource_requests`'s
+    (kube-scheduler's: containers and sidecars summed, the larger init step,
+    ``spec.overhead`` added, requests defaulting to limits). Shape:
+    ``{"nvidia.com/gpu": 1.0, "cpu": 4.0, "memory": 34359738368.0}``.
 
     Raises:
-        gpufleet.kube.quantity.GpuCountError: a fractional count (naming the pod), never truncated.
+        gpufleet.kube.quantity.GpuCountError: a fractional GPU count, naming the pod and value.
+        ValueError: a value that is not a quantity, naming the pod.
     """
-    meta = pod.get("metadata") or {}
-    return whole_gpus(pod_requests(pod).get(GPU, 0), f"pod {meta.get('namespace')}/{meta.get('name')}")
+    return {k: float(v) for k, v in pod_resource_requests(pod).items()}
 
 
 # ------------------------------------------------------------------------------- choice
@@ -344,16 +320,18 @@ def choose(pod: Pod, offers: Iterable[Offer]) -> str:
             cannot run here), or none has room right now (retryable).
     """
     offers = list(offers)
-    wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    wanted = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
     models = [o for o in offers if not wanted or o.gpu_product == wanted]
     if not models:
         have = ", ".join(sorted({o.gpu_product for o in offers})) or "none"
-        raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {PRODUCT_LABEL}); available: {have}",
+        raise NoProvider(f"no provider has GPU model {wanted} (nodeSelector {GPU_PRODUCT_LABEL}); available: {have}",
                          retryable=False)
     req = pod_requests(pod)
-    fits = [o for o in models if all(o.free.get(k, 0.0) >= v for k, v in req.items() if k in (GPU, "cpu", "memory", "pods"))]
+    fits = [o for o in models
+            if all(o.free.get(k, 0.0) >= v for k, v in req.items() if k in (GPU_RESOURCE, "cpu", "memory", "pods"))]
     if not fits:
-        short = "; ".join(f"{o.name}: {GPU} free {o.free.get(GPU, 0):g} of {req.get(GPU, 0):g} asked" for o in models)
+        short = "; ".join(f"{o.name}: {GPU_RESOURCE} free {o.free.get(GPU_RESOURCE, 0):g} of "
+                          f"{req.get(GPU_RESOURCE, 0):g} asked" for o in models)
         raise NoProvider(f"no provider has room for the pod now ({short})", retryable=True)
-    best = min(fits, key=lambda o: (o.price_per_gpu_hour, -o.free.get(GPU, 0.0), o.name))
+    best = min(fits, key=lambda o: (o.price_per_gpu_hour, -o.free.get(GPU_RESOURCE, 0.0), o.name))
     return best.name

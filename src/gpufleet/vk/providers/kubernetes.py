@@ -110,10 +110,10 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, Unreachable, api_
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.retry import retryable
 from gpufleet.names import (
-    FIELD_MANAGER, FOREIGN_OBJECT_REASON, MANAGED_BY_LABEL, REFLECTED_LABEL, REFLECTED_NAME_PREFIX,
+    FIELD_MANAGER, FOREIGN_OBJECT_REASON, GPU_RESOURCE, MANAGED_BY_LABEL, REFLECTED_LABEL, REFLECTED_NAME_PREFIX,
 )
 from gpufleet.vk.provider import (
-    GPU, REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier,
+    REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier,
     ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact,
 )
 from gpufleet.vk.providers.simulated import CPU_PER_GPU, MEMORY_PER_GPU
@@ -121,10 +121,9 @@ from gpufleet.vk.translate import translate
 
 log = logging.getLogger(__name__)
 
-MANAGED_LABEL = MANAGED_BY_LABEL
 #: Longest ConfigMap/Secret name (a DNS-1123 subdomain).
 MAX_OBJECT_NAME = 253
-DEFAULT_TOLERATIONS = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+DEFAULT_TOLERATIONS = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 TERMINAL = ("Succeeded", "Failed")
 #: How the main cluster reaches remote pods (a pool's ``address_mode``; see the module docstring).
 ADDRESS_MODES = ("pod_ip", "load_balancer")
@@ -293,7 +292,7 @@ class KubernetesProvider:
 
     def used(self) -> dict[str, float]:
         """Requests of the remote pods that are not terminal."""
-        used = {GPU: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
+        used = {GPU_RESOURCE: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
         for p in self.pods.items():
             if (p.get("status") or {}).get("phase") in TERMINAL:
                 continue
@@ -309,7 +308,7 @@ class KubernetesProvider:
                 return
         try:
             self.kube.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": ns, "labels": {MANAGED_LABEL[0]: MANAGED_LABEL[1]}}})
+                                                  "metadata": {"name": ns, "labels": {MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}}})
         except Conflict:
             pass
         with self._ns_lock:
@@ -344,9 +343,9 @@ class KubernetesProvider:
         if existing is not None and (existing["metadata"].get("annotations") or {}).get(SOURCE_UID) == meta["uid"]:
             return
         req, used, cap = pod_requests(pod), self.used(), self._capacity
-        if used[GPU] + req.get(GPU, 0) > cap.gpus or used["pods"] + 1 > cap.pods:
-            raise ProviderError(f"{self.name}: out of capacity ({used[GPU]:g}/{cap.gpus} GPUs in use, "
-                                f"{req.get(GPU, 0):g} asked)", reason="OutOfCapacity", retryable=True)
+        if used[GPU_RESOURCE] + req.get(GPU_RESOURCE, 0) > cap.gpus or used["pods"] + 1 > cap.pods:
+            raise ProviderError(f"{self.name}: out of capacity ({used[GPU_RESOURCE]:g}/{cap.gpus} GPUs in use, "
+                                f"{req.get(GPU_RESOURCE, 0):g} asked)", reason="OutOfCapacity", retryable=True)
         self._call("create namespace", self._ensure_namespace, rns)
         if self.address_mode == "load_balancer":
             svc = body["metadata"]["labels"][REMOTE_SERVICE_LABEL]
@@ -371,7 +370,7 @@ class KubernetesProvider:
             return  # no port: nothing to reach (a Service needs one)
         body = {"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": name, "namespace": rns, "labels": {REMOTE_NODE_LABEL: self.node_name,
-                                                                       MANAGED_LABEL[0]: MANAGED_LABEL[1]}},
+                                                                       MANAGED_BY_LABEL[0]: MANAGED_BY_LABEL[1]}},
                 "spec": {"type": "LoadBalancer",
                          "selector": {REMOTE_SERVICE_LABEL: name, REMOTE_NODE_LABEL: self.node_name},
                          "ports": [{"name": f"{p['protocol'].lower()}-{p['containerPort']}", "protocol": p["protocol"],

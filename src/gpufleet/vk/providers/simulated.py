@@ -54,14 +54,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.vk.provider import (
-    GPU, Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
+    Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
     pod_requests,
 )
 from gpufleet.vk.providers.instances import LocalInstances, runs_standin
 from gpufleet.vk.translate import Reference, references, translate
-from gpufleet.names import SIMULATED_DURATION_ANNOTATION
+from gpufleet.names import GPU_RESOURCE, SIMULATED_DURATION_ANNOTATION
 
-DURATION_ANNOTATION = SIMULATED_DURATION_ANNOTATION
 #: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
 CPU_PER_GPU = 28
 MEMORY_PER_GPU = 256 * 2**30
@@ -141,7 +140,7 @@ class SimulatedProvider:
         self._due: list[tuple[float, str]] = []
         self._ends: list[tuple[float, str]] = []
         self._active: dict[str, dict[str, float]] = {}
-        self._used = {GPU: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
+        self._used = {GPU_RESOURCE: 0.0, "cpu": 0.0, "memory": 0.0, "pods": 0.0}
         self._notifier: Notifier | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -168,7 +167,7 @@ class SimulatedProvider:
             return dict(self._used)
 
     def _account(self, uid: str, req: dict[str, float]) -> None:
-        self._active[uid] = {k: req.get(k, 0.0) for k in (GPU, "cpu", "memory")}
+        self._active[uid] = {k: req.get(k, 0.0) for k in (GPU_RESOURCE, "cpu", "memory")}
         for k, v in self._active[uid].items():
             self._used[k] += v
         self._used["pods"] += 1
@@ -198,15 +197,15 @@ class SimulatedProvider:
             if stale is not None and stale != uid:
                 self._drop(stale)
             cap, used = self._capacity, self.used()
-            if (used[GPU] + req.get(GPU, 0) > cap.gpus or used["cpu"] + req.get("cpu", 0) > cap.cpu
+            if (used[GPU_RESOURCE] + req.get(GPU_RESOURCE, 0) > cap.gpus or used["cpu"] + req.get("cpu", 0) > cap.cpu
                     or used["memory"] + req.get("memory", 0) > cap.memory_bytes or used["pods"] + 1 > cap.pods):
-                raise ProviderError(f"{self.name}: out of capacity ({used[GPU]:g}/{cap.gpus} GPUs in use, "
-                                    f"{req.get(GPU, 0):g} asked)", reason="OutOfCapacity", retryable=True)
+                raise ProviderError(f"{self.name}: out of capacity ({used[GPU_RESOURCE]:g}/{cap.gpus} GPUs in use, "
+                                    f"{req.get(GPU_RESOURCE, 0):g} asked)", reason="OutOfCapacity", retryable=True)
             if self.failure_rate and self._rng.random() < self.failure_rate:
                 raise ProviderError(f"{self.name}: the rental API refused the pod (injected failure, "
                                     f"rate {self.failure_rate:g})", reason="ProviderFailed")
             now = self.clock()
-            duration = (meta.get("annotations") or {}).get(DURATION_ANNOTATION)
+            duration = (meta.get("annotations") or {}).get(SIMULATED_DURATION_ANNOTATION)
             waiting = [r for r in references(pod) if not r.optional and (r.kind, ns, r.name) not in self._objects]
             start_at = now + self.latency if not waiting else float("inf")
             run_for = float(duration) if duration not in (None, "") else None
