@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
-from gpufleet.vk.endpoints import MAX_ENDPOINTS_PER_SLICE, build_slices, endpoint_ports, plan, selects
+from gpufleet.vk.endpoints import MAX_ENDPOINTS_PER_SLICE, build_slices, endpoint_ports, plan, published_in, selects
 from gpufleet.vk.provider import REMOTE_NODE_LABEL, Address
 from gpufleet.vk.providers.kubernetes import ADDRESS_MODES, remote_service_name, workload_name
 from gpufleet.vk.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
@@ -237,3 +237,24 @@ def test_a_bad_address_mode_in_an_inventory_names_the_file_key_and_value(tmp_pat
     text = str(info.value)
     assert ("inventories/staging/group_vars/all/virtual_kubelet.yml: virtual_kubelet_pools[0].address_mode: "
             "'nodeport': expected 'pod_ip' or 'load_balancer'") in text
+
+
+def test_a_pod_is_published_once_every_service_selecting_it_holds_it_ready():
+    chat, other, elsewhere = service(), service("chat-admin"), service("chat", ns="other")
+    p = pod("a")
+    ready_slice = {"endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": True, "serving": True},
+                                  "targetRef": {"uid": "uid-a"}}]}
+    not_ready = {"endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": False, "serving": False},
+                                "targetRef": {"uid": "uid-a"}}]}
+    shared = {"endpoints": [{"addresses": ["203.0.113.10"], "conditions": {"ready": True}}]}  # a load balancer's
+    slices = {"chat": [ready_slice], "chat-admin": []}
+    assert not published_in(p, [chat, other, elsewhere], lambda ns, name: slices[name], "198.18.0.1")
+    slices["chat-admin"] = [not_ready]
+    assert not published_in(p, [chat, other], lambda ns, name: slices[name], "198.18.0.1")
+    slices["chat-admin"] = [ready_slice]
+    assert published_in(p, [chat, other, elsewhere], lambda ns, name: slices.get(name, []), "198.18.0.1")
+    # An endpoint naming no pod is the pod's when it is at the pod's (shared) address; not before the address is known.
+    assert published_in(p, [chat], lambda ns, name: [shared], "203.0.113.10")
+    assert not published_in(p, [chat], lambda ns, name: [shared], None)
+    # No Service selects it: nothing to wait for.
+    assert published_in(pod("b", labels={"app": "batch"}), [chat], lambda ns, name: [], None)
