@@ -105,7 +105,7 @@ class FlipBack:
         self.budget = budget
         self.mode = mode
         self.clock = clock
-        self.attempted: dict[str, float] = {}  # evict mode: UID -> when evicted
+        self.attempted: dict[str, float] = {}  # UID -> when evicted (evict mode) or replaced
         self.endpoints = endpoints
         self.surges = Surges(kube, pods, direction="back", published=endpoints.published,
                              clock=clock) if make_before_break else None
