@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.kube.informer import Informer
-from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL
+from gpufleet.names import (
+    ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
+)
 from gpufleet.vk.endpoints import (
     MAX_ENDPOINTS_PER_SLICE, EndpointPublisher, build_slices, endpoint_ports, plan, published_in, selects,
 )
