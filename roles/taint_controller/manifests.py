@@ -23,6 +23,9 @@ def objects(inv: Inventory) -> list[Obj]:
              # watched, a silent publisher's marked not ready (patch) and a deleted node's removed; never created.
              # The node Leases are read through LEASE_RULE (get/list/watch).
              rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "patch", "delete"]),
+             # gpufleet.flip.published: a replacement takes its pod's place only once it is a ready endpoint
+             # of every Service selecting it; Services and EndpointSlices are watched (read only) for that.
+             rule([""], ["services"], ["list", "watch"]),
              LEASE_RULE, EVENT_RULE]
     args = ["taint-controller", "--env", inv.env,
             "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),

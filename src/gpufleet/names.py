@@ -33,6 +33,14 @@ RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
 SURGE_FOR_LABEL = "gpufleet.io/surge-for"
 #: Label on a surge: ``out`` (a replacement on virtual nodes, flip-out) or ``back`` (in-cluster, flip-back).
 SURGE_DIRECTION_LABEL = "gpufleet.io/surge-direction"
+#: Pod condition the virtual kubelet keeps on each pod it runs outside: True once the pod is a ready, serving
+#: endpoint, at the address its provider reports, of every Service that selects it (gpufleet.vk.endpoints);
+#: a make-before-break replacement takes a pod's place only then (gpufleet.flip.surge). Not a readiness gate
+#: (the endpoint is ready only once the pod is): a condition of its own, under gpufleet's domain.
+PUBLISHED_CONDITION = "endpoints.gpufleet.io/Published"
+#: kube-controller-manager's annotation ranking a ReplicaSet's pods when it has one too many (int32; the lowest
+#: goes first, after pods not yet scheduled, running or Ready): ``controller.kubernetes.io/pod-deletion-cost``.
+POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 #: Flip-out modes: a replacement outside is Ready before the pod is evicted, or today's evict first.
 FLIP_MODES = ("make_before_break", "evict_first")
 #: Taint of virtual nodes (the virtual-kubelet convention); pods that may run outside tolerate it.

@@ -40,7 +40,7 @@ MARGIN = 30.0
 def setup(local_cluster, request):
     """A marked free kwok node, the training PriorityClass, a namespace, the flip-out's caches, and a virtual
     kubelet (pool :data:`POOL`, marked too, closed by the taint controller's taint) whose simulated rental has
-    ``request.param``'s settings (start latency, failure rate)."""
+    ``request.param``'s settings (start latency, failure rate; 32 GPUs unless ``gpus`` is given)."""
     kube = local_cluster.kube
     node = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
                    ["items"]} - busy_nodes(kube))[0]
@@ -49,8 +49,8 @@ def setup(local_cluster, request):
         kube.create("scheduling.k8s.io/v1", "priorityclasses", {
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
             "value": 1000000, "preemptionPolicy": "Never"})
-    prov = SimulatedProvider(POOL, gpus=32, gpu_product=H100, price_per_gpu_hour=2.85, node_name=f"vk-{POOL}",
-                             **request.param).start()
+    prov = SimulatedProvider(POOL, gpu_product=H100, price_per_gpu_hour=2.85, node_name=f"vk-{POOL}",
+                             **{"gpus": 32, **request.param}).start()
     vk = VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0).start()
     kube.patch("v1", "nodes", vk.node_name, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
     _free_gpus_taint(kube, vk.node_name, on=True)

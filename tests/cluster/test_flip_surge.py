@@ -1,10 +1,12 @@
-"""Make before break on the local cluster: each inference pod's replacement outside is Ready before its eviction.
+"""Make before break on the local cluster: each inference pod's replacement is Ready and published before it goes.
 
-The flip-out runs in the test process against the real API server, its
-caches on real watches. The virtual node is a kwok node labelled as a
-virtual-kubelet node (kwok reports its pods Running and Ready, as a
-provider would). The order of events is read from a watch of the
-namespace's pods: the API server's own order.
+The flip-out and flip-back run in the test process against the real API
+server, their caches on real watches. The virtual node is a kwok node
+labelled as a virtual-kubelet node (kwok reports its pods Running and
+Ready); the way back's replacements run in-cluster, published by the
+standard EndpointSlice controller. The order of events is read from a watch
+of the namespace's pods: the API server's own order. Replacements outside,
+published by a real virtual kubelet: ``test_flip_handover.py``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from gpufleet.flip.budget import MigrationBudget
 from gpufleet.flip.flipback import FlipBack
 from gpufleet.flip.flipout import FlipOut
+from gpufleet.flip.published import ServiceEndpoints
 from gpufleet.flip.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
@@ -137,69 +140,68 @@ def _exists(kube: Kube, name: str) -> bool:
         return False
 
 
-def test_each_replacement_is_ready_outside_before_its_pod_is_evicted(setup):
-    kube, ns, node, caches = setup
-    serve(kube, ns, 4, node)
-    victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
-    events = record(kube, ns)
-    kube.create("v1", "pods", trainer(ns), ns)
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
-                  mode="make_before_break", surge_max_wait_seconds=600)
-    serving: list[int] = []
-
-    def step() -> None:
-        out.tick()
-        serving.append(sum(ready(p) for p in pods(kube, ns, "app=srv")))
-
-    # The trainer is Unschedulable; the flip-out reserves the node and starts one surge per victim, evicting none.
-    wait("two surge ReplicaSets", lambda: (step(), len(kube.list("apps/v1", "replicasets", ns,
-                                                                  labelSelector=SURGE_FOR_LABEL)["items"]) == 2)[1])
-    assert {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv") if not p["metadata"].get("labels", {})
-            .get(SURGE_FOR_LABEL)} == victims, "a pod was evicted before its replacement ran"
-    # The taint controller opens the virtual node once the reservation took the free GPUs.
-    kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
-    wait("the trainer bound to the in-cluster node",
-         lambda: (step(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1], timeout=120)
-    wait("the surges removed once the Deployment is available again",
-         lambda: (step(), not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"])[1],
-         timeout=120)
-    assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
-    replaced_before_evicted(events, victims)
-    now = pods(kube, ns, "app=srv")
-    assert not victims & {p["metadata"]["uid"] for p in now}
-    assert sum(ready(p) and p["spec"].get("nodeName") == VNODE for p in now) >= 2
-    rs = kube.list("apps/v1", "replicasets", ns)["items"]
-    assert [r["spec"]["replicas"] for r in rs if not r["metadata"].get("labels", {}).get(SURGE_FOR_LABEL)] == [2], \
-        "the user's Deployment was changed"
+def in_cluster_published(kube: Kube, ns: str, service: str, uid: str) -> bool:
+    """Whether the standard controller's slices of ``service`` hold pod ``uid`` as a ready endpoint now."""
+    return any((e.get("targetRef") or {}).get("uid") == uid and (e.get("conditions") or {}).get("ready")
+               for s in kube.list("discovery.k8s.io/v1", "endpointslices", ns,
+                                  labelSelector=f"kubernetes.io/service-name={service}")["items"]
+               for e in s.get("endpoints") or [])
 
 
-def test_on_the_way_back_each_in_cluster_replacement_is_ready_before_the_pod_outside_goes(setup, local_cluster):
-    """Release mode: the descheduler (gated to released pods) evicts; the flip-back releases each pod only once
-    its replacement in-cluster is Ready."""
+def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its_pods_place(setup, local_cluster):
+    """The in-cluster node's 8 GPUs are exactly what the two 4-GPU pods outside need. Each pod's replacement
+    starts in-cluster and, once Ready and published (a ready endpoint of the Service, by the standard
+    EndpointSlice controller), takes the pod's place in the Deployment: its ReplicaSet removes the pod outside and
+    starts no other replica, so the last replacement's GPUs are the last free ones and the move still ends.
+    Release mode: the descheduler (gated to released pods) has nothing to evict."""
     kube, ns, node, caches = setup
     use_descheduler_policy(local_cluster.cluster, gated_policy(load("local")))
     kube.patch("v1", "nodes", node, {"spec": {"unschedulable": True}})
     kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
-    serve(kube, ns, 2, VNODE)
+    kube.create("v1", "services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "srv", "namespace": ns},
+                                   "spec": {"selector": {"app": "srv"}, "ports": [{"port": 80, "targetPort": 8000}]}}, ns)
+    serve(kube, ns, 4, VNODE)
     outside = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
     events = record(kube, ns)
     # GPUs free again: the taint controller taints the virtual node; the in-cluster node takes pods again.
     kube.patch("v1", "nodes", node, {"spec": {"unschedulable": None}})
     kube.patch("v1", "nodes", VNODE, {"spec": {"taints": virtual_node()["spec"]["taints"]}})
+    endpoints = ServiceEndpoints(kube).start()
     back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(600, max_in_flight=1), mode="release",
-                    make_before_break=True, surge_max_wait_seconds=600)
+                    make_before_break=True, endpoints=endpoints, surge_max_wait_seconds=600)
+    published_then: list[bool] = []
+    hand_over = back.surges.hand_over
+
+    def spy(victim: dict):
+        uid = victim["metadata"]["uid"]
+        surge = next((p for p in pods(kube, ns, f"{SURGE_FOR_LABEL}={uid}") if ready(p)), None)
+        published_then.append(surge is not None and in_cluster_published(kube, ns, "srv", surge["metadata"]["uid"]))
+        return hand_over(victim)
+
+    back.surges.hand_over = spy
     serving: list[int] = []
 
     def step() -> None:
         back.tick()
         serving.append(sum(ready(p) for p in pods(kube, ns, "app=srv")))
 
-    wait("both pods back in-cluster and the surges removed", lambda: (step(), all(
-        p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv") if not p["metadata"].get("deletionTimestamp"))
-        and not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
-        and not outside & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")})[1], timeout=180)
+    try:
+        wait("both pods back in-cluster and the surges removed", lambda: (step(), all(
+            p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv")
+            if not p["metadata"].get("deletionTimestamp"))
+            and not kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+            and not outside & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")})[1], timeout=120)
+    finally:
+        endpoints.stop()
     assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
+    assert published_then and all(published_then), f"a replacement took a place before it was published: {published_then}"
     replaced_before_evicted(events, outside)
+    now = [p for p in pods(kube, ns, "app=srv") if not p["metadata"].get("deletionTimestamp")]
+    assert len(now) == 2 and all(ready(p) and p["spec"]["nodeName"] == node for p in now)
+    assert not [p for p in now if SURGE_FOR_LABEL in p["metadata"]["labels"]], "a surge pod left over"
+    rs = kube.list("apps/v1", "replicasets", ns)["items"]
+    assert [r["spec"]["replicas"] for r in rs] == [2], "the user's Deployment was changed"
+    assert {o["name"] for p in now for o in p["metadata"]["ownerReferences"]} == {rs[0]["metadata"]["name"]}
 
 
 def test_a_replacement_that_never_becomes_ready_is_given_up_at_the_bound(setup):

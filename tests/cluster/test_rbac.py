@@ -50,7 +50,9 @@ NEEDED: dict[str, list[Ask]] = {
                          # publisher's slices marked not ready, a deleted node's removed.
                          *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),
                          *(_ask(v, "endpointslices", "inference", group="discovery.k8s.io") for v in ("patch", "delete")),
-                         *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("list", "watch"))],
+                         *(_ask(v, "leases", "kube-node-lease", group="coordination.k8s.io") for v in ("list", "watch")),
+                         # flip/published.py: Services watched to know a replacement is published.
+                         *(_ask(v, "services") for v in ("list", "watch"))],
     # quota/controller.py, resync.py: capacity from nodes and pods, nominalQuota patched.
     "quota-sync": [_ask("list", "nodes"), _ask("watch", "nodes"), _ask("list", "pods"),
                    *(_ask(v, "clusterqueues", group="kueue.x-k8s.io") for v in ("get", "list", "watch", "patch")),

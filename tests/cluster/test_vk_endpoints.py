@@ -5,9 +5,11 @@ nodes; kube-controller-manager's EndpointSlice controller publishes them),
 then flip onto a virtual node (the in-cluster nodes cordoned as if training
 held them, the pods evicted): the Service's EndpointSlices then list the
 outside pods at the address their provider reports, ready, in slices the
-virtual kubelet manages, and none of them in the standard controller's. A
-deleted outside pod's endpoint is not ready (terminating) before its remote
-pod is stopped, and gone with the pod. Providers: the simulated rental
+virtual kubelet manages, and none of them in the standard controller's;
+each is marked ``endpoints.gpufleet.io/Published`` only while it is a ready
+endpoint there (not before a load balancer's address, not while its
+address does not answer). A deleted outside pod's endpoint is not ready
+(terminating) before its remote pod is stopped, and gone with the pod. Providers: the simulated rental
 (instance endpoints with mapped ports) and the kubernetes provider against
 a second real cluster (remote pod IPs; a remote load balancer per workload).
 """
@@ -22,7 +24,9 @@ import pytest
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.local import cluster as local
-from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from gpufleet.names import (
+    ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
+)
 from gpufleet.vk.health import HealthSettings
 from gpufleet.vk.providers.kubernetes import KubernetesProvider
 from gpufleet.vk.providers.simulated import SimulatedProvider
@@ -70,6 +74,12 @@ def published(kube: Kube, ns: str, service: str, managed_by: str = ENDPOINTSLICE
             for port in s.get("ports") or []:
                 out[(e["addresses"][0], port["port"])] = e
     return out
+
+
+def marked_published(pod: dict) -> bool:
+    """Whether the virtual kubelet marked ``pod`` published (a ready endpoint of every Service selecting it)."""
+    return any(c.get("type") == PUBLISHED_CONDITION and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def inference_in(ns: str, replicas: int) -> tuple[dict, dict]:
@@ -222,10 +232,14 @@ def test_a_remote_load_balancer_per_workload_is_one_endpoint(kube, other):
         assert lb["spec"]["type"] == "LoadBalancer" and lb["spec"]["ports"][0]["port"] == 8000
         time.sleep(3)
         assert published(kube, ns, "chat") == {}  # no ingress yet: nothing reachable to publish
+        # Ready, but not reachable yet: not published (a make-before-break replacement would not take a place yet).
+        assert not [p for p in pods(kube, ns) if marked_published(p)]
         remote.patch("v1", "services", "gf-chat", {"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}},
                      ns, subresource="status")
         got = wait("the load balancer published as one ready endpoint",
                    lambda: (g := published(kube, ns, "chat")) and g, timeout=30)
+        wait("both pods marked published", lambda: len([p for p in pods(kube, ns) if marked_published(p)]) == 2,
+             timeout=30)
         assert list(got) == [("203.0.113.10", 8000)]
         (ep,) = got.values()
         assert ep["conditions"] == {"ready": True, "serving": True, "terminating": False} and "targetRef" not in ep
@@ -264,6 +278,7 @@ def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_r
                                                   if e["conditions"]["ready"]]) == 2, timeout=30)
         time.sleep(2 * settings.interval_seconds)
         assert all(e["conditions"]["ready"] for e in published(kube, ns, "chat").values())  # answering: left alone
+        assert all(marked_published(kube.get("v1", "pods", p["metadata"]["name"], ns)) for p in (victim, other))
 
         prov.kill_endpoint(ns, name)
         killed = time.monotonic()
@@ -274,7 +289,8 @@ def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_r
         assert took < settings.interval_seconds * (settings.unhealthy_threshold + 1) + 3
         assert got[(dead, 40000)]["conditions"] == {"ready": False, "serving": False, "terminating": False}
         assert [e["conditions"]["ready"] for k, e in got.items() if k[0] != dead] == [True]
-        live = kube.get("v1", "pods", name, ns)
+        live = wait("the pod marked not published", lambda: (p := kube.get("v1", "pods", name, ns))
+                    and not marked_published(p) and p, timeout=10, interval=0.2)
         assert live["status"]["phase"] == "Running" and ready(live)  # the provider still says so
         events = [e for e in events_for(kube, "Pod", name, ns) if e["reason"] == "EndpointUnreachable"]
         assert len(events) == 1 and f"{dead}:40000" in events[0]["message"], events
@@ -282,6 +298,7 @@ def test_an_endpoint_that_stops_answering_is_published_not_ready_while_its_pod_r
         prov.revive_endpoint(ns, name)
         wait("the endpoint published ready again", lambda: published(kube, ns, "chat").get((dead, 40000), {}).get("conditions")
              == {"ready": True, "serving": True, "terminating": False}, timeout=15, interval=0.2)
+        wait("the pod marked published again", lambda: marked_published(kube.get("v1", "pods", name, ns)), timeout=10)
         wait("its recovery recorded", lambda: [e["reason"] for e in events_for(kube, "Pod", name, ns)
                                                if e["reason"].startswith("Endpoint")]
              == ["EndpointUnreachable", "EndpointReachable"], timeout=10)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
-from gpufleet.vk.endpoints import MAX_ENDPOINTS_PER_SLICE, build_slices, endpoint_ports, plan, selects
+from gpufleet.kube.informer import Informer
+from gpufleet.names import (
+    ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
+)
+from gpufleet.vk.endpoints import (
+    MAX_ENDPOINTS_PER_SLICE, EndpointPublisher, build_slices, endpoint_ports, plan, published_in, selects,
+)
 from gpufleet.vk.provider import REMOTE_NODE_LABEL, Address
 from gpufleet.vk.providers.kubernetes import ADDRESS_MODES, remote_service_name, workload_name
 from gpufleet.vk.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
@@ -238,3 +243,65 @@ def test_a_bad_address_mode_in_an_inventory_names_the_file_key_and_value(tmp_pat
     text = str(info.value)
     assert ("inventories/staging/group_vars/all/virtual_kubelet.yml: virtual_kubelet_pools[0].address_mode: "
             "'nodeport': expected 'pod_ip' or 'load_balancer'") in text
+
+
+def test_a_pod_is_published_once_every_service_selecting_it_holds_it_ready():
+    chat, other, elsewhere = service(), service("chat-admin"), service("chat", ns="other")
+    p = pod("a")
+    ready_slice = {"endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": True, "serving": True},
+                                  "targetRef": {"uid": "uid-a"}}]}
+    not_ready = {"endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": False, "serving": False},
+                                "targetRef": {"uid": "uid-a"}}]}
+    shared = {"endpoints": [{"addresses": ["203.0.113.10"], "conditions": {"ready": True}}]}  # a load balancer's
+    slices = {"chat": [ready_slice], "chat-admin": []}
+    assert not published_in(p, [chat, other, elsewhere], lambda ns, name: slices[name], "198.18.0.1")
+    slices["chat-admin"] = [not_ready]
+    assert not published_in(p, [chat, other], lambda ns, name: slices[name], "198.18.0.1")
+    slices["chat-admin"] = [ready_slice]
+    assert published_in(p, [chat, other, elsewhere], lambda ns, name: slices.get(name, []), "198.18.0.1")
+    # An endpoint naming no pod is the pod's when it is at the pod's (shared) address; not before the address is known.
+    assert published_in(p, [chat], lambda ns, name: [shared], "203.0.113.10")
+    assert not published_in(p, [chat], lambda ns, name: [shared], None)
+    # No Service selects it: nothing to wait for.
+    assert published_in(pod("b", labels={"app": "batch"}), [chat], lambda ns, name: [], None)
+
+
+class StatusWrites:
+    """A client for the publisher: slice applies answered as written, pod status patches recorded."""
+
+    def __init__(self):
+        self.status: list[tuple[str, dict]] = []
+
+    def patch(self, api_version, plural, name, body, namespace=None, subresource=None, **kw):
+        if plural == "pods":
+            assert subresource == "status" and kw.get("patch") == "strategic"
+            self.status.append((name, body["status"]["conditions"][0]))
+            return {}
+        return {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+
+    def delete(self, *args, **kw):
+        return {}
+
+
+def test_the_publisher_marks_a_pod_published_once_its_services_slices_hold_it_and_not_before():
+    kube = StatusWrites()
+    node_pods = Informer(kube, "/api/v1/pods")
+    where: dict[str, Address | None] = {"uid-a": None}
+    pub = EndpointPublisher(kube, NODE, node_pods, lambda p: where[p["metadata"]["uid"]])
+    pub._on_service("ADDED", service(), None)
+    pub.services.apply("ADDED", service())
+    a = pod("a")
+    node_pods.apply("ADDED", a)
+    pub.sync_service("inference/chat")
+    assert kube.status == [], "no address yet (a load balancer's ingress not there): nothing to say"
+    where["uid-a"] = Address("203.0.113.10", shared=True)
+    pub.sync_service("inference/chat")
+    assert [(n, c["type"], c["status"]) for n, c in kube.status] == [("a", PUBLISHED_CONDITION, "True")]
+    a["status"]["conditions"].append(kube.status[-1][1])
+    node_pods.apply("MODIFIED", a)
+    pub.sync_service("inference/chat")
+    assert len(kube.status) == 1, "written again though unchanged"
+    pub.services.apply("ADDED", service("chat-admin"))
+    pub._on_service("ADDED", service("chat-admin"), None)
+    pub.mark(a)  # a second Service selects it, its slices not written yet
+    assert [c["status"] for _, c in kube.status] == ["True", "False"]

@@ -15,11 +15,16 @@ may go now (pods per minute per workload, lowest priority first, at most
   Eviction API here. A PDB refusal (429) gives the token back; the pod is
   tried again on a later tick.
 
-With ``make_before_break`` (the taint controller's flip mode), a pod of a
-Deployment is released or evicted only once a replacement of it runs
-in-cluster and is Ready (:mod:`gpufleet.flip.surge`, direction ``back``),
-or once ``surge_max_wait_seconds`` passed since that replacement was
-started; until then its token is given back.
+With ``make_before_break`` (the taint controller's flip mode), a
+replacement of a pod of a Deployment starts in-cluster
+(:mod:`gpufleet.flip.surge`, direction ``back``), and once it is Ready and
+published (a ready endpoint of every Service selecting it:
+:mod:`gpufleet.flip.published`) it takes the pod's place: the pod's own
+ReplicaSet removes the pod outside, neither released nor evicted, and
+starts no other replacement, so a fleet whose free GPUs are exactly what
+inference needs back moves every pod. Until then the pod's token is given
+back; after ``surge_max_wait_seconds`` without it, the pod is released or
+evicted as above.
 
 See README.md in this folder for the split with the descheduler.
 """
@@ -36,6 +41,7 @@ from prometheus_client import Counter, Gauge
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
+from .published import ServiceEndpoints
 from .surge import Surges
 from gpufleet.fleet.classify import tolerated
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL, SURGE_FOR_LABEL
@@ -43,7 +49,8 @@ from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL, SUR
 log = logging.getLogger(__name__)
 
 RELEASES = Counter("gpufleet_flip_back_releases_total",
-                   "Pods the flip-back released (release mode) or evicted (evict mode), by result.", ["mode", "result"])
+                   "Pods the flip-back released (release mode) or evicted (evict mode), or that an in-cluster "
+                   "replacement took the place of (replaced), by result.", ["mode", "result"])
 CANDIDATES = Gauge("gpufleet_flip_back_candidates", "Pods on tainted virtual nodes that do not tolerate the taint.")
 
 MODES = ("release", "evict", "off")
@@ -75,24 +82,33 @@ class FlipBack:
         nodes / pods: informers of node and pod views.
         budget: the migration budget.
         mode: ``release``, ``evict`` or ``off``.
-        make_before_break: wait for a Ready in-cluster replacement before each release or eviction.
+        make_before_break: an in-cluster replacement takes each pod's place once Ready and published.
+        endpoints: with ``make_before_break``, the Service and EndpointSlice caches that say whether an
+            in-cluster pod is published (started by the caller).
         surge_max_wait_seconds: release or evict anyway this long after the replacement was started.
         clock: monotonic seconds (the budget's time base).
+
+    Raises:
+        ValueError: an unknown ``mode``; ``make_before_break`` without ``endpoints``.
     """
 
     def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = "release",
-                 make_before_break: bool = False, surge_max_wait_seconds: float = 180.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 make_before_break: bool = False, endpoints: ServiceEndpoints | None = None,
+                 surge_max_wait_seconds: float = 180.0, clock: Callable[[], float] = time.monotonic):
         if mode not in MODES:
             raise ValueError(f"flip-back mode {mode!r}: expected one of {', '.join(MODES)}")
+        if make_before_break and endpoints is None:
+            raise ValueError("flip-back make_before_break: expected the Service and EndpointSlice caches (endpoints=)")
         self.kube = kube
         self.nodes = nodes
         self.pods = pods
         self.budget = budget
         self.mode = mode
         self.clock = clock
-        self.attempted: dict[str, float] = {}  # evict mode: UID -> when evicted
-        self.surges = Surges(kube, pods, direction="back", clock=clock) if make_before_break else None
+        self.attempted: dict[str, float] = {}  # UID -> when evicted (evict mode) or replaced
+        self.endpoints = endpoints
+        self.surges = Surges(kube, pods, direction="back", published=endpoints.published,
+                             clock=clock) if make_before_break else None
         self.surge_max_wait = surge_max_wait_seconds
         self._recovered = False
 
@@ -106,8 +122,12 @@ class FlipBack:
         cands = candidates(self.nodes.items(), self.pods.items(), set(self.attempted))
         CANDIDATES.set(len(cands))
         chosen = self.budget.plan(cands, now)
+        replaced: list[Candidate] = []
         if self.surges is not None:
-            chosen = self._replaced_first(cands, chosen, now)
+            chosen, replaced = self._replaced_first(cands, chosen, now)
+        for c in replaced:  # its ReplicaSet deletes it; counted in flight until it is gone, as an eviction
+            self.attempted[c.uid] = now
+            RELEASES.labels(self.mode, "replaced").inc()
         for c in chosen:
             try:
                 if self.mode == "release":
@@ -131,19 +151,30 @@ class FlipBack:
                 self.budget.refund(c)
                 RELEASES.labels(self.mode, "error").inc()
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)
-        return chosen
+        return replaced + chosen
 
-    def _replaced_first(self, cands: list[Candidate], chosen: list[Candidate], now: float) -> list[Candidate]:
-        """Of ``chosen``, those whose in-cluster replacement is Ready (or waited for long enough); the
-        others' tokens go back. Surges no candidate needs any more are removed."""
+    def _replaced_first(self, cands: list[Candidate], chosen: list[Candidate],
+                        now: float) -> tuple[list[Candidate], list[Candidate]]:
+        """``(to release or evict, replaced)`` of ``chosen``: those that waited for their in-cluster replacement
+        long enough or can have none, and those whose replacement took their place (Ready and published,
+        :meth:`Surges.hand_over`); the others' tokens go back. Surges no candidate needs any more are removed."""
         if not self._recovered:
             self.surges.recover()
             self._recovered = True
         by_uid = {p["metadata"]["uid"]: p for p in self.pods.items()}
-        go = []
+        go, replaced = [], []
         for c in chosen:
             pod = by_uid.get(c.uid)
-            if pod is not None and not self.surges.ready(pod):
+            if pod is not None and self.surges.ready(pod):
+                handed = self.surges.hand_over(pod)
+                if handed:
+                    replaced.append(c)
+                    log.info("flip-back: %s/%s (%s) replaced in-cluster", c.namespace, c.name, c.workload)
+                    continue
+                if handed is None:  # a request failed: the next tick tries again
+                    self.budget.refund(c)
+                    continue
+            elif pod is not None:
                 started = self.surges.live[c.uid].created if c.uid in self.surges.live else now
                 if now - started <= self.surge_max_wait:
                     self.budget.refund(c)
@@ -151,4 +182,4 @@ class FlipBack:
                 self.surges.abandon(pod)
             go.append(c)
         self.surges.reconcile({c.uid for c in cands})
-        return go
+        return go, replaced

@@ -25,10 +25,11 @@ preempts for them, PDB-respecting:
    only as many as the preemptor needs, pods already terminating counted
    as gone), so the others keep serving and get no replacement; a
    PDB refusal (429) is retried on the next tick, once the replacement runs
-   outside. In mode ``make_before_break`` (the default) each victim of a
-   Deployment is evicted only once a replacement outside is Ready
-   (:mod:`gpufleet.flip.surge`), or once ``surge_max_wait_seconds`` passed
-   (then as in mode ``evict_first``). After ``max_wait_seconds`` the
+   outside. In mode ``make_before_break`` (the default) a replacement of
+   each victim of a Deployment starts outside, and once it is Ready and
+   published it takes the victim's place (its ReplicaSet removes the
+   victim: :mod:`gpufleet.flip.surge`); a victim without one after
+   ``surge_max_wait_seconds`` is evicted as in mode ``evict_first``. After ``max_wait_seconds`` the
    remaining victims are deleted (training always wins, just not at once).
 5. When the preemptor is bound (or gone) the reservation taint is removed.
 
@@ -252,8 +253,11 @@ class FlipOut:
             self.surges.give_up(victims)
         for v in victims:
             ns, name = v["metadata"]["namespace"], v["metadata"]["name"]
-            if self.surges is not None and not late and not self.surges.ready(v):
-                continue  # its replacement outside is not Ready yet: the next tick looks again
+            if self.surges is not None and not late:
+                if not self.surges.ready(v):
+                    continue  # its replacement outside is not Ready and published yet: the next tick looks again
+                if self.surges.hand_over(v) is not False:
+                    continue  # its ReplicaSet removes it (or the hand-over is tried again next tick)
             try:
                 if late:
                     self.kube.delete("v1", "pods", name, ns, uid=v["metadata"]["uid"])

@@ -32,6 +32,7 @@ from .controller import TaintController
 from .decision import Hysteresis
 from .flipback import MODES, FlipBack
 from .flipout import FlipOut
+from .published import ServiceEndpoints
 from .constants import LEASE_NAME, TICK_SECONDS
 from .signal import ApiServerSignal, PrometheusSignal
 
@@ -138,16 +139,21 @@ def build(kube: Kube, s: Settings, *, clock=time.monotonic) -> tuple[TaintContro
     The node/pod caches are always built (virtual nodes, flip-out and
     flip-back read them); the signal is the caches or a Prometheus query.
     The pass over orphaned endpoints (``ctl.orphans``) acts once its watches
-    are started (:meth:`gpufleet.vk.orphans.OrphanedEndpoints.start`).
+    are started (:meth:`gpufleet.vk.orphans.OrphanedEndpoints.start`), and so
+    does the flip-back's make-before-break (``ctl.flip_back.endpoints``,
+    :meth:`gpufleet.flip.published.ServiceEndpoints.start`).
     """
     caches = ApiServerSignal(kube)
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
     machine = Hysteresis(s.high_water, s.low_water, s.hold_seconds, add_hold=s.add_hold, remove_hold=s.remove_hold)
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_classes, max_wait_seconds=s.flip_out_max_wait,
                   mode=s.flip_mode, surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_out else None
-    back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
-                    mode=s.flip_back, make_before_break=s.flip_mode == "make_before_break",
-                    surge_max_wait_seconds=s.surge_max_wait, clock=clock) if s.flip_back != "off" else None
+    back = None
+    if s.flip_back != "off":
+        mbb = s.flip_mode == "make_before_break"
+        back = FlipBack(kube, caches.nodes, caches.pods, MigrationBudget(s.pods_per_minute, max_in_flight=s.max_in_flight),
+                        mode=s.flip_back, make_before_break=mbb, endpoints=ServiceEndpoints(kube) if mbb else None,
+                        surge_max_wait_seconds=s.surge_max_wait, clock=clock)
     orphans = OrphanedEndpoints(kube, caches.nodes, clock=clock)
     ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, orphans=orphans,
                           clock=clock)
@@ -229,6 +235,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpufleet taint-controller: cannot list nodes/pods/EndpointSlices/node Leases on {kube.server}: {exc}",
               file=sys.stderr)
         return 1
+    if ctl.flip_back is not None and ctl.flip_back.endpoints is not None:
+        try:
+            ctl.flip_back.endpoints.start(timeout=15.0)  # not listed by then: the watches go on trying
+        except (TimeoutError, KubeError) as exc:
+            # Only the way back's make before break needs them: it waits --surge-max-wait per pod until they list.
+            log.error("flip-back: cannot list Services/EndpointSlices (%s): in-cluster replacements count as not "
+                      "published until they are listed; each pod outside goes %gs after its replacement started",
+                      exc, s.surge_max_wait)
     liveness = Liveness(max_age=max(60.0, 10 * s.tick_seconds))
     log.info("taint controller: high %g, low %g, hold %gs to taint / %gs to untaint, signal %s, pools %s", s.high_water,
              s.low_water, s.add_hold, s.remove_hold, s.signal, ", ".join(s.pools) or "all")

@@ -33,6 +33,7 @@ from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
+from gpufleet.names import PUBLISHED_CONDITION
 from gpufleet.prom.client import PromClient, PromError
 
 #: The classes the signal classifies nodes for: it counts room for inference.
@@ -63,7 +64,7 @@ def pod_view(pod: dict) -> dict[str, Any]:
     """What the caches keep of a Pod (enough for the signal, flip-out and flip-back)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     return {
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
                      if k in meta},
@@ -77,7 +78,10 @@ def pod_view(pod: dict) -> dict[str, Any]:
         "tolerations": list(spec.get("tolerations") or []),
         "phase": status.get("phase") or "Pending",
         "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
-        "ready": ready,
+        "ready": conditions.get("Ready") == "True",
+        # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.vk.endpoints).
+        "published": conditions.get(PUBLISHED_CONDITION) == "True",
+        "ip": status.get("podIP") or "",
     }
 
 

@@ -20,17 +20,48 @@ ReplicaSet's pod template, placed on virtual nodes only:
   refuses to compute a budget over pods without a scalable controller.
 
 The way back is the same with the surge placed in-cluster (required node
-affinity ``type NotIn [virtual-kubelet]``): the flip-back releases or
-evicts a pod outside only once its in-cluster replacement is Ready.
+affinity ``type NotIn [virtual-kubelet]``).
+
+A surge pod takes its victim's place once it is Ready *and published*: a
+ready endpoint of every Service that selects it, at an address that
+reaches it. Outside, its virtual kubelet says so on the pod
+(:data:`gpufleet.names.PUBLISHED_CONDITION`, :mod:`gpufleet.vk.endpoints`;
+a remote load balancer's address comes later than the pods' readiness, and
+so does the condition); in-cluster, the flip-back reads the standard
+controller's EndpointSlices (:mod:`gpufleet.flip.published`). Whose test
+applies is the caller's ``published``.
+
+Taking the place (:meth:`Surges.hand_over`): the surge pod *becomes* the
+victim's ReplicaSet's pod, and that ReplicaSet removes the victim, one
+replica too many. In order: the victim is annotated
+``controller.kubernetes.io/pod-deletion-cost`` = -2147483648 (the
+ReplicaSet, with one pod too many, deletes the lowest cost among its
+scheduled, Running, Ready pods: kube-controller-manager
+``controller.ActivePodsWithRanks``); the surge ReplicaSet is deleted with
+``propagationPolicy: Orphan`` (its pod stays, without an owner, and no
+replacement is started for it); the surge pod is relabelled: the surge
+labels off, the victim's ``pod-template-hash`` on, so it matches the
+victim's ReplicaSet's selector and is adopted (orphans that match are
+adopted: ``ReplicaSetController.claimPods``). Why not evict the victim and
+remove the surge once the Deployment's own replacement is Ready: that
+replacement needs one more pod's worth of capacity, which a fleet at exact
+capacity (every in-cluster GPU wanted back) or a short pool outside does not
+have, so it would stay Pending, the surge would never be removed, and the
+move would never end. Handed over, a move needs one pod's capacity, not two,
+and no replacement starts after it. The Eviction API is not involved: the
+victim's PodDisruptionBudget counts the adopted pod, Ready, among its
+healthy ones before the victim goes, so serving never drops below what it
+was; the Deployment's ``replicas`` are never changed (the HPA and GitOps
+tools see the object they wrote). A victim whose ReplicaSet has no
+``pod-template-hash`` (not a Deployment's) is evicted as before.
 
 The victim is evicted (through the Eviction API, its PDB still in force)
-once its surge pod is Ready, or once ``max_wait_seconds`` passed since the
-reservation (training always wins; today's path). The surge ReplicaSet is
-deleted when the Deployment is back to its available replicas after the
-eviction (its own replacement runs), when the victim needs no eviction any
-more (training ended, reservation gone), or ``cleanup_seconds`` after the
-victim left. The user's Deployment is never changed: the HPA and GitOps
-tools see the object they wrote.
+when it can have no surge, or once ``max_wait_seconds`` passed since the
+reservation without a Ready, published surge (training always wins;
+today's path). A surge ReplicaSet not handed over is deleted when the
+Deployment is back to its available replicas after the eviction (its own
+replacement runs), when the victim needs no eviction any more (training
+ended, reservation gone), or ``cleanup_seconds`` after the victim left.
 
 The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
 """
@@ -46,17 +77,22 @@ from typing import Any
 from prometheus_client import Counter
 
 from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
-from gpufleet.names import (SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION, VIRTUAL_NODE_LABEL,
-                            VIRTUAL_NODE_TAINT)
+from gpufleet.names import (POD_DELETION_COST_ANNOTATION, SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION,
+                            VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT)
 
 log = logging.getLogger(__name__)
 
 SURGES = Counter("gpufleet_flip_out_surges_total",
                  "Make-before-break replacements, by event (created; removed; bound passed: given up, the pod "
-                 "goes without a Ready replacement).", ["event"])
+                 "goes without a Ready replacement; handed over: the surge pod took its victim's place).", ["event"])
 
 #: Label the Deployment controller puts on a ReplicaSet's pods and selector.
 TEMPLATE_HASH_LABEL = "pod-template-hash"
+#: The lowest pod deletion cost (the annotation is an int32): a victim handed over goes first.
+LOWEST_DELETION_COST = str(-2**31)
+#: Seconds a handed-over victim is left to its ReplicaSet (which deletes it within a sync) before it counts
+#: as a victim again (its ReplicaSet deleted another pod: one not Ready, say).
+HANDED_OVER_SECONDS = 60.0
 
 
 def surge_name(victim_name: str, victim_uid: str) -> str:
@@ -161,14 +197,24 @@ class Surges:
         kube: client.
         pods: informer of pod views (:func:`gpufleet.flip.signal.pod_view`); surge pods are found there.
         direction: ``out`` (flip-out: replacements on virtual nodes) or ``back`` (flip-back: in-cluster).
+        published: pod view -> whether it is published (module docstring); default: the virtual kubelet's
+            condition (``out``); ``back`` needs the EndpointSlices' test
+            (:meth:`gpufleet.flip.published.ServiceEndpoints.published`).
         cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
         clock: monotonic seconds.
+
+    Raises:
+        ValueError: an unknown ``direction``; ``back`` without ``published``.
     """
 
-    def __init__(self, kube: Kube, pods, *, direction: str = "out", cleanup_seconds: float = 300.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, kube: Kube, pods, *, direction: str = "out", published: Callable[[dict], bool] | None = None,
+                 cleanup_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic):
         if direction not in DIRECTIONS:
             raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
+        if published is None and direction == "back":
+            raise ValueError("surge direction 'back': expected a test of in-cluster publication (published=)")
+        self.published = published or (lambda p: p["published"])
+        self.handed: dict[str, float] = {}  # victim UID -> when its surge pod took its place
         self.direction = direction
         self.kube = kube
         self.pods = pods
@@ -187,7 +233,8 @@ class Surges:
                 self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
 
     def ready(self, victim: dict[str, Any]) -> bool:
-        """Whether ``victim`` (a pod view) may be evicted now: its surge pod is Ready, or it cannot have one.
+        """Whether ``victim`` (a pod view) may go now: its surge pod is Ready and published (then
+        :meth:`hand_over`), it was handed over, or it cannot have a surge.
 
         Creates the surge ReplicaSet on first call. A victim not owned by a
         Deployment's ReplicaSet, or whose surge the API server refuses for
@@ -196,7 +243,7 @@ class Surges:
         """
         meta = victim["metadata"]
         uid = meta["uid"]
-        if uid in self.unsurgeable:
+        if uid in self.unsurgeable or uid in self.handed:
             return True
         if uid not in self.live:
             try:
@@ -213,8 +260,53 @@ class Surges:
         return self._surge_ready(uid)
 
     def _surge_ready(self, uid: str) -> bool:
-        return any((p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid and p["ready"] and p["node"]
-                   and not p["metadata"].get("deletionTimestamp") for p in self.pods.items())
+        return self._surge_pod(uid) is not None
+
+    def _surge_pod(self, uid: str) -> dict[str, Any] | None:
+        """The surge pod of victim ``uid`` that is bound, Ready, published and not terminating, or None."""
+        return next((p for p in self.pods.items() if (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid
+                     and p["ready"] and p["node"] and not p["metadata"].get("deletionTimestamp") and self.published(p)),
+                    None)
+
+    def hand_over(self, victim: dict[str, Any]) -> bool | None:
+        """Let ``victim``'s (a pod view's) Ready, published surge pod take its place (module docstring).
+
+        Returns:
+            True: handed over (now or earlier): the victim's ReplicaSet deletes
+            the victim, nothing is to be evicted; False: no surge pod to hand
+            over, or the victim's ReplicaSet has no ``pod-template-hash``
+            (evict as before); None: a request failed, try again on the next call.
+        """
+        meta = victim["metadata"]
+        uid, ns = meta["uid"], meta["namespace"]
+        if uid in self.handed:
+            return True
+        surge, pod = self.live.get(uid), self._surge_pod(uid)
+        template_hash = (meta.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
+        if surge is None or pod is None or not template_hash or owner_of(meta, "ReplicaSet") is None:
+            return False
+        try:
+            self.kube.patch("v1", "pods", meta["name"],
+                            {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: LOWEST_DELETION_COST}}}, ns)
+            try:
+                self.kube.delete("apps/v1", "replicasets", surge.name, ns, propagation="Orphan")
+            except NotFound:
+                pass  # deleted by an earlier, interrupted hand-over
+            self.kube.patch("v1", "pods", pod["metadata"]["name"],
+                            {"metadata": {"labels": {SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None,
+                                                     TEMPLATE_HASH_LABEL: template_hash}}}, ns)
+        except NotFound:
+            return False  # the victim or the surge pod left meanwhile
+        except KubeError as exc:
+            log.warning("flip-%s: handing %s/%s over to %s: %s; retrying", self.direction, ns, meta["name"],
+                        pod["metadata"]["name"], exc)
+            return None
+        self.live.pop(uid, None)
+        self.handed[uid] = self.clock()
+        SURGES.labels("handed over").inc()
+        log.info("flip-%s: %s/%s took the place of %s (Ready and published); its ReplicaSet removes it",
+                 self.direction, ns, pod["metadata"]["name"], meta["name"])
+        return True
 
     def give_up(self, victims: Iterable[dict[str, Any]]) -> None:
         """Past the bound: :meth:`abandon` every victim (pod views) whose surge is not Ready, before any eviction.
@@ -224,8 +316,9 @@ class Surges:
         """
         for v in victims:
             uid = v["metadata"]["uid"]
-            if uid not in self.unsurgeable and not (uid in self.live and self._surge_ready(uid)):
-                self.abandon(v)
+            if uid in self.unsurgeable or uid in self.handed or (uid in self.live and self._surge_ready(uid)):
+                continue
+            self.abandon(v)
 
     def abandon(self, victim: dict[str, Any]) -> None:
         """Give up the surge of ``victim`` (a pod view) past the bound: remove it, then let the victim go without one.
@@ -295,6 +388,7 @@ class Surges:
             if now - s.victim_gone_at >= self.cleanup_seconds or self._deployment_available(s):
                 self._remove(s, "the workload is back to its available replicas")
         self.unsurgeable &= live_uids
+        self.handed = {u: t for u, t in self.handed.items() if u in live_uids and now - t < HANDED_OVER_SECONDS}
 
     def _deployment_available(self, s: Surge) -> bool:
         if not s.deployment:

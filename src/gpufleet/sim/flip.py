@@ -608,9 +608,9 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     budget = (f"minAvailable {pdb}" if dep.pdb_min_available is not None
               else f"maxUnavailable {dep.pdb_max_unavailable}: {pdb} Ready at least")
     # With real serving every in-cluster replica runs on the real node: it stands in for as many GPU hosts as
-    # the replicas' GPUs fill, so training needs all of it and the flip moves every replica. One pod's GPUs to
-    # spare, as a fleet has once training ends: the way back starts each replacement before its pod leaves.
-    real_gpus = gpus_per_node * math.ceil((replicas + 1) * dep.gpus_per_pod / gpus_per_node)
+    # the replicas' GPUs fill, so training needs all of it and the flip moves every replica. No spare: the way
+    # back's replacement takes its pod's place (gpufleet.flip.surge), one pod's GPUs at a time.
+    real_gpus = gpus_per_node * math.ceil(replicas * dep.gpus_per_pod / gpus_per_node)
     if opts.rate > 0 and real_gpus // gpus_per_node >= nodes:
         raise ValueError(f"--replicas {replicas}: {replicas * dep.gpus_per_pod} GPUs of inference need "
                          f"{real_gpus // gpus_per_node} of the {nodes} GPU nodes; expected more --nodes")

@@ -61,6 +61,18 @@ controller marks the endpoints of a publisher whose Lease expired not
 ready, :mod:`gpufleet.vk.orphans`) queues its Service: a publisher that
 was only slow, or is back, publishes its pods as they are again.
 
+Published (:data:`gpufleet.names.PUBLISHED_CONDITION`): once every
+Service that selects a running pod holds it, in this node's slices, as a
+ready and serving endpoint at the address its provider reports, the
+publisher sets the pod's condition ``endpoints.gpufleet.io/Published`` True
+(False once that no longer holds: a dead address, a lost one). A pod no
+Service selects is published as it is. Until the provider reports an
+address there is none: a remote load balancer's ingress IP comes minutes
+after its pods are Ready, and the condition waits for it. The flip reads
+it before a replacement outside takes a pod's place (:mod:`gpufleet.flip.surge`);
+:func:`published_in` is the one test of it, for in-cluster pods too (the
+standard controller's slices, by ``targetRef``).
+
 Order on removal (:meth:`EndpointPublisher.sync_pod`): the pod side
 publishes a deleted pod as terminating and not ready before it stops the
 remote pod, and drops the endpoint once the pod is gone; a pod that
@@ -82,7 +94,10 @@ from typing import Any
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.workqueue import RateLimitingQueue
-from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, FIELD_MANAGER, SERVICE_NAME_LABEL
+from gpufleet.kube.times import now_rfc3339
+from gpufleet.names import (
+    ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, FIELD_MANAGER, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
+)
 
 from .health import Dial, EndpointHealthChecker, HealthSettings
 from .provider import REMOTE_NODE_LABEL, Address
@@ -236,6 +251,39 @@ def _endpoint(ip: str, members: list[tuple[Obj, Address]], service: Obj, node_na
     return ep
 
 
+def holds(slices: Iterable[Obj], uid: str, ip: str | None) -> bool:
+    """Whether ``slices`` (one Service's) list pod ``uid`` as a ready and serving endpoint: by its ``targetRef``,
+    or, for an endpoint naming no pod (an address pods share), by its address ``ip``.
+
+    A condition left out (nil) counts as true, as the discovery API says consumers should read it.
+    """
+    for s in slices:
+        for e in s.get("endpoints") or []:
+            cond = e.get("conditions") or {}
+            if cond.get("ready") is False or cond.get("serving") is False:
+                continue
+            ref = e.get("targetRef")
+            if (ref.get("uid") == uid) if ref else (ip is not None and ip in (e.get("addresses") or [])):
+                return True
+    return False
+
+
+def published_in(pod: Obj, services: Iterable[Obj], slices_of: Callable[[str, str], Iterable[Obj]],
+                 ip: str | None) -> bool:
+    """Whether ``pod`` is published (module docstring: Published): a ready, serving endpoint in the slices of
+    every Service of ``services`` that selects it (:func:`holds`); true when none selects it.
+
+    Args:
+        pod: a pod (its ``metadata`` name/namespace/uid/labels).
+        services: candidate Services (those of other namespaces, or not selecting it, are passed over).
+        slices_of: ``(namespace, service name)`` -> the slices to look in.
+        ip: the address the pod is reached at (a shared one matches an endpoint naming no pod); None: none yet.
+    """
+    meta = pod.get("metadata") or {}
+    return all(holds(slices_of(meta["namespace"], svc["metadata"]["name"]), meta.get("uid", ""), ip)
+               for svc in services if selects(svc, pod))
+
+
 def essence(slice_: Obj) -> str:
     """What decides whether a slice must be written: labels, owners, address type, ports, endpoints (canonical JSON)."""
     meta = slice_.get("metadata") or {}
@@ -257,7 +305,8 @@ def plan(desired: list[Obj], existing: list[Obj]) -> tuple[list[Obj], list[Obj]]
 # ------------------------------------------------------------------------------- publisher
 
 
-def _slim_service(svc: Obj) -> Obj:
+def slim_service(svc: Obj) -> Obj:
+    """What a Service cache keeps: ``metadata`` name/namespace/uid and the ``spec`` fields slices depend on."""
     meta, spec = svc.get("metadata") or {}, svc.get("spec") or {}
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
             "spec": {k: spec[k] for k in ("selector", "ports", "type", "ipFamilies", "publishNotReadyAddresses")
@@ -287,7 +336,7 @@ class EndpointPublisher:
         self.node = node_name
         self.pods = pods
         self.address_of = address_of
-        self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=_slim_service,
+        self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=slim_service,
                                                 handlers=[self._on_service], name=f"services-{node_name}")
         selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{REMOTE_NODE_LABEL}={node_name}"
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"),
@@ -358,16 +407,18 @@ class EndpointPublisher:
                 names.add(meta["name"])
         self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
+    def _selecting(self, namespace: str, pod: Obj) -> list[Obj]:
+        """The Services of ``namespace`` that select ``pod`` now."""
+        with self._index_lock:
+            names = sorted(self._by_namespace.get(namespace, ()))
+        return [svc for svc in (self.services.get(f"{namespace}/{n}") for n in names)
+                if svc is not None and selects(svc, pod)]
+
     def services_of(self, namespace: str, name: str, pod: Obj | None) -> set[str]:
         """Keys of the Services that select ``pod`` now, or whose slices here name it (its labels may have changed)."""
         keys = set()
         if pod is not None:
-            with self._index_lock:
-                names = sorted(self._by_namespace.get(namespace, ()))
-            for svc_name in names:
-                svc = self.services.get(f"{namespace}/{svc_name}")
-                if svc is not None and selects(svc, pod):
-                    keys.add(f"{namespace}/{svc_name}")
+            keys = {f"{namespace}/{svc['metadata']['name']}" for svc in self._selecting(namespace, pod)}
         for s in self.slices.items():
             meta = s["metadata"]
             if meta.get("namespace") == namespace and (
@@ -378,8 +429,55 @@ class EndpointPublisher:
     def pod_changed(self, key: str, pod: Obj | None) -> None:
         """Queue the Services concerned by pod ``namespace/name`` (``pod`` None: it is gone)."""
         namespace, name = key.split("/", 1)
-        for svc in self.services_of(namespace, name, pod):
+        keys = self.services_of(namespace, name, pod)
+        for svc in keys:
             self.queue.add(svc)
+        if pod is not None and not keys:
+            try:  # no Service to publish into: published as it is (the Services' worker marks the others)
+                self.mark(pod)
+            except KubeError as exc:
+                log.warning("%s: marking pod %s published: %s; retried with its next change", self.node, key, exc)
+
+    def published(self, pod: Obj) -> bool:
+        """Whether ``pod`` is published now in this node's slices (module docstring: Published; :func:`published_in`)."""
+        meta = pod["metadata"]
+        selecting = self._selecting(meta["namespace"], pod)
+        if not selecting:
+            return True
+        address = self.address_of(pod)
+        if address is None:
+            return False
+        slices = self.slices.items()
+
+        def slices_of(namespace: str, service: str) -> list[Obj]:
+            return [s for s in slices if s["metadata"].get("namespace") == namespace
+                    and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == service]
+
+        return published_in(pod, selecting, slices_of, address.ip)
+
+    def mark(self, pod: Obj) -> None:
+        """Set :data:`~gpufleet.names.PUBLISHED_CONDITION` on ``pod`` as :meth:`published` says, when it changed.
+
+        Only a running pod that is not terminating is marked (the flip never
+        looks at others); an absent condition counts as False, so a pod is
+        written once it is published, and again only when that changes.
+
+        Raises:
+            KubeError: the status write failed.
+        """
+        meta, status = pod["metadata"], pod.get("status") or {}
+        if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+            return
+        want = self.published(pod)
+        current = next((c for c in status.get("conditions") or [] if c.get("type") == PUBLISHED_CONDITION), None)
+        if (current.get("status") == "True") == want if current is not None else not want:
+            return
+        condition = {"type": PUBLISHED_CONDITION, "status": "True" if want else "False",
+                     "reason": "Published" if want else "NotPublished", "lastTransitionTime": now_rfc3339(),
+                     "message": "a ready endpoint of every Service selecting it" if want
+                     else "not a ready endpoint of every Service selecting it (no address yet, or it does not answer)"}
+        self.kube.patch("v1", "pods", meta["name"], {"status": {"conditions": [condition]}}, meta["namespace"],
+                        subresource="status", patch="strategic")
 
     def sync_pod(self, pod: Obj) -> None:
         """Publish ``pod``'s Services now, in this thread (before its remote pod is stopped).
@@ -416,6 +514,7 @@ class EndpointPublisher:
             existing = [s for s in self.slices.items() if s["metadata"].get("namespace") == namespace
                         and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == name]
             desired: list[Obj] = []
+            pods: list[Obj] = []
             if service is not None:
                 pods = [p for p in self.pods.items() if p["metadata"].get("namespace") == namespace and selects(service, p)]
                 addresses = {p["metadata"]["uid"]: self.address_of(p) for p in pods}
@@ -435,3 +534,5 @@ class EndpointPublisher:
                     pass
                 self.slices.apply("DELETED", s)
                 self.writes += 1
+            for p in pods:
+                self.mark(p)

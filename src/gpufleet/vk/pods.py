@@ -90,7 +90,7 @@ from gpufleet.kube.events import record_event
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.times import now_rfc3339
 from gpufleet.kube.workqueue import BACKOFF, RateLimitingQueue, Requeue
-from gpufleet.names import GPU_PRODUCT_LABEL
+from gpufleet.names import GPU_PRODUCT_LABEL, PUBLISHED_CONDITION
 
 from . import metrics
 from .endpoints import EndpointPublisher
@@ -130,9 +130,13 @@ def _normalize_states(status: dict) -> dict:
 
 
 def status_digest(status: dict) -> tuple:
-    """What decides whether a status write is needed: phase, IP, start, conditions, container states."""
+    """What decides whether a status write is needed: phase, IP, start, conditions, container states.
+
+    ``PodScheduled`` is the scheduler's and :data:`~gpufleet.names.PUBLISHED_CONDITION` the endpoint
+    publisher's (:meth:`gpufleet.vk.endpoints.EndpointPublisher.mark`): a remote pod has neither.
+    """
     conds = tuple(sorted((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
-                         if c.get("type") != "PodScheduled"))
+                         if c.get("type") not in ("PodScheduled", PUBLISHED_CONDITION)))
     containers = tuple(sorted((c.get("name"), bool(c.get("ready")), _state_kind(c.get("state")), c.get("restartCount", 0))
                               for c in status.get("containerStatuses") or []))
     return (status.get("phase"), status.get("podIP"), bool(status.get("startTime")), status.get("reason"), conds,
