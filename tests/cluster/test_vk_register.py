@@ -16,15 +16,14 @@ import time
 import pytest
 
 from gpufleet.cli import build_parser
-from gpufleet.kube import Kube, NotFound
+from gpufleet.kube import Kube
 from gpufleet.names import FREE_GPUS_TAINT
 from gpufleet.stack.render import render
 from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.providers.simulated import SimulatedProvider
 from roles.registry import load
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, namespace
+from .vk_helpers import close_virtual_kubelet, namespace, simulated_provider, start_virtual_kubelet
 
 pytestmark = pytest.mark.cluster
 
@@ -56,11 +55,10 @@ def test_a_new_virtual_node_is_closed_until_the_taint_controller_opens_it(local_
     kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
     taints = role_register_taints()
     assert [t["key"] for t in taints] == [FREE_GPUS_TAINT]
-    prov = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE).start()
+    prov = simulated_provider(POOL, NODE)
 
     def virtual_kubelet() -> VirtualKubelet:
-        return VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0,
-                              register_taints=taints).start()
+        return start_virtual_kubelet(kube, POOL, prov, register_taints=taints)
 
     vk = virtual_kubelet()
     ns = namespace(kube, "vkr")
@@ -82,10 +80,5 @@ def test_a_new_virtual_node_is_closed_until_the_taint_controller_opens_it(local_
         vk = virtual_kubelet()
         assert not free_gpus_taint(kube), "a restarted virtual kubelet closed a node the taint controller had opened"
     finally:
-        vk.close()
-        delete_namespace(kube, ns)
-        try:
-            kube.delete("v1", "nodes", NODE)
-        except NotFound:
-            pass
+        close_virtual_kubelet(kube, vk, ns, NODE)
         kube.close()
