@@ -1,8 +1,8 @@
-"""gpufleet's invoke tasks (``invoke --list``). The code lives in gpufleet.tasks."""
+"""gpufleet's invoke tasks (``invoke --list``). The code lives in gpufleet_workshop.tasks."""
 
 from invoke import Collection
 
-from gpufleet.tasks import bench, demo, health, image, local, node, quota, render, sim, stack, status, train
+from gpufleet_workshop.tasks import bench, demo, health, image, local, node, quota, render, sim, stack, status, train
 
 ns = Collection(demo.install, demo.demo, bench.bench, render.render, status.status, stack.preview, stack.up, stack.destroy)
 for collection in (local.ns, image.ns, train.train, quota.quota, node.node, health.ns, sim.sim):

@@ -2,7 +2,7 @@
 
 The node: 8 HCAs (one NDR port each, every IBA counter plus mlx5
 hw_counters) and 8 GPUs x 18 NVLinks through the fake NVML backend
-(:mod:`gpufleet.sim.node`). The exporter runs as its own process,
+(:mod:`gpufleet_workshop.fixtures.node`). The exporter runs as its own process,
 exactly as ``gpufleet exporter`` runs on a node, and is scraped over HTTP.
 
 Targets (:data:`TARGETS`): 50 ms p95 scrape latency, 2 % of one core at a
@@ -44,7 +44,7 @@ from pathlib import Path
 import httpx
 
 from gpufleet import paths
-from gpufleet.sim.node import healthy_node, write_node
+from gpufleet_workshop.fixtures.node import healthy_node, write_node
 from gpufleet.prom.server import free_port
 
 #: Upper bounds of the main benchmark's figures (a figure above its bound is a miss).
@@ -61,14 +61,14 @@ def node_exporter_binary(version: str = NODE_EXPORTER_VERSION) -> Path:
 
     ``go install module@version`` with ``GOBIN`` at
     ``cache_dir()/components/node_exporter-<version>/bin`` (the layout of
-    :class:`gpufleet.build.gobuild.Cached`); a binary already there that
+    :class:`gpufleet_admin.build.gobuild.Cached`); a binary already there that
     ``go version -m`` shows was built from that module and version is reused.
 
     Raises:
-        gpufleet.build.gobuild.GoError: no Go toolchain, the module cannot be
+        gpufleet_admin.build.gobuild.GoError: no Go toolchain, the module cannot be
             had, or the build failed (with the log tail).
     """
-    from gpufleet.build import gobuild
+    from gpufleet_admin.build import gobuild
 
     folder = paths.cache_dir() / "components" / f"node_exporter-{version}"
     binary = folder / "bin" / "node_exporter"

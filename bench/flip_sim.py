@@ -1,6 +1,6 @@
 """Benchmark the whole flip: ``invoke sim.flip`` at one or more fleet sizes, printing its summary figures.
 
-Each size runs :func:`gpufleet.sim.flip.run` (every pool of the local
+Each size runs :func:`gpufleet_workshop.sim.flip.run` (every pool of the local
 inventory: the second cluster ``other`` and the simulated rental) on the
 local cluster ``--cluster``, resized to the node count, and prints the
 summary plus the wall time. Targets: back in-cluster within 5 minutes
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.sim.flip import Options, SimError, run
+from gpufleet_workshop.sim.flip import Options, SimError, run
 
 
 def main() -> int:

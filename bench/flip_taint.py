@@ -24,11 +24,11 @@ import threading
 import time
 import uuid
 
-from gpufleet.flip.controller import TaintController
-from gpufleet.flip.decision import Hysteresis
+from gpufleet.taint_controller.controller import TaintController
+from gpufleet.taint_controller.decision import Hysteresis
 from gpufleet.names import FREE_GPUS_TAINT
-from gpufleet.flip.signal import ApiServerSignal, gpus_used, schedulable
-from gpufleet.local import cluster as local
+from gpufleet.taint_controller.signal import ApiServerSignal, gpus_used, schedulable
+from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from roles.registry import load

@@ -50,11 +50,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpufleet.local import cluster as local
-from gpufleet.local import node as realnode
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import node as realnode
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
-from gpufleet.sim import incluster
+from gpufleet_workshop.sim import incluster
 from in_cluster_memory import sample
 from roles.registry import load
 

@@ -1,9 +1,9 @@
 """Benchmark node health's pure step at fleet scale: the breaker's share and the decisions.
 
 Builds ``--nodes`` Node dicts (GPU nodes, as the API returns them) and
-``--faulty`` faults, then times :func:`gpufleet.health.breaker.fleet_share`
+``--faulty`` faults, then times :func:`gpufleet.node_health.breaker.fleet_share`
 (the node classifier over every node, once a step) and
-:func:`gpufleet.health.remediate.decide` with that share, best of
+:func:`gpufleet.node_health.remediate.decide` with that share, best of
 ``--repeat``. No cluster, no Prometheus. Target: well under the 5 s step
 (``node_health_interval_seconds``) at 4,096 nodes.
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from gpufleet.health import breaker
-from gpufleet.health.faults import Fault
-from gpufleet.health.remediate import Settings, decide
+from gpufleet.node_health import breaker
+from gpufleet.node_health.faults import Fault
+from gpufleet.node_health.remediate import Settings, decide
 
 
 def gpu_node(name: str) -> dict:

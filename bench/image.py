@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from gpufleet.build import image as images
-from gpufleet.local import cluster as local
+from gpufleet_admin.build import image as images
+from gpufleet_workshop.local import cluster as local
 
 NAME = "gpufleet-bench-image"
 

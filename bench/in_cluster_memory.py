@@ -19,8 +19,8 @@ import json
 import time
 
 from gpufleet.kube import Kube
-from gpufleet.local import cluster as local
-from gpufleet.local import node as realnode
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import node as realnode
 
 NAMESPACES = ("gpufleet-system", "gpu-metrics", "team-pretrain", "team-research")
 

@@ -26,10 +26,10 @@ import json
 import os
 import time
 
-from gpufleet.local import cluster as local
-from gpufleet.build.components import components
-from gpufleet.build.install import install_record
-from gpufleet.local.processes import rss_bytes
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local.components import components
+from gpufleet_workshop.local.install import install_record
+from gpufleet_workshop.local.processes import rss_bytes
 from roles.registry import node_specs
 
 NAME = "bench"

@@ -25,10 +25,10 @@ import threading
 import time
 import uuid
 
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.ops import drain as drainer
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.kube import list_nodes
+from gpufleet.ops.reads import list_nodes
 from roles.registry import node_specs
 
 SCENARIOS = (("5x10 maxUnavailable=1", 5, 10, 1), ("1x50 maxUnavailable=1", 1, 50, 1), ("1x50 maxUnavailable=10%", 1, 50, "10%"))

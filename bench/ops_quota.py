@@ -5,7 +5,7 @@ Prints:
 * one-shot resync: read (nodes, ClusterQueues, Workloads, LocalQueues),
   compute and apply times, p50/p99 over ``--rounds`` rounds, each round
   after one node changed (so every apply writes);
-* quota-sync convergence: the controller (:class:`gpufleet.quota.controller.QuotaSync`,
+* quota-sync convergence: the controller (:class:`gpufleet.quota_sync.controller.QuotaSync`,
   watch + debounce, in this process) runs while nodes leave and return one
   at a time (taint ``gpufleet.io/swap``); for each change, seconds until
   ClusterQueue ``training`` has the new nominalQuota (polled every 50 ms),
@@ -34,11 +34,11 @@ import time
 
 from gpufleet.kube import Conflict
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.names import SWAP_TAINT
-from gpufleet.ops.kube import list_nodes
-from gpufleet.quota import resync as rs
-from gpufleet.quota.controller import QuotaSync
+from gpufleet.ops.reads import list_nodes
+from gpufleet.quota_sync import resync as rs
+from gpufleet.quota_sync.controller import QuotaSync
 from roles.registry import load, node_specs
 
 NAME = "ops-bench"
@@ -80,7 +80,7 @@ def toggle(api, node: str, out: bool) -> None:
 
 def freeze_ready(c, api) -> None:
     """``--static``: stop kwok and kube-controller-manager, then set every Node Ready with no unhealthy taint."""
-    from gpufleet.local import processes
+    from gpufleet_workshop.local import processes
 
     for comp in ("kwok", "kube-controller-manager"):
         processes.stop(c.layout.pid(comp))

@@ -1,8 +1,8 @@
 """Benchmark remediation latency: from a hot GPU series in Prometheus to the node tainted.
 
-A real Prometheus scrapes simulated exporters (:mod:`gpufleet.sim.fleet`,
+A real Prometheus scrapes simulated exporters (:mod:`gpufleet_workshop.sim.fleet`,
 the project's collectors) for ``--hot`` nodes of the local cluster every
-``--scrape`` seconds. The controller's service (:class:`~gpufleet.health.remediate.Remediator`)
+``--scrape`` seconds. The controller's service (:class:`~gpufleet.node_health.remediate.Remediator`)
 steps every ``--interval`` seconds as ``gpufleet node-health`` does. One GPU
 per node is heated at a random moment; for each node the script prints the
 seconds from the N-th hot sample (its timestamp in Prometheus, N =
@@ -24,13 +24,13 @@ import tempfile
 import threading
 import time
 
-from gpufleet.health.faults import Rules
+from gpufleet.node_health.faults import Rules
 from gpufleet.prom.client import PromClient
-from gpufleet.health.remediate import Remediator, Settings
-from gpufleet.sim.fleet import scrape_config, start_node
-from gpufleet.local import cluster as local
+from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet_workshop.sim.fleet import scrape_config, start_node
+from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import KubeError
-from gpufleet.ops.kube import list_nodes
+from gpufleet.ops.reads import list_nodes
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
 from gpufleet.names import SWAP_TAINT

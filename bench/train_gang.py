@@ -32,12 +32,12 @@ import uuid
 import yaml
 
 from gpufleet.kube import Conflict, Kube, NotFound
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.ops import swap as swapper
-from gpufleet.sim.flip import QUEUE_KINDS
-from gpufleet.training import gang as native
-from gpufleet.training.render import build_context, render_context
-from gpufleet.training.submit import create_objects
+from gpufleet_workshop.sim.flip import QUEUE_KINDS
+from gpufleet_admin.training import gang as native
+from gpufleet_admin.training.render import build_context, render_context
+from gpufleet_admin.training.submit import create_objects
 from roles.kueue.manifests import objects as kueue_objects
 from roles.registry import load, node_specs
 

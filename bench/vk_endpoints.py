@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from flip_vk import NODE, POOL, pod, rss_kib, stats
 
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL

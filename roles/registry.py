@@ -4,12 +4,12 @@ Each :class:`Role` names what the rest of gpufleet needs of a role: its
 variables model (``vars.py``), its builders (``manifests.py``: plain objects
 and Helm releases, pure functions of the inventory), the type token of the
 Pulumi component the stack declares it as, and the roles it waits for. The
-layers: ``gpufleet.stack`` and the entry points read this registry; the
-roles build on ``gpufleet.manifests``, ``gpufleet.inventory`` and
+layers: ``gpufleet_admin.stack`` and the entry points read this registry; the
+roles build on ``gpufleet_admin.manifests``, ``gpufleet_admin.inventory`` and
 ``gpufleet.fleet``; none of those imports a role.
 
 :func:`load` and :func:`node_specs` are how entry points read an environment:
-:func:`gpufleet.inventory.load` validated against every role's variables.
+:func:`gpufleet_admin.inventory.load` validated against every role's variables.
 Nothing here imports Pulumi, so gpufleet's image (which has no Pulumi)
 loads inventories through it too.
 """
@@ -23,9 +23,9 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel
 
-from gpufleet.inventory import Inventory, NodeSpec
-from gpufleet.inventory import load as load_inventory
-from gpufleet.manifests import HelmRelease, Obj
+from gpufleet_admin.inventory import Inventory, NodeSpec
+from gpufleet_admin.inventory import load as load_inventory
+from gpufleet_admin.manifests import HelmRelease, Obj
 
 from roles.descheduler import manifests as descheduler, vars as descheduler_vars
 from roles.goodput import manifests as goodput, vars as goodput_vars
@@ -139,18 +139,18 @@ def load(
 ) -> Inventory:
     """Load and validate ``inventories/<env>`` (or ``root``) with every role's variables.
 
-    :func:`gpufleet.inventory.load` with :data:`ROLE_MODELS`; the arguments are
+    :func:`gpufleet_admin.inventory.load` with :data:`ROLE_MODELS`; the arguments are
     passed on as they are (``overrides``: stack-config values, highest
     precedence; ``overrides_file``: their name in messages; ``nodes``: hosts
     of a simulated fleet).
 
     Raises:
-        gpufleet.inventory.InventoryError: listing every problem (file, key, value, expected).
+        gpufleet_admin.inventory.InventoryError: listing every problem (file, key, value, expected).
     """
     return load_inventory(env, ROLE_MODELS, overrides=overrides, overrides_file=overrides_file, nodes=nodes,
                           root=root)
 
 
 def node_specs(env: str, nodes: int | None = None) -> list[NodeSpec]:
-    """The Nodes of ``env`` (``nodes`` sizes a simulated fleet). Raises gpufleet.inventory.InventoryError."""
+    """The Nodes of ``env`` (``nodes`` sizes a simulated fleet). Raises gpufleet_admin.inventory.InventoryError."""
     return load(env, nodes=nodes).node_specs()

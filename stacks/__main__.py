@@ -1,5 +1,5 @@
 """gpufleet's Pulumi program (Pulumi.yaml: ``main: stacks/``)."""
 
-from gpufleet.stack.program import main
+from gpufleet_admin.stack.program import main
 
 main()

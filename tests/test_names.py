@@ -1,5 +1,6 @@
 """Shared names are spelled once, in gpufleet.names: no ``gpufleet.io/`` or ``kueue.x-k8s.io/`` label,
-taint or annotation literal elsewhere in the package, and no module-level alias of a name defined there."""
+taint or annotation literal elsewhere in gpufleet's packages or the roles, and no module-level alias of a name
+defined there."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ from pathlib import Path
 import gpufleet
 from gpufleet import names
 
-SRC = Path(gpufleet.__file__).parent
+#: The checkout: the three packages under src/ and the roles.
+ROOT = Path(gpufleet.__file__).parents[2]
+TREES = (ROOT / "src" / "gpufleet", ROOT / "src" / "gpufleet_admin", ROOT / "src" / "gpufleet_workshop", ROOT / "roles")
 PREFIXES = ("gpufleet.io/", "kueue.x-k8s.io/")
 #: Modules that may keep their own aliases of shared names, and why.
 ALIASES_ALLOWED = {
     # the inventory's LABEL_* names are its public API (roles and templates read them from the inventory)
-    "inventory/inventory.py",
+    "src/gpufleet_admin/inventory/inventory.py",
 }
 
 
 def modules() -> list[Path]:
-    return sorted(p for p in SRC.rglob("*.py") if p != Path(names.__file__))
+    return sorted(p for tree in TREES for p in tree.rglob("*.py") if p != Path(names.__file__))
 
 
 def literals(tree: ast.AST) -> list[tuple[int, str]]:
@@ -29,7 +32,7 @@ def literals(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_no_shared_name_is_spelled_outside_names():
-    found = [f"{p.relative_to(SRC)}:{line}: {value!r}" for p in modules()
+    found = [f"{p.relative_to(ROOT)}:{line}: {value!r}" for p in modules()
              for line, value in literals(ast.parse(p.read_text(), str(p)))]
     assert not found, "spell these through gpufleet.names:\n" + "\n".join(found)
 
@@ -38,7 +41,7 @@ def test_no_module_renames_a_shared_name():
     shared = {k for k in vars(names) if k.isupper()}
     found = []
     for p in modules():
-        rel = str(p.relative_to(SRC))
+        rel = str(p.relative_to(ROOT))
         if rel in ALIASES_ALLOWED:
             continue
         for node in ast.parse(p.read_text(), str(p)).body:

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import yaml
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import HelmRelease, Obj, config_map
-from gpufleet.versions import pin
+from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import HelmRelease, Obj, config_map
+from gpufleet_admin.versions import pin
 
-#: The taint the taint controller adds to virtual nodes while the cluster has free GPUs.
-FREE_GPUS_TAINT = "gpufleet.io/cluster-has-free-gpus"
-#: Label the flip-back budget puts on the pods it releases for eviction (src/gpufleet/flip/README.md).
-FLIP_BACK_LABEL = "gpufleet.io/flip-back"
 
 
 def policy(inv: Inventory) -> Obj:
@@ -36,7 +33,7 @@ def policy(inv: Inventory) -> Obj:
                 # Only pods gpufleet's flip-back budget released (lowest priority first, pods
                 # per minute per workload) are evictable: the descheduler has no budget over time.
                 {"name": "DefaultEvictor", "args": {"evictLocalStoragePods": True, "nodeFit": True,
-                                                    "labelSelector": {"matchLabels": {FLIP_BACK_LABEL: "released"}}}},
+                                                    "labelSelector": {"matchLabels": dict([RELEASE_LABEL])}}},
                 {"name": "RemovePodsViolatingNodeTaints", "args": {"includedTaints": [FREE_GPUS_TAINT]}},
             ],
             "plugins": {"deschedule": {"enabled": ["RemovePodsViolatingNodeTaints"]}},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from gpufleet.inventory.types import STRICT, DnsLabel, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, PositiveInt
 
 
 class Vars(BaseModel):

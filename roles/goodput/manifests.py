@@ -9,9 +9,9 @@ replica: it reads only, and keeps its history in memory.
 
 from __future__ import annotations
 
-from gpufleet.inventory import Inventory
+from gpufleet_admin.inventory import Inventory
 from gpufleet.names import KUEUE_GROUP
-from gpufleet.manifests import Obj, api_server_env, meta, rule, service_account, system_placement
+from gpufleet_admin.manifests import Obj, api_server_env, meta, rule, service_account, system_placement
 
 from ..parallel_fs.manifests import team_namespaces, volume
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from gpufleet.inventory.types import STRICT, PositiveInt, Quantity
+from gpufleet_admin.inventory.types import STRICT, PositiveInt, Quantity
 
 
 class Vars(BaseModel):

@@ -647,7 +647,7 @@ def _goodput_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
 def _flip_cost_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
     """Row "Outside capacity cost": GPUs outside and cost per hour by pool, and the cost over the time range.
 
-    From the virtual kubelets' counters (:mod:`gpufleet.vk.ledger`): the rate of GPU-seconds is the GPUs held
+    From the virtual kubelets' counters (:mod:`gpufleet.virtual_kubelet.ledger`): the rate of GPU-seconds is the GPUs held
     outside; the rate of cost x 3600 the cost per hour; ``increase`` over ``$__range`` the total, across restarts.
     """
     return (

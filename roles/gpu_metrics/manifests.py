@@ -7,10 +7,10 @@ import json
 
 import yaml
 
-from gpufleet.inventory import Inventory
+from gpufleet_admin.inventory import Inventory
 from gpufleet.names import VIRTUAL_NODE_LABEL
-from gpufleet.manifests import HelmRelease, Obj, config_map, meta, namespace, service_account
-from gpufleet.versions import pin
+from gpufleet_admin.manifests import HelmRelease, Obj, config_map, meta, namespace, service_account
+from gpufleet_admin.versions import pin
 
 #: dcgm-exporter counters (DCGM field names, DCGM 4 / dcgm-exporter 4.x).
 #: Tensor-core activity (PIPE_TENSOR_ACTIVE) is the utilisation that matters;
@@ -76,7 +76,7 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
         })
     vk = inv.role("virtual_kubelet")
     if vk.virtual_kubelet_enabled and vk.virtual_kubelet_pools:
-        # The virtual kubelets' own metrics, the offload cost ledger among them (gpufleet.vk.ledger): their series
+        # The virtual kubelets' own metrics, the offload cost ledger among them (gpufleet.virtual_kubelet.ledger): their series
         # carry the pool, so the pod's node (the real node it runs on) is not added.
         jobs.append({
             "job_name": "gpufleet-virtual-kubelet", "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from gpufleet.inventory.types import STRICT, Celsius, DnsLabel, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, Celsius, DnsLabel, PositiveInt
 
 
 class Vars(BaseModel):

@@ -4,7 +4,7 @@ Each Deployment has a ClusterIP Service of its own name: the Deployment's
 pod labels as selector, one port per container port of the pod template
 (same name and number, ``targetPort`` by name). In-cluster pods reach it
 through kube-controller-manager's EndpointSlices; pods that run outside
-through the virtual kubelets' (:mod:`gpufleet.vk.endpoints`), so requests
+through the virtual kubelets' (:mod:`gpufleet.virtual_kubelet.endpoints`), so requests
 follow the pods wherever they run.
 
 Pods get the low PriorityClass (training preempts them), prefer in-cluster
@@ -28,10 +28,10 @@ evicts inference from exactly those nodes.
 from __future__ import annotations
 
 from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
-from gpufleet.inventory import Inventory
-from gpufleet.inventory.inventory import GPU_RESOURCE
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.inventory.inventory import GPU_RESOURCE
 from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY, WORKLOAD_INFERENCE, WORKLOAD_LABEL
-from gpufleet.manifests import Obj, meta
+from gpufleet_admin.manifests import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 
@@ -89,7 +89,7 @@ def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Ob
 
 def objects(inv: Inventory) -> list[Obj]:
     """Namespace, and per deployment: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget."""
-    from gpufleet.manifests import namespace
+    from gpufleet_admin.manifests import namespace
 
     v = inv.role("inference")
     if not v.inference_enabled:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
-from gpufleet.inventory.types import STRICT, DnsLabel, IntOrPercent, NonNegativeInt, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, IntOrPercent, NonNegativeInt, PositiveInt
 from gpufleet.kube.intstr import scaled
 
 

@@ -1,7 +1,7 @@
 """What the kueue role declares, as plain manifests (pure functions of the inventory).
 
 Kueue API: ``kueue.x-k8s.io/v1beta2`` (the storage version of the pinned
-Kueue, src/gpufleet/versions.yaml). Quota: every flavor's capacity split
+Kueue, src/gpufleet_admin/versions.yaml). Quota: every flavor's capacity split
 over the ClusterQueues by the policy in gpufleet.fleet.quota_policy (by
 share; cpu and memory follow each queue's GPU quota). Quota sync recomputes
 it from what the nodes can schedule (gpufleet.fleet.capacity).
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import yaml
 
-from gpufleet.inventory import Inventory
-from gpufleet.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
 from gpufleet.kube.quantity import canonical
 from gpufleet.fleet.quota_policy import quotas
-from gpufleet.manifests import HelmRelease, Obj, meta, namespace
-from gpufleet.versions import pin
+from gpufleet.names import KUEUE_API
+from gpufleet_admin.manifests import HelmRelease, Obj, meta, namespace
+from gpufleet_admin.versions import pin
 
-API = "kueue.x-k8s.io/v1beta2"
 #: Job kinds Kueue manages (its `integrations.frameworks`).
 FRAMEWORKS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
 
@@ -61,7 +61,7 @@ def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -
     # conflict. Pulumi's value wins on apply and quota-sync corrects it at its next resync.
     metadata.setdefault("annotations", {})["pulumi.com/patchForce"] = "true"
     return {
-        "apiVersion": API, "kind": "ClusterQueue", "metadata": metadata,
+        "apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": metadata,
         "spec": {
             "cohortName": v.kueue_cohort,
             "namespaceSelector": {},
@@ -85,7 +85,7 @@ def topology(inv: Inventory) -> Obj | None:
     v = inv.role("kueue")
     if not v.kueue_topology_enabled:
         return None
-    return {"apiVersion": API, "kind": "Topology", "metadata": meta(v.kueue_topology_name, component="kueue"),
+    return {"apiVersion": KUEUE_API, "kind": "Topology", "metadata": meta(v.kueue_topology_name, component="kueue"),
             "spec": {"levels": [{"nodeLabel": lv.label} for lv in inv.topology_levels()]}}
 
 
@@ -96,7 +96,7 @@ def resource_flavor(inv: Inventory, flavor: str) -> Obj:
                  "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}]}
     if v.kueue_topology_enabled:
         spec["topologyName"] = v.kueue_topology_name
-    return {"apiVersion": API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"), "spec": spec}
+    return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"), "spec": spec}
 
 
 def objects(inv: Inventory) -> list[Obj]:
@@ -112,7 +112,7 @@ def objects(inv: Inventory) -> list[Obj]:
                     "value": pc.value, "description": pc.description, "preemptionPolicy": pc.preemption_policy,
                     "globalDefault": False})
     for wpc in v.kueue_workload_priority_classes:
-        out.append({"apiVersion": API, "kind": "WorkloadPriorityClass", "metadata": meta(wpc.name, component="kueue"),
+        out.append({"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass", "metadata": meta(wpc.name, component="kueue"),
                     "value": wpc.value, "description": wpc.description})
     topo = topology(inv)
     if topo is not None:
@@ -122,7 +122,7 @@ def objects(inv: Inventory) -> list[Obj]:
     for name, quota in quotas(inv).items():
         out.append(cluster_queue(inv, name, quota))
     for lq in v.kueue_local_queues:
-        out.append({"apiVersion": API, "kind": "LocalQueue", "metadata": meta(lq.name, lq.namespace, component="kueue"),
+        out.append({"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": meta(lq.name, lq.namespace, component="kueue"),
                     "spec": {"clusterQueue": lq.cluster_queue}})
     if v.kueue_quota_sync_enabled:
         out += quota_sync(inv)
@@ -143,7 +143,7 @@ def releases(inv: Inventory) -> list[HelmRelease]:
 
 def quota_sync(inv: Inventory) -> list[Obj]:
     """The ``gpufleet quota-sync`` controller: reads Nodes and Pods, patches ClusterQueues."""
-    from gpufleet.manifests import EVENT_RULE, LEASE_RULE, controller, rule
+    from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, controller, rule
 
     v = inv.role("kueue")
     rules = [

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 
 class ClusterQueueVars(BaseModel):

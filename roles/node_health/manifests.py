@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
 
 
 def objects(inv: Inventory) -> list[Obj]:

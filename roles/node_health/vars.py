@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 FaultKind = Literal["gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
                     "gpu_missing", "gpu_partial", "telemetry"]

@@ -4,8 +4,8 @@ cluster-side for a host-mounted parallel FS (pods use hostPath)."""
 
 from __future__ import annotations
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import Obj, meta
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import Obj, meta
 
 #: Name of the checkpoint PersistentVolumeClaim in every team namespace.
 PVC_NAME = "gpufleet-checkpoints"

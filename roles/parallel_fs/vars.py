@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from gpufleet.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt, Quantity
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt, Quantity
 
 
 class Vars(BaseModel):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
 
 NAMESPACE = "gpufleet-system"
 
@@ -19,11 +19,11 @@ def objects(inv: Inventory) -> list[Obj]:
     rules = [rule([""], ["nodes"], ["get", "list", "watch", "patch", "update"]),
              rule([""], ["pods"], ["get", "list", "watch", "patch", "delete"]),
              rule([""], ["pods/eviction"], ["create"]),
-             # gpufleet.vk.orphans: gpufleet's EndpointSlices (any namespace a virtual kubelet publishes in)
+             # gpufleet.virtual_kubelet.orphans: gpufleet's EndpointSlices (any namespace a virtual kubelet publishes in)
              # watched, a silent publisher's marked not ready (patch) and a deleted node's removed; never created.
              # The node Leases are read through LEASE_RULE (get/list/watch).
              rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "patch", "delete"]),
-             # gpufleet.flip.published: a replacement takes its pod's place only once it is a ready endpoint
+             # gpufleet.taint_controller.published: a replacement takes its pod's place only once it is a ready endpoint
              # of every Service selecting it; Services and EndpointSlices are watched (read only) for that.
              rule([""], ["services"], ["list", "watch"]),
              LEASE_RULE, EVENT_RULE]
@@ -40,7 +40,7 @@ def objects(inv: Inventory) -> list[Obj]:
         args += ["--prometheus-url", v.taint_controller_prometheus_url]
     surge = []
     if v.taint_controller_flip_mode == "make_before_break" and inv.role("inference").inference_enabled:
-        # Surge ReplicaSets (gpufleet.flip.surge) only where inference runs: creating
+        # Surge ReplicaSets (gpufleet.taint_controller.surge) only where inference runs: creating
         # ReplicaSets is running pods, so it stops at that namespace.
         surge = namespaced_rbac("taint-controller", inv.role("inference").inference_namespace,
                                 [rule(["apps"], ["replicasets"], ["get", "create", "delete"]),

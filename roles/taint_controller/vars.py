@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, model_validator
 
-from gpufleet.inventory.types import STRICT, NonNegativeInt
+from gpufleet_admin.inventory.types import STRICT, NonNegativeInt
 
 
 class Vars(BaseModel):

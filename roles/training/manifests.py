@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import yaml
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import Obj, config_map
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import Obj, config_map
 
 from ..parallel_fs.manifests import team_namespaces
 

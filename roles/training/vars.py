@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gpufleet.inventory.types import STRICT, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, PositiveInt
 
 
 class Vars(BaseModel):

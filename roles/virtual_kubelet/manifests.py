@@ -5,7 +5,7 @@ node has one kubelet; Recreate so two never overlap), with RBAC to own its
 Node and Lease, to watch and update the pods bound to it, to publish them
 into the Services selecting them (EndpointSlices), and to record events. The kubernetes provider reads the other cluster's kubeconfig from
 the pool's Secret, mounted read-only. Pods outside take the ConfigMaps and
-Secrets they reference with them (:mod:`gpufleet.vk.reflect`): the virtual
+Secrets they reference with them (:mod:`gpufleet.virtual_kubelet.reflect`): the virtual
 kubelet may get, list and watch those of the inference namespace only (a
 Role there, when the inference role is enabled), never cluster-wide.
 
@@ -18,8 +18,8 @@ registers open as before.
 
 from __future__ import annotations
 
-from gpufleet.inventory import Inventory
-from gpufleet.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
+from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT
 
 #: Memory of the virtual kubelet itself (MiB).
@@ -40,13 +40,13 @@ def objects(inv: Inventory) -> list[Obj]:
              rule([""], ["pods"], ["get", "list", "watch", "update", "patch", "delete"]),
              rule([""], ["pods/status"], ["update", "patch"]),
              rule(["coordination.k8s.io"], ["leases"], ["get", "create", "update", "patch"]),
-             # gpufleet.vk.endpoints: Services watched, its own EndpointSlices watched, applied, deleted.
+             # gpufleet.virtual_kubelet.endpoints: Services watched, its own EndpointSlices watched, applied, deleted.
              rule([""], ["services"], ["list", "watch"]),
              rule(["discovery.k8s.io"], ["endpointslices"], ["list", "watch", "create", "patch", "delete"]),
              EVENT_RULE]
     out: list[Obj] = [namespace(ns)]
     inference = inv.role("inference")
-    # gpufleet.vk.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
+    # gpufleet.virtual_kubelet.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
     reflect = ([rule([""], ["configmaps", "secrets"], ["get", "list", "watch"])]
                if inference.inference_enabled else [])
     closed = (["--register-with-taints", f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT}"]

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from gpufleet.inventory.types import STRICT, DnsLabel, KnownGpuModel, NonNegativeInt, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, KnownGpuModel, NonNegativeInt, PositiveInt
 
 
 class PoolVars(BaseModel):
@@ -29,7 +29,7 @@ class PoolVars(BaseModel):
     #: simulated pools: how a rental's instance serves (none: an endpoint in 198.18.0.0/15 that nothing
     #: routes; local_process: a local process beside the virtual kubelet answering HTTP, the local environment's).
     instances: Literal["none", "local_process"] = "none"
-    #: Check the pool's published addresses (gpufleet.vk.health); off where they cannot be reached from here.
+    #: Check the pool's published addresses (gpufleet.virtual_kubelet.endpoint_health); off where they cannot be reached from here.
     endpoint_health_check: bool = True
 
     @model_validator(mode="after")
@@ -52,7 +52,7 @@ class Vars(BaseModel):
     virtual_kubelet_enabled: bool
     virtual_kubelet_namespace: DnsLabel
     virtual_kubelet_pools: list[PoolVars]
-    #: Endpoint health check (gpufleet.vk.health): seconds between checks (0: off), connect timeout
+    #: Endpoint health check (gpufleet.virtual_kubelet.endpoint_health): seconds between checks (0: off), connect timeout
     #: (seconds, at most the interval), consecutive failures that publish an address not ready.
     virtual_kubelet_endpoint_health_interval_seconds: float = Field(ge=0)
     virtual_kubelet_endpoint_health_timeout_seconds: float = Field(gt=0)

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 #: command name -> (module with add_arguments/run, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("gpufleet.exporter.main", "serve InfiniBand/NVLink/GPU health metrics for Prometheus"),
-    "quota-sync": ("gpufleet.quota.main", "keep ClusterQueue nominalQuota equal to the real schedulable capacity"),
-    "node-health": ("gpufleet.health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
-    "taint-controller": ("gpufleet.flip.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
-    "virtual-kubelet": ("gpufleet.vk.main", "run one virtual node for an external capacity pool (--pool NAME)"),
+    "quota-sync": ("gpufleet.quota_sync.main", "keep ClusterQueue nominalQuota equal to the real schedulable capacity"),
+    "node-health": ("gpufleet.node_health.main", "remediation: pull hot or broken nodes (swap, degraded tier, lemons)"),
+    "taint-controller": ("gpufleet.taint_controller.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
+    "virtual-kubelet": ("gpufleet.virtual_kubelet.main", "run one virtual node for an external capacity pool (--pool NAME)"),
     "goodput": ("gpufleet.goodput.main", "account every training job's ETTR and lost time by cause, as Prometheus metrics"),
-    "inference-standin": ("gpufleet.sim.inference_server",
+    "inference-standin": ("gpufleet_workshop.inference_standin",
                           "an HTTP server standing in for a model server (local environment, sim.flip)"),
 }
 

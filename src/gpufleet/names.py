@@ -34,8 +34,8 @@ SURGE_FOR_LABEL = "gpufleet.io/surge-for"
 #: Label on a surge: ``out`` (a replacement on virtual nodes, flip-out) or ``back`` (in-cluster, flip-back).
 SURGE_DIRECTION_LABEL = "gpufleet.io/surge-direction"
 #: Pod condition the virtual kubelet keeps on each pod it runs outside: True once the pod is a ready, serving
-#: endpoint, at the address its provider reports, of every Service that selects it (gpufleet.vk.endpoints);
-#: a make-before-break replacement takes a pod's place only then (gpufleet.flip.surge). Not a readiness gate
+#: endpoint, at the address its provider reports, of every Service that selects it (gpufleet.virtual_kubelet.endpoints);
+#: a make-before-break replacement takes a pod's place only then (gpufleet.taint_controller.surge). Not a readiness gate
 #: (the endpoint is ready only once the pod is): a condition of its own, under gpufleet's domain.
 PUBLISHED_CONDITION = "endpoints.gpufleet.io/Published"
 #: kube-controller-manager's annotation ranking a ReplicaSet's pods when it has one too many (int32; the lowest
@@ -113,7 +113,7 @@ SWAP_REQUEST_LABEL = "gpufleet.io/swap-request"
 SWAP_STATE_LABEL = "gpufleet.io/swap-state"
 SWAP_NODE_LABEL = "gpufleet.io/node"
 #: ConfigMap, in node_health_namespace, of node health's circuit breaker: its state, and a person's resume
-#: (gpufleet.health.breaker; written by node health and ``invoke health.breaker-resume``, read by ``invoke status``).
+#: (gpufleet.node_health.breaker; written by node health and ``invoke health.breaker-resume``, read by ``invoke status``).
 BREAKER_CONFIGMAP = "gpufleet-node-health-breaker"
 #: Default namespace of gpufleet's own objects (node_health_namespace, kueue_quota_sync_namespace).
 SYSTEM_NAMESPACE = "gpufleet-system"
@@ -121,6 +121,8 @@ SYSTEM_NAMESPACE = "gpufleet-system"
 #: Kueue (kueue.x-k8s.io/v1beta2, the pinned v0.17).
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
+#: Kueue's apiVersion: ``kueue.x-k8s.io/v1beta2``.
+KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
 #: Label Kueue's pod integration puts on the plain pods it manages: ``kueue.x-k8s.io/managed=true``.
@@ -128,7 +130,7 @@ KUEUE_MANAGED_LABEL = ("kueue.x-k8s.io/managed", "true")
 #: Label naming a job's WorkloadPriorityClass (Kueue's queue order).
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 
-#: The local cluster's names (gpufleet.local, gpufleet.sim): its simulated (kwok) nodes' label
+#: The local cluster's names (gpufleet_workshop.local, gpufleet_workshop.sim): its simulated (kwok) nodes' label
 #: (``gpufleet.io/simulated=true``), the label of the cluster they belong to, the annotation of what
 #: ``local.up`` applied (the manifest's digest), and the goodput replay's node label (value: the run id).
 SIMULATED_LABEL = "gpufleet.io/simulated"
@@ -143,7 +145,7 @@ FIELD_MANAGER_LOCAL = "gpufleet-local"
 #: Field manager of the flip simulation's objects, so it never takes fields from the stack.
 FIELD_MANAGER_SIM = "gpufleet-sim"
 
-#: Labels every GPU node carries from the inventory (gpufleet.inventory.Inventory.node_spec).
+#: Labels every GPU node carries from the inventory (gpufleet_admin.inventory.Inventory.node_spec).
 #: The fabric's place of the node, coarse to fine: block (leaf group of racks) and rack;
 #: Kueue's Topology levels are these, then the hostname.
 BLOCK_LABEL = "gpufleet.io/block"

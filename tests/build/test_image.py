@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.build import image
-from gpufleet.build.install import install
+from gpufleet_admin.build import image
+from gpufleet_workshop.local.install import install
 from gpufleet.cli import COMMANDS
 
 #: Distributions that provision, build or test: never in the image.
@@ -103,8 +103,8 @@ def test_every_command_runs_from_the_image_as_its_user(bundle):
 
 
 def test_controllers_import_from_the_image(bundle):
-    code = ("import gpufleet.vk.main, gpufleet.flip.main, gpufleet.quota.main, gpufleet.health.main, "
-            "gpufleet.exporter.main, gpufleet.inventory, kubernetes.client, pydantic, sys; "
+    code = ("import gpufleet.virtual_kubelet.main, gpufleet.taint_controller.main, gpufleet.quota_sync.main, gpufleet.node_health.main, "
+            "gpufleet.exporter.main, gpufleet_admin.inventory, kubernetes.client, pydantic, sys; "
             "print(sys.version.split()[0], sys.executable)")
     proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/python3", "-c", code],
                           capture_output=True, text=True)

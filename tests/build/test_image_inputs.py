@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet import imageref
-from gpufleet.build import image
+from gpufleet_admin import imageref
+from gpufleet_admin.build import image
 from gpufleet.cli import COMMANDS
-from gpufleet.inventory import InventoryError
+from gpufleet_admin.inventory import InventoryError
 from gpufleet.paths import INVENTORIES, REPO_ROOT
-from gpufleet.stack.render import render
+from gpufleet_admin.stack.render import render
 from roles.registry import load
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.build import gobuild
+from gpufleet_admin.build import gobuild
 from gpufleet.paths import REPO_ROOT
-from gpufleet.build import pulumi as tools
-from gpufleet.stack import engine
+from gpufleet_admin.build import pulumi as tools
+from gpufleet_admin.stack import engine
 
 PKG_GOMOD = """module github.com/pulumi/pulumi/pkg/v3
 
@@ -113,8 +113,8 @@ def test_stack_tasks_are_documented(name: str) -> None:
 
 
 def test_a_real_environment_is_refused_on_the_local_cluster(tmp_path: Path) -> None:
-    from gpufleet.local.certs import KeyPair
-    from gpufleet.local.kubeconfig import local_cluster_of, write
+    from gpufleet_workshop.local.certs import KeyPair
+    from gpufleet_workshop.local.kubeconfig import local_cluster_of, write
 
     key = tmp_path / "k.pem"
     key.write_text("key")
@@ -153,7 +153,7 @@ def test_an_engine_failure_keeps_the_diagnostics_not_the_whole_output() -> None:
 def test_up_and_destroy_ask_after_a_preview(monkeypatch, capsys, changes, tty, answer, expected) -> None:
     from invoke.exceptions import Exit
 
-    from gpufleet.tasks import stack as stack_tasks
+    from gpufleet_workshop.tasks import stack as stack_tasks
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: tty, raising=False)
     monkeypatch.setattr("builtins.input", lambda prompt: answer)

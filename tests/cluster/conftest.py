@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.kube import Kube
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 
 
 @dataclass
@@ -41,7 +41,7 @@ class LocalCluster:
         kubeconfig: admin kubeconfig path.
         kube: :class:`gpufleet.kube.Kube` authenticated as admin (the client
             every gpufleet part uses; field manager ``gpufleet``).
-        cluster: the :class:`gpufleet.local.cluster.Cluster` (ports, PKI, state paths).
+        cluster: the :class:`gpufleet_workshop.local.cluster.Cluster` (ports, PKI, state paths).
     """
 
     name: str
@@ -91,7 +91,7 @@ def local_queues(local_cluster):
 @pytest.fixture
 def train(local_cluster, invoke_cli) -> Callable[..., tuple[int, str, str]]:
     """``train(task, *argv) -> (exit code, stdout, stderr)``: ``invoke train.<task> ... --kubeconfig <cluster>`` in-process."""
-    from gpufleet.tasks.train import train as collection
+    from gpufleet_workshop.tasks.train import train as collection
 
     cli = invoke_cli(collection)
     return lambda task, *argv: cli(f"train.{task}", *argv, "--kubeconfig", str(local_cluster.kubeconfig))

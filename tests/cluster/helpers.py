@@ -113,7 +113,7 @@ def hostname_selector(names: list[str]) -> dict:
 
 @contextmanager
 def exporter_fleet(kube: Kube, tmp_path_factory, nodes: slice, selector: str = "gpufleet.io/simulated=true"):
-    """Simulated GPU exporters (:mod:`gpufleet.sim.fleet`) on a slice of the cluster's nodes, scraped by a real Prometheus.
+    """Simulated GPU exporters (:mod:`gpufleet_workshop.sim.fleet`) on a slice of the cluster's nodes, scraped by a real Prometheus.
 
     Args:
         kube: the cluster.
@@ -125,9 +125,9 @@ def exporter_fleet(kube: Kube, tmp_path_factory, nodes: slice, selector: str = "
     Yields:
         ``(names, exporters by node name, Prometheus)``, every target up. Skips the test without a Prometheus.
     """
-    from gpufleet.ops.kube import list_nodes
+    from gpufleet.ops.reads import list_nodes
     from gpufleet.prom.server import PrometheusNotFound, running_prometheus
-    from gpufleet.sim.fleet import scrape_config, start_node
+    from gpufleet_workshop.sim.fleet import scrape_config, start_node
 
     names = sorted(n["metadata"]["name"] for n in list_nodes(kube, selector))[nodes]
     sims = {n: start_node(n, workdir=tmp_path_factory.mktemp(n)) for n in names}

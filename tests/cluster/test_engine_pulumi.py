@@ -1,6 +1,6 @@
 """The real Pulumi engine against the local cluster: up, no-op preview, a one-variable change, destroy.
 
-Runs :mod:`gpufleet.stack.engine` (the Pulumi CLI and the Kubernetes
+Runs :mod:`gpufleet_admin.stack.engine` (the Pulumi CLI and the Kubernetes
 provider built from the Go module proxy, a file backend in ``tmp_path``, a
 project folder of its own so the checkout's ``Pulumi.local.yaml`` is never
 touched). The tests share one stack and run in file order:
@@ -33,14 +33,14 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.inventory import NodeSpec
+from gpufleet_admin.inventory import NodeSpec
 from gpufleet.kube import Kube, NotFound
-from gpufleet.local import kwok
+from gpufleet_workshop.local import kwok
 from gpufleet.names import SIMULATED_LABEL
-from gpufleet.build import pulumi as tools
-from gpufleet.stack import engine
-from gpufleet.stack.render import render
-from gpufleet.stack.role import object_id
+from gpufleet_admin.build import pulumi as tools
+from gpufleet_admin.stack import engine
+from gpufleet_admin.stack.render import render
+from gpufleet_admin.stack.role import object_id
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -236,7 +236,7 @@ def test_one_variable_updates_only_its_dependents(deployed, local_cluster):
 def test_quota_sync_rewrites_do_not_block_a_later_up(deployed, local_cluster):
     """quota-sync co-owns nominalQuota after its merge patch; ClusterQueues carry pulumi.com/patchForce,
     so the next up that changes them applies instead of failing on a server-side apply conflict."""
-    from gpufleet.quota import resync as rs
+    from gpufleet.quota_sync import resync as rs
 
     api = local_cluster.kube
     live = api.request("GET", f"{rs.CQ_PATH}/training")

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from gpufleet.flip.budget import MigrationBudget
-from gpufleet.flip.flipback import FlipBack
-from gpufleet.flip.flipout import set_taint
+from gpufleet.taint_controller.budget import MigrationBudget
+from gpufleet.taint_controller.flipback import FlipBack
+from gpufleet.taint_controller.flipout import set_taint
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL
-from gpufleet.flip.signal import ApiServerSignal
-from gpufleet.sim.flip import gated_policy, use_descheduler_policy
+from gpufleet.taint_controller.signal import ApiServerSignal
+from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from roles.registry import load

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from gpufleet.flip.flipout import FlipOut
-from gpufleet.flip.signal import ApiServerSignal
+from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, NotFound
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.providers.simulated import SimulatedProvider
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 
 from .helpers import busy_nodes, wait
 from .test_flip_surge import MARK, TRAINING_CLASS, _exists, record, trainer

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from gpufleet.flip.flipout import FlipOut
+from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.kube import Kube
 from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
 

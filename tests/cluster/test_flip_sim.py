@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpufleet.sim.flip import SUMMARY_KEYS, Options, run
+from gpufleet_workshop.sim.flip import SUMMARY_KEYS, Options, run
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster

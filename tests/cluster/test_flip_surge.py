@@ -16,15 +16,15 @@ import time
 
 import pytest
 
-from gpufleet.flip.budget import MigrationBudget
-from gpufleet.flip.flipback import FlipBack
-from gpufleet.flip.flipout import FlipOut
-from gpufleet.flip.published import ServiceEndpoints
-from gpufleet.flip.signal import ApiServerSignal
+from gpufleet.taint_controller.budget import MigrationBudget
+from gpufleet.taint_controller.flipback import FlipBack
+from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.published import ServiceEndpoints
+from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
-from gpufleet.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
+from gpufleet_workshop.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
-from gpufleet.sim.flip import gated_policy, use_descheduler_policy
+from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from roles.registry import load
 
 from .helpers import busy_nodes, wait

@@ -1,6 +1,6 @@
 """Goodput on the local cluster: the fault replay, the accountant against ground truth, train.goodput, measured MTBF.
 
-The replay (:mod:`gpufleet.sim.goodput_replay`) runs a JobSet gang on kwok
+The replay (:mod:`gpufleet_workshop.sim.goodput_replay`) runs a JobSet gang on kwok
 nodes with a simulated trainer writing checkpoints; faults arrive through
 the exporter stand-ins and a real Prometheus; node health takes the node
 out, JobSet and Kueue bring the gang back, the trainer resumes from its
@@ -19,9 +19,9 @@ import uuid
 import pytest
 from invoke import Collection, Program
 
-from gpufleet.goodput import kube as gkube
+from gpufleet.goodput import api as gkube
 from gpufleet.kube.events import record_event
-from gpufleet.ops.kube import get_node, list_nodes
+from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.prom.server import PrometheusNotFound
 
 from .helpers import wait
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.cluster
 
 
 def invoke(capsys, *argv: str) -> tuple[int, str, str]:
-    from gpufleet.tasks.sim import sim
-    from gpufleet.tasks.train import train
+    from gpufleet_workshop.tasks.sim import sim
+    from gpufleet_workshop.tasks.train import train
 
     ns = Collection()
     ns.add_collection(sim)
@@ -47,7 +47,7 @@ def invoke(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, local_queues, tmp_path, capsys):
-    from gpufleet.sim import goodput_replay as r
+    from gpufleet_workshop.sim import goodput_replay as r
 
     opts = r.Options(cluster=local_cluster.name, out=str(tmp_path), total_steps=1800, first_fault_seconds=25,
                      fault_gap_seconds=20, timeout=600, scrape_seconds=1, step_seconds=1, keep=True)
@@ -77,14 +77,14 @@ def test_fault_replay_accountant_within_2_points_of_ground_truth(local_cluster, 
     assert {"fault_to_tainted_seconds", "fault_to_evicted_seconds", "readmitted_to_running_seconds"} <= set(latencies)
     assert latencies["scrape_interval_seconds"] == 1
     # the long-horizon model takes the measured latencies
-    from gpufleet.sim.goodput import Latencies
+    from gpufleet_workshop.sim.goodput import Latencies
 
     assert Latencies.from_file(tmp_path / "latencies.json").fault_to_tainted == latencies["fault_to_tainted_seconds"]
     assert (tmp_path / "timeline.png").stat().st_size > 10_000
 
 
 def jobset(name: str, ns: str, queue: str, pods: int, duration: int, checkpoint_dir: str) -> dict:
-    from gpufleet.training.render import build_context, render_context
+    from gpufleet_admin.training.render import build_context, render_context
     import yaml
     from roles.registry import load
 

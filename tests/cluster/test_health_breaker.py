@@ -1,7 +1,7 @@
 """Node health on the local cluster: GPU telemetry that stops is a fault, and the circuit breaker.
 
 Three of the cluster's simulated nodes get an exporter each
-(:mod:`gpufleet.sim.fleet`), scraped every second by a real Prometheus, as
+(:mod:`gpufleet_workshop.sim.fleet`), scraped every second by a real Prometheus, as
 in ``test_remediation``. The tests stop one exporter (the node's GPU
 telemetry is absent: it goes to the degraded tier, out of training's
 quota), and heat three nodes while the breaker's share leaves room for one:
@@ -19,14 +19,14 @@ from rich.console import Console
 
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, classify
-from gpufleet.health import breaker
-from gpufleet.health.faults import Rules
-from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.node_health import breaker
+from gpufleet.node_health.faults import Rules
+from gpufleet.node_health.remediate import Remediator, Settings
 from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.names import BREAKER_CONFIGMAP, DEGRADED_TAINT
 from gpufleet.ops import swap as swapper
-from gpufleet.ops.kube import get_node, list_nodes
+from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.prom.client import PromClient
 
 from .helpers import exporter_fleet, hostname_selector, return_to_service
@@ -115,8 +115,8 @@ def test_a_node_whose_gpu_telemetry_stops_leaves_trainings_quota(local_cluster, 
 
 
 def test_breaker_holds_past_the_share_resumes_when_it_falls_and_when_a_person_says_so(local_cluster, fleet, clean):
-    from gpufleet.tasks.fleet_status import gather, render
-    from gpufleet.tasks.health import resume_breaker
+    from gpufleet_workshop.tasks.fleet_status import gather, render
+    from gpufleet_workshop.tasks.health import resume_breaker
     from roles.registry import load
 
     api = local_cluster.kube

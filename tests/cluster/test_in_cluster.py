@@ -14,11 +14,11 @@ import time
 
 import pytest
 from gpufleet import names
-from gpufleet.flip.constants import LEASE_NAME
+from gpufleet.taint_controller.constants import LEASE_NAME
 from gpufleet.kube import Kube
-from gpufleet.local.apply import apply_changed
-from gpufleet.local import node as realnode
-from gpufleet.stack.render import render
+from gpufleet_workshop.local.apply import apply_changed
+from gpufleet_workshop.local import node as realnode
+from gpufleet_admin.stack.render import render
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster

@@ -26,16 +26,16 @@ import threading
 import time
 
 import pytest
-from gpufleet.flip.constants import LEASE_NAME
+from gpufleet.taint_controller.constants import LEASE_NAME
 from gpufleet.kube import Kube
-from gpufleet.local import cluster as local
-from gpufleet.local.processes import running
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local.processes import running
 from gpufleet.names import FREE_GPUS_TAINT, SURGE_FOR_LABEL
-from gpufleet.sim import incluster
-from gpufleet.sim.flip import JOBSET_NAME, Options, run
-from gpufleet.sim.incluster import pods
-from gpufleet.vk.node import node_name_for
-from gpufleet.vk.provider import SOURCE_UID, REMOTE_NODE_LABEL
+from gpufleet_workshop.sim import incluster
+from gpufleet_workshop.sim.flip import JOBSET_NAME, Options, run
+from gpufleet_workshop.sim.incluster import pods
+from gpufleet.virtual_kubelet.node import node_name_for
+from gpufleet.virtual_kubelet.provider import SOURCE_UID, REMOTE_NODE_LABEL
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster

@@ -1,8 +1,8 @@
 """``invoke up --env local``: every gpufleet component runs from gpufleet's image on the real node.
 
 The stack is the engine's ``pulumi up`` with the stack config the task
-computes (:func:`gpufleet.sim.incluster.stack_config`; the ``other`` pool's
-cluster started by :func:`gpufleet.sim.incluster.pool_clusters`). The
+computes (:func:`gpufleet_workshop.sim.incluster.stack_config`; the ``other`` pool's
+cluster started by :func:`gpufleet_workshop.sim.incluster.pool_clusters`). The
 provider waits for each Deployment and DaemonSet, so a finished ``up`` means
 they are Available; the tests then check where the pods run, who holds each
 Lease, that the kubelet serves every controller's log with no 403 in it, and
@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gpufleet.build import pulumi as tools
+from gpufleet_admin.build import pulumi as tools
 from gpufleet.kube import Kube
-from gpufleet.local import cluster as local
-from gpufleet.local import node as realnode
-from gpufleet.sim import incluster
-from gpufleet.stack import engine
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.sim import incluster
+from gpufleet_admin.stack import engine
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -60,7 +60,7 @@ def stack(local_cluster, tmp_path_factory) -> Iterator[Stack]:
         started = time.monotonic()
         engine.up(target, printer=print)
         objs = load("local", overrides=incluster.overrides(config))
-        from gpufleet.stack.render import render
+        from gpufleet_admin.stack.render import render
 
         deps = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in render(objs).objects
                 if o["kind"] == "Deployment" and o["spec"]["template"]["spec"]["containers"][0]["image"]

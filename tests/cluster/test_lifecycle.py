@@ -7,12 +7,12 @@ import json
 import pytest
 
 from gpufleet import names
-from gpufleet.build import image as images
-from gpufleet.local import cluster as local
-from gpufleet.local import node as realnode
-from gpufleet.local.apply import apply_changed, wait_for
-from gpufleet.local import ports as portblocks
-from gpufleet.local import prometheus
+from gpufleet_admin.build import image as images
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.local.apply import apply_changed, wait_for
+from gpufleet_workshop.local import ports as portblocks
+from gpufleet_workshop.local import prometheus
 from gpufleet.prom.client import PromClient
 from roles.registry import node_specs
 

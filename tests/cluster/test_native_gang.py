@@ -2,7 +2,7 @@
 
 The local control plane enables GenericWorkload and GangScheduling on the API
 server and the scheduler, and serves ``scheduling.k8s.io/v1alpha1``
-(:mod:`gpufleet.local.controlplane`). ``invoke train.submit --gang native``
+(:mod:`gpufleet_workshop.local.controlplane`). ``invoke train.submit --gang native``
 finds that version by API discovery, creates the Job, then the Workload
 (owned by the Job); the scheduler holds every pod until all of them fit,
 then binds them together. ``--gang both`` queues the same job through Kueue
@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from gpufleet.kube.times import parse_time
-from gpufleet.training import gang as native
+from gpufleet_admin.training import gang as native
 
 from .helpers import TEAM_NAMESPACE, busy_nodes, fill, gpu_nodes_by, wait
 

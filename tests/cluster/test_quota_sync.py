@@ -22,10 +22,10 @@ from gpufleet.kube import KubeError
 from gpufleet.kube.events import events_for
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import SWAP_TAINT
-from gpufleet.ops.kube import OpsError, ensure_namespace, list_nodes
+from gpufleet.ops.reads import OpsError, ensure_namespace, list_nodes
 from gpufleet.paths import REPO_ROOT
-from gpufleet.quota import resync as rs
-from gpufleet.quota.controller import QuotaSync
+from gpufleet.quota_sync import resync as rs
+from gpufleet.quota_sync.controller import QuotaSync
 
 from .helpers import wait
 

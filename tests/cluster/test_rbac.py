@@ -17,8 +17,8 @@ import time
 
 import pytest
 from gpufleet.kube import Kube
-from gpufleet.local.apply import apply_changed
-from gpufleet.stack.render import render
+from gpufleet_workshop.local.apply import apply_changed
+from gpufleet_admin.stack.render import render
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -161,9 +161,9 @@ except Forbidden:
 def test_a_controller_pod_reaches_the_api_server_in_cluster_with_its_token(local_cluster, accounts):
     """From gpufleet's image on the real node: ServiceAccount token and CA, the endpoint from gpufleet_api_server
     (``GPUFLEET_API_SERVER``: the ``kubernetes`` Service the kubelet names has no kube-proxy behind it)."""
-    from gpufleet.build import image as images
-    from gpufleet.local import node as realnode
-    from gpufleet.manifests import api_server_env, system_toleration
+    from gpufleet_admin.build import image as images
+    from gpufleet_workshop.local import node as realnode
+    from gpufleet_admin.manifests import api_server_env, system_toleration
 
     k = local_cluster.kube
     name, sa = "in-cluster-probe", "taint-controller"

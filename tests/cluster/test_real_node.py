@@ -6,12 +6,12 @@ import time
 
 import pytest
 from gpufleet import names
-from gpufleet.build import image as images
-from gpufleet.build import pause
+from gpufleet_admin.build import image as images
+from gpufleet_workshop.local import pause
 from gpufleet.kube import Kube
-from gpufleet.local import cluster as local
-from gpufleet.local import node as realnode
-from gpufleet.versions import pin
+from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import node as realnode
+from gpufleet_admin.versions import pin
 
 pytestmark = pytest.mark.cluster
 

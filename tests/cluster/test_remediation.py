@@ -1,10 +1,10 @@
 """Remediation on the local cluster, from a real Prometheus scraping the project's exporter.
 
 Six of the cluster's nodes get a simulated exporter each
-(:mod:`gpufleet.sim.fleet`: the real collectors over a fake NVML and
+(:mod:`gpufleet_workshop.sim.fleet`: the real collectors over a fake NVML and
 sysfs), scraped every second by a real Prometheus with a ``node`` label,
 as the gpu_metrics role's relabeling does. The tests heat GPUs, raise
-XIDs, and check what :class:`gpufleet.health.remediate.Remediator` does to
+XIDs, and check what :class:`gpufleet.node_health.remediate.Remediator` does to
 the Nodes: dry run, rate limit, latency, the degraded tier, lemons.
 """
 
@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from gpufleet.health.faults import Rules
+from gpufleet.node_health.faults import Rules
 from gpufleet.prom.client import PromClient
-from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.node_health.remediate import Remediator, Settings
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.kube import KubeError
 from gpufleet.kube.events import events_for
 from gpufleet.kube.times import now_rfc3339
-from gpufleet.ops.kube import get_node, list_nodes
+from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
 

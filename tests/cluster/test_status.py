@@ -9,8 +9,8 @@ import uuid
 import pytest
 
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.ops.kube import list_nodes
-from gpufleet.tasks import fleet_status as st
+from gpufleet.ops.reads import list_nodes
+from gpufleet_workshop.tasks import fleet_status as st
 from gpufleet.names import DEGRADED_TAINT, FREE_GPUS_TAINT, SWAP_TAINT
 from gpufleet.paths import REPO_ROOT
 

@@ -21,7 +21,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.kube import KubeError, NotFound, api_path
 from gpufleet.kube.events import events_for
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.ops.kube import NodeNotFound, get_node, list_nodes
+from gpufleet.ops.reads import NodeNotFound, get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import (ANN_SWAP_REASON, REPLACEMENT_LABEL, SWAP_NODE_LABEL, SWAP_REQUEST_LABEL, SWAP_STATE_LABEL,
                                 SWAP_TAINT)

@@ -8,10 +8,10 @@ import time
 import pytest
 from prometheus_client import generate_latest
 
-from gpufleet.flip.controller import TaintController
-from gpufleet.flip.decision import Hysteresis
+from gpufleet.taint_controller.controller import TaintController
+from gpufleet.taint_controller.decision import Hysteresis
 from gpufleet.names import FREE_GPUS_TAINT
-from gpufleet.flip.signal import ApiServerSignal
+from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 
@@ -209,7 +209,7 @@ def test_a_taint_removed_by_someone_else_is_restored_once_with_an_event_and_a_me
 
     from prometheus_client import REGISTRY
 
-    from gpufleet.flip.flipout import set_taint
+    from gpufleet.taint_controller.flipout import set_taint
 
     def carries(name: str) -> bool:
         return any(t["key"] == FREE_GPUS_TAINT for t in kube.get("v1", "nodes", name)["spec"].get("taints") or [])
@@ -240,7 +240,7 @@ def test_a_taint_removed_by_someone_else_is_restored_once_with_an_event_and_a_me
         assert not events("FreeGpusTaintRestored")
         set_taint(kube, "vk-tct-a", {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, add=False)  # a person's kubectl
         cached("vk-tct-a", False)
-        with caplog.at_level(logging.WARNING, logger="gpufleet.flip.controller"):
+        with caplog.at_level(logging.WARNING, logger="gpufleet.taint_controller.controller"):
             ctl.tick()
         assert carries("vk-tct-a")
         assert "removed from vk-tct-a by another actor" in caplog.text

@@ -1,8 +1,8 @@
 """A running gang loses a node to a health taint; Kueue rebuilds it on another node of the same rack.
 
 A hot GPU goes through the real path: the project's exporter over a fake
-NVML (the stand-in of :mod:`gpufleet.sim.fleet`) scraped by a real
-Prometheus, the remediation controller (:class:`gpufleet.health.remediate.Remediator`)
+NVML (the stand-in of :mod:`gpufleet_workshop.sim.fleet`) scraped by a real
+Prometheus, the remediation controller (:class:`gpufleet.node_health.remediate.Remediator`)
 sends the node to the degraded tier (``gpufleet.io/degraded=gpu_temp:NoSchedule``;
 hot GPUs are fit for inference, not training) and evicts the training pod
 there. Kueue's topology-aware scheduling (v0.17, feature gates
@@ -23,17 +23,17 @@ import uuid
 import pytest
 
 from gpufleet.fleet import nodes as nodeutil
-from gpufleet.health.faults import Rules
-from gpufleet.health.remediate import Remediator, Settings
+from gpufleet.node_health.faults import Rules
+from gpufleet.node_health.remediate import Remediator, Settings
 from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import DEGRADED_TAINT, LEMON_LABEL, REPLACEMENT_LABEL
-from gpufleet.ops.kube import get_node
+from gpufleet.ops.reads import get_node
 from gpufleet.ops import swap as swapper
 from gpufleet.prom.client import PromClient
 from gpufleet.prom.server import running_prometheus
-from gpufleet.sim.fleet import scrape_config, start_node
+from gpufleet_workshop.sim.fleet import scrape_config, start_node
 
 from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, gpu_nodes_by, wait
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from gpufleet.tasks import fleet_status as st
+from gpufleet_workshop.tasks import fleet_status as st
 from roles.registry import load
 
 from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, fill, gpu_nodes_by, wait

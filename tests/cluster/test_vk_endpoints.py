@@ -23,13 +23,13 @@ import pytest
 
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.events import events_for
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.names import (
     ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
 )
-from gpufleet.vk.health import HealthSettings
-from gpufleet.vk.providers.kubernetes import KubernetesProvider
-from gpufleet.vk.providers.simulated import SimulatedProvider
+from gpufleet.virtual_kubelet.endpoint_health import HealthSettings
+from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
+from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 from roles.inference.manifests import objects as inference_objects
 from roles.registry import load, node_specs
 

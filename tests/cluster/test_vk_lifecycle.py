@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.times import parse_time
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.provider import SOURCE_UID
-from gpufleet.vk.providers.kubernetes import KubernetesProvider
-from gpufleet.vk.providers.simulated import SimulatedProvider
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet.virtual_kubelet.provider import SOURCE_UID
+from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
+from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 from roles.registry import node_specs
 
 from .helpers import wait
@@ -107,7 +107,7 @@ def test_pod_lifecycle_create_status_delete(kube, vk, other, ns):
         assert r["metadata"]["name"] == pod["metadata"]["name"]
         assert r["spec"]["nodeName"] not in (None, NODE)  # really scheduled in the other cluster
         assert "serviceAccountName" not in r["spec"] or r["spec"]["serviceAccountName"] == "default"
-        # The remote pod's IP is not mirrored (gpufleet.vk.endpoints publishes the pod at its reachable address).
+        # The remote pod's IP is not mirrored (gpufleet.virtual_kubelet.endpoints publishes the pod at its reachable address).
         assert pod["status"]["phase"] == "Running" and r["status"].get("podIP") and "podIP" not in pod["status"]
         assert parse_time(pod["status"]["startTime"]) is not None
         assert pod["status"]["containerStatuses"][0]["state"].get("running")
@@ -287,7 +287,7 @@ def test_simulated_provider_failure_injection_fails_pods_and_replacements_run(ku
 def test_a_remote_delete_never_hits_a_same_named_replacement(kube, other, ns):
     """Every remote delete carries the remote pod's UID: with a stale watch cache, the clean-up of an
     orphan whose name a replacement now carries gets 409 from the remote API server; the replacement serves on."""
-    from gpufleet.vk.provider import SOURCE_NAME, SOURCE_NAMESPACE, REMOTE_NODE_LABEL
+    from gpufleet.virtual_kubelet.provider import SOURCE_NAME, SOURCE_NAMESPACE, REMOTE_NODE_LABEL
 
     remote = Kube.from_kubeconfig(other.kubeconfig)
     node = "vk-vkt-uid"

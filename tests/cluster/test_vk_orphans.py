@@ -3,7 +3,7 @@
 A virtual kubelet (short node Lease) publishes a pod it runs at the
 simulated rental into a Service's EndpointSlices. Its loops then stop, as
 a killed process's do: nothing renews its Lease or touches its slices. The
-taint controller's pass over orphaned endpoints (:mod:`gpufleet.vk.orphans`,
+taint controller's pass over orphaned endpoints (:mod:`gpufleet.virtual_kubelet.orphans`,
 run here in-process against the real cluster, as the taint controller runs
 it) marks the endpoints not ready within the Lease's duration and a few
 seconds; a virtual kubelet started again for the pool publishes them ready
@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from gpufleet.flip.signal import node_view
+from gpufleet.taint_controller.signal import node_view
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.orphans import EVENT_REASON, OrphanedEndpoints
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet.virtual_kubelet.orphans import EVENT_REASON, OrphanedEndpoints
 
 from .helpers import wait
 from .vk_helpers import close_virtual_kubelet, namespace, ready, simulated_provider, start_virtual_kubelet

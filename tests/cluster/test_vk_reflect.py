@@ -25,10 +25,10 @@ import logging
 import pytest
 
 from gpufleet.kube import Kube, NotFound
-from gpufleet.local import cluster as local
+from gpufleet_workshop.local import cluster as local
 from gpufleet.names import FOREIGN_OBJECT_REASON, REFLECTED_LABEL
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.providers.kubernetes import KubernetesProvider, copy_name
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider, copy_name
 from roles.registry import node_specs
 
 from .helpers import wait

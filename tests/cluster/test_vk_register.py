@@ -18,8 +18,8 @@ import pytest
 from gpufleet.cli import build_parser
 from gpufleet.kube import Kube
 from gpufleet.names import FREE_GPUS_TAINT
-from gpufleet.stack.render import render
-from gpufleet.vk.main import VirtualKubelet
+from gpufleet_admin.stack.render import render
+from gpufleet.virtual_kubelet.main import VirtualKubelet
 from roles.registry import load
 
 from .helpers import wait

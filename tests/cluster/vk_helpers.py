@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound
-from gpufleet.vk.main import VirtualKubelet
-from gpufleet.vk.providers.simulated import SimulatedProvider
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 
@@ -26,7 +26,7 @@ def start_virtual_kubelet(kube: Kube, pool: str, provider: Any, kind: str = "sim
         pool: the pool (the node is ``vk-<pool>``).
         provider: the pool's provider.
         kind: the provider kind (``simulated``, ``kubernetes``).
-        options: more :class:`~gpufleet.vk.main.VirtualKubelet` keywords (``lease_seconds``, ``endpoint_health``).
+        options: more :class:`~gpufleet.virtual_kubelet.main.VirtualKubelet` keywords (``lease_seconds``, ``endpoint_health``).
     """
     options.setdefault("resync_seconds", 2.0)
     return VirtualKubelet(Kube(kube.config), pool, kind, {pool: provider}, **options).start()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sim.node import FIXTURE_NODES, FakeNodePaths, write_node
+from gpufleet_workshop.fixtures.node import FIXTURE_NODES, FakeNodePaths, write_node
 
 #: Growth specs are evaluated at this instant so expositions are deterministic.
 FROZEN_EPOCH = 1_700_000_000.0

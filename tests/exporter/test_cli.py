@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet import cli
 from gpufleet.exporter.nvml_fake import FakeNvmlBackend
-from gpufleet.sim.node import healthy_node, write_node
+from gpufleet_workshop.fixtures.node import healthy_node, write_node
 from gpufleet.controllers.serve import serve
 from gpufleet.exporter.main import build_registry
 from gpufleet.prom.server import free_port

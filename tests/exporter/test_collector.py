@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from gpufleet.exporter.collector import GpuCollector, InfiniBandCollector
 from gpufleet.exporter.nvml_fake import FakeNvmlBackend
-from gpufleet.sim.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node
+from gpufleet_workshop.fixtures.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node
 from gpufleet.exporter.main import build_registry
 from gpufleet.exporter.nvml import NvmlSampler
 
@@ -195,7 +195,7 @@ def test_every_gpu_series_carries_its_bus_id_and_uuid():
 
 def test_a_handle_error_other_than_lost_marks_the_gpu_erroring_named_by_its_bus_id(tmp_path):
     """nvidia-smi's "Unknown Error" on the handle: lost stays 0, erroring 1, the bus id from the PCI bus."""
-    from gpufleet.sim.node import nvml_errors_node, write_node
+    from gpufleet_workshop.fixtures.node import nvml_errors_node, write_node
 
     paths = write_node(nvml_errors_node(), tmp_path / "n")
     reg = list(build_registry(str(paths.sysfs_root), FakeNvmlBackend(paths.description)).collect())
@@ -263,7 +263,7 @@ def test_a_gpu_whose_values_are_all_unsupported_is_not_erroring():
 
 
 def test_every_port_series_carries_its_link_layer(tmp_path):
-    from gpufleet.sim.node import ib_shapes_node
+    from gpufleet_workshop.fixtures.node import ib_shapes_node
 
     build_sysfs(ib_shapes_node(), tmp_path)
     reg = registry_of(InfiniBandCollector(tmp_path))
@@ -276,7 +276,7 @@ def test_every_port_series_carries_its_link_layer(tmp_path):
 
 def test_infiniband_shapes_of_real_drivers(tmp_path):
     """Down port, counters_ext/, *_64 twins, no counters/, no PMA: values where there are some, no read errors."""
-    from gpufleet.sim.node import ib_shapes_node
+    from gpufleet_workshop.fixtures.node import ib_shapes_node
 
     build_sysfs(ib_shapes_node(), tmp_path)
     reg = registry_of(InfiniBandCollector(tmp_path))
@@ -321,7 +321,7 @@ def test_infiniband_shapes_of_real_drivers(tmp_path):
 )
 def test_counter_tables_export_the_kernel_abis_choice_and_say_where_from(tmp_path, hca_name, table, data_source,
                                                                           transmit_bytes):
-    from gpufleet.sim.node import ib_tables_node
+    from gpufleet_workshop.fixtures.node import ib_tables_node
 
     build_sysfs(ib_tables_node(), tmp_path)
     families = list(registry_of(InfiniBandCollector(tmp_path)).collect())
@@ -334,7 +334,7 @@ def test_counter_tables_export_the_kernel_abis_choice_and_say_where_from(tmp_pat
 
 
 def test_a_stale_counters_ext_is_not_exported_beside_the_extended_table(tmp_path):
-    from gpufleet.sim.node import ib_tables_node
+    from gpufleet_workshop.fixtures.node import ib_tables_node
 
     build_sysfs(ib_tables_node(), tmp_path)
     families = list(registry_of(InfiniBandCollector(tmp_path)).collect())

@@ -16,7 +16,7 @@ from gpufleet.exporter.main import ExporterSelfCollector, build_registry
 from gpufleet.exporter.nvml import NvmlSampler
 from gpufleet.exporter.nvml_fake import FakeNvmlBackend
 from gpufleet.prom.server import free_port
-from gpufleet.sim.node import build_sysfs, h100_gpu, hca, healthy_node, node, no_nvml_node, write_node
+from gpufleet_workshop.fixtures.node import build_sysfs, h100_gpu, hca, healthy_node, node, no_nvml_node, write_node
 
 SUCCESS = "gpufleet_exporter_collector_success"
 LAST = "gpufleet_exporter_collector_last_success_timestamp_seconds"

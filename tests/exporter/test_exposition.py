@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.exporter.nvml_fake import FakeNvmlBackend
-from gpufleet.sim.node import FIXTURE_NODES
+from gpufleet_workshop.fixtures.node import FIXTURE_NODES
 from gpufleet.exporter.main import build_registry
 
 from .conftest import FIXTURES_DIR

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from gpufleet.prom.server import free_port
-from gpufleet.sim.node import healthy_node, write_node
+from gpufleet_workshop.fixtures.node import healthy_node, write_node
 
 #: Every gpufleet module a serving exporter (fake NVML included) has loaded after a scrape.
 EXPECTED_GPUFLEET_MODULES = {
@@ -55,4 +55,4 @@ def test_a_serving_exporter_loads_no_kubernetes_client_pydantic_or_inventory(tmp
     modules = set(json.loads(done.stdout))
     assert {m for m in modules if m.split(".")[0] == "gpufleet"} == EXPECTED_GPUFLEET_MODULES
     assert {m.split(".")[0] for m in modules} & FORBIDDEN_PACKAGES == set()
-    assert not any(m.startswith(("gpufleet.kube", "gpufleet.inventory")) for m in modules)
+    assert not any(m.startswith(("gpufleet.kube", "gpufleet_admin.inventory")) for m in modules)

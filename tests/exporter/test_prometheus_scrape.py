@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from gpufleet.sim.node import healthy_node, write_node
+from gpufleet_workshop.fixtures.node import healthy_node, write_node
 from gpufleet.prom.server import free_port, running_prometheus
 
 UNITS_PER_SECOND = 25_000_000  # 4-octet units: 100 MB/s, 800 Mb/s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.exporter import sysfs
-from gpufleet.sim.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node, roce_port
+from gpufleet_workshop.fixtures.node import build_sysfs, hca, healthy_node, ib_counters, ib_port, node, roce_port
 
 
 @pytest.mark.parametrize(
@@ -178,7 +178,7 @@ def test_a_read_the_kernel_refuses_as_unsupported_is_not_a_read_error(tmp_path, 
 
 
 def test_64_bit_files_replace_the_32_bit_counter_and_say_where_the_value_came_from(tmp_path):
-    from gpufleet.sim.node import ib_counters_ext
+    from gpufleet_workshop.fixtures.node import ib_counters_ext
 
     clamped = (1 << 32) - 1
     ext = ib_port(counters=ib_counters(extended=False, port_xmit_data=clamped), counters_ext=ib_counters_ext())
@@ -210,7 +210,7 @@ TABLE_CHOICES = {
 
 @pytest.fixture(scope="module")
 def ib_tables(tmp_path_factory):
-    from gpufleet.sim.node import ib_tables_node
+    from gpufleet_workshop.fixtures.node import ib_tables_node
 
     root = tmp_path_factory.mktemp("ib-tables")
     build_sysfs(ib_tables_node(), root)
@@ -251,7 +251,7 @@ def test_widths_follow_the_chosen_source(ib_tables):
 
 def test_the_table_is_read_from_the_listing_not_the_values(tmp_path):
     """Extended counters/ whose unicast files read N/A is still the 64-bit table: counters_ext/ stays unused."""
-    from gpufleet.sim.node import ib_counters_ext
+    from gpufleet_workshop.fixtures.node import ib_counters_ext
 
     port = ib_port(counters=ib_counters(unicast_xmit_packets="N/A (no PMA)\n", unicast_rcv_packets="N/A (no PMA)\n",
                                         multicast_xmit_packets="N/A (no PMA)\n", multicast_rcv_packets="N/A (no PMA)\n"),

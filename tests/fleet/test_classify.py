@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from gpufleet.flip.signal import free_gpus, node_view, pod_view
+from gpufleet.taint_controller.signal import free_gpus, node_view, pod_view
 from gpufleet.fleet.classify import INFERENCE, TRAINING, NodeFacts, classify, tolerates
-from gpufleet.health.remediate import Settings, decide, partial_gpu_faults
+from gpufleet.node_health.remediate import Settings, decide, partial_gpu_faults
 from gpufleet.names import DEGRADED_TAINT, RESERVED_TAINT, SWAP_TAINT
-from gpufleet.quota.resync import capacity_of
-from gpufleet.tasks import fleet_status
+from gpufleet.quota_sync.resync import capacity_of
+from gpufleet_workshop.tasks import fleet_status
 from roles.registry import load
 
 from ..builders import FLAVOR, node, pod
@@ -185,7 +185,7 @@ def test_the_classes_carry_the_tolerations_of_the_pods_gpufleet_runs(inv):
     from gpufleet.fleet.classify import INFERENCE_TOLERATIONS, TRAINING_TOLERATIONS
     import yaml
 
-    from gpufleet.training.render import render
+    from gpufleet_admin.training.render import render
 
     job = [d for d in yaml.safe_load_all(render("local", "jobset", "run1", 2)) if d][-1]
     pods = [rj["template"]["spec"]["template"]["spec"] for rj in job["spec"]["replicatedJobs"]]

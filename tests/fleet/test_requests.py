@@ -94,7 +94,7 @@ def test_the_scheduler_rule_case_by_case(spec, gpus):
 ], ids=["request", "limit", "init", "overhead"])
 def test_a_fractional_gpu_count_is_refused_naming_the_pod_and_value(spec, where):
     from gpufleet.fleet.capacity import pod_gpus, pod_resource_requests
-    from gpufleet.vk.provider import pod_requests as vk_pod_requests
+    from gpufleet.virtual_kubelet.provider import pod_requests as vk_pod_requests
 
     pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": spec}
     for count in (pod_gpus, pod_resource_requests, vk_pod_requests):
@@ -104,7 +104,7 @@ def test_a_fractional_gpu_count_is_refused_naming_the_pod_and_value(spec, where)
 
 def test_every_resource_named_is_counted_by_the_same_rule():
     from gpufleet.fleet.capacity import pod_resource_requests
-    from gpufleet.vk.provider import pod_requests as vk_pod_requests
+    from gpufleet.virtual_kubelet.provider import pod_requests as vk_pod_requests
 
     spec = {"initContainers": [c("proxy", "Always", cpu="500m", memory="1Gi")],
             "containers": [{"name": "main", "resources": {"requests": {"cpu": "2"},
@@ -119,7 +119,7 @@ def test_every_resource_named_is_counted_by_the_same_rule():
 
 
 def test_the_flip_signal_refuses_a_fraction_rather_than_rounding_it(caplog):
-    from gpufleet.flip.signal import pod_view
+    from gpufleet.taint_controller.signal import pod_view
 
     pod = {"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "n1", "containers": [c("a", nvidia_com_gpu="1500m")]}}
     assert pod_view(pod)["gpus"] == 0

@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture
 def cli(invoke_cli):
     """The goodput tasks behind invoke's own argument parser: ``cli(*argv) -> (code, stdout, stderr)``."""
-    from gpufleet.tasks.sim import sim
-    from gpufleet.tasks.train import train
+    from gpufleet_workshop.tasks.sim import sim
+    from gpufleet_workshop.tasks.train import train
 
     return invoke_cli(sim, train)

@@ -276,7 +276,7 @@ def test_a_directory_two_jobs_share_is_remembered_while_one_of_them_remains(tmp_
 def _trainer_container(template: str):
     import yaml
 
-    from gpufleet.training import render as r
+    from gpufleet_admin.training import render as r
 
     docs = [d for d in yaml.safe_load_all(r.render("local", template, "llm", 2)) if d]
     found = []

@@ -1,4 +1,4 @@
-"""The fleet's measured failure rate for the checkpoint advisor (gpufleet.training.failures), pure."""
+"""The fleet's measured failure rate for the checkpoint advisor (gpufleet_admin.training.failures), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpufleet.training.failures import measure, remediations
+from gpufleet_admin.training.failures import measure, remediations
 
 from .builders import T0, ts
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.goodput import kube as gkube
+from gpufleet.goodput import api as gkube
 from gpufleet.goodput.tracker import Tracker
 
 from .builders import T0, pod_json, ts, workload_json

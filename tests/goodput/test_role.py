@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 
-from gpufleet.stack.render import Rendered, render
+from gpufleet_admin.stack.render import Rendered, render
 from roles.registry import load
 
 

@@ -1,4 +1,4 @@
-"""The long-horizon goodput model (gpufleet.sim.goodput) and ``invoke sim.goodput``: pure, no cluster."""
+"""The long-horizon goodput model (gpufleet_workshop.sim.goodput) and ``invoke sim.goodput``: pure, no cluster."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from gpufleet.goodput import BUCKETS
-from gpufleet.sim import goodput as sim
+from gpufleet_workshop.sim import goodput as sim
 
 
 def test_llama3_table_has_the_419_unexpected_interruptions():
@@ -105,7 +105,7 @@ def test_lemons_stay_out_under_gpufleet_only():
 
 
 def test_gpufleet_interval_is_the_advisors_for_the_measured_mttf():
-    from gpufleet.training.checkpoint import daly_interval_seconds
+    from gpufleet_admin.training.checkpoint import daly_interval_seconds
 
     model = sim.Model(gpus=4096, days=1)
     assert sim.gpufleet_policy(model).checkpoint_interval == pytest.approx(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.inventory import InventoryError
+from gpufleet_admin.inventory import InventoryError
 from gpufleet.paths import INVENTORIES
 from roles.registry import load
 

@@ -6,7 +6,7 @@ import pytest
 from ansible.errors import AnsibleError
 from ansible.plugins.inventory import expand_hostname_range
 
-from gpufleet.inventory.hostranges import HostRangeError, expand
+from gpufleet_admin.inventory.hostranges import HostRangeError, expand
 
 PATTERNS = [
     "gpu-a-[001:032]", "stg-h100-[1:2]", "db[01:10:3]node-[01:10]", "web[a:f]", "web[a:F]", "x[:3]",

@@ -59,8 +59,8 @@ def test_a_fractional_or_bad_gpu_count_is_refused_naming_where_and_value(value) 
 def test_fractional_gpus_in_pod_specs_workloads_and_queue_status_are_refused() -> None:
     from gpufleet.fleet.capacity import pod_gpus
     from gpufleet.kube.quantity import GpuCountError
-    from gpufleet.quota.resync import reserved_gpus, workload_gpus
-    from gpufleet.vk.provider import pod_requests as vk_pod_requests
+    from gpufleet.quota_sync.resync import reserved_gpus, workload_gpus
+    from gpufleet.virtual_kubelet.provider import pod_requests as vk_pod_requests
 
     pod = {"metadata": {"name": "p", "namespace": "team"},
            "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1500m"}}}]}}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.local import dataplane
-from gpufleet.local import node as realnode
-from gpufleet.local.ports import Ports
+from gpufleet_workshop.local import dataplane
+from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.local.ports import Ports
 
 PORTS = Ports(20000)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpufleet.local.descheduler import check_policy, default_policy
+from gpufleet_workshop.local.descheduler import check_policy, default_policy
 from roles.descheduler.manifests import policy as role_policy
 from roles.registry import load
 

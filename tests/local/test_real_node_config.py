@@ -8,9 +8,9 @@ import tomllib
 from pathlib import Path
 
 from gpufleet import names
-from gpufleet.build.components import component
-from gpufleet.local import node as realnode
-from gpufleet.local.ports import Ports
+from gpufleet_workshop.local.components import component
+from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.local.ports import Ports
 
 PORTS = Ports(20000)
 PATHS = realnode.NodePaths(Path("/state/c/node"))

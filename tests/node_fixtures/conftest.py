@@ -1,6 +1,6 @@
 """Fixture nodes for the node checks: built in tmp, listed in a generated Ansible inventory.
 
-Every node is a fakenode (:mod:`gpufleet.sim.node`) materialised
+Every node is a fakenode (:mod:`gpufleet_workshop.fixtures.node`) materialised
 under tmp with ``ansible_connection: local`` and override variables pointing
 the checks at its sysfs tree, ``proc/mounts``, checkpoint directory and
 ``nvidia-smi``/``nv-fabricmanager``/kernel-log stand-ins. The node checks run
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.sim.node import FIXTURE_NODES, FakeNodePaths, write_node
-from gpufleet.tasks.health import NodeCheckRun, run_node_checks
+from gpufleet_workshop.fixtures.node import FIXTURE_NODES, FakeNodePaths, write_node
+from gpufleet_workshop.tasks.health import NodeCheckRun, run_node_checks
 
 # The node checks' helpers, for unit tests of the parsers.
 sys.path.insert(0, str(Path(__file__).parents[1] / "nodes"))

@@ -11,8 +11,8 @@ from invoke import Context
 from invoke.exceptions import Exit
 from rich.console import Console
 
-from gpufleet.tasks import health
-from gpufleet.tasks.health import run_node_checks, summary_table
+from gpufleet_workshop.tasks import health
+from gpufleet_workshop.tasks.health import run_node_checks, summary_table
 
 #: Every check that must fail on the fixture fleet: test id -> words its message must contain.
 EXPECTED_FAILURES: dict[str, list[str]] = {

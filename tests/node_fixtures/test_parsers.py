@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sim import standin
-from gpufleet.sim.node import gpu_faults_node, healthy_node
+from gpufleet_workshop.fixtures import tools as standin
+from gpufleet_workshop.fixtures.node import gpu_faults_node, healthy_node
 from nodecheck import (
     GPU_FIELDS,
     bus_key,
@@ -128,7 +128,7 @@ def test_nvidia_smi_exiting_255_over_ssh_is_a_named_failure_not_an_unreachable_h
     from testinfra.backend.ssh import SshBackend
     from testinfra.host import Host
 
-    from gpufleet.sim.node import nvml_errors_node, write_node
+    from gpufleet_workshop.fixtures.node import nvml_errors_node, write_node
     from nodecheck import Node
 
     class LoopbackSsh(SshBackend):
@@ -178,7 +178,7 @@ def test_pci_listing_finds_gpus_and_nvswitches():
 
 
 def test_standin_nvidia_smi_speaks_every_failure_shape():
-    from gpufleet.sim.node import no_driver_node, nvml_errors_node
+    from gpufleet_workshop.fixtures.node import no_driver_node, nvml_errors_node
 
     out: list[str] = []
     assert standin.nvidia_smi(no_driver_node(), ["-L"], out) == 9

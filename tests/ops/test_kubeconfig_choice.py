@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpufleet.local.layout import DEFAULT_NAME, Layout
-from gpufleet.ops.kube import InputError
-from gpufleet.tasks.common import kube_for
+from gpufleet_workshop.local.layout import DEFAULT_NAME, Layout
+from gpufleet.ops.reads import InputError
+from gpufleet_workshop.tasks.common import kube_for
 
 
 def _kubeconfig(server: str) -> dict:

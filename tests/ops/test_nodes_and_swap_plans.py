@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.fleet import nodes
 from gpufleet.ops import drain
-from gpufleet.ops.kube import NodeNotFound
+from gpufleet.ops.reads import NodeNotFound
 from gpufleet.names import (ANN_CORDONED_BY_SWAP, ANN_HEALTH_HISTORY, ANN_SWAP_REASON, DEGRADED_TAINT, LEMON_LABEL,
                                 REPLACEMENT_LABEL, SWAP_TAINT)
 from gpufleet.ops.swap import LemonNode, NotOut, plan_degrade, plan_return, plan_swap, slug

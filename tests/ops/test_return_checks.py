@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.ops.kube import InputError
+from gpufleet.ops.reads import InputError
 from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
 
 from ..node_fixtures.conftest import HOSTS, build_fleet

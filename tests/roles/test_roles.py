@@ -7,7 +7,7 @@ from functools import cache
 import pytest
 import yaml
 
-from gpufleet.stack.render import Rendered, render
+from gpufleet_admin.stack.render import Rendered, render
 from roles.registry import load
 
 
@@ -177,7 +177,7 @@ def test_gpu_metrics_counters_exporter_and_rules() -> None:
 
 
 def test_the_taint_controller_may_mark_and_remove_endpointslices_but_never_create_them() -> None:
-    """gpufleet.vk.orphans: a gone virtual kubelet's endpoints marked not ready, a deleted node's removed."""
+    """gpufleet.virtual_kubelet.orphans: a gone virtual kubelet's endpoints marked not ready, a deleted node's removed."""
     role = find(stack("prod"), "ClusterRole", "gpufleet:taint-controller")
     verbs = {v for rule in role["rules"] if "endpointslices" in rule["resources"] for v in rule["verbs"]}
     assert verbs == {"list", "watch", "patch", "delete"}

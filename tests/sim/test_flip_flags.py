@@ -6,7 +6,7 @@ import pytest
 from invoke import Context
 from invoke.exceptions import Exit
 
-from gpufleet.tasks.sim import flip
+from gpufleet_workshop.tasks.sim import flip
 
 
 @pytest.mark.parametrize("flags, message", [

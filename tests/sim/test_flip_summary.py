@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpufleet.sim.flip import SUMMARY_KEYS, Sample, _write_results, summarize
+from gpufleet_workshop.sim.flip import SUMMARY_KEYS, Sample, _write_results, summarize
 
 
 def sample(t: float, *, outside: dict[str, int], ready_in: int = 0, ready_out: dict[str, int] | None = None,

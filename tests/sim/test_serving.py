@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.names import GPU_RESOURCE
-from gpufleet.sim import serving
+from gpufleet_workshop.sim import serving
 from roles.registry import load
 
 

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from gpufleet.sim import inference_server, serving, traffic
-from gpufleet.sim.traffic import Request
+from gpufleet_workshop import inference_standin as inference_server
+from gpufleet_workshop.sim import serving, traffic
+from gpufleet_workshop.sim.traffic import Request
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from gpufleet import names
-from gpufleet.inventory import InventoryError
+from gpufleet_admin.inventory import InventoryError
 from gpufleet.kube.config import API_SERVER_ENV
-from gpufleet.manifests import INVENTORY_MOUNT
-from gpufleet.stack.render import render
+from gpufleet_admin.manifests import INVENTORY_MOUNT
+from gpufleet_admin.stack.render import render
 from roles.registry import load
 
 CONTROLLERS = ("taint-controller", "quota-sync", "node-health", "vk-rental")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpufleet.paths import REPO_ROOT
-from gpufleet.schemas import validate
+from gpufleet_admin.schemas import validate
 
 
 @pytest.fixture(scope="module", params=["local", "staging", "prod"])
@@ -95,7 +95,7 @@ def test_render_applies_stack_config_like_pulumi_up(tmp_path: Path) -> None:
 
 
 def test_a_hand_edited_index_never_deletes_outside_the_folder(tmp_path: Path) -> None:
-    from gpufleet.stack.render import INDEX, Rendered, write
+    from gpufleet_admin.stack.render import INDEX, Rendered, write
 
     out, victim = tmp_path / "out", tmp_path / "victim.yaml"
     victim.write_text("keep")
@@ -109,7 +109,7 @@ def test_a_hand_edited_index_never_deletes_outside_the_folder(tmp_path: Path) ->
 
 
 def test_out_below_a_file_is_refused(tmp_path: Path) -> None:
-    from gpufleet.stack.render import check_out
+    from gpufleet_admin.stack.render import check_out
 
     (tmp_path / "afile").write_text("x")
     with pytest.raises(NotADirectoryError, match=r"afile exists and is not a folder"):
@@ -122,7 +122,7 @@ def test_out_below_a_file_is_refused(tmp_path: Path) -> None:
     ("- a list\n", "expected a Pulumi stack config file with a config: mapping"),
 ])
 def test_stack_config_typos_are_errors_not_ignored(tmp_path: Path, text: str, message: str) -> None:
-    from gpufleet.stack.program import file_config
+    from gpufleet_admin.stack.program import file_config
 
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(text)

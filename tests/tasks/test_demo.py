@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpufleet.stack.program import _decode
-from gpufleet.stack.render import render
-from gpufleet.tasks.demo import DEMO_CONFIG
+from gpufleet_admin.stack.program import _decode
+from gpufleet_admin.stack.render import render
+from gpufleet_workshop.tasks.demo import DEMO_CONFIG
 from roles.registry import load
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from gpufleet.fleet import topology
-from gpufleet.tasks import fleet_status as st
+from gpufleet_workshop.tasks import fleet_status as st
 from roles.registry import load
 
 from ..builders import node, pod

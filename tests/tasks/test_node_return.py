@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.ops.kube import InputError
-from gpufleet.tasks.node import return_node
+from gpufleet.ops.reads import InputError
+from gpufleet_workshop.tasks.node import return_node
 
 
 def test_a_return_with_checks_needs_an_environment_or_an_inventory():
@@ -15,7 +15,7 @@ def test_a_return_with_checks_needs_an_environment_or_an_inventory():
 
 
 def test_without_env_inventory_or_skip_checks_the_task_exits_2(invoke_cli):
-    from gpufleet.tasks.node import node
+    from gpufleet_workshop.tasks.node import node
 
     code, _, err = invoke_cli(node)("node.return", "gpu-rack-a-0001")
     assert code == 2 and "node.return: --env is needed" in err
@@ -27,7 +27,7 @@ def test_an_unknown_checks_inventory_is_bad_input(tmp_path):
 
 
 def test_the_task_offers_skip_checks_env_and_inventory_and_keeps_its_flags(invoke_cli):
-    from gpufleet.tasks.node import node
+    from gpufleet_workshop.tasks.node import node
 
     code, out, _ = invoke_cli(node)("--help", "node.return")
     assert code == 0

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from rich.console import Console
 
-from gpufleet.tasks import fleet_status as st
+from gpufleet_workshop.tasks import fleet_status as st
 from gpufleet.names import PRICE_ANNOTATION
-from gpufleet.vk.ledger import PoolTotals
+from gpufleet.virtual_kubelet.ledger import PoolTotals
 from roles.registry import load
 
 from ..builders import node, pod
@@ -72,7 +72,7 @@ def test_a_bad_prometheus_url_exits_2_naming_the_flag():
     from invoke import Context
     from invoke.exceptions import Exit
 
-    from gpufleet.tasks.status import status
+    from gpufleet_workshop.tasks.status import status
 
     with pytest.raises(Exit) as exc:
         status(Context(), env="local", prometheus_url="prometheus:9090")

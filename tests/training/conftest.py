@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 
-from gpufleet.inventory import Inventory
+from gpufleet_admin.inventory import Inventory
 from roles.registry import load
 
 
@@ -24,6 +24,6 @@ def inventory():
 @pytest.fixture
 def cli(invoke_cli):
     """The ``train`` tasks behind invoke's own argument parser: ``cli(*argv) -> (code, stdout, stderr)``."""
-    from gpufleet.tasks.train import train
+    from gpufleet_workshop.tasks.train import train
 
     return invoke_cli(train)

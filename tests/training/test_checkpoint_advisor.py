@@ -1,6 +1,6 @@
 """The checkpoint interval advisor against worked examples computed by hand.
 
-Formulas, written out here independently of gpufleet.training.checkpoint:
+Formulas, written out here independently of gpufleet_admin.training.checkpoint:
 
     Young (1974):  tau = sqrt(2 C M)
     Daly (2006):   tau = sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + (C / 2M) / 9) - C   (C < 2M; else M)
@@ -15,7 +15,7 @@ import math
 
 import pytest
 
-from gpufleet.training import checkpoint as ck
+from gpufleet_admin.training import checkpoint as ck
 
 
 def test_round_numbers_by_hand():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.training.render import TrainingInputError, build_context
+from gpufleet_admin.training.render import TrainingInputError, build_context
 
 
 @pytest.mark.parametrize(

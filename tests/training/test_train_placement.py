@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpufleet.schemas import validate
-from gpufleet.training import gang
-from gpufleet.training import render as r
-from gpufleet.training.render import TrainingInputError, build_context
+from gpufleet_admin.schemas import validate
+from gpufleet_admin.training import gang
+from gpufleet_admin.training import render as r
+from gpufleet_admin.training.render import TrainingInputError, build_context
 
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"

@@ -12,7 +12,7 @@ import jinja2
 import pytest
 import yaml
 
-from gpufleet.training import render as r
+from gpufleet_admin.training import render as r
 
 # (env, flavor, nodes): one small job and the whole flavor per environment.
 SIZES = [
@@ -184,7 +184,7 @@ def test_no_hcas_disables_infiniband():
 
 
 def test_roce_sets_the_gid_index():
-    from gpufleet.inventory.models import Hca
+    from gpufleet_admin.inventory.models import Hca
 
     env = r.nccl_env([Hca(name="mlx5_0", rate_gbps=400, link_layer="Ethernet")], "eth0", {})
     assert env["NCCL_IB_GID_INDEX"] == "3" and env["NCCL_IB_HCA"] == "=mlx5_0:1"

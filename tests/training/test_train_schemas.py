@@ -1,4 +1,4 @@
-"""Every rendered training object validates against the pinned upstream schemas (gpufleet.schemas).
+"""Every rendered training object validates against the pinned upstream schemas (gpufleet_admin.schemas).
 
 JobSet: the pinned JobSet CRD; Job and Service: the pinned Kubernetes
 OpenAPI; PyTorchJob: the Kubeflow training-operator CRD (``training_operator``
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gpufleet.schemas import validate
-from gpufleet.training import render as r
+from gpufleet_admin.schemas import validate
+from gpufleet_admin.training import render as r
 
 CASES = [("local", None, 2), ("local", None, 16), ("staging", "h100-sxm-80gb", 2), ("staging", "a100-sxm-80gb", 1),
          ("prod", None, 128)]

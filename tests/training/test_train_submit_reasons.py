@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.training.submit import pods_reason, workload_reason
+from gpufleet_admin.training.submit import pods_reason, workload_reason
 
 
 def wl(*conditions: dict) -> dict:

@@ -101,7 +101,7 @@ def test_every_task_documents_every_argument():
     import importlib
     import inspect
 
-    import gpufleet.tasks.train as module
+    import gpufleet_workshop.tasks.train as module
 
     # invoke consumes Task.help while parsing; a fresh import has it whole.
     train = importlib.reload(module).train

@@ -4,7 +4,7 @@ Flags mirror node_exporter where they overlap (``--sysfs-root`` is
 ``--path.sysfs``); ``--metrics-port`` (``--port``: deprecated alias),
 ``--log-level``, logging, signals and the HTTP endpoint are the runtime every
 gpufleet process shares (:mod:`gpufleet.controllers`). ``--nvml-fake FILE``
-replaces the NVML library by a node description (:mod:`gpufleet.sim.node`)
+replaces the NVML library by a node description (:mod:`gpufleet_workshop.fixtures.node`)
 for fixture nodes.
 """
 

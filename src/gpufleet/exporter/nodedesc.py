@@ -1,6 +1,6 @@
 """Values of a simulated node's description: numbers, unsupported markers, errors, growing counters.
 
-Standard library only: :func:`gpufleet.sim.node.write_node` inlines this
+Standard library only: :func:`gpufleet_workshop.fixtures.node.write_node` inlines this
 module into the fixture nodes' tool stand-ins, and
 :class:`gpufleet.exporter.nvml_fake.FakeNvmlBackend` reads the same values.
 A value is a number, ``"[N/A]"``/``"[Not Supported]"``, ``{"nvml_error":

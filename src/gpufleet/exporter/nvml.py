@@ -5,7 +5,7 @@ a thin typed subset of the NVML C API (names and semantics from the NVML API
 reference, https://docs.nvidia.com/deploy/nvml-api/), whose methods raise
 ``pynvml.NVMLError`` subclasses exactly as NVML returns codes. Two backends
 exist: :class:`PynvmlBackend` (the real library through nvidia-ml-py) and
-:class:`gpufleet.sim.node.FakeNvmlBackend` (a node description, for
+:class:`gpufleet_workshop.fixtures.node.FakeNvmlBackend` (a node description, for
 fixtures and benchmarks). pynvml itself is a pure-Python module, so its error
 classes and constants are importable where no driver is installed.
 

@@ -3,7 +3,7 @@
 Like the virtual kubelet's simulated provider, it stands behind the real
 interface (:class:`~gpufleet.exporter.nvml.NvmlBackend`) so a simulated node
 exports exactly what a real one would; the description format is
-:mod:`gpufleet.sim.node`'s.
+:mod:`gpufleet_workshop.fixtures.node`'s.
 """
 
 from __future__ import annotations

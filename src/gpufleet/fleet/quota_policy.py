@@ -11,7 +11,7 @@ follow each queue's GPU quota so no queue holds CPU it has no GPUs for.
 from __future__ import annotations
 
 from gpufleet.fleet.shares import gpu_quotas, split
-from gpufleet.inventory import Inventory
+from gpufleet_admin.inventory import Inventory
 
 
 def quotas(inv: Inventory, capacity: dict[str, dict[str, int]] | None = None) -> dict[str, dict[str, dict[str, int]]]:

@@ -1,7 +1,7 @@
 """GPUs per topology domain and gangs across domains, from the Nodes and pods the API server has (pure).
 
 A domain is one value of a topology level's node label (``gpufleet.io/block``,
-``gpufleet.io/rack``; see :data:`gpufleet.inventory.inventory.TOPOLOGY_LEVELS`).
+``gpufleet.io/rack``; see :data:`gpufleet_admin.inventory.inventory.TOPOLOGY_LEVELS`).
 Figures are GPU counts (``nvidia.com/gpu``): a node's allocatable GPUs count
 as schedulable when it may take new work (:func:`gpufleet.fleet.nodes.schedulable`);
 a pod holds the GPUs it requests while it is bound and not finished. Nodes

@@ -6,7 +6,7 @@ wall-clock time that turned into training progress. The time lost
 ("badput", after Google's ml-goodput-measurement) falls into the buckets of
 :data:`BUCKETS`, the same in the accountant (:mod:`gpufleet.goodput.account`,
 from what the cluster records) and in the long-horizon simulation
-(:mod:`gpufleet.sim.goodput`).
+(:mod:`gpufleet_workshop.sim.goodput`).
 
 What the accountant assumes (each one is what a wrong account would
 otherwise rest on; :mod:`gpufleet.goodput.account` has the rules):

@@ -61,24 +61,24 @@ def snapshot(client, tracker, namespace: str | None, *, pods: bool = True) -> No
 
     ``client`` is a :class:`gpufleet.kube.Kube` (raises :class:`gpufleet.kube.KubeError`).
     """
-    from gpufleet.goodput import kube
+    from gpufleet.goodput import api
 
-    workloads = kube.list_workloads(client, namespace)
+    workloads = api.list_workloads(client, namespace)
     history: dict[str, list] = {}
     for ns in sorted({(w.get("metadata") or {}).get("namespace", "") for w in workloads}):
-        for e in kube.workload_events(client, ns):
+        for e in api.workload_events(client, ns):
             history.setdefault(f"{ns}/{(e.get('involvedObject') or {}).get('name')}", []).append(e)
     for w in workloads:
         meta = w.get("metadata") or {}
         tracker.observe_workload(w, history.get(f"{meta.get('namespace')}/{meta.get('name')}", ()))
     if pods:
-        tracker.pods_listed(kube.list_pages(client, kube.pods_path(namespace)), kube.now())
+        tracker.pods_listed(api.list_pages(client, api.pods_path(namespace)), api.now())
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the accountant (module docstring)."""
     from gpufleet.controllers import runtime
-    from gpufleet.goodput import kube
+    from gpufleet.goodput import api
     from gpufleet.goodput.metrics import GoodputCollector, registry
     from gpufleet.goodput.tracker import Tracker
     from gpufleet.kube import ConfigError, KubeError
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         finally:
             client.close()
-        print(json.dumps([account_json(a) for a in tracker.accounts(kube.now())], indent=1))
+        print(json.dumps([account_json(a) for a in tracker.accounts(api.now())], indent=1))
         return 0
     if runtime.port_in_use("goodput", args.metrics_port):
         return 1
@@ -110,14 +110,14 @@ def run(args: argparse.Namespace) -> int:
             snapshot(client, tracker, args.namespace, pods=False)  # the Events' history; the informers list the rest
         except Exception as exc:  # noqa: BLE001 - the informers list again by themselves
             log.warning("reading the Workloads' history: %s", exc)
-        watches = [w.start() for w in kube.informers(client, tracker, args.namespace)]
-        kube.forget_unlisted(tracker, watches[0])
+        watches = [w.start() for w in api.informers(client, tracker, args.namespace)]
+        api.forget_unlisted(tracker, watches[0])
         try:
             while not stop.is_set():
                 t = time.monotonic()
                 try:
-                    accounts = tracker.accounts(kube.now())
-                    collector.update(accounts, duration=time.monotonic() - t, at=kube.now())
+                    accounts = tracker.accounts(api.now())
+                    collector.update(accounts, duration=time.monotonic() - t, at=api.now())
                     liveness.beat()
                 except Exception:  # noqa: BLE001 - report, keep serving the last accounts
                     log.exception("computing the accounts")

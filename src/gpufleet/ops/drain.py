@@ -51,7 +51,7 @@ from gpufleet.kube import (
     Conflict, Forbidden, Kube, KubeError, LeadershipLost, NotFound, TooManyRequests, Unreachable, api_path, intstr,
 )
 from gpufleet.kube.retry import Backoff
-from gpufleet.ops.kube import pods_on_node
+from gpufleet.ops.reads import pods_on_node
 
 Pod = dict[str, Any]
 

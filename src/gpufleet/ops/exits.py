@@ -12,11 +12,11 @@ from gpufleet.kube import ConfigError, KubeError, Unreachable
 
 @contextlib.contextmanager
 def fail_on_ops_error(task: str) -> Iterator[None]:
-    """Exit 2 on :class:`~gpufleet.ops.kube.InputError` or an unusable kubeconfig, 1 on other OpsErrors and API errors.
+    """Exit 2 on :class:`~gpufleet.ops.reads.InputError` or an unusable kubeconfig, 1 on other OpsErrors and API errors.
 
     One clear line each, never a traceback.
     """
-    from gpufleet.ops.kube import InputError, OpsError
+    from gpufleet.ops.reads import InputError, OpsError
 
     try:
         yield

@@ -14,7 +14,7 @@ to is the inventory's business: real nodes over SSH (``ansible_host``,
 ``ansible_user``), or, where a node is a simulation (the local cluster's
 kwok nodes), a fixture node on this machine (``ansible_connection:
 local`` and the ``node_*`` path variables pointing at its sysfs tree and
-tool stand-ins, :mod:`gpufleet.sim.node`). pytest-testinfra and
+tool stand-ins, :mod:`gpufleet_workshop.fixtures.node`). pytest-testinfra and
 ansible-core must be installed where the checks run (the ``tools``
 extra; gpufleet's image does not carry them).
 """
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpufleet.ops.kube import OpsError
+from gpufleet.ops.reads import OpsError
 from gpufleet.paths import INVENTORIES, REPO_ROOT
 
 #: The node checks folder (a product: users run it on real nodes too).
@@ -169,9 +169,9 @@ class NodeChecks:
             pytest_args: extra pytest arguments as one shell-quoted string.
 
         Raises:
-            gpufleet.ops.kube.InputError: the inventory file does not exist, or ``pytest_args`` does not parse.
+            gpufleet.ops.reads.InputError: the inventory file does not exist, or ``pytest_args`` does not parse.
         """
-        from gpufleet.ops.kube import InputError
+        from gpufleet.ops.reads import InputError
 
         path = Path(inventory) if inventory else INVENTORIES / env / "hosts.yml"
         if not path.is_file():

@@ -41,7 +41,7 @@ limited to that host) and refuses, naming the failed test ids, unless a
 person skips them; then it undoes all of it: the swap and degraded
 taints and the replacement label go, the node is uncordoned if the swap
 cordoned it, the request goes to state ``returned`` (kept as a record). A
-lemon node (label ``gpufleet.io/lemon=true``, see gpufleet.health) is only
+lemon node (label ``gpufleet.io/lemon=true``, see gpufleet.node_health) is only
 returned with ``clear_lemon``, by a person.
 
 Both are idempotent: a swap of a node already out resumes what is missing
@@ -65,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.inventory.types import dns_label
+from gpufleet_admin.inventory.types import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import tolerated as tolerates
@@ -73,7 +73,7 @@ from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, Unauth
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.kube.times import now_rfc3339
-from gpufleet.ops.kube import InputError, OpsError, ensure_namespace, get_node
+from gpufleet.ops.reads import InputError, OpsError, ensure_namespace, get_node
 from gpufleet.ops.nodechecks import CheckResult, NodeChecks
 from gpufleet.names import (
     ANN_CORDONED_BY_SWAP,
@@ -668,6 +668,6 @@ def move_off_untolerated(kube: Kube, node_name: str, taint: dict[str, str]) -> t
 
 def _pods(kube: Kube, node: str) -> list[dict[str, Any]]:
     """Pods bound to ``node`` (dicts)."""
-    from gpufleet.ops.kube import pods_on_node
+    from gpufleet.ops.reads import pods_on_node
 
     return pods_on_node(kube, node)

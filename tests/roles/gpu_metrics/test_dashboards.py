@@ -132,10 +132,10 @@ def _goodput_metric_names() -> set[str]:
 
 
 def _ledger_metric_names() -> set[str]:
-    """Names the virtual kubelets' offload cost ledger exports (:mod:`gpufleet.vk.ledger`), from its collector."""
+    """Names the virtual kubelets' offload cost ledger exports (:mod:`gpufleet.virtual_kubelet.ledger`), from its collector."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from gpufleet.vk.ledger import Ledger, LedgerCollector
+    from gpufleet.virtual_kubelet.ledger import Ledger, LedgerCollector
 
     registry = CollectorRegistry()
     collector = LedgerCollector()
@@ -150,7 +150,7 @@ def _node_health_metric_names() -> set[str]:
     """Names node health exports (``gpufleet node-health``), from its metrics."""
     from prometheus_client import CollectorRegistry
 
-    from gpufleet.health.remediate import Metrics
+    from gpufleet.node_health.remediate import Metrics
 
     registry = CollectorRegistry()
     Metrics(registry)
@@ -187,7 +187,7 @@ def test_every_query_parses_in_real_prometheus(dashboards, tmp_path):
 
 def test_saturated_error_counters_are_plotted_not_a_flat_zero(dashboards):
     """Beside the link-error rates, a time series of the saturation gauge of the same counters node health reads."""
-    from gpufleet.health.faults import IB_ERROR_FILES
+    from gpufleet.node_health.faults import IB_ERROR_FILES
 
     from roles.gpu_metrics.dashboards import SATURABLE_ERRORS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.stack.render import render
+from gpufleet_admin.stack.render import render
 from roles.inference.manifests import service
 from roles.registry import load
 

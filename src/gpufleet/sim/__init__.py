@@ -1,1 +1,0 @@
-"""Simulations on the local cluster: :mod:`gpufleet.sim.flip` (``invoke sim.flip``)."""

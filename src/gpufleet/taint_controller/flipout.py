@@ -1,0 +1,324 @@
+"""The flip-out: make room for pending training pods by evicting inference through the Eviction API.
+
+Why: kube-scheduler's preemption deletes victims at once and treats
+PodDisruptionBudgets as best effort. A training job that needs every GPU
+would kill every in-cluster inference replica in the same second, before
+any replacement runs outside. So training pods do not preempt
+(their PriorityClass has ``preemptionPolicy: Never``) and this loop
+preempts for them, PDB-respecting:
+
+1. A *preemptor* is a pod that is Pending, marked ``Unschedulable`` by the
+   scheduler, asks for GPUs, and whose PriorityClass is one of
+   ``priority_classes`` (default: gpufleet-training).
+2. :func:`plan` picks for each preemptor (highest priority, then oldest,
+   first) an in-cluster node where evicting lower-priority GPU pods makes it
+   fit (node selector and taints respected; fewest victims, then fewest
+   victim GPUs). If a node fits without victims the scheduler will place
+   the pod: nothing to do.
+3. The node is *reserved*: taint ``gpufleet.io/reserved-for=<pod UID>:NoSchedule``,
+   and the preemptor gets the matching toleration (pods may gain
+   tolerations while pending). Replacements of the evicted pods cannot land
+   there again, and the free-GPU signal stops counting the node, so the
+   taint controller opens the virtual nodes.
+4. Victims are evicted through the Eviction API, lowest priority first;
+   on every tick they are chosen again as in step 2 (:func:`victims_for`:
+   only as many as the preemptor needs, pods already terminating counted
+   as gone), so the others keep serving and get no replacement; a
+   PDB refusal (429) is retried on the next tick, once the replacement runs
+   outside. In mode ``make_before_break`` (the default) a replacement of
+   each victim of a Deployment starts outside, and once it is Ready and
+   published it takes the victim's place (its ReplicaSet removes the
+   victim: :mod:`gpufleet.taint_controller.surge`); a victim without one after
+   ``surge_max_wait_seconds`` is evicted as in mode ``evict_first``. After ``max_wait_seconds`` the
+   remaining victims are deleted (training always wins, just not at once).
+5. When the preemptor is bound (or gone) the reservation taint is removed.
+
+Pure planning (:func:`plan`) is separate from the I/O (:class:`FlipOut`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from gpufleet.fleet.classify import tolerated
+from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
+from gpufleet.kube.retry import update_with_retry
+from gpufleet.names import FLIP_MODES, RESERVED_TAINT
+
+from .surge import Surges
+
+log = logging.getLogger(__name__)
+
+RESERVATIONS = Gauge("gpufleet_flip_out_reservations", "In-cluster nodes reserved for a pending training pod.")
+EVICTIONS = Counter("gpufleet_flip_out_evictions_total",
+                    "Flip-out evictions of lower-priority pods, by result (evicted, blocked by a PDB, deleted after "
+                    "the deadline, gone).", ["result"])
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A planned reservation: ``pod`` (a pod view) gets ``node``; ``victims`` (pod views) must go, in order."""
+
+    pod: dict[str, Any]
+    node: str
+    victims: tuple[dict[str, Any], ...]
+
+
+def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Existing reservations from node taints: ``{pod UID: node name}``."""
+    out = {}
+    for n in nodes:
+        for t in n["taints"]:
+            if t.get("key") == RESERVED_TAINT and t.get("value"):
+                out[t["value"]] = n["name"]
+    return out
+
+
+def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
+    """Pending, Unschedulable, asks for GPUs, not terminating, in one of ``classes``."""
+    return (not pod["node"] and pod["phase"] == "Pending" and pod["unschedulable"] and pod["gpus"] > 0
+            and not pod["metadata"].get("deletionTimestamp") and pod["priorityClassName"] in set(classes))
+
+
+def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    if node["virtual"] or not node["ready"] or node["unschedulable"]:
+        return False
+    if any(node["labels"].get(k) != v for k, v in pod["nodeSelector"].items()):
+        return False
+    for t in node["taints"]:
+        if t.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if t.get("key") == RESERVED_TAINT:
+            return False
+        if not tolerated(pod["tolerations"], t):
+            return False
+    return True
+
+
+def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The fewest lower-priority pods to evict from ``node`` so that ``pod`` fits; pure.
+
+    Args:
+        pod: the preemptor (pod view); node: a node view; bound: the non-terminal GPU pods bound to ``node``
+            (terminating ones still hold their GPUs and are never chosen).
+
+    Returns:
+        ``[]`` when ``pod`` fits without evicting anything; None when even
+        every lower-priority pod would not make room; else the victims,
+        lowest priority first, then the largest, then by name.
+    """
+    bound = list(bound)
+    free = node["gpus"] - sum(p["gpus"] for p in bound)
+    if free >= pod["gpus"]:
+        return []
+    lower = sorted((p for p in bound if p["priority"] < pod["priority"] and not p["metadata"].get("deletionTimestamp")),
+                   key=lambda p: (p["priority"], -p["gpus"], p["metadata"]["name"]))
+    victims = []
+    for v in lower:
+        if free >= pod["gpus"]:
+            break
+        victims.append(v)
+        free += v["gpus"]
+    return victims if free >= pod["gpus"] else None
+
+
+def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Iterable[str]) -> list[Reservation]:
+    """New reservations to make now (module docstring, step 2); pure.
+
+    Args:
+        nodes: node views (:func:`gpufleet.taint_controller.signal.node_view`).
+        pods: non-terminal pod views (:func:`gpufleet.taint_controller.signal.pod_view`).
+        classes: PriorityClass names of preemptors.
+    """
+    classes = set(classes)
+    reserved = reservations_of(nodes)
+    taken = set(reserved.values())
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for p in pods:
+        if p["node"] and p["gpus"] and p["phase"] not in ("Succeeded", "Failed"):
+            by_node.setdefault(p["node"], []).append(p)
+    preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved),
+                        key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
+    out = []
+    for pod in preemptors:
+        best: tuple | None = None
+        for node in nodes:
+            if node["name"] in taken or not _fits_node(pod, node):
+                continue
+            victims = victims_for(pod, node, by_node.get(node["name"], []))
+            if victims == []:
+                best = None  # fits as is: the scheduler's job (maybe CPU-bound; not ours)
+                break
+            if victims is None:
+                continue
+            score = (len(victims), sum(v["gpus"] for v in victims), node["name"])
+            if best is None or score < best[0]:
+                best = (score, node, victims)
+        else:
+            if best is not None:
+                _, node, victims = best
+                taken.add(node["name"])
+                out.append(Reservation(pod, node["name"], tuple(victims)))
+    return out
+
+
+class FlipOut:
+    """Runs the flip-out against the API (module docstring, steps 3-5).
+
+    Args:
+        kube: client.
+        nodes / pods: informers of node and pod views (shared with the signal).
+        priority_classes: PriorityClass names of preemptors.
+        max_wait_seconds: after this long, victims are deleted instead of evicted.
+        mode: ``make_before_break`` (a replacement outside is Ready before each eviction) or ``evict_first``.
+        surge_max_wait_seconds: in ``make_before_break``, evict anyway this long after the reservation
+            (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
+        clock: monotonic seconds.
+
+    Raises:
+        ValueError: ``mode`` is not one of :data:`gpufleet.names.FLIP_MODES`.
+    """
+
+    def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *, max_wait_seconds: float = 300.0,
+                 mode: str = "make_before_break", surge_max_wait_seconds: float = 180.0,
+                 clock: Callable[[], float] = time.monotonic):
+        if mode not in FLIP_MODES:
+            raise ValueError(f"flip-out mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
+        self.kube = kube
+        self.nodes = nodes
+        self.pods = pods
+        self.classes = set(priority_classes)
+        self.max_wait = max_wait_seconds
+        self.mode = mode
+        self.surge_max_wait = surge_max_wait_seconds
+        self.clock = clock
+        self.reserved_at: dict[str, float] = {}
+        self.surges = Surges(kube, pods, direction="out", clock=clock) if mode == "make_before_break" else None
+        self._recovered = False
+        self.wanted: set[str] = set()
+
+    def tick(self) -> None:
+        """One pass: drop stale reservations, push existing ones, make new ones. Never raises for API errors."""
+        nodes, pods = self.nodes.items(), self.pods.items()
+        if self.surges is not None and not self._recovered:
+            self.surges.recover()
+            self._recovered = True
+        by_uid = {p["metadata"]["uid"]: p for p in pods}
+        reserved = reservations_of(nodes)
+        self.wanted = set()
+        for uid, node in reserved.items():
+            pod = by_uid.get(uid)
+            if pod is None or pod["node"] or pod["metadata"].get("deletionTimestamp"):
+                self._guard(self._untaint, node, uid)
+                self.reserved_at.pop(uid, None)
+                continue
+            self.reserved_at.setdefault(uid, self.clock())
+            self._push(pod, node, pods)
+        for r in plan(nodes, pods, self.classes):
+            if self._guard(self._reserve, r) is not None:
+                self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
+                self._push(r.pod, r.node, pods)
+        if self.surges is not None:
+            self.surges.reconcile(self.wanted)
+        RESERVATIONS.set(len(reservations_of(self.nodes.items())))
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args) or True
+        except KubeError as exc:
+            log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
+            return None
+
+    def _push(self, pod: dict, node: str, pods: list[dict]) -> None:
+        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone."""
+        waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
+        late = waited > self.max_wait
+        # Only the pods the preemptor needs gone (the same choice as plan()): the others keep serving, and
+        # get no replacement outside. Pods already terminating count as gone (their GPUs are on the way).
+        staying = [p for p in pods if p["node"] == node and p["gpus"] and p["phase"] not in ("Succeeded", "Failed")
+                   and not p["metadata"].get("deletionTimestamp")]
+        view = next((n for n in self.nodes.items() if n["name"] == node), None)
+        needed = victims_for(pod, view, staying) if view is not None else None
+        if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
+            needed = [p for p in staying if p["priority"] < pod["priority"]]
+        victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"]))
+        self.wanted.update(v["metadata"]["uid"] for v in victims)
+        if self.surges is not None and waited > self.surge_max_wait:
+            self.surges.give_up(victims)
+        for v in victims:
+            ns, name = v["metadata"]["namespace"], v["metadata"]["name"]
+            if self.surges is not None and not late:
+                if not self.surges.ready(v):
+                    continue  # its replacement outside is not Ready and published yet: the next tick looks again
+                if self.surges.hand_over(v) is not False:
+                    continue  # its ReplicaSet removes it (or the hand-over is tried again next tick)
+            try:
+                if late:
+                    self.kube.delete("v1", "pods", name, ns, uid=v["metadata"]["uid"])
+                    EVICTIONS.labels("deleted").inc()
+                    log.info("flip-out: deleted %s/%s from %s after %.0fs of PDB refusals", ns, name, node, self.max_wait)
+                else:
+                    self.kube.evict(ns, name)
+                    EVICTIONS.labels("evicted").inc()
+                    log.info("flip-out: evicted %s/%s from %s for %s", ns, name, node, pod["metadata"]["name"])
+            except TooManyRequests:
+                EVICTIONS.labels("blocked").inc()
+                return  # the PDB allows nothing more now; the next tick tries again
+            except (NotFound, Conflict):
+                EVICTIONS.labels("gone").inc()
+            except KubeError as exc:
+                log.warning("flip-out: evicting %s/%s: %s", ns, name, exc)
+                return
+
+    def _reserve(self, r: Reservation) -> None:
+        """Tolerate on the pod, then taint the node."""
+        meta = r.pod["metadata"]
+        uid = meta["uid"]
+        toleration = {"key": RESERVED_TAINT, "operator": "Equal", "value": uid, "effect": "NoSchedule"}
+        live = self.kube.get("v1", "pods", meta["name"], meta["namespace"])
+        tols = live["spec"].get("tolerations") or []
+        if toleration not in tols:
+            self.kube.patch("v1", "pods", meta["name"], {"spec": {"tolerations": tols + [toleration]}}, meta["namespace"])
+        self._set_taint(r.node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=True)
+        log.info("flip-out: reserved %s for %s/%s (%d victims)", r.node, meta["namespace"], meta["name"], len(r.victims))
+
+    def _untaint(self, node: str, uid: str) -> None:
+        self._set_taint(node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=False)
+
+    def _set_taint(self, node: str, taint: dict, *, add: bool) -> None:
+        set_taint(self.kube, node, taint, add=add)
+
+
+def set_taint(kube: Kube, node: str, taint: dict, *, add: bool) -> bool:
+    """Add or remove exactly ``taint`` (key, value, effect) on ``node``; other taints stay.
+
+    Read-modify-write guarded by the Node's resourceVersion, re-read on a
+    conflict (:func:`gpufleet.kube.retry.update_with_retry`).
+
+    Returns:
+        Whether the Node was changed.
+
+    Raises:
+        Conflict: the Node kept changing; NotFound: no such node; KubeError: other refusals.
+    """
+    value = taint.get("value") or ""
+
+    def change(live: dict) -> dict | None:
+        taints = (live.get("spec") or {}).get("taints") or []
+        same = [t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]]
+        present = any((t.get("value") or "") == value for t in same)
+        if add == present:
+            return None
+        if add:
+            new = [t for t in taints if t not in same] + [{k: v for k, v in taint.items() if v is not None}]
+        else:
+            new = [t for t in taints if not (t in same and (t.get("value") or "") == value)]
+        return {"spec": {"taints": new or None}}
+
+    return update_with_retry(kube, api_path("v1", "nodes", name=node), change)[1] is not None

@@ -1,0 +1,191 @@
+"""The taint controller's signal: free schedulable GPUs in the cluster.
+
+Definition (:func:`free_gpus`): over the nodes whose GPUs count for
+inference by the one node classifier (:mod:`gpufleet.fleet.classify`: in
+cluster, ``Ready``, not cordoned, every ``NoSchedule``/``NoExecute`` taint
+tolerated by inference pods, matched as the scheduler matches them; so nodes
+out for swap, unreachable, reserved by the flip-out or tainted for another
+purpose do not count, degraded ones do), the sum of ``max(0, allocatable
+nvidia.com/gpu - GPU requests of the non-terminal pods bound there)``. Unit: GPUs.
+Quota sync, ``invoke status`` and node health ask the same classifier.
+
+Two sources:
+
+* :class:`ApiServerSignal`: a watch-based cache of Nodes and of non-terminal
+  Pods (``fieldSelector=status.phase!=Succeeded,status.phase!=Failed``;
+  a pod that finishes leaves the cache through the watch). Listed once at
+  start; no periodic full lists. Its caches are shared with the flip-out
+  and flip-back loops.
+* :class:`PrometheusSignal`: an instant query (``taint_controller_promql``)
+  through :class:`gpufleet.prom.client.PromClient`; the result is a scalar
+  or the sum of a vector. An error or an empty result is "no sample" (None).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from gpufleet.fleet.capacity import pod_gpus
+from gpufleet.fleet.classify import INFERENCE, NodeFacts, classify, default_classes
+from gpufleet.kube import Kube, api_path
+from gpufleet.kube.informer import Informer
+from gpufleet.kube.quantity import GpuCountError
+from gpufleet.kube.times import parse_time
+from gpufleet.names import PUBLISHED_CONDITION
+from gpufleet.prom.client import PromClient, PromError
+
+#: The classes the signal classifies nodes for: it counts room for inference.
+CLASSES = default_classes()
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------- compact objects
+
+
+def node_view(node: dict) -> dict[str, Any]:
+    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs, the classifier's facts.
+
+    A fractional ``nvidia.com/gpu`` allocatable is refused (``gpus`` 0, the node counts for nobody;
+    ``facts.problem`` says why), never truncated.
+    """
+    meta = node.get("metadata") or {}
+    facts = NodeFacts.of(node)
+    if facts.problem:
+        log.error("%s", facts.problem)
+    return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": dict(facts.labels), "virtual": facts.virtual,
+            "ready": facts.ready, "unschedulable": facts.unschedulable, "taints": list(facts.taints),
+            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion")}
+
+
+def pod_view(pod: dict) -> dict[str, Any]:
+    """What the caches keep of a Pod (enough for the signal, flip-out and flip-back)."""
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    sched = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), {})
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences", "deletionTimestamp")
+                     if k in meta},
+        "created": parse_time(meta.get("creationTimestamp")) or 0.0,
+        "node": spec.get("nodeName") or "",
+        "gpus": _pod_gpus(pod),
+        "priority": int(spec.get("priority") or 0),
+        "priorityClassName": spec.get("priorityClassName") or "",
+        "preemptionPolicy": spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        "nodeSelector": dict(spec.get("nodeSelector") or {}),
+        "tolerations": list(spec.get("tolerations") or []),
+        "phase": status.get("phase") or "Pending",
+        "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
+        "ready": conditions.get("Ready") == "True",
+        # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.virtual_kubelet.endpoints).
+        "published": conditions.get(PUBLISHED_CONDITION) == "True",
+        "ip": status.get("podIP") or "",
+    }
+
+
+def _pod_gpus(pod: dict) -> int:
+    """GPUs a pod requests (:func:`gpufleet.fleet.capacity.pod_gpus`). A fraction (the API server refuses
+    them for extended resources) is refused as :func:`node_view` refuses one: logged naming the pod and
+    value, the pod counted for no GPUs; never rounded."""
+    try:
+        return pod_gpus(pod)
+    except GpuCountError as exc:
+        log.error("%s; counted as holding no GPUs", exc)
+        return 0
+
+
+def schedulable(node: dict[str, Any]) -> bool:
+    """The node's GPUs count for inference (the classifier; see the module docstring)."""
+    return classify(node["facts"], CLASSES).counts(INFERENCE)
+
+
+def gpus_used(pods: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """GPUs requested per node by the non-terminal pods bound to it: ``{node: gpus}``."""
+    used: dict[str, int] = {}
+    for p in pods:
+        if p["node"] and p["phase"] not in ("Succeeded", "Failed") and p["gpus"]:
+            used[p["node"]] = used.get(p["node"], 0) + p["gpus"]
+    return used
+
+
+def free_gpus(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> int:
+    """Free schedulable GPUs (module docstring) from :func:`node_view` and :func:`pod_view` values."""
+    used = gpus_used(pods)
+    return sum(max(0, n["gpus"] - used.get(n["name"], 0)) for n in nodes if schedulable(n))
+
+
+# ------------------------------------------------------------------------------- sources
+
+
+class ApiServerSignal:
+    """Free GPUs from watch-maintained caches of Nodes and non-terminal Pods.
+
+    Attributes:
+        nodes / pods: the informers (shared with the flip-out and flip-back loops).
+    """
+
+    name = "apiserver"
+
+    def __init__(self, kube: Kube):
+        self.nodes: Informer[dict] = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes")
+        self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"), transform=pod_view, name="pods",
+                                             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
+
+    def start(self, timeout: float = 60.0) -> "ApiServerSignal":
+        """Start both watches and wait for their first lists (raises TimeoutError)."""
+        self.nodes.start()
+        self.pods.start()
+        if not (self.nodes.wait_synced(timeout) and self.pods.wait_synced(timeout)):
+            raise TimeoutError(f"nodes/pods not listed within {timeout:.0f}s")
+        return self
+
+    def stop(self) -> None:
+        """Stop both watches."""
+        self.nodes.stop()
+        self.pods.stop()
+
+    def value(self) -> float | None:
+        """Free GPUs now, or None before both caches are synced."""
+        if not (self.nodes.synced.is_set() and self.pods.synced.is_set()):
+            return None
+        return float(free_gpus(self.nodes.items(), self.pods.items()))
+
+
+class PrometheusSignal:
+    """Free GPUs from a PromQL instant query.
+
+    Args:
+        url: Prometheus base URL (``http://prometheus.monitoring:9090``).
+        query: the PromQL expression (``taint_controller_promql``).
+        timeout: seconds per query.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, url: str, query: str, timeout: float = 5.0):
+        self.url = url.rstrip("/")
+        self.query = query
+        self.errors = 0
+        self._client = PromClient(self.url, timeout=timeout)
+
+    def start(self, timeout: float = 0.0) -> "PrometheusSignal":
+        """Nothing to start (queries are made on demand); returns self."""
+        return self
+
+    def stop(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+    def value(self) -> float | None:
+        """The query's value now, or None (error or no data; counted in ``errors``)."""
+        try:
+            value = self._client.value(self.query)
+        except PromError as exc:
+            self.errors += 1
+            log.warning("prometheus signal: %s", exc)
+            return None
+        if value is None:
+            self.errors += 1
+        return value

@@ -1,0 +1,431 @@
+"""Make before break: a replacement of an inference pod starts outside, and is Ready, before the pod is evicted.
+
+Why: evicting first drops serving capacity to the PodDisruptionBudget's
+floor on every flip-out (a PDB is a floor for emergencies, not the service
+level). kube-scheduler preemption, Kueue and the descheduler all evict
+first; nothing in Kubernetes starts the replacement first.
+
+How: for a victim owned by a ReplicaSet (a Deployment's), the flip-out
+creates a *surge* ReplicaSet of one replica from the victim's own
+ReplicaSet's pod template, placed on virtual nodes only:
+
+- its pods keep the workload's labels but not ``pod-template-hash``, so the
+  Deployment's ReplicaSet never adopts them (its selector carries the hash),
+  while a Service selecting the workload's labels sends them requests;
+- they carry :data:`gpufleet.names.SURGE_FOR_LABEL` = the victim's UID (the
+  surge ReplicaSet's selector), and the ReplicaSet is owned (not
+  controlled) by the Deployment, so deleting the Deployment removes it;
+- a controller (the surge ReplicaSet) and a scale keep PodDisruptionBudgets
+  with ``maxUnavailable`` or a percentage working: the disruption controller
+  refuses to compute a budget over pods without a scalable controller.
+
+The way back is the same with the surge placed in-cluster (required node
+affinity ``type NotIn [virtual-kubelet]``).
+
+A surge pod takes its victim's place once it is Ready *and published*: a
+ready endpoint of every Service that selects it, at an address that
+reaches it. Outside, its virtual kubelet says so on the pod
+(:data:`gpufleet.names.PUBLISHED_CONDITION`, :mod:`gpufleet.virtual_kubelet.endpoints`;
+a remote load balancer's address comes later than the pods' readiness, and
+so does the condition); in-cluster, the flip-back reads the standard
+controller's EndpointSlices (:mod:`gpufleet.taint_controller.published`). Whose test
+applies is the caller's ``published``.
+
+Taking the place (:meth:`Surges.hand_over`): the surge pod *becomes* the
+victim's ReplicaSet's pod, and that ReplicaSet removes the victim, one
+replica too many. In order: the victim is annotated
+``controller.kubernetes.io/pod-deletion-cost`` = -2147483648 (the
+ReplicaSet, with one pod too many, deletes the lowest cost among its
+scheduled, Running, Ready pods: kube-controller-manager
+``controller.ActivePodsWithRanks``); the surge ReplicaSet is deleted with
+``propagationPolicy: Orphan`` (its pod stays, without an owner, and no
+replacement is started for it); the surge pod is relabelled: the surge
+labels off, the victim's ``pod-template-hash`` on, so it matches the
+victim's ReplicaSet's selector and is adopted (orphans that match are
+adopted: ``ReplicaSetController.claimPods``). Why not evict the victim and
+remove the surge once the Deployment's own replacement is Ready: that
+replacement needs one more pod's worth of capacity, which a fleet at exact
+capacity (every in-cluster GPU wanted back) or a short pool outside does not
+have, so it would stay Pending, the surge would never be removed, and the
+move would never end. Handed over, a move needs one pod's capacity, not two,
+and no replacement starts after it. The Eviction API is not involved: the
+victim's PodDisruptionBudget counts the adopted pod, Ready, among its
+healthy ones before the victim goes, so serving never drops below what it
+was; the Deployment's ``replicas`` are never changed (the HPA and GitOps
+tools see the object they wrote). A victim whose ReplicaSet has no
+``pod-template-hash`` (not a Deployment's) is evicted as before.
+
+The victim is evicted (through the Eviction API, its PDB still in force)
+when it can have no surge, or once ``max_wait_seconds`` passed since the
+reservation without a Ready, published surge (training always wins;
+today's path). A surge ReplicaSet not handed over is deleted when the
+Deployment is back to its available replicas after the eviction (its own
+replacement runs), when the victim needs no eviction any more (training
+ended, reservation gone), or ``cleanup_seconds`` after the victim left.
+
+The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import Counter
+
+from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
+from gpufleet.names import (POD_DELETION_COST_ANNOTATION, SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION,
+                            VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT)
+
+log = logging.getLogger(__name__)
+
+SURGES = Counter("gpufleet_flip_out_surges_total",
+                 "Make-before-break replacements, by event (created; removed; bound passed: given up, the pod "
+                 "goes without a Ready replacement; handed over: the surge pod took its victim's place).", ["event"])
+
+#: Label the Deployment controller puts on a ReplicaSet's pods and selector.
+TEMPLATE_HASH_LABEL = "pod-template-hash"
+#: The lowest pod deletion cost (the annotation is an int32): a victim handed over goes first.
+LOWEST_DELETION_COST = str(-2**31)
+#: Seconds a handed-over victim is left to its ReplicaSet (which deletes it within a sync) before it counts
+#: as a victim again (its ReplicaSet deleted another pod: one not Ready, say).
+HANDED_OVER_SECONDS = 60.0
+
+
+def surge_name(victim_name: str, victim_uid: str) -> str:
+    """The surge ReplicaSet's name: ``<victim name>-surge-<uid[:5]>``, at most 63 characters (a label value)."""
+    suffix = f"-surge-{victim_uid[:5]}"
+    return victim_name[: 63 - len(suffix)].rstrip("-.") + suffix
+
+
+def owner_of(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The controller ownerReference of kind ``kind`` in ``meta`` (None if none)."""
+    return next((o for o in meta.get("ownerReferences") or []
+                 if o.get("kind") == kind and o.get("controller")), None)
+
+
+def _outside(spec: dict[str, Any]) -> None:
+    """Place on virtual nodes: their label selected, their taint tolerated."""
+    key, value = VIRTUAL_NODE_LABEL
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), key: value}
+    tolerations = list(spec.get("tolerations") or [])
+    if not any(t.get("key") == VIRTUAL_NODE_TAINT for t in tolerations):
+        tolerations.append({"key": VIRTUAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"})
+    spec["tolerations"] = tolerations
+
+
+def _in_cluster(spec: dict[str, Any]) -> None:
+    """Keep off virtual nodes: ``type NotIn [virtual-kubelet]`` added to every required node selector term
+    (terms are ORed, so each needs it), or one term of its own."""
+    key, value = VIRTUAL_NODE_LABEL
+    expr = {"key": key, "operator": "NotIn", "values": [value]}
+    affinity = dict(spec.get("affinity") or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for t in terms:
+        t["matchExpressions"] = [*(t.get("matchExpressions") or []), expr]
+    required["nodeSelectorTerms"] = terms
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node
+    spec["affinity"] = affinity
+
+
+DIRECTIONS = ("out", "back")
+
+
+def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction: str = "out") -> dict[str, Any]:
+    """The surge ReplicaSet for ``victim`` (a pod's ``metadata``) from its ReplicaSet ``owner_rs``; pure.
+
+    One replica of the ReplicaSet's pod template without ``pod-template-hash``,
+    labelled :data:`SURGE_FOR_LABEL` = the victim's UID; ``direction``
+    ``out``: on virtual nodes (their label selected, their taint tolerated),
+    ``back``: off them (required node affinity).
+
+    Raises:
+        ValueError: ``owner_rs`` has no template or is not owned by a Deployment; an unknown ``direction``.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
+    uid = victim["uid"]
+    deployment = owner_of(owner_rs["metadata"], "Deployment")
+    template = (owner_rs.get("spec") or {}).get("template")
+    if not template or deployment is None:
+        raise ValueError(f"ReplicaSet {owner_rs['metadata'].get('namespace')}/{owner_rs['metadata'].get('name')}: "
+                         "expected a pod template and a Deployment owner")
+    labels = {k: v for k, v in ((template.get("metadata") or {}).get("labels") or {}).items()
+              if k != TEMPLATE_HASH_LABEL}
+    labels[SURGE_FOR_LABEL] = uid
+    labels[SURGE_DIRECTION_LABEL] = direction
+    spec = dict(template.get("spec") or {})
+    (_outside if direction == "out" else _in_cluster)(spec)
+    ns = victim["namespace"]
+    return {
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": surge_name(victim["name"], uid), "namespace": ns,
+                     "labels": {SURGE_FOR_LABEL: uid, SURGE_DIRECTION_LABEL: direction,
+                                "app.kubernetes.io/managed-by": "gpufleet"},
+                     "annotations": {SURGE_OF_ANNOTATION: f"{ns}/{victim['name']}"},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["name"],
+                                          "uid": deployment["uid"]}]},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {SURGE_FOR_LABEL: uid}},
+                 "template": {"metadata": {"labels": labels, "annotations": dict((template.get("metadata") or {})
+                                                                                  .get("annotations") or {})},
+                              "spec": spec}},
+    }
+
+
+@dataclass
+class Surge:
+    """One surge in flight: the victim it replaces and where its ReplicaSet lives."""
+
+    victim_uid: str
+    namespace: str
+    name: str
+    deployment: str
+    created: float
+    victim_gone_at: float | None = None
+
+
+class Surges:
+    """Creates, watches and removes surge ReplicaSets (module docstring).
+
+    Args:
+        kube: client.
+        pods: informer of pod views (:func:`gpufleet.taint_controller.signal.pod_view`); surge pods are found there.
+        direction: ``out`` (flip-out: replacements on virtual nodes) or ``back`` (flip-back: in-cluster).
+        published: pod view -> whether it is published (module docstring); default: the virtual kubelet's
+            condition (``out``); ``back`` needs the EndpointSlices' test
+            (:meth:`gpufleet.taint_controller.published.ServiceEndpoints.published`).
+        cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
+        clock: monotonic seconds.
+
+    Raises:
+        ValueError: an unknown ``direction``; ``back`` without ``published``.
+    """
+
+    def __init__(self, kube: Kube, pods, *, direction: str = "out", published: Callable[[dict], bool] | None = None,
+                 cleanup_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic):
+        if direction not in DIRECTIONS:
+            raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
+        if published is None and direction == "back":
+            raise ValueError("surge direction 'back': expected a test of in-cluster publication (published=)")
+        self.published = published or (lambda p: p["published"])
+        self.handed: dict[str, float] = {}  # victim UID -> when its surge pod took its place
+        self.direction = direction
+        self.kube = kube
+        self.pods = pods
+        self.cleanup_seconds = cleanup_seconds
+        self.clock = clock
+        self.live: dict[str, Surge] = {}
+        self.unsurgeable: set[str] = set()
+
+    def recover(self) -> None:
+        """Take over surges an earlier instance created (from their pods' labels and owners)."""
+        for p in self.pods.items():
+            labels = p["metadata"].get("labels") or {}
+            uid = labels.get(SURGE_FOR_LABEL)
+            rs = owner_of(p["metadata"], "ReplicaSet")
+            if uid and rs and uid not in self.live and labels.get(SURGE_DIRECTION_LABEL, "out") == self.direction:
+                self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
+
+    def ready(self, victim: dict[str, Any]) -> bool:
+        """Whether ``victim`` (a pod view) may go now: its surge pod is Ready and published (then
+        :meth:`hand_over`), it was handed over, or it cannot have a surge.
+
+        Creates the surge ReplicaSet on first call. A victim not owned by a
+        Deployment's ReplicaSet, or whose surge the API server refuses for
+        good (forbidden, invalid), gets no surge (True: evict as before); a
+        passing failure (timeout, 5xx, 429) is tried again on the next call.
+        """
+        meta = victim["metadata"]
+        uid = meta["uid"]
+        if uid in self.unsurgeable or uid in self.handed:
+            return True
+        if uid not in self.live:
+            try:
+                created = self._create(meta)
+            except (Unreachable, ServerError, TooManyRequests) as exc:
+                log.info("flip-%s: surge for %s/%s not created yet: %s", self.direction, meta["namespace"],
+                         meta["name"], exc)
+                return False
+            if created is None:
+                self.unsurgeable.add(uid)
+                return True
+            self.live[uid] = created
+            return False
+        return self._surge_ready(uid)
+
+    def _surge_ready(self, uid: str) -> bool:
+        return self._surge_pod(uid) is not None
+
+    def _surge_pod(self, uid: str) -> dict[str, Any] | None:
+        """The surge pod of victim ``uid`` that is bound, Ready, published and not terminating, or None."""
+        return next((p for p in self.pods.items() if (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid
+                     and p["ready"] and p["node"] and not p["metadata"].get("deletionTimestamp") and self.published(p)),
+                    None)
+
+    def hand_over(self, victim: dict[str, Any]) -> bool | None:
+        """Let ``victim``'s (a pod view's) Ready, published surge pod take its place (module docstring).
+
+        Returns:
+            True: handed over (now or earlier): the victim's ReplicaSet deletes
+            the victim, nothing is to be evicted; False: no surge pod to hand
+            over, or the victim's ReplicaSet has no ``pod-template-hash``
+            (evict as before); None: a request failed, try again on the next call.
+        """
+        meta = victim["metadata"]
+        uid, ns = meta["uid"], meta["namespace"]
+        if uid in self.handed:
+            return True
+        surge, pod = self.live.get(uid), self._surge_pod(uid)
+        template_hash = (meta.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
+        if surge is None or pod is None or not template_hash or owner_of(meta, "ReplicaSet") is None:
+            return False
+        try:
+            self.kube.patch("v1", "pods", meta["name"],
+                            {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: LOWEST_DELETION_COST}}}, ns)
+            try:
+                self.kube.delete("apps/v1", "replicasets", surge.name, ns, propagation="Orphan")
+            except NotFound:
+                pass  # deleted by an earlier, interrupted hand-over
+            self.kube.patch("v1", "pods", pod["metadata"]["name"],
+                            {"metadata": {"labels": {SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None,
+                                                     TEMPLATE_HASH_LABEL: template_hash}}}, ns)
+        except NotFound:
+            return False  # the victim or the surge pod left meanwhile
+        except KubeError as exc:
+            log.warning("flip-%s: handing %s/%s over to %s: %s; retrying", self.direction, ns, meta["name"],
+                        pod["metadata"]["name"], exc)
+            return None
+        self.live.pop(uid, None)
+        self.handed[uid] = self.clock()
+        SURGES.labels("handed over").inc()
+        log.info("flip-%s: %s/%s took the place of %s (Ready and published); its ReplicaSet removes it",
+                 self.direction, ns, pod["metadata"]["name"], meta["name"])
+        return True
+
+    def give_up(self, victims: Iterable[dict[str, Any]]) -> None:
+        """Past the bound: :meth:`abandon` every victim (pod views) whose surge is not Ready, before any eviction.
+
+        All at once, because one pending surge left would keep the PDB from
+        allowing the others' evictions.
+        """
+        for v in victims:
+            uid = v["metadata"]["uid"]
+            if uid in self.unsurgeable or uid in self.handed or (uid in self.live and self._surge_ready(uid)):
+                continue
+            self.abandon(v)
+
+    def abandon(self, victim: dict[str, Any]) -> None:
+        """Give up the surge of ``victim`` (a pod view) past the bound: remove it, then let the victim go without one.
+
+        A surge pod that is not Ready still counts among a PodDisruptionBudget's
+        expected pods (its ReplicaSet's scale) but not among the healthy ones,
+        so with ``maxUnavailable`` it would block the very eviction it was for.
+        """
+        uid = victim["metadata"]["uid"]
+        self.unsurgeable.add(uid)
+        if uid in self.live:
+            self._remove(self.live[uid], "no Ready replacement within the bound")
+        SURGES.labels("bound passed").inc()
+
+    def _create(self, meta: dict[str, Any]) -> Surge | None:
+        """The surge started for ``meta``'s pod; None when it can have none.
+
+        Raises:
+            Unreachable, ServerError, TooManyRequests: a passing failure (try again).
+        """
+        rs_ref = owner_of(meta, "ReplicaSet")
+        if rs_ref is None:
+            return None
+        ns = meta["namespace"]
+        try:
+            owner_rs = self.kube.get("apps/v1", "replicasets", rs_ref["name"], ns)
+            body = surge_replicaset(meta, owner_rs, self.direction)
+        except (Unreachable, ServerError, TooManyRequests):
+            raise
+        except Forbidden as exc:
+            # Not a property of this pod but of the controller's RBAC: every flip in this namespace
+            # loses make-before-break, so say it loudly (the taint_controller role grants the
+            # surge Role only where the inference role is enabled).
+            log.warning("flip-%s: no surge for %s/%s, forbidden (%s): evicting first; the taint controller "
+                        "needs the surge Role in namespace %s", self.direction, ns, meta["name"], exc, ns)
+            return None
+        except (KubeError, ValueError) as exc:
+            log.info("flip-%s: no surge for %s/%s (%s): evicting first", self.direction, ns, meta["name"], exc)
+            return None
+        try:
+            self.kube.create("apps/v1", "replicasets", body, ns)
+            SURGES.labels("created").inc()
+            log.info("flip-%s: surge %s/%s started %s for %s before its eviction", self.direction, ns,
+                     body["metadata"]["name"], "outside" if self.direction == "out" else "in-cluster", meta["name"])
+        except Conflict:
+            pass  # created by an earlier tick or instance
+        except (Unreachable, ServerError, TooManyRequests):
+            raise
+        except KubeError as exc:
+            log.warning("flip-%s: creating surge for %s/%s: %s: evicting first", self.direction, ns, meta["name"], exc)
+            return None
+        deployment = body["metadata"]["ownerReferences"][0]["name"]
+        return Surge(meta["uid"], ns, body["metadata"]["name"], deployment, self.clock())
+
+    def reconcile(self, wanted: Iterable[str]) -> None:
+        """Remove surges no longer needed; ``wanted``: UIDs of victims a reservation still has to move."""
+        wanted = set(wanted)
+        live_uids = {p["metadata"]["uid"] for p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
+        now = self.clock()
+        for uid, s in list(self.live.items()):
+            if uid in live_uids:
+                if uid not in wanted:
+                    self._remove(s, "its pod needs no eviction any more")
+                continue
+            if s.victim_gone_at is None:
+                s.victim_gone_at = now
+            if now - s.victim_gone_at >= self.cleanup_seconds or self._deployment_available(s):
+                self._remove(s, "the workload is back to its available replicas")
+        self.unsurgeable &= live_uids
+        self.handed = {u: t for u, t in self.handed.items() if u in live_uids and now - t < HANDED_OVER_SECONDS}
+
+    def _deployment_available(self, s: Surge) -> bool:
+        if not s.deployment:
+            return True  # recovered without its owner: its replacement had time to start
+        try:
+            d = self.kube.get("apps/v1", "deployments", s.deployment, s.namespace)
+        except NotFound:
+            return True
+        except KubeError:
+            return False
+        want = (d.get("spec") or {}).get("replicas", 1)
+        if ((d.get("status") or {}).get("availableReplicas") or 0) < want:
+            return False
+        # The Deployment's status lags its pods: right after the victim's eviction it still counts the victim,
+        # and removing the surge then would leave one replica short until the ReplicaSet's replacement is Ready.
+        # So its own Ready pods are counted too, from the cache (surges excluded).
+        selector = (d.get("spec") or {}).get("selector") or {}
+        match = selector.get("matchLabels") or {}
+        if selector.get("matchExpressions") or not match:
+            return True
+        ready = 0
+        for p in self.pods.items():
+            meta = p["metadata"]
+            labels = meta.get("labels") or {}
+            if (meta["namespace"] == s.namespace and SURGE_FOR_LABEL not in labels and p["ready"] and p["node"]
+                    and not meta.get("deletionTimestamp") and all(labels.get(k) == v for k, v in match.items())):
+                ready += 1
+        return ready >= want
+
+    def _remove(self, s: Surge, why: str) -> None:
+        try:
+            self.kube.delete("apps/v1", "replicasets", s.name, s.namespace, propagation="Background")
+        except NotFound:
+            pass
+        except KubeError as exc:
+            log.warning("flip-%s: removing surge %s/%s: %s", self.direction, s.namespace, s.name, exc)
+            return
+        self.live.pop(s.victim_uid, None)
+        SURGES.labels("removed").inc()
+        log.info("flip-%s: surge %s/%s removed: %s", self.direction, s.namespace, s.name, why)

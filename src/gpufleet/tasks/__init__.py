@@ -1,5 +1,0 @@
-"""invoke task modules; ``tasks.py`` at the checkout root composes them."""
-
-from gpufleet.tasks import flags
-
-flags.install()

@@ -1,0 +1,136 @@
+"""Validate manifests against the schemas of the pinned upstream versions.
+
+Built-in kinds: the OpenAPI v3 documents of the pinned Kubernetes release
+(``api/openapi-spec/v3`` in the k8s.io/kubernetes module). Custom kinds: the
+CRDs of the pinned Kueue, JobSet, Prometheus operator and Kubeflow training
+operator, from their Go modules. Validation is strict, like the API
+server's field validation: a field no schema declares is an error (objects
+with ``properties`` get ``additionalProperties: false`` unless the schema
+preserves unknown fields).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any, Iterator
+
+import yaml
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+from gpufleet_admin.build.gobuild import module_dir
+from gpufleet_admin.versions import pin, versions
+
+#: Components whose CRDs validate custom resources (versions.yaml entries with ``crds``).
+CRD_SOURCES = ("kueue", "jobset", "prometheus_operator", "training_operator")
+_K8S_URI = "urn:gpufleet:k8s:"
+_OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+
+class UnknownKind(LookupError):
+    """No pinned schema knows this apiVersion/kind."""
+
+
+def _strict(node: Any) -> Any:
+    """Copy of a schema where every object with properties forbids unknown fields."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if ("properties" in out and "additionalProperties" not in out
+                and not out.get("x-kubernetes-preserve-unknown-fields")):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@cache
+def _kubernetes() -> tuple[Registry, dict[tuple[str, str], str]]:
+    """Registry of the pinned Kubernetes OpenAPI v3 documents and an index gvk -> schema URI."""
+    spec = module_dir(pin("kubernetes", "module"), pin("kubernetes")) / "api" / "openapi-spec" / "v3"
+    registry = Registry()
+    index: dict[tuple[str, str], str] = {}
+    for path in sorted(spec.glob("*.json")):
+        doc = _strict(json.loads(path.read_text()))
+        uri = _K8S_URI + path.name
+        registry = registry.with_resource(uri, Resource.from_contents(doc, default_specification=DRAFT202012))
+        for name, schema in doc.get("components", {}).get("schemas", {}).items():
+            for gvk in schema.get("x-kubernetes-group-version-kind", []):
+                gv = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
+                index.setdefault((gv, gvk["kind"]), f"{uri}#/components/schemas/{name}")
+    return registry, index
+
+
+class _CrdLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """SafeLoader that reads a bare ``=`` (YAML 1.1's value tag, found in enum lists) as a string."""
+
+
+_CrdLoader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))
+
+
+def _crd_files() -> Iterator[dict[str, Any]]:
+    for component in CRD_SOURCES:
+        pins = versions().get(component)
+        if not pins or "crds" not in pins:
+            continue
+        base = module_dir(pins["module"], pins["version"]) / pins["crds"]
+        for path in sorted(base.glob("*.yaml")):
+            for doc in yaml.load_all(path.read_text(), Loader=_CrdLoader):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    yield doc
+
+
+@cache
+def _crds() -> dict[tuple[str, str], dict[str, Any]]:
+    """Index (apiVersion, kind) -> openAPIV3Schema of every pinned CRD version."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for crd in _crd_files():
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version.get("schema", {}).get("openAPIV3Schema")
+            if version.get("served") and schema:
+                out[(f"{group}/{version['name']}", kind)] = _strict(schema)
+    return out
+
+
+def crd(group: str, kind: str) -> dict[str, Any]:
+    """The pinned CustomResourceDefinition of ``kind`` in ``group``, as upstream ships it.
+
+    Raises:
+        UnknownKind: no pinned CRD defines it.
+        OSError: the pinned module is not in the Go module cache.
+    """
+    for doc in _crd_files():
+        if doc["spec"]["group"] == group and doc["spec"]["names"]["kind"] == kind:
+            return doc
+    raise UnknownKind(f"{group} {kind}: no CRD pinned for this kind")
+
+
+def validate(obj: dict[str, Any]) -> list[str]:
+    """Errors of ``obj`` against its pinned schema, as ``path: message`` strings ([] if valid).
+
+    Raises:
+        UnknownKind: when no pinned schema (Kubernetes or CRD) has this apiVersion/kind.
+    """
+    registry, index = _kubernetes()
+    key = (obj.get("apiVersion", ""), obj.get("kind", ""))
+    if key in index:
+        schema: dict[str, Any] = {"$ref": index[key]}
+    elif key in _crds():
+        schema = dict(_crds()[key])
+        props = dict(schema.get("properties", {}))
+        # CRD schemas leave metadata open; the API server checks it as ObjectMeta.
+        props["metadata"] = {"$ref": _meta_uri(index)}
+        schema["properties"] = props
+    else:
+        raise UnknownKind(f"{key[0]} {key[1]}: no schema pinned for this kind")
+    validator = Draft202012Validator(schema, registry=registry)
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+            for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def _meta_uri(index: dict[tuple[str, str], str]) -> str:
+    some = next(iter(v for (gv, _), v in index.items() if gv == "v1"))
+    return some.split("#")[0] + f"#/components/schemas/{_OBJECT_META}"

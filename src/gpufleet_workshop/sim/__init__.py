@@ -1,0 +1,1 @@
+"""Simulations on the local cluster: :mod:`gpufleet_workshop.sim.flip` (``invoke sim.flip``)."""

@@ -1,0 +1,112 @@
+"""The taint decision state machine: hysteresis, hold times, no flapping under a noisy signal."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpufleet.taint_controller.decision import Hysteresis
+
+
+def feed(m: Hysteresis, samples, dt: float = 1.0, t0: float = 0.0):
+    """Feed samples one per ``dt`` seconds; returns the list of (time, new state) transitions."""
+    out = []
+    for i, v in enumerate(samples):
+        d = m.observe(v, t0 + i * dt)
+        if d.changed:
+            out.append((t0 + i * dt, d.tainted))
+    return out
+
+
+def test_taints_only_after_the_hold_time_above_high():
+    m = Hysteresis(high=16, low=8, hold=5, tainted=False)
+    assert feed(m, [20] * 5) == []  # 0..4 s: 4 s above, not yet 5
+    assert m.observe(20, 5.0).changed and m.tainted is True
+
+
+def test_untaints_only_after_the_hold_time_below_low():
+    m = Hysteresis(high=16, low=8, hold=5, tainted=True)
+    assert feed(m, [2, 2, 2, 2, 2, 2]) == [(5.0, False)]
+
+
+def test_a_dip_shorter_than_the_hold_restarts_the_streak():
+    m = Hysteresis(high=16, low=8, hold=5, tainted=True)
+    # 4 s below, one sample back in the band, 4 s below again: never 5 s in a row.
+    assert feed(m, [2, 2, 2, 2, 2, 10, 2, 2, 2, 2, 2]) == []
+
+
+def test_band_between_marks_changes_nothing():
+    for start in (True, False):
+        m = Hysteresis(high=16, low=8, hold=0, tainted=start)
+        assert feed(m, [8, 12, 16, 9, 15]) == []
+        assert m.tainted is start
+
+
+def test_missing_signal_never_decides_and_restarts_streaks():
+    m = Hysteresis(high=16, low=8, hold=3, tainted=False)
+    assert feed(m, [20, 20, None, 20, 20, None, 20, 20]) == []
+    assert m.observe(None, 100).tainted is False
+
+
+def test_unknown_initial_state_is_settled_by_the_first_sustained_excursion():
+    m = Hysteresis(high=16, low=8, hold=2)
+    assert feed(m, [12, 12, 12]) == [] and m.tainted is None
+    assert feed(m, [3, 3, 3], t0=10) == [(12.0, False)]
+
+
+def test_hold_zero_acts_on_the_first_sample():
+    m = Hysteresis(high=16, low=8, hold=0, tainted=False)
+    assert m.observe(17, 0).changed
+
+
+def test_rejects_low_not_below_high_and_negative_hold():
+    with pytest.raises(ValueError, match="below the high-water"):
+        Hysteresis(high=8, low=8, hold=1)
+    with pytest.raises(ValueError, match=">= 0"):
+        Hysteresis(high=9, low=8, hold=-1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_noisy_signal_around_either_mark_never_flaps(seed):
+    """Noise of +-6 GPUs around a mark: samples cross it constantly, yet the state never changes."""
+    rng = random.Random(seed)
+    high, low, hold = 16, 8, 5
+    # Around the high mark while untainted: values cross 16 often, but never stay above for 5 s... unless they do;
+    # the noise is shaped so runs above the mark are shorter than the hold.
+    m = Hysteresis(high, low, hold, tainted=False)
+    samples, run = [], 0
+    for _ in range(600):
+        v = high + rng.uniform(-6, 6)
+        run = run + 1 if v > high else 0
+        if run >= hold:  # break long runs: this test is about short excursions
+            v, run = high - 1, 0
+        samples.append(v)
+    assert feed(m, samples) == []
+    # Around the low mark while untainted: crossing low only confirms the state; no transition either.
+    m = Hysteresis(high, low, hold, tainted=False)
+    assert feed(m, [low + rng.uniform(-6, 6) for _ in range(600)]) == []
+    # Around the high mark while tainted: nothing dips below low, so it stays tainted.
+    m = Hysteresis(high, low, hold, tainted=True)
+    assert feed(m, [high + rng.uniform(-6, 6) for _ in range(600)]) == []
+
+
+def test_sustained_regime_changes_through_noise_cause_exactly_one_transition_each():
+    rng = random.Random(7)
+    m = Hysteresis(high=16, low=8, hold=5, tainted=True)
+    # 60 s well below (training holds the cluster), then 60 s well above (training ended), noise +-3.
+    samples = [2 + rng.uniform(-3, 3) for _ in range(60)] + [40 + rng.uniform(-3, 3) for _ in range(60)]
+    transitions = feed(m, samples)
+    assert [s for _, s in transitions] == [False, True]
+    assert transitions[0][0] == 5.0 and transitions[1][0] == 65.0
+
+
+def test_adding_and_removing_the_taint_have_their_own_hold_times():
+    m = Hysteresis(high=16, low=8, hold=5, tainted=False, add_hold=2, remove_hold=10)
+    assert [m.observe(20, t).tainted for t in (0, 1, 2)] == [False, False, True]  # 2 s above: tainted
+    assert [m.observe(1, t).tainted for t in (3, 8, 12)] == [True, True, True]  # 9 s below: not yet
+    assert m.observe(1, 13).tainted is False  # 10 s below: untainted
+    plain = Hysteresis(high=16, low=8, hold=5)
+    assert plain.add_hold == plain.remove_hold == 5
+    with pytest.raises(ValueError, match="remove hold time must be >= 0"):
+        Hysteresis(high=16, low=8, hold=5, remove_hold=-1)

@@ -1,0 +1,119 @@
+"""The free-GPU signal, the flip-out's reservation plan and the flip-back's candidates (pure)."""
+
+from __future__ import annotations
+
+from gpufleet.taint_controller.flipback import candidates
+from gpufleet.fleet.classify import tolerated as tolerates
+from gpufleet.taint_controller.flipout import plan, reservations_of, victims_for
+from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
+from gpufleet.taint_controller.signal import free_gpus, node_view, pod_view
+from gpufleet.prom.client import number
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def node(name, gpus=8, ready=True, virtual=False, unschedulable=False, taints=(), labels=None):
+    lab = {"gpufleet.io/flavor": "h100", **(labels or {})}
+    if virtual:
+        lab["type"] = "virtual-kubelet"
+    return node_view({"metadata": {"name": name, "labels": lab},
+                      "spec": {"unschedulable": unschedulable, "taints": [GPU_TAINT, *taints]},
+                      "status": {"allocatable": {"nvidia.com/gpu": str(gpus)},
+                                 "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}})
+
+
+def pod(name, node_name="", gpus=1, priority=1000, phase="Running", pc="gpufleet-inference", unschedulable=False,
+        tolerations=None, labels=None, created="2026-01-01T00:00:00Z", owner="chat-abc"):
+    conds = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}] if unschedulable else []
+    return pod_view({
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": created,
+                     "labels": {"pod-template-hash": "abc", **(labels or {})},
+                     "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}]},
+        "spec": {"nodeName": node_name, "priority": priority, "priorityClassName": pc,
+                 "tolerations": tolerations or [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": phase, "conditions": conds}})
+
+
+def test_free_gpus_counts_only_schedulable_in_cluster_nodes():
+    nodes = [node("a"), node("b"), node("notready", ready=False), node("cordoned", unschedulable=True),
+             node("swap", taints=[{"key": "gpufleet.io/swap", "value": "hot", "effect": "NoSchedule"}]),
+             node("degraded", taints=[{"key": "gpufleet.io/degraded", "value": "x", "effect": "NoSchedule"}]),
+             node("vk-rental", gpus=64, virtual=True)]
+    pods = [pod("i1", "a", 3), pod("t", "b", 8, phase="Running"), pod("done", "a", 5, phase="Succeeded"),
+            pod("pending", "", 8, phase="Pending"), pod("out", "vk-rental", 4)]
+    assert free_gpus(nodes, pods) == 5 + 0 + 8  # a: 8-3, b: full, degraded: 8 (inference tolerates it)
+
+
+def test_prometheus_answers():
+    assert number({"resultType": "vector", "result": [{"value": [0, "3"]}, {"value": [0, "4.5"]}]}) == 7.5
+    assert number({"resultType": "scalar", "result": [0, "12"]}) == 12
+    assert number({"resultType": "vector", "result": []}) is None
+    assert number({"resultType": "matrix", "result": []}) is None
+
+
+def test_tolerations_match_like_kubernetes():
+    taint = {"key": RESERVED_TAINT, "value": "u1", "effect": "NoSchedule"}
+    assert tolerates([{"key": RESERVED_TAINT, "operator": "Equal", "value": "u1", "effect": "NoSchedule"}], taint)
+    assert not tolerates([{"key": RESERVED_TAINT, "operator": "Equal", "value": "u2"}], taint)
+    assert tolerates([{"operator": "Exists"}], taint)
+    assert not tolerates([{"key": RESERVED_TAINT, "operator": "Exists", "effect": "NoExecute"}], taint)
+
+
+def test_flip_out_reserves_the_node_with_fewest_victims_for_each_unschedulable_training_pod():
+    nodes = [node(f"n{i}") for i in range(4)]
+    pods = [pod("t0", "n0", 8, 100000, pc="gpufleet-training"),  # training already there
+            pod("i1", "n1", 1), pod("i2", "n2", 1), pod("i3", "n2", 1),  # inference: 1 on n1, 2 on n2
+            pod("i4", "n3", 1), pod("i5", "n3", 1), pod("i6", "n3", 1),
+            pod("t1", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True,
+                created="2026-01-01T00:00:01Z"),
+            pod("t2", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True,
+                created="2026-01-01T00:00:02Z")]
+    out = plan(nodes, pods, ["gpufleet-training"])
+    assert [(r.pod["metadata"]["name"], r.node, [v["metadata"]["name"] for v in r.victims]) for r in out] == [
+        ("t1", "n1", ["i1"]), ("t2", "n2", ["i2", "i3"])]
+
+
+def test_flip_out_leaves_pods_that_fit_or_are_not_preemptors_alone():
+    nodes = [node("n0"), node("n1")]
+    fits = [pod("i1", "n0", 1), pod("t", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training",
+                                   unschedulable=True)]
+    assert plan(nodes, fits, ["gpufleet-training"]) == []  # n1 is free: the scheduler's job
+    full = [pod("i1", "n0", 1), pod("i2", "n1", 1),
+            pod("x", gpus=8, priority=100000, phase="Pending", pc="other-class", unschedulable=True),
+            pod("y", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=False)]
+    assert plan(nodes, full, ["gpufleet-training"]) == []
+
+
+def test_flip_out_respects_existing_reservations_and_node_selectors():
+    reserved = node("n0", taints=[{"key": RESERVED_TAINT, "value": "uid-t1", "effect": "NoSchedule"}])
+    other = node("n1", labels={"gpufleet.io/flavor": "a100"})
+    pods = [pod("i1", "n0", 1), pod("i2", "n1", 1),
+            pod("t1", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True),
+            pod("t2", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True)]
+    pods[-1]["nodeSelector"] = {"gpufleet.io/flavor": "h100"}
+    assert reservations_of([reserved, other]) == {"uid-t1": "n0"}
+    assert plan([reserved, other], pods, ["gpufleet-training"]) == []  # t1 has n0; t2 wants h100, n1 is a100
+
+
+def test_the_flip_out_moves_only_the_pods_the_preemptor_needs_gone():
+    trainer = pod("t", gpus=4, priority=1000000, pc="gpufleet-training", unschedulable=True)
+    n = node("a", gpus=8)
+    serving = [pod(f"s{i}", "a", gpus=2) for i in range(4)]
+    chosen = victims_for(trainer, n, serving)
+    assert [v["metadata"]["name"] for v in chosen] == ["s0", "s1"]  # two of four make room; the others stay
+    # Once those two are leaving, they no longer hold the room it needs (the caller passes the staying pods).
+    assert victims_for(trainer, n, serving[2:]) == []
+    assert victims_for(pod("big", gpus=10, priority=1000000), n, serving) is None  # no room even with all gone
+    assert victims_for(trainer, n, [pod("other-training", "a", gpus=8, priority=1000000)]) is None
+
+
+def test_flip_back_candidates_only_on_tainted_virtual_nodes_and_not_tolerating():
+    taint = {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}
+    nodes = [node("vk-a", virtual=True, taints=[taint]), node("vk-b", virtual=True), node("n0")]
+    pods = [pod("a1", "vk-a"), pod("a2", "vk-a", labels={RELEASE_LABEL[0]: RELEASE_LABEL[1]}),
+            pod("tol", "vk-a", tolerations=[{"key": FREE_GPUS_TAINT, "operator": "Exists"}]),
+            pod("b1", "vk-b"), pod("in", "n0")]
+    got = {c.name: c.released for c in candidates(nodes, pods, set())}
+    assert got == {"a1": False, "a2": True}
+    assert candidates(nodes, pods, {"uid-a1"})[0].released is True

@@ -1,0 +1,177 @@
+"""The make-before-break surge ReplicaSet built from a victim's ReplicaSet (pure), the hand-over's writes, and the
+mode's settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.taint_controller.budget import MigrationBudget
+from gpufleet.taint_controller.flipback import FlipBack
+from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.main import settings_from_inventory
+from gpufleet.taint_controller.surge import Surges, surge_name, surge_replicaset
+from gpufleet.names import (
+    FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT,
+)
+
+VICTIM = {"name": "srv-7d9f-abcde", "namespace": "inference", "uid": "0a1b2c3d-0000-0000-0000-000000000000"}
+
+
+def owner_rs(**spec) -> dict:
+    return {"metadata": {"name": "srv-7d9f", "namespace": "inference",
+                         "ownerReferences": [{"kind": "Deployment", "name": "srv", "uid": "dep-uid", "controller": True}]},
+            "spec": {"template": {"metadata": {"labels": {"app": "srv", "pod-template-hash": "7d9f"},
+                                               "annotations": {"prometheus.io/scrape": "true"}},
+                                  "spec": {"containers": [{"name": "c", "image": "x"}], **spec}}}}
+
+
+def test_the_surge_keeps_the_workload_labels_but_never_the_replicasets():
+    rs = surge_replicaset(VICTIM, owner_rs(nodeSelector={"gpufleet.io/flavor": "H100"}))
+    labels = rs["spec"]["template"]["metadata"]["labels"]
+    assert labels == {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"], "gpufleet.io/surge-direction": "out"}  # a Service on app=srv selects it
+    assert rs["spec"]["selector"] == {"matchLabels": {SURGE_FOR_LABEL: VICTIM["uid"]}}
+    assert rs["spec"]["replicas"] == 1
+    spec = rs["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpufleet.io/flavor": "H100", "type": "virtual-kubelet"}
+    assert [t["key"] for t in spec["tolerations"]] == [VIRTUAL_NODE_TAINT]
+    owner = rs["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner.get("controller")) == ("Deployment", "srv", None)
+    assert rs["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+
+
+def test_an_existing_virtual_toleration_is_not_repeated():
+    tol = [{"key": VIRTUAL_NODE_TAINT, "operator": "Equal", "value": "rental", "effect": "NoSchedule"}]
+    assert surge_replicaset(VICTIM, owner_rs(tolerations=tol))["spec"]["template"]["spec"]["tolerations"] == tol
+
+
+def test_a_replicaset_without_a_deployment_gets_no_surge():
+    rs = owner_rs()
+    rs["metadata"]["ownerReferences"] = []
+    with pytest.raises(ValueError, match="inference/srv-7d9f: expected a pod template and a Deployment owner"):
+        surge_replicaset(VICTIM, rs)
+
+
+def test_surge_names_are_label_values():
+    name = surge_name("a" * 80, VICTIM["uid"])
+    assert len(name) == 63 and name.endswith("-surge-0a1b2")
+
+
+def test_the_mode_is_checked_and_comes_from_the_inventory():
+    with pytest.raises(ValueError, match="flip-out mode 'later': expected one of make_before_break, evict_first"):
+        FlipOut(None, None, None, [], mode="later")
+    assert settings_from_inventory("local").flip_mode == "make_before_break"
+    assert settings_from_inventory("local", flip_mode="evict_first").flip_mode == "evict_first"
+    with pytest.raises(ValueError, match="--flip-mode 'x'"):
+        settings_from_inventory("local", flip_mode="x")
+
+
+def test_a_surge_back_stays_off_virtual_nodes_in_every_required_term():
+    terms = [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, {"matchFields": []}]
+    rs = surge_replicaset(VICTIM, owner_rs(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}), "back")
+    spec = rs["spec"]["template"]["spec"]
+    got = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    notin = {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]}
+    assert all(notin in t["matchExpressions"] for t in got) and len(got) == 2
+    assert terms[0]["matchExpressions"] == [{"key": "zone", "operator": "In", "values": ["a"]}]  # input untouched
+    assert "nodeSelector" not in spec and "tolerations" not in spec
+    assert rs["metadata"]["labels"]["gpufleet.io/surge-direction"] == "back"
+    with pytest.raises(ValueError, match="surge direction 'up'"):
+        surge_replicaset(VICTIM, owner_rs(), "up")
+
+
+class Calls:
+    """A client that records writes in order (the hand-over's are the test's subject) and reads ReplicaSets."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def get(self, api, plural, name, ns=None):
+        return owner_rs()
+
+    def create(self, api, plural, body, ns=None):
+        self.calls.append(("create", plural, body["metadata"]["name"]))
+        return body
+
+    def patch(self, api, plural, name, body, ns=None, **kw):
+        self.calls.append(("patch", plural, name, body))
+        return body
+
+    def delete(self, api, plural, name, ns=None, **kw):
+        self.calls.append(("delete", plural, name, kw.get("propagation")))
+        return {}
+
+
+class Pods:
+    def __init__(self, *pods):
+        self.pods = list(pods)
+
+    def items(self):
+        return list(self.pods)
+
+
+def view(name: str, uid: str, labels: dict, owner: str, *, ready=True, published=True, node="vk-rental") -> dict:
+    return {"metadata": {"name": name, "namespace": "inference", "uid": uid, "labels": labels,
+                         "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}]},
+            "node": node, "ready": ready, "published": published, "ip": ""}
+
+
+def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset():
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    kube = Calls()
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+    surge_pod = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                                  "gpufleet.io/surge-direction": "out"}, surge_rs, published=False)
+    surges = Surges(kube, Pods(victim, surge_pod), direction="out")
+    assert not surges.ready(victim) and kube.calls == [("create", "replicasets", surge_rs)]
+    assert not surges.ready(victim), "Ready but not yet published: not a replacement yet"
+    assert surges.hand_over(victim) is False
+    surge_pod["published"] = True
+    assert surges.ready(victim)
+    kube.calls.clear()
+    assert surges.hand_over(victim) is True
+    assert kube.calls == [
+        ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "-2147483648"}}}),
+        ("delete", "replicasets", surge_rs, "Orphan"),
+        ("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {SURGE_FOR_LABEL: None,
+                                                                   "gpufleet.io/surge-direction": None,
+                                                                   "pod-template-hash": "7d9f"}}})]
+    kube.calls.clear()
+    assert surges.ready(victim) and surges.hand_over(victim) is True and kube.calls == [], "handed over once"
+    surges.give_up([victim])
+    assert kube.calls == [] and VICTIM["uid"] not in surges.unsurgeable, "a handed-over victim is never given up"
+
+
+def test_the_way_back_needs_a_test_of_in_cluster_publication():
+    with pytest.raises(ValueError, match="surge direction 'back': expected a test of in-cluster publication"):
+        Surges(Calls(), Pods(), direction="back")
+
+
+def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
+    """The in-cluster replacement took the pod's place: no release label, no eviction; the pod counts in flight
+    (its ReplicaSet deletes it) so no second replacement starts for it."""
+    class Endpoints:
+        def published(self, pod):
+            return pod["metadata"]["name"] == "srv-surge-x1"
+
+    node = {"name": "vk-rental", "virtual": True, "taints": [{"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}]}
+    outside = {**view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f"),
+               "phase": "Running", "tolerations": [], "priority": 0, "created": 1.0}
+    surge = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                              "gpufleet.io/surge-direction": "back"},
+                 surge_name(VICTIM["name"], VICTIM["uid"]), node="n1")
+    kube, now = Calls(), [0.0]
+    back = FlipBack(kube, Pods(node), Pods(outside), MigrationBudget(600), mode="release", make_before_break=True,
+                    endpoints=Endpoints(), clock=lambda: now[0])
+    assert back.tick() == [] and [c[0] for c in kube.calls] == ["create"]  # the replacement starts; the pod stays
+    back.pods.pods.append(surge)
+    now[0] = 1.0
+    kube.calls.clear()
+    assert [c.name for c in back.tick()] == [VICTIM["name"]]
+    assert [(c[0], c[1]) for c in kube.calls] == [("patch", "pods"), ("delete", "replicasets"), ("patch", "pods")]
+    assert not any("gpufleet.io/flip-back" in str(c) for c in kube.calls), "released as well"
+    now[0] = 30.0
+    kube.calls.clear()
+    assert back.tick() == [] and kube.calls == [], "chosen again while its ReplicaSet removes it"
+    with pytest.raises(ValueError, match="make_before_break: expected the Service and EndpointSlice caches"):
+        FlipBack(kube, Pods(), Pods(), MigrationBudget(600), make_before_break=True)
