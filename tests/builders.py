@@ -38,7 +38,7 @@ def pod(name: str, node_name: str | None, *, gpus: int = 0, ns: str = "default",
         spec["nodeName"] = node_name
     if priority_class:
         spec["priorityClassName"] = priority_class
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 def cluster_queue(name: str, gpu: int | str, *, flavor: str = FLAVOR, cohort: str | None = "gpufleet",
@@ -62,7 +62,7 @@ def cluster_queue(name: str, gpu: int | str, *, flavor: str = FLAVOR, cohort: st
 def workload(name: str, queue: str, *, pods: int, gpus_per_pod: int = 8, ns: str = "team-pretrain",
              admitted_cq: str | None = None, flavor: str = FLAVOR) -> dict[str, Any]:
     """A Workload dict: pending, or admitted to ``admitted_cq``."""
-    wl: dict[str, Any] = {"metadata": {"name": name, "namespace": ns},
+    wl: dict[str, Any] = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": ns},
                           "spec": {"queueName": queue, "podSets": [{"name": "workers", "count": pods, "template": {"spec": {
                               "containers": [{"name": "t", "resources": {"requests": {"nvidia.com/gpu": str(gpus_per_pod)}}}]}}}]},
                           "status": {"conditions": []}}
@@ -75,6 +75,7 @@ def workload(name: str, queue: str, *, pods: int, gpus_per_pod: int = 8, ns: str
 
 def local_queue(ns: str, name: str, cq: str) -> dict[str, Any]:
     """A LocalQueue dict."""
-    return {"metadata": {"namespace": ns, "name": name}, "spec": {"clusterQueue": cq}}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"namespace": ns, "name": name},
+            "spec": {"clusterQueue": cq}}
 
 

@@ -300,6 +300,9 @@ class FakeKube(Kube):
         self._watchers: list[_Watcher] = []
         self._reactors: list[tuple[str, str, Reactor]] = []
         self._closed = threading.Event()
+        with self._lock:  # the namespaces kube-apiserver creates at start (its system namespaces controller)
+            for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+                self._ensure_namespace(ns)
         self.add(*objects)
 
     # ------------------------------------------------------------------ kinds
@@ -645,6 +648,21 @@ class FakeKube(Kube):
         with self._lock:
             if w in self._watchers:
                 self._watchers.remove(w)
+
+    def sync(self, *informers: Any, timeout: float = 5.0) -> None:
+        """Wait until every informer has seen the store's resourceVersion now (its events, or a bookmark past
+        them): what a test does between a change and the controller's next look at its caches.
+
+        Raises:
+            gpufleet.wait.PollTimeout: an informer did not catch up within ``timeout`` seconds.
+        """
+        from gpufleet.wait import poll_until
+
+        want = int(self.resource_version)
+        for inf in informers:
+            poll_until(lambda inf=inf: inf.synced.is_set() and int(inf.resource_version or 0) >= want,
+                       what=f"informer {inf.name} at resourceVersion {want}", timeout=timeout,
+                       interval=min(0.01, self.bookmark_seconds))
 
     def watchers(self) -> int:
         """Watches open now."""

@@ -1,0 +1,336 @@
+"""The taint controller's reconcile loops against the in-memory API server (:mod:`gpufleet_workshop.testing`):
+the free-GPU taint with its hysteresis, the flip-out (reservation, eviction within the budget, surge and hand-over,
+the deadlines) and the flip-back (release and evict at the budget's pace). Real informers, the real client; the
+fake plays the scheduler, the ReplicaSet controller, the kubelet and the virtual kubelet where a step needs them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.kube import api_path
+from gpufleet.names import (FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, POOL_LABEL, PUBLISHED_CONDITION,
+                            RELEASE_LABEL, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT)
+from gpufleet.taint_controller.budget import MigrationBudget
+from gpufleet.taint_controller.controller import TaintController
+from gpufleet.taint_controller.decision import Hysteresis
+from gpufleet.taint_controller.flipback import FlipBack
+from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.signal import ApiServerSignal
+from gpufleet_workshop.testing import FakeKube
+
+from ..builders import node, pod
+
+NS = "inference"
+TRAINING = "gpufleet-training"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def virtual(name: str, pool: str, *, tainted: bool = False) -> dict:
+    taints = [{"key": VIRTUAL_NODE_TAINT, "value": "gpufleet", "effect": "NoSchedule"}]
+    if tainted:
+        taints.append({"key": FREE_GPUS_TAINT, "effect": "NoSchedule"})
+    n = node(name, flavor=None, labels={"type": "virtual-kubelet", POOL_LABEL: pool}, gpus=32)
+    n["spec"]["taints"] = taints
+    return n
+
+
+def ready(p: dict, *, published: bool | None = None) -> dict:
+    conds = [{"type": "Ready", "status": "True"}]
+    if published is not None:
+        conds.append({"type": PUBLISHED_CONDITION, "status": "True" if published else "False"})
+    p["status"] = {"phase": "Running", "conditions": conds}
+    return p
+
+
+def inference(name: str, node_name: str, *, gpus: int = 4, rs: dict | None = None) -> dict:
+    p = ready(pod(name, node_name, gpus=gpus, ns=NS, owner=None, priority=0,
+                  labels={"app": "chat", "pod-template-hash": "7d9f"}))
+    if rs is not None:
+        p["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs["metadata"]["name"],
+                                             "uid": rs["metadata"]["uid"], "controller": True}]
+    return p
+
+
+def trainer(name: str = "train-0", gpus: int = 8) -> dict:
+    p = pod(name, None, gpus=gpus, ns="team-pretrain", owner=None, priority_class=TRAINING, priority=1000,
+            phase="Pending")
+    p["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    p["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return p
+
+
+def deployment(kube: FakeKube, replicas: int = 2) -> dict:
+    """The Deployment ``chat`` and its ReplicaSet ``chat-7d9f`` (returned)."""
+    dep = kube.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": NS},
+                    "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "chat"}}},
+                    "status": {"availableReplicas": replicas}})[0]
+    template = {"metadata": {"labels": {"app": "chat", "pod-template-hash": "7d9f"}},
+                "spec": {"containers": [{"name": "srv", "image": "srv",
+                                         "resources": {"requests": {"nvidia.com/gpu": "4"}}}]}}
+    return kube.add({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {
+        "name": "chat-7d9f", "namespace": NS, "labels": {"app": "chat", "pod-template-hash": "7d9f"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat",
+                             "uid": dep["metadata"]["uid"], "controller": True}]},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "chat", "pod-template-hash": "7d9f"}},
+                 "template": template}})[0]
+
+
+@pytest.fixture
+def kube():
+    k = FakeKube(bookmark_seconds=0.02)
+    yield k
+    k.close()
+
+
+@pytest.fixture
+def caches(kube):
+    started: list[ApiServerSignal] = []
+
+    def start() -> ApiServerSignal:
+        sig = ApiServerSignal(kube).start(timeout=5)
+        started.append(sig)
+        return sig
+
+    yield start
+    for sig in started:
+        sig.stop()
+
+
+def sync(kube: FakeKube, sig: ApiServerSignal) -> None:
+    kube.sync(sig.nodes, sig.pods)
+
+
+def taints(kube: FakeKube, name: str) -> list[dict]:
+    return kube.get("v1", "nodes", name)["spec"].get("taints") or []
+
+
+def has_free_taint(kube: FakeKube, name: str) -> bool:
+    return any(t["key"] == FREE_GPUS_TAINT for t in taints(kube, name))
+
+
+# ------------------------------------------------------------------ the free-GPU taint
+
+
+def test_the_taint_follows_free_gpus_with_hysteresis_on_the_pools_virtual_nodes(kube, caches):
+    kube.add(node("gpu-0"), node("gpu-1"), virtual("vk-rental", "rental"), virtual("vk-other", "other"))
+    clock = Clock()
+    sig = caches()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=8, low=4, hold=30), pools=("rental",), clock=clock).start()
+    assert ctl.machine.tainted is False, "the initial state comes from the virtual nodes: none carries the taint"
+    ctl.tick()  # 16 free > 8: the streak starts
+    clock.t += 29
+    ctl.tick()
+    assert not has_free_taint(kube, "vk-rental"), "held for less than the hold time"
+    clock.t += 2
+    ctl.tick()
+    assert has_free_taint(kube, "vk-rental") and not has_free_taint(kube, "vk-other"), "only the managed pool"
+    assert [t.tainted for t in ctl.transitions] == [True]
+    # Training takes the GPUs: free 0 < 4; a dip back above the low mark restarts the streak.
+    kube.add(pod("t0", "gpu-0", gpus=8, ns="team-pretrain"), pod("t1", "gpu-1", gpus=8, ns="team-pretrain"))
+    sync(kube, sig)
+    ctl.tick()
+    clock.t += 20
+    kube.delete("v1", "pods", "t1", "team-pretrain", grace_seconds=0)
+    sync(kube, sig)
+    ctl.tick()  # 8 free: between the marks
+    kube.add(pod("t1", "gpu-1", gpus=8, ns="team-pretrain"))
+    sync(kube, sig)
+    clock.t += 20
+    ctl.tick()
+    assert has_free_taint(kube, "vk-rental"), "the streak below low restarted 20 s ago"
+    clock.t += 31
+    ctl.tick()
+    assert not has_free_taint(kube, "vk-rental") and [t.tainted for t in ctl.transitions] == [True, False]
+    assert taints(kube, "vk-rental") == [{"key": VIRTUAL_NODE_TAINT, "value": "gpufleet", "effect": "NoSchedule"}]
+
+
+def test_a_taint_removed_by_someone_else_is_restored_once_then_the_removal_is_honoured(kube, caches):
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental", tainted=True))
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock).start()
+    assert ctl.machine.tainted is True, "a restarted controller resumes from the nodes"
+    ctl.tick()
+
+    def untaint() -> None:
+        kube.patch("v1", "nodes", "vk-rental", {"spec": {"taints": [
+            {"key": VIRTUAL_NODE_TAINT, "value": "gpufleet", "effect": "NoSchedule"}]}})
+        sync(kube, sig)
+
+    untaint()
+    ctl.tick()
+    assert has_free_taint(kube, "vk-rental")
+    sync(kube, sig)
+    untaint()
+    ctl.tick()
+    assert not has_free_taint(kube, "vk-rental"), "the second removal is honoured"
+    reasons = [a.body["reason"] for a in kube.writes() if a.resource == "events"]
+    assert len(kube.objects("events", "default")) == 2
+    assert reasons == ["FreeGpusTaintRestored", "FreeGpusTaintRemovalHonoured"]
+
+
+# ------------------------------------------------------------------ the flip-out
+
+
+def test_evict_first_reserves_the_node_and_evicts_within_the_budget(kube, caches):
+    rs = deployment(kube)
+    kube.add(node("gpu-0"), node("gpu-1", cordoned=True), trainer(),
+             inference("chat-a", "gpu-0", rs=rs), inference("chat-b", "gpu-0", rs=rs),
+             {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": NS},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "chat"}}}})
+    sig = caches()
+    clock = Clock()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", max_wait_seconds=300, clock=clock)
+    out.tick()
+    uid = kube.get("v1", "pods", "train-0", "team-pretrain")["metadata"]["uid"]
+    assert {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"} in taints(kube, "gpu-0")
+    assert {"key": RESERVED_TAINT, "operator": "Equal", "value": uid, "effect": "NoSchedule"} in kube.get(
+        "v1", "pods", "train-0", "team-pretrain")["spec"]["tolerations"]
+    terminating = [p["metadata"]["name"] for p in kube.objects("pods", NS) if p["metadata"].get("deletionTimestamp")]
+    assert terminating == ["chat-a"], "the budget allowed one eviction; the second was refused (429)"
+    # The kubelet finishes chat-a; its replacement runs elsewhere and is Ready: the budget allows one more.
+    kube.complete_deletions()
+    kube.add(inference("chat-c", "vk-rental", rs=rs))
+    sync(kube, sig)
+    out.tick()
+    assert kube.get("v1", "pods", "chat-b", NS)["metadata"].get("deletionTimestamp")
+    # The training pod is bound: the reservation goes.
+    kube.complete_deletions()
+    kube.modify("pods", "train-0", "team-pretrain", lambda p: p["spec"].update(nodeName="gpu-0"))
+    sync(kube, sig)
+    out.tick()
+    assert not any(t["key"] == RESERVED_TAINT for t in taints(kube, "gpu-0"))
+
+
+def test_past_the_deadline_the_victims_are_deleted(kube, caches):
+    rs = deployment(kube)
+    kube.add(node("gpu-0"), trainer(), inference("chat-a", "gpu-0", rs=rs), inference("chat-b", "gpu-0", rs=rs),
+             {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": NS},
+              "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "chat"}}}})
+    sig = caches()
+    clock = Clock()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", max_wait_seconds=300, clock=clock)
+    out.tick()
+    assert not [p for p in kube.objects("pods", NS) if p["metadata"].get("deletionTimestamp")], "the PDB refuses all"
+    clock.t += 301
+    sync(kube, sig)
+    out.tick()
+    deletes = [(a.name, a.body.get("preconditions")) for a in kube.writes() if a.verb == "delete"]
+    assert [d[0] for d in deletes] == ["chat-a", "chat-b"] and all(d[1] and d[1]["uid"] for d in deletes)
+
+
+def test_make_before_break_starts_a_surge_outside_and_hands_the_victims_place_over(kube, caches):
+    rs = deployment(kube, replicas=1)
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental"), trainer(gpus=4), inference("chat-a", "gpu-0", gpus=8, rs=rs))
+    sig = caches()
+    clock = Clock()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="make_before_break", surge_max_wait_seconds=180,
+                  clock=clock)
+    out.tick()
+    (surge,) = [r for r in kube.objects("replicasets", NS) if r["metadata"]["name"] != "chat-7d9f"]
+    victim_uid = kube.get("v1", "pods", "chat-a", NS)["metadata"]["uid"]
+    assert surge["spec"]["template"]["metadata"]["labels"][SURGE_FOR_LABEL] == victim_uid
+    assert "pod-template-hash" not in surge["spec"]["template"]["metadata"]["labels"]
+    assert surge["spec"]["template"]["spec"]["nodeSelector"] == {"type": "virtual-kubelet"}
+    assert not kube.get("v1", "pods", "chat-a", NS)["metadata"].get("deletionTimestamp"), "not before its surge"
+    # The ReplicaSet controller starts the surge pod, the virtual kubelet runs it: Ready, not yet published.
+    surge_pod = inference("chat-a-surge-x", "vk-rental", gpus=8, rs=surge)
+    surge_pod["metadata"]["labels"] = dict(surge["spec"]["template"]["metadata"]["labels"])
+    kube.add(ready(surge_pod, published=False))
+    sync(kube, sig)
+    out.tick()
+    assert kube.get("v1", "pods", "chat-a", NS)["metadata"].get("annotations", {}).get(POD_DELETION_COST_ANNOTATION) is None
+    kube.modify("pods", "chat-a-surge-x", NS, lambda p: ready(p, published=True))
+    sync(kube, sig)
+    out.tick()
+    victim = kube.get("v1", "pods", "chat-a", NS)
+    assert victim["metadata"]["annotations"][POD_DELETION_COST_ANNOTATION] == "-2147483648"
+    assert kube.object("replicasets", surge["metadata"]["name"], NS) is None
+    handed = kube.get("v1", "pods", "chat-a-surge-x", NS)
+    assert "ownerReferences" not in handed["metadata"], "the surge ReplicaSet was deleted with Orphan"
+    assert handed["metadata"]["labels"] == {"app": "chat", "pod-template-hash": "7d9f"}, "adoptable by chat-7d9f"
+    assert not victim["metadata"].get("deletionTimestamp"), "its ReplicaSet removes it; nothing is evicted"
+    assert not [a for a in kube.writes() if a.subresource == "eviction"]
+
+
+def test_a_surge_that_never_gets_ready_is_given_up_and_the_victim_evicted(kube, caches):
+    rs = deployment(kube, replicas=1)
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental"), trainer(gpus=4), inference("chat-a", "gpu-0", gpus=8, rs=rs))
+    sig = caches()
+    clock = Clock()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], surge_max_wait_seconds=180, clock=clock)
+    out.tick()
+    assert len(kube.objects("replicasets", NS)) == 2
+    sync(kube, sig)
+    clock.t += 181
+    out.tick()
+    assert len(kube.objects("replicasets", NS)) == 1, "the surge is removed before the eviction"
+    assert kube.get("v1", "pods", "chat-a", NS)["metadata"].get("deletionTimestamp")
+
+
+# ------------------------------------------------------------------ the flip-back
+
+
+def test_flip_back_releases_at_the_budgets_pace_lowest_priority_first(kube, caches):
+    rs = deployment(kube, replicas=3)
+    kube.add(virtual("vk-rental", "rental", tainted=True), node("gpu-0"))
+    for name, prio in (("chat-a", 5), ("chat-b", 1), ("chat-c", 3)):
+        p = inference(name, "vk-rental", rs=rs)
+        p["spec"]["priority"] = prio
+        kube.add(p)
+    sig = caches()
+    clock = Clock()
+    back = FlipBack(kube, sig.nodes, sig.pods, MigrationBudget(1.0, max_in_flight=1), mode="release", clock=clock)
+    assert [c.name for c in back.tick()] == ["chat-b"]
+    assert kube.get("v1", "pods", "chat-b", NS)["metadata"]["labels"][RELEASE_LABEL[0]] == RELEASE_LABEL[1]
+    sync(kube, sig)
+    clock.t += 60
+    assert back.tick() == [], "one in flight per workload until the released pod is gone"
+    kube.delete("v1", "pods", "chat-b", NS, grace_seconds=0)  # the descheduler evicted it
+    sync(kube, sig)
+    assert [c.name for c in back.tick()] == ["chat-c"]
+    clock.t += 1
+    kube.delete("v1", "pods", "chat-c", NS, grace_seconds=0)
+    sync(kube, sig)
+    assert back.tick() == [], "a token a minute"
+
+
+def test_flip_back_evict_mode_gives_the_token_back_when_the_budget_refuses(kube, caches):
+    rs = deployment(kube, replicas=2)
+    kube.disruption_controller = False
+    kube.add(virtual("vk-rental", "rental", tainted=True), inference("chat-a", "vk-rental", rs=rs),
+             {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": NS},
+              "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "chat"}}},
+              "status": {"disruptionsAllowed": 0, "observedGeneration": 1}})
+    sig = caches()
+    clock = Clock()
+    back = FlipBack(kube, sig.nodes, sig.pods, MigrationBudget(1.0), mode="evict", clock=clock)
+    back.tick()
+    assert kube.object("pods", "chat-a", NS)["metadata"].get("deletionTimestamp") is None
+    kube.patch("policy/v1", "poddisruptionbudgets", "chat", {"status": {"disruptionsAllowed": 1}}, NS,
+               subresource="status")
+    back.tick()  # the same second: the refunded token is there
+    assert kube.object("pods", "chat-a", NS)["metadata"]["deletionTimestamp"]
+
+
+def test_a_controller_tick_runs_every_pass_and_survives_an_api_outage(kube, caches):
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental"))
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock,
+                          flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    failing = kube.fail("patch", "nodes", __import__("gpufleet.kube", fromlist=["ServerError"]).ServerError(
+        503, "ServiceUnavailable", "etcd is down"), times=None)
+    ctl.tick()
+    assert not has_free_taint(kube, "vk-rental")
+    kube.remove_reactor(failing)
+    ctl.tick()
+    assert has_free_taint(kube, "vk-rental"), "retried on the next tick"
+    assert api_path("v1", "nodes", name="vk-rental") in {a.path for a in kube.writes()}
