@@ -10,6 +10,7 @@ from gpufleet.taint_controller.flipback import FlipBack
 from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.taint_controller.main import settings_from_inventory
 from gpufleet.taint_controller.surge import Surges, surge_name, surge_replicaset
+from gpufleet_workshop.testing import FakeKube
 from gpufleet.names import (
     FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT,
 )
@@ -80,26 +81,26 @@ def test_a_surge_back_stays_off_virtual_nodes_in_every_required_term():
         surge_replicaset(VICTIM, owner_rs(), "up")
 
 
-class Calls:
-    """A client that records writes in order (the hand-over's are the test's subject) and reads ReplicaSets."""
+def cluster(*views: dict) -> FakeKube:
+    """The in-memory API server holding the victim's ReplicaSet and the pods of ``views`` (what the hand-over
+    writes to)."""
+    kube = FakeKube({**owner_rs(), "apiVersion": "apps/v1", "kind": "ReplicaSet"})
+    for v in views:
+        kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": dict(v["metadata"]), "spec": {"nodeName": v["node"]}})
+    return kube
 
-    def __init__(self):
-        self.calls: list[tuple] = []
 
-    def get(self, api, plural, name, ns=None):
-        return owner_rs()
-
-    def create(self, api, plural, body, ns=None):
-        self.calls.append(("create", plural, body["metadata"]["name"]))
-        return body
-
-    def patch(self, api, plural, name, body, ns=None, **kw):
-        self.calls.append(("patch", plural, name, body))
-        return body
-
-    def delete(self, api, plural, name, ns=None, **kw):
-        self.calls.append(("delete", plural, name, kw.get("propagation")))
-        return {}
+def calls(kube: FakeKube) -> list[tuple]:
+    """The writes sent, in order: ``(verb, plural, name[, body or propagationPolicy])``."""
+    out: list[tuple] = []
+    for a in kube.writes():
+        if a.verb == "create":
+            out.append(("create", a.resource, a.body["metadata"]["name"]))
+        elif a.verb == "patch":
+            out.append(("patch", a.resource, a.name, a.body))
+        elif a.verb == "delete":
+            out.append(("delete", a.resource, a.name, (a.body or {}).get("propagationPolicy")))
+    return out
 
 
 class Pods:
@@ -118,33 +119,33 @@ def view(name: str, uid: str, labels: dict, owner: str, *, ready=True, published
 
 def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset():
     victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
-    kube = Calls()
     surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
     surge_pod = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
                                                   "gpufleet.io/surge-direction": "out"}, surge_rs, published=False)
+    kube = cluster(victim, surge_pod)
     surges = Surges(kube, Pods(victim, surge_pod), direction="out")
-    assert not surges.ready(victim) and kube.calls == [("create", "replicasets", surge_rs)]
+    assert not surges.ready(victim) and calls(kube) == [("create", "replicasets", surge_rs)]
     assert not surges.ready(victim), "Ready but not yet published: not a replacement yet"
     assert surges.hand_over(victim) is False
     surge_pod["published"] = True
     assert surges.ready(victim)
-    kube.calls.clear()
+    kube.actions.clear()
     assert surges.hand_over(victim) is True
-    assert kube.calls == [
+    assert calls(kube) == [
         ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "-2147483648"}}}),
         ("delete", "replicasets", surge_rs, "Orphan"),
         ("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {SURGE_FOR_LABEL: None,
                                                                    "gpufleet.io/surge-direction": None,
                                                                    "pod-template-hash": "7d9f"}}})]
-    kube.calls.clear()
-    assert surges.ready(victim) and surges.hand_over(victim) is True and kube.calls == [], "handed over once"
+    kube.actions.clear()
+    assert surges.ready(victim) and surges.hand_over(victim) is True and calls(kube) == [], "handed over once"
     surges.give_up([victim])
-    assert kube.calls == [] and VICTIM["uid"] not in surges.unsurgeable, "a handed-over victim is never given up"
+    assert calls(kube) == [] and VICTIM["uid"] not in surges.unsurgeable, "a handed-over victim is never given up"
 
 
 def test_the_way_back_needs_a_test_of_in_cluster_publication():
     with pytest.raises(ValueError, match="surge direction 'back': expected a test of in-cluster publication"):
-        Surges(Calls(), Pods(), direction="back")
+        Surges(FakeKube(), Pods(), direction="back")
 
 
 def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
@@ -160,18 +161,18 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
     surge = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
                                               "gpufleet.io/surge-direction": "back"},
                  surge_name(VICTIM["name"], VICTIM["uid"]), node="n1")
-    kube, now = Calls(), [0.0]
+    kube, now = cluster(outside, surge), [0.0]
     back = FlipBack(kube, Pods(node), Pods(outside), MigrationBudget(600), mode="release", make_before_break=True,
                     endpoints=Endpoints(), clock=lambda: now[0])
-    assert back.tick() == [] and [c[0] for c in kube.calls] == ["create"]  # the replacement starts; the pod stays
+    assert back.tick() == [] and [c[0] for c in calls(kube)] == ["create"]  # the replacement starts; the pod stays
     back.pods.pods.append(surge)
     now[0] = 1.0
-    kube.calls.clear()
+    kube.actions.clear()
     assert [c.name for c in back.tick()] == [VICTIM["name"]]
-    assert [(c[0], c[1]) for c in kube.calls] == [("patch", "pods"), ("delete", "replicasets"), ("patch", "pods")]
-    assert not any("gpufleet.io/flip-back" in str(c) for c in kube.calls), "released as well"
+    assert [(c[0], c[1]) for c in calls(kube)] == [("patch", "pods"), ("delete", "replicasets"), ("patch", "pods")]
+    assert not any("gpufleet.io/flip-back" in str(c) for c in calls(kube)), "released as well"
     now[0] = 30.0
-    kube.calls.clear()
-    assert back.tick() == [] and kube.calls == [], "chosen again while its ReplicaSet removes it"
+    kube.actions.clear()
+    assert back.tick() == [] and calls(kube) == [], "chosen again while its ReplicaSet removes it"
     with pytest.raises(ValueError, match="make_before_break: expected the Service and EndpointSlice caches"):
         FlipBack(kube, Pods(), Pods(), MigrationBudget(600), make_before_break=True)

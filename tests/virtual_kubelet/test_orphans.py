@@ -1,15 +1,14 @@
 """Endpoints whose publisher is gone: the decision (Lease expired, node NotReady, node deleted) and the pass that
-acts on it, against an in-memory double of the client layer; the publisher that comes back takes its slices over."""
+acts on it, against the in-memory API server (:mod:`gpufleet_workshop.testing`); the publisher that comes back takes its slices over."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from gpufleet.kube import Conflict, NotFound, api_path
+from gpufleet.kube import api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.virtual_kubelet.endpoints import SLICES_API, EndpointPublisher
+from gpufleet_workshop.testing import FakeKube
 from gpufleet.virtual_kubelet.orphans import EVENT_REASON, KEEP, NOT_READY, REMOVE, OrphanedEndpoints, decide, not_ready_endpoints
 
 
@@ -21,57 +20,22 @@ class Clock:
         return self.t
 
 
-class FakeKube:
-    """EndpointSlices, Nodes and Events as :class:`gpufleet.kube.Kube` answers for them: merge patches with a
-    resourceVersion precondition, deletes with a UID precondition, NotFound."""
+def writes(kube: FakeKube) -> list[tuple]:
+    """The EndpointSlice writes the fake served: ``(verb, namespace, name)``."""
+    return [(a.verb, a.namespace, a.name) for a in kube.writes() if a.resource == "endpointslices"]
 
-    def __init__(self):
-        self.slices: dict[tuple[str, str], dict] = {}
-        self.nodes: set[str] = set()
-        self.events: list[dict] = []
-        self.writes: list[tuple] = []
-        self.rv = 0
 
-    def add_slice(self, s: dict) -> dict:
-        self.rv += 1
-        s = copy.deepcopy(s)
-        s["metadata"]["resourceVersion"] = str(self.rv)
-        self.slices[(s["metadata"]["namespace"], s["metadata"]["name"])] = s
-        return copy.deepcopy(s)
+def events(kube: FakeKube) -> list[dict]:
+    """Events of cluster-scoped objects (they live in ``default``)."""
+    return kube.objects("events", "default")
 
-    def get(self, api_version, plural, name, namespace=None):
-        assert plural == "nodes"
-        if name not in self.nodes:
-            raise NotFound(404, "NotFound", f'nodes "{name}" not found')
-        return {"metadata": {"name": name}}
 
-    def patch(self, api_version, plural, name, body, namespace=None, **kwargs):
-        live = self.slices.get((namespace, name))
-        if live is None:
-            raise NotFound(404, "NotFound", "gone")
-        want = (body.get("metadata") or {}).get("resourceVersion")
-        if want and want != live["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        live["endpoints"] = body["endpoints"]
-        self.rv += 1
-        live["metadata"]["resourceVersion"] = str(self.rv)
-        self.writes.append(("patch", namespace, name))
-        return copy.deepcopy(live)
+def stored(kube: FakeKube, name: str) -> dict | None:
+    return kube.object("endpointslices", name, "inference")
 
-    def delete(self, api_version, plural, name, namespace=None, *, uid=None, **kwargs):
-        live = self.slices.get((namespace, name))
-        if live is None:
-            raise NotFound(404, "NotFound", "gone")
-        if uid and uid != live["metadata"]["uid"]:
-            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition")
-        del self.slices[(namespace, name)]
-        self.writes.append(("delete", namespace, name))
-        return {}
 
-    def create(self, api_version, plural, body, namespace=None, **kwargs):
-        assert plural == "events"
-        self.events.append(body)
-        return body
+def add_node(kube: FakeKube, name: str) -> None:
+    kube.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}"}})
 
 
 def slice_of(node: str, name: str = "chat-gf-1", *, uid: str = "s-uid", terminating: bool = False) -> dict:
@@ -135,62 +99,66 @@ def node(name: str, ready: bool = True) -> dict:
 def test_a_silent_publishers_endpoints_are_marked_not_ready_once_its_lease_expires_then_removed_with_its_node(world):
     kube, clock, nodes, orphans = world
     for n in ("vk-a", "vk-b"):
-        kube.nodes.add(n)
+        add_node(kube, n)
         nodes.apply("ADDED", node(n))
-        orphans.slices.apply("ADDED", kube.add_slice(slice_of(n, f"chat-gf-{n}", uid=f"s-{n}")))
+        orphans.slices.apply("ADDED", kube.add_one(slice_of(n, f"chat-gf-{n}", uid=f"s-{n}")))
         orphans.leases.apply("ADDED", lease(n, "2026-01-01T00:00:00.000000Z"))
     clock.t += 9
     orphans.leases.apply("MODIFIED", lease("vk-b", "2026-01-01T00:00:09.000000Z"))  # b renews, a does not
-    assert orphans.tick() == 0 and kube.writes == []
+    assert orphans.tick() == 0 and writes(kube) == []
     clock.t += 1.5  # a's Lease seen renewed 10.5 s ago, duration 10 s
     assert orphans.decisions() == {"vk-a": NOT_READY, "vk-b": KEEP}
-    assert orphans.tick() == 1 and kube.writes == [("patch", "inference", "chat-gf-vk-a")]
-    a = kube.slices[("inference", "chat-gf-vk-a")]
+    assert orphans.tick() == 1 and writes(kube) == [("patch", "inference", "chat-gf-vk-a")]
+    a = stored(kube, "chat-gf-vk-a")
     assert all(e["conditions"] == {"ready": False, "serving": False, "terminating": False} for e in a["endpoints"])
-    assert all(e["conditions"]["ready"] for e in kube.slices[("inference", "chat-gf-vk-b")]["endpoints"])
-    (event,) = kube.events
+    assert all(e["conditions"]["ready"] for e in stored(kube, "chat-gf-vk-b")["endpoints"])
+    (event,) = events(kube)
     assert (event["type"], event["reason"], event["involvedObject"]["name"]) == ("Warning", EVENT_REASON, "vk-a")
     clock.t += 1
-    assert orphans.tick() == 0 and len(kube.events) == 1  # nothing more to write, nothing more to say
+    assert orphans.tick() == 0 and len(events(kube)) == 1  # nothing more to write, nothing more to say
     # The node is deleted: its slices go, by UID; b's stay.
     nodes.apply("DELETED", node("vk-a"))
-    kube.nodes.discard("vk-a")
+    kube.remove("nodes", "vk-a")
     assert orphans.decisions()["vk-a"] == REMOVE
-    assert orphans.tick() == 1 and ("inference", "chat-gf-vk-a") not in kube.slices
-    assert ("inference", "chat-gf-vk-b") in kube.slices and orphans.tick() == 0
+    assert orphans.tick() == 1 and stored(kube, "chat-gf-vk-a") is None
+    assert stored(kube, "chat-gf-vk-b") is not None and orphans.tick() == 0
 
 
 def test_a_not_ready_node_is_acted_on_at_once_and_a_cache_that_lags_behind_a_new_node_deletes_nothing(world):
     kube, clock, nodes, orphans = world
-    kube.nodes.add("vk-a")
+    add_node(kube, "vk-a")
     nodes.apply("ADDED", node("vk-a", ready=False))
     orphans.leases.apply("ADDED", lease("vk-a", "t0"))
-    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-a")))
+    orphans.slices.apply("ADDED", kube.add_one(slice_of("vk-a")))
     assert orphans.tick() == 1  # NotReady: not waiting for the Lease
     # A slice of a node the cache does not know but the API server does (registered again): left alone.
-    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-new", "chat-gf-new", uid="s-new")))
-    kube.nodes.add("vk-new")
+    orphans.slices.apply("ADDED", kube.add_one(slice_of("vk-new", "chat-gf-new", uid="s-new")))
+    add_node(kube, "vk-new")
     assert orphans.decisions()["vk-new"] == REMOVE
-    assert orphans.tick() == 0 and ("inference", "chat-gf-new") in kube.slices
+    assert orphans.tick() == 0 and stored(kube, "chat-gf-new") is not None
 
 
 def test_writes_carry_preconditions_so_a_publisher_writing_meanwhile_wins(world):
     kube, clock, nodes, orphans = world
     nodes.apply("ADDED", node("vk-a"))
     orphans.leases.apply("ADDED", lease("vk-a", "t0"))
-    stale = kube.add_slice(slice_of("vk-a"))
+    stale = kube.add_one(slice_of("vk-a"))
     orphans.slices.apply("ADDED", stale)
-    kube.add_slice(slice_of("vk-a"))  # the publisher rewrote it: a newer resourceVersion
+    kube.add_one(slice_of("vk-a"))  # the publisher rewrote it: a newer resourceVersion
     clock.t += 11
-    assert orphans.tick() == 0 and kube.writes == []
+    assert orphans.tick() == 0, "refused: 409"
+    (patch,) = [a for a in kube.writes() if a.verb == "patch"]
+    assert patch.body["metadata"]["resourceVersion"] == stale["metadata"]["resourceVersion"]
+    assert all(e["conditions"]["ready"] for e in stored(kube, "chat-gf-1")["endpoints"]), "the publisher's write stands"
     nodes.apply("DELETED", node("vk-a"))
-    kube.slices[("inference", "chat-gf-1")]["metadata"]["uid"] = "another-slice"  # recreated under the same name
-    assert orphans.tick() == 0 and ("inference", "chat-gf-1") in kube.slices
+    kube.modify("endpointslices", "chat-gf-1", "inference",
+                lambda s: s["metadata"].update(uid="another-slice"))  # recreated under the same name
+    assert orphans.tick() == 0 and stored(kube, "chat-gf-1") is not None
 
 
 def test_until_the_caches_are_synced_nothing_is_decided(world):
     kube, clock, nodes, orphans = world
-    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-a")))
+    orphans.slices.apply("ADDED", kube.add_one(slice_of("vk-a")))
     orphans.leases.synced.clear()
     assert orphans.decisions() == {} and orphans.tick() == 0
 
@@ -199,7 +167,7 @@ def test_a_lease_first_seen_now_gets_its_full_duration_whatever_its_renew_time_s
     """Ages are this process's observations (nodelifecycle's way), not the publisher's clock against this one."""
     kube, clock, nodes, orphans = world
     nodes.apply("ADDED", node("vk-a"))
-    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-a")))
+    orphans.slices.apply("ADDED", kube.add_one(slice_of("vk-a")))
     orphans.leases.apply("ADDED", lease("vk-a", "1999-01-01T00:00:00.000000Z"))
     clock.t += 10
     assert orphans.decisions() == {"vk-a": KEEP}
@@ -238,7 +206,7 @@ def test_the_taint_controller_carries_the_pass_and_runs_it_every_tick(world):
 
     kube, clock, nodes, orphans = world
     nodes.apply("ADDED", node("vk-a", ready=False))
-    orphans.slices.apply("ADDED", kube.add_slice(slice_of("vk-a")))
+    orphans.slices.apply("ADDED", kube.add_one(slice_of("vk-a")))
 
     class Signal:
         def value(self):
@@ -248,4 +216,4 @@ def test_the_taint_controller_carries_the_pass_and_runs_it_every_tick(world):
         nodes = Informer(FakeKube(), api_path("v1", "nodes"), name="none")
 
     TaintController(kube, Signal(), Caches(), Hysteresis(16, 8, 0), orphans=orphans, clock=clock).tick()
-    assert kube.writes == [("patch", "inference", "chat-gf-1")]
+    assert writes(kube) == [("patch", "inference", "chat-gf-1")]

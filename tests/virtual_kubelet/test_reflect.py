@@ -9,13 +9,14 @@ import logging
 
 import pytest
 
-from gpufleet.kube import Conflict, Forbidden, NotFound
+from gpufleet.kube import Forbidden
 from gpufleet.names import FOREIGN_OBJECT_REASON
 from gpufleet.virtual_kubelet.pods import PodController
 from gpufleet.virtual_kubelet.provider import ObjectRef, ProviderError, redact
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider, copy_name
 from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 from gpufleet.virtual_kubelet.reflect import MissingObjects, Reflector
+from gpufleet_workshop.testing import FakeKube
 from gpufleet.virtual_kubelet.translate import Reference, Refused, references, translate
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -76,97 +77,41 @@ def test_projected_sources_of_this_cluster_are_refused():
 # ------------------------------------------------------------------ the reflector
 
 
-class FakeKube:
-    """The objects of one cluster, read with ``get`` as :class:`gpufleet.kube.Kube` does (NotFound, Forbidden)."""
-
-    def __init__(self):
-        self.objects: dict[tuple[str, str, str], dict] = {}
-        self.forbidden: set[str] = set()
-        self.rv = 0
-        self.patches: list = []
-        self.events: list = []
-        self.writes: list = []
+class Cluster(FakeKube):
+    """The shared in-memory API server (:mod:`gpufleet_workshop.testing`) with this module's shorthands."""
 
     KINDS = {"configmaps": "ConfigMap", "secrets": "Secret", "services": "Service", "pods": "Pod"}
 
-    def put(self, plural: str, name: str, data: dict, namespace: str = "inference") -> None:
-        self.rv += 1
-        self.objects[(plural, namespace, name)] = {
-            "apiVersion": "v1", "kind": self.KINDS[plural], "data": data,
-            "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(self.rv)}}
+    def put(self, plural: str, name: str, data: dict, namespace: str = "inference") -> dict:
+        """Store (or change) an object with ``data``, as someone else would write it."""
+        obj = self.object(plural, name, namespace) or {"apiVersion": "v1", "kind": self.KINDS[plural],
+                                                       "metadata": {"name": name, "namespace": namespace}}
+        obj["data"] = data
+        return self.add_one(obj)
 
-    def get(self, api_version, plural, name, namespace=None, subresource=None):
-        if plural in self.forbidden:
-            raise Forbidden(403, "Forbidden", f"{plural} is forbidden")
-        try:
-            return self.objects[(plural, namespace, name)]
-        except KeyError:
-            raise NotFound(404, "NotFound", f'{plural} "{name}" not found') from None
+    @property
+    def stored(self) -> dict[tuple[str, str, str], dict]:
+        """``(plural, namespace, name)`` -> a copy of every stored object of :attr:`KINDS`."""
+        return {(p, o["metadata"]["namespace"], o["metadata"]["name"]): o for p in self.KINDS for o in self.objects(p)}
 
-    def patch(self, *args, **kwargs):
-        self.patches.append((args, kwargs))
-        return {}
+    def forbid(self, plural: str) -> None:
+        """Refuse every GET of ``plural`` as RBAC would."""
+        self.fail("get", plural, Forbidden(403, "Forbidden", f"{plural} is forbidden"), times=None)
 
-    def create(self, api_version, plural, body, namespace=None, **kwargs):
-        if plural not in self.KINDS:
-            self.events.append(body)
-            return {**body, "metadata": {**body.get("metadata", {}), "name": f"e{len(self.events)}"}}
-        name = body["metadata"]["name"]
-        if (plural, namespace, name) in self.objects:
-            raise Conflict(409, "AlreadyExists", f'{plural} "{name}" already exists')
-        return self._store(plural, namespace, copy.deepcopy(body))
+    @property
+    def patches(self) -> list:
+        """Every PATCH sent (refused ones included), in order."""
+        return [a for a in self.actions if a.verb == "patch"]
 
-    # As a remote cluster's API server answers the kubernetes provider (ConfigMaps and Secrets only).
+    @property
+    def events(self) -> list[dict]:
+        """The Events created, as sent, in order."""
+        return [a.body for a in self.writes() if a.resource == "events" and a.verb == "create"]
 
-    def _store(self, plural, namespace, obj):
-        self.rv += 1
-        meta = obj.setdefault("metadata", {})
-        old = self.objects.get((plural, namespace, meta["name"]))
-        meta.update(namespace=namespace, resourceVersion=str(self.rv),
-                    uid=(old or {}).get("metadata", {}).get("uid") or f"uid-{self.rv}")
-        self.objects[(plural, namespace, meta["name"])] = obj
-        self.writes.append(("write", plural, namespace, meta["name"]))
-        return obj
-
-    def get_or_none(self, api_version, plural, name, namespace=None):
-        try:
-            return self.get(api_version, plural, name, namespace)
-        except NotFound:
-            return None
-
-    def apply(self, body, *, field_manager=None, force=True, **kwargs):
-        """Server-side apply: a resourceVersion in the body is a precondition (409 when it is not the live one)."""
-        plural = {v: k for k, v in self.KINDS.items()}[body["kind"]]
-        meta = body["metadata"]
-        live = self.objects.get((plural, meta["namespace"], meta["name"]))
-        if meta.get("resourceVersion") and (live is None or live["metadata"]["resourceVersion"] != meta["resourceVersion"]):
-            raise Conflict(409, "Conflict", "the object has been modified")
-        obj = copy.deepcopy(body)
-        obj["metadata"].pop("resourceVersion", None)
-        return self._store(plural, meta["namespace"], obj)
-
-    def delete(self, api_version, plural, name, namespace=None, *, uid=None, **kwargs):
-        live = self.objects.get((plural, namespace, name))
-        if live is None:
-            raise NotFound(404, "NotFound", f'{plural} "{name}" not found')
-        if uid and live["metadata"].get("uid") != uid:
-            raise Conflict(409, "Conflict", "Precondition failed: UID in precondition")
-        del self.objects[(plural, namespace, name)]
-        self.writes.append(("delete", plural, namespace, name))
-        return {}
-
-    def list(self, api_version, plural, namespace=None, labelSelector=None, **params):
-        key, _, value = (labelSelector or "").partition("=")
-        return {"items": [copy.deepcopy(o) for (p, ns, _), o in sorted(self.objects.items()) if p == plural
-                          and ns == namespace and (not key or (o["metadata"].get("labels") or {}).get(key) == value)]}
-
-    def request(self, method, path, *, params=None, accept=None, **kwargs):
-        """LIST ``/api/v1/<plural>`` with an equality ``labelSelector`` (metadata only)."""
-        assert method == "GET", method
-        plural = path.rsplit("/", 1)[-1]
-        key, _, value = (params or {}).get("labelSelector", "").partition("=")
-        return {"items": [{"metadata": copy.deepcopy(o["metadata"])} for (p, _, _), o in sorted(self.objects.items())
-                          if p == plural and (not key or (o["metadata"].get("labels") or {}).get(key) == value)]}
+    def object_writes(self) -> list:
+        """Writes of anything but Events and Namespaces (the provider makes sure its namespace exists)."""
+        return [(a.verb, a.resource, a.namespace, a.name) for a in self.writes()
+                if a.resource not in ("events", "namespaces")]
 
 
 def b64(text: str) -> str:
@@ -175,7 +120,7 @@ def b64(text: str) -> str:
 
 @pytest.fixture
 def kube():
-    k = FakeKube()
+    k = Cluster()
     for name in ("settings", "model-config"):
         k.put("configmaps", name, {"k": name})
     k.put("secrets", "api", {"token": b64(TOKEN)})
@@ -206,7 +151,7 @@ def test_objects_are_put_before_the_pod_synced_on_change_and_removed_with_the_la
     r.ensure(full_pod("a", "ua"), prov, starting=False)
     assert prov.get_object("ConfigMap", "inference", "extra") is not None
     # Deleted here: deleted there.
-    del kube.objects[("configmaps", "inference", "extra")]
+    kube.remove("configmaps", "extra", "inference")
     r.ensure(full_pod("a", "ua"), prov, starting=False)
     assert prov.get_object("ConfigMap", "inference", "extra") is None
     # The first pod leaves: the second still references everything; the last leaves: nothing is left.
@@ -219,11 +164,11 @@ def test_objects_are_put_before_the_pod_synced_on_change_and_removed_with_the_la
 def test_a_missing_object_raises_names_it_and_puts_nothing(kube):
     prov = sim()
     r = Reflector(kube, "vk-rental", {"rental": prov}, watch=False)
-    del kube.objects[("secrets", "inference", "api")]
+    kube.remove("secrets", "api", "inference")
     with pytest.raises(MissingObjects, match='secret "api" not found') as e:
         r.ensure(full_pod(), prov, starting=True)
     assert e.value.reason == "CreateContainerConfigError" and prov.get_objects() == []
-    kube.forbidden.add("secrets")
+    kube.forbid("secrets")
     with pytest.raises(MissingObjects, match='secret "api" cannot be read: the virtual kubelet may not get secrets'):
         r.ensure(full_pod(), prov, starting=True)
 
@@ -296,10 +241,11 @@ def test_a_pod_waiting_for_a_secret_stays_pending_and_no_message_carries_secret_
     ctl.reflector.watch = False
     p = full_pod()
     p["metadata"]["resourceVersion"] = "1"
-    del kube.objects[("secrets", "inference", "api")]
+    kube.remove("secrets", "api", "inference")
+    p = kube.add_one(p)  # the pod the controller writes the status of
     assert ctl._create(p) is not None  # requeued, not failed
-    ((args, kwargs),) = kube.patches
-    status = args[3]["status"]
+    (patch,) = kube.patches
+    status = patch.body["status"]
     assert status["phase"] == "Pending" and "startTime" not in status
     assert status["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerConfigError"
     assert 'secret "api" not found' in status["containerStatuses"][0]["state"]["waiting"]["message"]
@@ -329,6 +275,7 @@ def test_after_a_restart_the_resync_keeps_the_copies_running_pods_reference_and_
     prov = sim()
     first = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
     first.reflector.watch = False
+    kube.add_one(full_pod("a", "ua"))
     assert first._create(full_pod("a", "ua")) is None and len(prov.get_pods()) == 1
     prov.put_object("ConfigMap", "inference", {"metadata": {"name": "of-a-pod-gone-meanwhile"}, "data": {}})
     # A new process: nothing registered; the pod, still here, runs at the provider.
@@ -362,7 +309,7 @@ def test_the_reflector_names_the_optional_objects_a_pod_starts_without(kube):
                                                         "not found", False)
     assert u.reason == "OptionalObjectNotFound"
     assert r.ensure(full_pod("a", "ua"), prov, starting=False) == []  # running: nothing to say again
-    del kube.objects[("secrets", "inference", "api")]
+    kube.remove("secrets", "api", "inference")
     with pytest.raises(MissingObjects):  # a required one missing: the pod waits, the optional one is not its news
         r.ensure(full_pod("b", "ub"), prov, starting=True)
 
@@ -373,6 +320,7 @@ def test_an_absent_optional_object_gives_a_warning_event_and_the_pod_starts_with
     ctl = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
     ctl.reflector.watch = False
     p = pod(**OPTIONAL[shape])
+    p = kube.add_one(p)  # the pod the controller writes the status of
     assert ctl._create(p) is None and len(prov.get_pods()) == 1
     (event,) = kube.events
     kind = "secret" if shape in ("secretKeyRef", "volume") else "configmap"
@@ -387,8 +335,9 @@ def test_an_optional_object_the_virtual_kubelet_may_not_read_gives_a_warning_eve
     ctl = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False)
     ctl.reflector.watch = False
     kube.put("secrets", "opt", {"a": b64("x")})
-    kube.forbidden.add("secrets")
+    kube.forbid("secrets")
     p = pod(**OPTIONAL["volume"])
+    p = kube.add_one(p)  # the pod the controller writes the status of
     assert ctl._create(p) is None and len(prov.get_pods()) == 1 and prov.get_objects() == []
     (event,) = kube.events
     assert (event["type"], event["reason"]) == ("Warning", "OptionalObjectForbidden")
@@ -403,16 +352,15 @@ def test_an_optional_object_the_virtual_kubelet_may_not_read_gives_a_warning_eve
 # ------------------------------------------------------------------ the kubernetes provider's copies: its own or untouched
 
 
-def kprov(remote: FakeKube, pool: str = "other") -> KubernetesProvider:
+def kprov(remote: Cluster, pool: str = "other") -> KubernetesProvider:
     """A kubernetes provider whose remote API server is ``remote`` (not started: no watch needed here)."""
     return KubernetesProvider(pool, remote, node_name=f"vk-{pool}", gpus=8, gpu_product=H100, price_per_gpu_hour=1)
 
 
-def foreign(remote: FakeKube, plural: str, name: str, data: dict, namespace: str = "inference") -> dict:
-    remote.put(plural, name, data, namespace)
-    obj = remote.objects[(plural, namespace, name)]
-    obj["metadata"]["uid"] = f"foreign-{name}"
-    return copy.deepcopy(obj)
+def foreign(remote: Cluster, plural: str, name: str, data: dict, namespace: str = "inference") -> dict:
+    """An object someone else owns in the remote cluster."""
+    return remote.add_one({"apiVersion": "v1", "kind": Cluster.KINDS[plural], "data": data,
+                           "metadata": {"name": name, "namespace": namespace, "uid": f"foreign-{name}"}})
 
 
 def test_translate_renames_every_reference_to_the_providers_copies():
@@ -437,28 +385,28 @@ def test_copy_names_are_per_pool_and_fit_a_dns_subdomain():
 
 
 def test_copies_go_under_the_pools_names_and_the_remote_clusters_own_objects_are_not_touched():
-    remote = FakeKube()
+    remote = Cluster()
     ca = foreign(remote, "configmaps", "kube-root-ca.crt", {"ca.crt": "remote CA"})
     mine = foreign(remote, "configmaps", "settings", {"k": "someone else's"})
     prov = kprov(remote)
     prov.put_object("ConfigMap", "inference", {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": "our CA"}})
     prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v1"}})
     prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})  # an update
-    assert remote.objects[("configmaps", "inference", "kube-root-ca.crt")] == ca
-    assert remote.objects[("configmaps", "inference", "settings")] == mine
-    copy_ = remote.objects[("configmaps", "inference", "gf-other.settings")]
+    assert remote.stored[("configmaps", "inference", "kube-root-ca.crt")] == ca
+    assert remote.stored[("configmaps", "inference", "settings")] == mine
+    copy_ = remote.stored[("configmaps", "inference", "gf-other.settings")]
     assert copy_["data"] == {"k": "v2"}
     assert copy_["metadata"]["labels"] == {"gpufleet.io/reflected-for": "vk-other", "gpufleet.io/managed-by": "virtual-kubelet"}
-    assert remote.objects[("configmaps", "inference", "gf-other.kube-root-ca.crt")]["data"] == {"ca.crt": "our CA"}
+    assert remote.stored[("configmaps", "inference", "gf-other.kube-root-ca.crt")]["data"] == {"ca.crt": "our CA"}
     assert sorted(o.name for o in prov.get_objects()) == ["kube-root-ca.crt", "settings"]
     prov.delete_object("ConfigMap", "inference", "settings")
     prov.delete_object("ConfigMap", "inference", "kube-root-ca.crt")
-    assert set(remote.objects) == {("configmaps", "inference", "kube-root-ca.crt"), ("configmaps", "inference", "settings")}
-    assert remote.objects[("configmaps", "inference", "kube-root-ca.crt")] == ca
+    assert set(remote.stored) == {("configmaps", "inference", "kube-root-ca.crt"), ("configmaps", "inference", "settings")}
+    assert remote.stored[("configmaps", "inference", "kube-root-ca.crt")] == ca
 
 
 def test_an_object_gpufleet_does_not_own_at_a_copys_name_is_neither_written_nor_deleted():
-    remote = FakeKube()
+    remote = Cluster()
     theirs = foreign(remote, "secrets", "gf-other.api", {"token": b64("theirs")})
     prov = kprov(remote)
     with pytest.raises(ProviderError) as exc:
@@ -468,42 +416,43 @@ def test_an_object_gpufleet_does_not_own_at_a_copys_name_is_neither_written_nor_
     assert TOKEN not in str(exc.value) and b64(TOKEN) not in str(exc.value)
     prov.delete_object("Secret", "inference", "api")
     assert prov.get_objects() == []
-    assert remote.objects[("secrets", "inference", "gf-other.api")] == theirs and remote.writes == []
+    assert remote.stored[("secrets", "inference", "gf-other.api")] == theirs and remote.object_writes() == []
 
 
 def test_a_copy_taken_over_by_another_pool_is_foreign_to_this_one():
-    remote = FakeKube()
+    remote = Cluster()
     a = kprov(remote, "a")
     a.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v"}})
-    remote.objects[("configmaps", "inference", "gf-a.settings")]["metadata"]["labels"]["gpufleet.io/reflected-for"] = "vk-b"
+    remote.modify("configmaps", "gf-a.settings", "inference",
+                  lambda o: o["metadata"]["labels"].update({"gpufleet.io/reflected-for": "vk-b"}))
     with pytest.raises(ProviderError, match="is the copy of virtual node vk-b: left untouched"):
         a.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})
     a.delete_object("ConfigMap", "inference", "settings")
-    assert remote.objects[("configmaps", "inference", "gf-a.settings")]["data"] == {"k": "v"}
+    assert remote.stored[("configmaps", "inference", "gf-a.settings")]["data"] == {"k": "v"}
 
 
 def test_two_pools_sharing_a_remote_namespace_never_remove_each_others_copies():
-    remote = FakeKube()
+    remote = Cluster()
     a, b = kprov(remote, "a"), kprov(remote, "b")
     for prov, value in ((a, "of a"), (b, "of b")):
         prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": value}})
     assert a.get_objects() == [ObjectRef("ConfigMap", "inference", "settings")] == b.get_objects()
     a.delete_object("ConfigMap", "inference", "settings")
-    assert ("configmaps", "inference", "gf-a.settings") not in remote.objects
-    assert remote.objects[("configmaps", "inference", "gf-b.settings")]["data"] == {"k": "of b"}
+    assert ("configmaps", "inference", "gf-a.settings") not in remote.stored
+    assert remote.stored[("configmaps", "inference", "gf-b.settings")]["data"] == {"k": "of b"}
     # b's sweep, with no pod of b left, removes b's copy and nothing else.
     foreign(remote, "configmaps", "settings", {"k": "theirs"})
-    assert Reflector(FakeKube(), "vk-b", {"b": b}, watch=False).sweep(b) == 1
-    assert set(remote.objects) == {("configmaps", "inference", "settings")}
+    assert Reflector(Cluster(), "vk-b", {"b": b}, watch=False).sweep(b) == 1
+    assert set(remote.stored) == {("configmaps", "inference", "settings")}
 
 
 def test_writes_and_deletes_are_preconditioned_on_what_was_checked(monkeypatch):
-    remote = FakeKube()
+    remote = Cluster()
     prov = kprov(remote)
     prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v"}})
-    checked = copy.deepcopy(remote.objects[("configmaps", "inference", "gf-other.settings")])
+    checked = copy.deepcopy(remote.stored[("configmaps", "inference", "gf-other.settings")])
     # Replaced by someone else's object between the check and the delete: the UID precondition refuses.
-    del remote.objects[("configmaps", "inference", "gf-other.settings")]
+    remote.remove("configmaps", "gf-other.settings", "inference")
     theirs = foreign(remote, "configmaps", "gf-other.settings", {"k": "theirs"})
     monkeypatch.setattr(remote, "get_or_none", lambda *a, **k: checked)
     with pytest.raises(ProviderError) as exc:
@@ -512,34 +461,36 @@ def test_writes_and_deletes_are_preconditioned_on_what_was_checked(monkeypatch):
     with pytest.raises(ProviderError) as exc:  # and the apply's resourceVersion precondition
         prov.put_object("ConfigMap", "inference", {"metadata": {"name": "settings"}, "data": {"k": "v2"}})
     assert exc.value.retryable
-    assert remote.objects[("configmaps", "inference", "gf-other.settings")] == theirs
+    assert remote.stored[("configmaps", "inference", "gf-other.settings")] == theirs
 
 
 def test_a_foreign_object_in_the_way_fails_the_pod_with_the_reason_and_a_warning_event(kube):
-    remote = FakeKube()
+    remote = Cluster()
     foreign(remote, "configmaps", "gf-other.settings", {"k": "theirs"})
     prov = kprov(remote)
     ctl = PodController(kube, "vk-other", {"other": prov}, publish_endpoints=False)
     ctl.reflector.watch = False
     p = full_pod()
+    p = kube.add_one(p)  # the pod the controller writes the status of
     assert ctl._create(p) is None  # failed, not retried
-    status = kube.patches[-1][0][3]["status"]
+    status = kube.patches[-1].body["status"]
     assert (status["phase"], status["reason"]) == ("Failed", FOREIGN_OBJECT_REASON)
     assert "ConfigMap inference/gf-other.settings" in status["message"]
     (event,) = [e for e in kube.events if e["reason"] == FOREIGN_OBJECT_REASON]
     assert event["type"] == "Warning" and "left untouched" in event["message"]
-    assert remote.objects[("configmaps", "inference", "gf-other.settings")]["data"] == {"k": "theirs"}
+    assert remote.stored[("configmaps", "inference", "gf-other.settings")]["data"] == {"k": "theirs"}
 
 
 def test_a_workloads_last_pod_going_deletes_only_this_nodes_remote_service_by_its_uid():
-    remote = FakeKube()
+    remote = Cluster()
     prov = KubernetesProvider("other", remote, node_name="vk-other", gpus=8, gpu_product=H100, price_per_gpu_hour=1,
                               address_mode="load_balancer")
     theirs = foreign(remote, "services", "gf-chat", {})
     gone = {"metadata": {"name": "p", "namespace": "inference", "uid": "r1",
                          "labels": {"gpufleet.io/remote-service": "gf-chat"}}}
     prov._release_service(full_pod(), gone)
-    assert remote.objects[("services", "inference", "gf-chat")] == theirs and remote.writes == []
-    remote.objects[("services", "inference", "gf-chat")]["metadata"]["labels"] = {"gpufleet.io/virtual-node": "vk-other"}
+    assert remote.stored[("services", "inference", "gf-chat")] == theirs and remote.object_writes() == []
+    remote.modify("services", "gf-chat", "inference",
+                  lambda o: o["metadata"].update(labels={"gpufleet.io/virtual-node": "vk-other"}))
     prov._release_service(full_pod(), gone)
-    assert ("services", "inference", "gf-chat") not in remote.objects
+    assert ("services", "inference", "gf-chat") not in remote.stored

@@ -16,7 +16,7 @@ from gpufleet.kube.ratelimit import FAILURE_CAP_SECONDS
 from gpufleet.kube.workqueue import BACKOFF
 from gpufleet.virtual_kubelet.pods import PodController
 
-from .test_reflect import Clock, FakeKube, full_pod, kube, sim  # noqa: F401 (kube: the fixture)
+from .test_reflect import Clock, full_pod, kube, sim  # noqa: F401 (kube: the fixture)
 
 HOUR = 3600.0
 STEP = 0.1
@@ -44,7 +44,7 @@ def test_a_pod_waiting_an_hour_for_a_configmap_is_retried_at_a_flat_bounded_pace
     ctl = PodController(kube, "vk-rental", {"rental": prov}, publish_endpoints=False, clock=clock,
                         resync_seconds=resync_seconds)
     ctl.reflector.watch = False  # no informer of ConfigMaps here: only retries and resyncs find it
-    del kube.objects[("configmaps", "inference", "settings")]
+    kube.remove("configmaps", "settings", "inference")
     reads: list[float] = []  # when the missing ConfigMap was read: one per attempt
     real_get = kube.get
 
@@ -54,7 +54,7 @@ def test_a_pod_waiting_an_hour_for_a_configmap_is_retried_at_a_flat_bounded_pace
         return real_get(api_version, plural, name, namespace, subresource)
 
     kube.get = get
-    ctl.pods.apply("ADDED", full_pod())
+    ctl.pods.apply("ADDED", kube.add_one(full_pod()))  # stored: the controller writes its status
     ctl.pods.synced.set()
 
     run(ctl, clock, HOUR, resync_seconds, resync_seconds)
@@ -72,7 +72,7 @@ def test_a_pod_waiting_an_hour_for_a_configmap_is_retried_at_a_flat_bounded_pace
     # One Event, updated in place with the attempt count; the pod still Pending, nothing created there.
     (event,) = kube.events
     assert event["reason"] == "CreateContainerConfigError" and 'configmap "settings" not found' in event["message"]
-    updates = [args[3] for args, _ in kube.patches if args[1] == "events"]
+    updates = [a.body for a in kube.patches if a.resource == "events"]
     assert updates[-1]["count"] == len(reads) and f"(attempt {len(reads)}, retrying)" in updates[-1]["message"]
     assert prov.get_pods() == []
 
@@ -86,8 +86,8 @@ def test_a_pod_waiting_an_hour_for_a_configmap_is_retried_at_a_flat_bounded_pace
 def test_waiting_for_an_object_is_a_rate_limited_retry(kube):
     ctl = PodController(kube, "vk-rental", {"rental": sim()}, publish_endpoints=False)
     ctl.reflector.watch = False
-    del kube.objects[("secrets", "inference", "api")]
-    p = full_pod()
+    kube.remove("secrets", "api", "inference")
+    p = kube.add_one(full_pod())
     assert ctl._create(p) is BACKOFF
     ctl.pods.apply("ADDED", p)
     assert ctl.queue.get(timeout=0) == "inference/p"

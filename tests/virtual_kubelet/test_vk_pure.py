@@ -248,22 +248,20 @@ def test_status_write_replaces_host_ips_after_a_restart_on_another_address():
     # The strategic merge key of hostIPs is ip: a plain list would be merged into the old address's.
     from gpufleet.virtual_kubelet.pods import PodController
 
-    class Kube:
-        patches: list = []
+    from gpufleet_workshop.testing import FakeKube
 
-        def patch(self, *args, **kwargs):
-            self.patches.append((args, kwargs))
-
-    kube = Kube()
-    ctl = PodController(kube, "vk-x", {}, host_ip="10.244.1.9")
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
            "status": {"phase": "Running", "hostIP": "10.244.1.8", "hostIPs": [{"ip": "10.244.1.8"}]}}
-    ctl._write_status(pod, {"phase": "Running", "podIP": "10.1.0.5", "startTime": "2026-01-01T00:00:00Z"})
-    ((args, kwargs),) = kube.patches
-    status = args[3]["status"]
+    kube = FakeKube(pod)
+    ctl = PodController(kube, "vk-x", {}, host_ip="10.244.1.9")
+    ctl._write_status(kube.get("v1", "pods", "p", "ns"), {"phase": "Running", "podIP": "10.1.0.5",
+                                                          "startTime": "2026-01-01T00:00:00Z"})
+    (patch,) = [a for a in kube.actions if a.verb == "patch"]
+    status = patch.body["status"]
     assert status["hostIP"] == "10.244.1.9"
     assert status["hostIPs"] == [{"$patch": "replace"}, {"ip": "10.244.1.9"}]
-    assert kwargs["patch"] == "strategic" and kwargs["subresource"] == "status"
+    assert patch.patch_type == "strategic" and patch.subresource == "status"
+    assert kube.get("v1", "pods", "p", "ns")["status"]["hostIPs"] == [{"ip": "10.244.1.9"}], "replaced, not merged"
 
 
 def test_register_with_taints_reads_as_the_kubelets_flag_and_lands_only_on_the_created_node():

@@ -360,6 +360,26 @@ class FakeKube(Kube):
             self._controllers()
         return out
 
+    def add_one(self, obj: Obj) -> Obj:
+        """:meth:`add` of one object; returns its stored copy (with its resourceVersion)."""
+        return self.add(obj)[0]
+
+    def remove(self, plural: str, name: str, namespace: str | None = None) -> Obj:
+        """Remove a stored object at once (no finalizers, no grace, no garbage collection), as client-go's
+        tracker ``Delete`` does; a DELETED event goes to watches. Returns the removed object.
+
+        Raises:
+            KeyError: no such object.
+        """
+        kind = self._plural(plural)
+        with self._lock:
+            key = self._key(kind, namespace, name)
+            if key not in self._store:
+                raise KeyError(f"{plural} {namespace}/{name} is not stored")
+            out = self._remove(kind, key)
+            self._controllers()
+            return out
+
     def _ensure_namespace(self, name: str) -> None:
         kind = self._plural("namespaces")
         key = self._key(kind, None, name)
