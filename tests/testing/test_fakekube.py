@@ -84,7 +84,7 @@ def test_a_stale_resource_version_is_a_conflict_and_a_no_op_write_keeps_it(kube)
         kube.patch("v1", "configmaps", "a", {"metadata": {"resourceVersion": cm["metadata"]["resourceVersion"]}}, NS)
     same = kube.patch("v1", "configmaps", "a", {"data": {"k": "2"}}, NS)
     assert same["metadata"]["resourceVersion"] == newer["metadata"]["resourceVersion"]
-    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition: other"):
         kube.replace("v1", "configmaps", "a", {"metadata": {"name": "a", "uid": "other"}, "data": {}}, NS)
 
 
@@ -198,7 +198,7 @@ def test_server_side_apply_merges_removes_what_the_manager_dropped_and_reports_c
 def test_delete_preconditions_and_graceful_pods(kube):
     kube.add(pod("bound", node="n1"), pod("unbound"))
     uid = kube.get("v1", "pods", "bound", NS)["metadata"]["uid"]
-    with pytest.raises(Conflict, match="Precondition failed: UID in precondition"):
+    with pytest.raises(Conflict, match=r"the UID in the precondition \(someone-else\) does not match"):
         kube.delete("v1", "pods", "bound", NS, uid="someone-else")
     kube.delete("v1", "pods", "unbound", NS)
     assert kube.object("pods", "unbound", NS) is None, "an unbound pod goes at once"
@@ -259,11 +259,39 @@ def test_eviction_honours_the_budget_the_disruption_controller_computes(kube):
     assert (status["disruptionsAllowed"], status["currentHealthy"]) == (0, 1)
     with pytest.raises(TooManyRequests, match="would violate the pod's disruption budget"):
         kube.evict(NS, "b")
-    with pytest.raises(Conflict, match="Precondition failed"):
-        kube.evict(NS, "b", uid="not-b")
     kube.add(pod("pending", phase="Pending"))
     kube.evict(NS, "pending")  # a Pending pod needs no budget
     assert kube.object("pods", "pending", NS) is None
+
+
+def test_an_eviction_refused_for_a_stale_uid_still_spends_the_disruption(kube):
+    """As kube-apiserver: the budget is used before the delete checks its UID precondition; the pod counts as
+    disrupted (not healthy) until it goes or the disruption controller's 2 minutes pass."""
+    clock = [1000.0]
+    kube.clock = lambda: clock[0]
+    kube.add(pdb(minAvailable=1), pod("a", node="n1", ready=True), pod("b", node="n1", ready=True))
+    with pytest.raises(Conflict, match=r"the UID in the precondition \(not-a\) does not match"):
+        kube.evict(NS, "a", uid="not-a")
+    kube.add(pod("c"))  # any change: the disruption controller syncs
+    status = kube.get("policy/v1", "poddisruptionbudgets", "chat", NS)["status"]
+    assert status["disruptionsAllowed"] == 0 and list(status["disruptedPods"]) == ["a"]
+    with pytest.raises(TooManyRequests):
+        kube.evict(NS, "b")
+    clock[0] += 121
+    kube.add(pod("d"))
+    assert kube.get("policy/v1", "poddisruptionbudgets", "chat", NS)["status"]["disruptionsAllowed"] == 1
+
+
+def test_a_budget_not_yet_synced_asks_the_client_to_come_back_in_10_seconds():
+    kube = FakeKube(disruption_controller=False)
+    kube.add(pdb(minAvailable=1), pod("a", node="n1", ready=True))
+    resp = kube._send("POST", api_path("v1", "pods", NS, "a", "eviction"), None,
+                      {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a", "namespace": NS}},
+                      None, None, 5)
+    body = __import__("json").loads(resp.read())
+    assert (resp.status, resp.headers["Retry-After"]) == (429, "10")
+    assert body["details"]["causes"] == [{"reason": "DisruptionBudget",
+                                          "message": "The disruption budget chat is still being processed by the server."}]
 
 
 def test_max_unavailable_counts_the_controllers_scale_and_a_test_may_set_the_status(kube):

@@ -546,6 +546,45 @@ def up(
         return _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, timeout, real_node, log)
 
 
+def control_plane(name: str, *, fresh: bool = True, timeout: float = 60.0,
+                  log: Callable[[str], None] = lambda msg: None) -> Cluster:
+    """Start only etcd and kube-apiserver of local cluster ``name``; returns it once the API server is ready.
+
+    The integration tier's cluster (``tests/integration``): the API
+    server's own behaviour (storage, admission, validation, selectors,
+    patches, watches, the Eviction API) with no controller, scheduler or
+    node, in seconds rather than the full cluster's minute. Only the
+    ``etcd`` and ``kubernetes`` components are installed. :func:`down`
+    stops it as it stops a full cluster.
+
+    Args:
+        name: cluster name (its own ports and state folder).
+        fresh: start from empty etcd data (refused while any component of it runs).
+        timeout: seconds each component may take to become healthy.
+        log: progress callback.
+
+    Raises:
+        ValueError: ``fresh`` while the cluster runs.
+        ComponentFailed: a component did not become healthy (its log tail in the message).
+    """
+    from gpufleet.wait import poll_until
+
+    install.install(["etcd", "kubernetes"])
+    with _locked(name):
+        if fresh:
+            _wipe_data(name)
+        c = get(name, allocate=True)
+        c.layout.create()
+        _write_configs(c, None)
+        specs = c.specs()
+        _ensure([specs["etcd"]], timeout, log)
+        _ensure([specs["kube-apiserver"]], timeout, log)
+        with c.kube() as k:  # the system namespaces controller creates default and kube-system right after start
+            poll_until(lambda: k.get_or_none("v1", "namespaces", "default"), what=f"cluster {name}: namespace default",
+                       timeout=timeout, interval=0.2, ignore=(KubeError,))
+    return c
+
+
 def _wipe_data(name: str) -> None:
     lay = Layout(check_name(name))
     alive = [comp for comp in COMPONENTS if running(lay.pid(comp)) is not None]

@@ -7,8 +7,9 @@ Status (:func:`pdb_status`, kube-controller-manager ``pkg/controller/disruption`
 controllers (a Deployment's ``replicas`` for its ReplicaSets' pods, a
 ReplicaSet's or StatefulSet's own); a pod without a controller then
 leaves the budget at 0 disruptions (the controller's "found no
-controllers"). ``currentHealthy`` counts selected pods that are Ready and
-not terminating; ``desiredHealthy`` is ``minAvailable`` (a percentage of
+controllers"). ``currentHealthy`` counts selected pods that are Ready, not
+terminating and not evicted within the last 2 minutes (``disruptedPods``,
+the controller's ``DeletionTimeout``); ``desiredHealthy`` is ``minAvailable`` (a percentage of
 ``expectedPods``, rounded up) or ``expectedPods - maxUnavailable`` (a
 percentage rounded up); ``disruptionsAllowed = max(0, currentHealthy -
 desiredHealthy)``. The fake computes it synchronously whenever it is read
@@ -18,7 +19,7 @@ Eviction (:func:`eviction_verdict`, ``pkg/registry/core/pod/storage/eviction.go`
 a pod that is Pending, Succeeded, Failed or terminating is deleted
 without consulting a budget; more than one budget selecting the pod is a
 500; a budget whose ``observedGeneration`` lags its ``generation`` is a
-429; a not-Ready pod under ``unhealthyPodEvictionPolicy: AlwaysAllow``, or
+429 with ``Retry-After: 10`` (the same message as any refusal, the reason in its cause); a not-Ready pod under ``unhealthyPodEvictionPolicy: AlwaysAllow``, or
 under ``IfHealthyBudget`` (the default) while ``currentHealthy >=
 desiredHealthy``, is deleted without using the budget; otherwise
 ``disruptionsAllowed == 0`` is a 429 ("Cannot evict pod as it would
@@ -45,12 +46,15 @@ def pod_ready(pod: Obj) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-def pdb_status(pdb: Obj, pods: Iterable[Obj], controller_scale: Callable[[Obj], int | None]) -> Obj:
-    """The ``status`` the disruption controller writes for ``pdb`` over ``pods`` (its namespace's)."""
+def pdb_status(pdb: Obj, pods: Iterable[Obj], controller_scale: Callable[[Obj], int | None],
+               disrupted: Iterable[str] = ()) -> Obj:
+    """The ``status`` the disruption controller writes for ``pdb`` over ``pods`` (its namespace's); pods named in
+    ``disrupted`` (evicted, not yet gone) do not count as healthy."""
     spec = pdb.get("spec") or {}
+    disrupted = set(disrupted)
     selected = [p for p in pods if selector_matches(spec.get("selector"), (p.get("metadata") or {}).get("labels") or {})
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-    healthy = sum(1 for p in selected if pod_ready(p))
+    healthy = sum(1 for p in selected if pod_ready(p) and p["metadata"]["name"] not in disrupted)
     generation = (pdb.get("metadata") or {}).get("generation", 1)
     expected: int | None
     if "minAvailable" in spec and isinstance(spec["minAvailable"], int):
@@ -78,12 +82,17 @@ def pdb_status(pdb: Obj, pods: Iterable[Obj], controller_scale: Callable[[Obj], 
             "currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected}
 
 
+#: The Eviction API's message when a budget refuses (its cause says why).
+REFUSED = "Cannot evict pod as it would violate the pod's disruption budget."
+
+
 class EvictionRefused(Exception):
     """The Eviction API refuses: ``status`` (429, 500) and the server's ``message``."""
 
-    def __init__(self, status: int, message: str, reason: str):
+    def __init__(self, status: int, message: str, reason: str, cause: str = "", retry_after: int = 0):
         super().__init__(message)
-        self.status, self.message, self.reason = status, message, reason
+        self.status, self.message, self.reason, self.cause = status, message, reason, cause
+        self.retry_after = retry_after
 
 
 def eviction_verdict(pod: Obj, pdbs: list[Obj]) -> Obj | None:
@@ -107,13 +116,14 @@ def eviction_verdict(pod: Obj, pdbs: list[Obj]) -> Obj | None:
     status = pdb.get("status") or {}
     name = pdb["metadata"]["name"]
     if status.get("observedGeneration", 0) < (pdb["metadata"].get("generation") or 1):
-        raise EvictionRefused(429, f"the disruption budget {name} is still being processed by the server",
-                              "TooManyRequests")
+        raise EvictionRefused(429, REFUSED, "TooManyRequests",
+                              f"The disruption budget {name} is still being processed by the server.", retry_after=10)
     if not pod_ready(pod):
         policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
         if policy == "AlwaysAllow" or status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0):
             return None
     if status.get("disruptionsAllowed", 0) <= 0:
-        raise EvictionRefused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
-                              "TooManyRequests")
+        raise EvictionRefused(429, REFUSED, "TooManyRequests",
+                              f"The disruption budget {name} needs {status.get('desiredHealthy', 0)} healthy pods and "
+                              f"has {status.get('currentHealthy', 0)} currently")
     return pdb

@@ -92,7 +92,8 @@ from urllib.parse import unquote
 
 from gpufleet.kube import Kube, KubeError, Unreachable
 from gpufleet.kube.client import KNOWN_KINDS
-from gpufleet.names import FIELD_MANAGER
+from gpufleet.kube.times import parse_time
+from gpufleet.names import FIELD_MANAGER, KUEUE_API
 
 from . import disruption, patches, selectors
 
@@ -131,12 +132,12 @@ KINDS: list[Kind] = [Kind(av, kind, plural, ns, plural in _STATUS) for (av, kind
     Kind("apps/v1", "StatefulSet", "statefulsets", True, True),
     Kind("discovery.k8s.io/v1", "EndpointSlice", "endpointslices", True),
     Kind("events.k8s.io/v1", "Event", "events", True),
-    Kind("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False, True, True),
-    Kind("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues", True, True, True),
-    Kind("kueue.x-k8s.io/v1beta2", "Workload", "workloads", True, True, True),
-    Kind("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", False, False, True),
-    Kind("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False, False, True),
-    Kind("kueue.x-k8s.io/v1beta2", "Topology", "topologies", False, False, True),
+    Kind(KUEUE_API, "ClusterQueue", "clusterqueues", False, True, True),
+    Kind(KUEUE_API, "LocalQueue", "localqueues", True, True, True),
+    Kind(KUEUE_API, "Workload", "workloads", True, True, True),
+    Kind(KUEUE_API, "ResourceFlavor", "resourceflavors", False, False, True),
+    Kind(KUEUE_API, "WorkloadPriorityClass", "workloadpriorityclasses", False, False, True),
+    Kind(KUEUE_API, "Topology", "topologies", False, False, True),
     Kind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True, True, True),
 ]
 
@@ -169,14 +170,18 @@ Reactor = Callable[[Action], Obj | None]
 _PATCH_FLAVOURS = {"application/merge-patch+json": "merge", "application/json-patch+json": "json",
                    "application/strategic-merge-patch+json": "strategic", "application/apply-patch+yaml": "apply"}
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphanums
+#: Seconds an evicted pod stays in a budget's ``disruptedPods`` unless it goes (the disruption controller's
+#: ``DeletionTimeout``).
+DISRUPTED_POD_SECONDS = 120.0
 
 
 class _Status(Exception):
     """An answer other than 2xx: becomes a Status object."""
 
-    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None):
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None, retry_after: int = 0):
         super().__init__(message)
         self.code, self.reason, self.message, self.details = code, reason, message, details
+        self.retry_after = retry_after
 
 
 class _Response:
@@ -536,7 +541,10 @@ class FakeKube(Kube):
             code, answer = self._serve(action, kind, params)
             return _Response(code, json.dumps(answer).encode())
         except _Status as st:
-            return _Response(st.code, _status_body(st.code, st.reason, st.message, st.details))
+            resp = _Response(st.code, _status_body(st.code, st.reason, st.message, st.details))
+            if st.retry_after:  # the server's suggestion, which the client honours (gpufleet.kube.retry.retry_after)
+                resp.headers["Retry-After"] = str(st.retry_after)
+            return resp
         except KubeError as exc:
             if exc.status == 0:
                 raise
@@ -853,14 +861,24 @@ class FakeKube(Kube):
                           "and try again", {"name": name, "group": kind.group, "kind": kind.plural})
         want_uid = (new.get("metadata") or {}).get("uid")
         if want_uid and want_uid != live["metadata"]["uid"]:
-            raise _Status(409, "Conflict", f"Precondition failed: UID in precondition: {want_uid}, UID in object meta: "
-                                           f"{live['metadata']['uid']}")
+            ns = live["metadata"].get("namespace")
+            raise _Status(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural}{"." + kind.group if kind.group else ""} '
+                          f'"{name}": StorageError: invalid object, Code: 4, Key: /registry/{kind.plural}/'
+                          f'{ns + "/" if ns else ""}{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: '
+                          f"UID in precondition: {want_uid}, UID in object meta: {live['metadata']['uid']}")
         if sub == "status":
             obj = copy.deepcopy(live)
             if "status" in new:
                 obj["status"] = copy.deepcopy(new["status"])
             else:
                 obj.pop("status", None)
+            if kind.plural in ("pods", "nodes"):  # their status strategies reset the spec only (not ownerReferences)
+                for k in ("labels", "annotations"):
+                    value = (new.get("metadata") or {}).get(k)
+                    if value is None:
+                        obj["metadata"].pop(k, None)
+                    else:
+                        obj["metadata"][k] = copy.deepcopy(value)
         else:
             obj = copy.deepcopy(new)
             if kind.status:
@@ -940,11 +958,9 @@ class FakeKube(Kube):
         ignored = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"),
                    ("metadata", "resourceVersion"), ("metadata", "uid")}
         paths = {p for p in patches.leaf_paths(body, kind.plural) if p not in ignored}
-        if live is None:
-            if (body.get("metadata") or {}).get("resourceVersion"):
-                raise _Status(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{a.name}": the object '
-                                               "has been modified; please apply your changes to the latest version")
+        if live is None:  # created; a resourceVersion in the applied object is ignored then, as the server does
             body.setdefault("metadata", {})["name"] = a.name
+            body["metadata"].pop("resourceVersion", None)
             return self._create(kind, a.namespace, body, manager, dry, apply_paths=paths)
         owners = {m: set(s) for m, s in self._applied.get(key, {}).items()}
         conflicts = []
@@ -992,20 +1008,26 @@ class FakeKube(Kube):
                 dry: bool) -> Obj:
         live = self._live(kind, namespace, name)
         meta = live["metadata"]
-        pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != meta["uid"]:
-            raise _Status(409, "Conflict", f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                                           f"meta: {meta['uid']}")
-        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-            raise _Status(409, "Conflict", f"Precondition failed: ResourceVersion in precondition: "
-                                           f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                                           f"{meta['resourceVersion']}")
+        self._preconditions(kind, live, options.get("preconditions") or {})
         if dry or params.get("dryRun") == "All":
             return copy.deepcopy(live)
         policy = options.get("propagationPolicy") or "Background"
         if policy not in ("Background", "Foreground", "Orphan"):
             raise _Status(422, "Invalid", f"DeleteOptions.propagationPolicy: Unsupported value: {policy!r}")
         return self._delete_obj(kind, self._key(kind, namespace, name or ""), options.get("gracePeriodSeconds"), policy)
+
+    @staticmethod
+    def _preconditions(kind: Kind, live: Obj, pre: Obj) -> None:
+        """A delete's (or an eviction's) UID and resourceVersion preconditions, refused in the server's words."""
+        meta = live["metadata"]
+        if pre.get("uid") and pre["uid"] != meta["uid"]:
+            raise _Status(409, "Conflict", f'Operation cannot be fulfilled on {kind.kind} "{meta["name"]}": the UID in the '
+                          f"precondition ({pre['uid']}) does not match the UID in record ({meta['uid']}). The object "
+                          "might have been deleted and then recreated")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
+            raise _Status(409, "Conflict", f'Operation cannot be fulfilled on {kind.kind} "{meta["name"]}": the '
+                          f"ResourceVersion in the precondition ({pre['resourceVersion']}) does not match the "
+                          f"ResourceVersion in record ({meta['resourceVersion']}). The object might have been modified")
 
     def _delete_obj(self, kind: Kind, key: tuple, grace: int | None, policy: str) -> Obj:
         live = self._store[key]
@@ -1093,25 +1115,27 @@ class FakeKube(Kube):
     def _evict(self, kind: Kind, namespace: str | None, name: str | None, body: Obj, dry: bool) -> Obj:
         pod = self._live(kind, namespace, name)
         options = body.get("deleteOptions") or {}
-        pre = options.get("preconditions") or {}
-        if pre.get("uid") and pre["uid"] != pod["metadata"]["uid"]:
-            raise _Status(409, "Conflict", f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                                           f"meta: {pod['metadata']['uid']}")
         pdb_kind = self._plural("poddisruptionbudgets")
         pdbs = [o for k, o in sorted(self._store.items()) if k[0] == self._kindkey(pdb_kind) and k[1] == namespace]
         try:
             used = disruption.eviction_verdict(pod, pdbs)
         except disruption.EvictionRefused as exc:
-            raise _Status(exc.status, exc.reason, exc.message,
-                          {"causes": [{"reason": "DisruptionBudget", "message": exc.message}]}) from None
+            details: Obj = {"causes": [{"reason": "DisruptionBudget", "message": exc.cause}]}
+            if exc.retry_after:
+                details["retryAfterSeconds"] = exc.retry_after
+            raise _Status(exc.status, exc.reason, exc.message, details, exc.retry_after) from None
         if dry or "All" in (options.get("dryRun") or []):
+            self._preconditions(kind, pod, options.get("preconditions") or {})
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+        # The budget is used up before the pod's delete checks its preconditions: an eviction refused for a
+        # stale UID still costs a disruption until the disruption controller's next sync (as kube-apiserver does).
         if used is not None:
             key = self._key(pdb_kind, namespace, used["metadata"]["name"])
             new = copy.deepcopy(used)
             new["status"]["disruptionsAllowed"] -= 1
             new["status"].setdefault("disruptedPods", {})[name] = _rfc3339(self.clock())
             self._put(pdb_kind, key, new, used)
+        self._preconditions(kind, pod, options.get("preconditions") or {})
         self._delete_obj(kind, self._key(kind, namespace, name or ""), options.get("gracePeriodSeconds"), "Background")
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
@@ -1149,12 +1173,13 @@ class FakeKube(Kube):
                 if key[0] != self._kindkey(pdb_kind):
                     continue
                 pods = [o for k, o in self._store.items() if k[0] == "/pods" and k[1] == key[1]]
-                status = disruption.pdb_status(pdb, pods, self._scale)
-                if (pdb.get("status") or {}).get("disruptedPods"):
-                    live_names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
-                    kept = {n: t for n, t in pdb["status"]["disruptedPods"].items() if n in live_names}
-                    if kept:
-                        status["disruptedPods"] = kept
+                live_names = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+                now = self.clock()
+                kept = {n: t for n, t in ((pdb.get("status") or {}).get("disruptedPods") or {}).items()
+                        if n in live_names and now - (parse_time(t) or 0.0) < DISRUPTED_POD_SECONDS}
+                status = disruption.pdb_status(pdb, pods, self._scale, kept)
+                if kept:
+                    status["disruptedPods"] = kept
                 if {**(pdb.get("status") or {})} != status:
                     new = copy.deepcopy(pdb)
                     new["status"] = status
