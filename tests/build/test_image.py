@@ -16,6 +16,9 @@ from gpufleet_admin.build import image
 from gpufleet_workshop.local.install import install
 from gpufleet.cli import COMMANDS
 
+#: Builds the image for real (mmdebstrap from the Debian mirror, wheels, umoci, skopeo): the build tier.
+pytestmark = pytest.mark.build
+
 #: Distributions that provision, build or test: never in the image.
 TOOLS = {"pulumi", "pulumi-kubernetes", "ansible-core", "matplotlib", "pytest", "pytest-testinfra", "invoke",
          "grafana-foundation-sdk", "jinja2", "cyclonedx-bom", "kopf"}

@@ -10,12 +10,11 @@ left to the end-to-end tier.
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
 
-from gpufleet.kube import Conflict, Expired, Invalid, KubeError, NotFound, TooManyRequests, api_path
+from gpufleet.kube import KubeError, api_path
 from gpufleet_workshop.testing import FakeKube
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.kube import Conflict
-from gpufleet.names import GPU_RESOURCE, KUEUE_API, SWAP_TAINT
+from gpufleet.names import KUEUE_API, SWAP_TAINT
 from gpufleet.quota_sync.controller import QuotaSync
 from gpufleet.quota_sync.resync import quota_of
 from gpufleet_workshop.testing import FakeKube

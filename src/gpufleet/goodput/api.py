@@ -19,6 +19,7 @@ from typing import Any
 from gpufleet.kube import Conflict, Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import KUEUE_API
+from gpufleet.wait import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +171,10 @@ def ensure_queues(kube: Kube, objects: list[Obj], timeout: float = 90.0) -> None
     deadline = time.monotonic() + timeout
     for obj in (o for o in wanted if o["kind"] == "ClusterQueue"):
         name = obj["metadata"]["name"]
-        while not any(c.get("type") == "Active" and c.get("status") == "True"
-                      for c in ((kube.get_or_none(KUEUE_API, "clusterqueues", name) or {}).get("status") or {})
-                      .get("conditions") or []):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ClusterQueue {name} not Active after {timeout:.0f}s")
-            time.sleep(0.5)
+        poll_until(lambda name=name: any(c.get("type") == "Active" and c.get("status") == "True"
+                                         for c in ((kube.get_or_none(KUEUE_API, "clusterqueues", name) or {})
+                                                   .get("status") or {}).get("conditions") or []),
+                   what=f"ClusterQueue {name} Active", timeout=max(0.0, deadline - time.monotonic()), interval=0.5)
 
 
 def label_node(kube: Kube, node: str, key: str, value: str | None) -> None:

@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 import yaml
 
 from gpufleet.prom.client import PromClient, PromError
+from gpufleet.wait import PollTimeout, poll_until
 
 
 class PrometheusNotFound(RuntimeError):
@@ -94,15 +94,17 @@ class PrometheusServer(PromClient):
         Raises:
             PrometheusError: on timeout, with target errors and the log tail.
         """
-        deadline = time.monotonic() + timeout
         targets: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            targets = self.targets()
-            if sum(t.get("health") == "up" for t in targets) >= count:
-                return
-            time.sleep(0.2)
-        detail = [(t.get("scrapeUrl"), t.get("health"), t.get("lastError")) for t in targets]
-        raise PrometheusError(f"targets not up after {timeout}s: {detail}\n{self.log_tail()}")
+
+        def up() -> bool:
+            targets[:] = self.targets()
+            return sum(t.get("health") == "up" for t in targets) >= count
+
+        try:
+            poll_until(up, what=f"{count} targets up", timeout=timeout, interval=0.2)
+        except PollTimeout:
+            detail = [(t.get("scrapeUrl"), t.get("health"), t.get("lastError")) for t in targets]
+            raise PrometheusError(f"targets not up after {timeout}s: {detail}\n{self.log_tail()}") from None
 
     def wait_for(self, expr: str, timeout: float = 20.0, interval: float = 0.25) -> list[dict[str, Any]]:
         """Poll an instant query until it returns a non-empty result; return that result.
@@ -110,13 +112,10 @@ class PrometheusServer(PromClient):
         Raises:
             PrometheusError: on timeout.
         """
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = self.query(expr)
-            if result:
-                return result
-            time.sleep(interval)
-        raise PrometheusError(f"{expr!r} still empty after {timeout}s\n{self.log_tail()}")
+        try:
+            return poll_until(lambda: self.query(expr), what=f"{expr!r} non-empty", timeout=timeout, interval=interval)
+        except PollTimeout:
+            raise PrometheusError(f"{expr!r} still empty after {timeout}s\n{self.log_tail()}") from None
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the server, SIGKILL after ``timeout`` seconds; close the HTTP client."""
@@ -198,16 +197,18 @@ def start_prometheus(
     )
     log.close()
     server = PrometheusServer(f"http://127.0.0.1:{port}", process, work)
-    deadline = time.monotonic() + ready_timeout
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if process.poll() is not None:
             server.stop()
             raise PrometheusError(f"prometheus exited with {process.returncode}\n{server.log_tail()}")
-        if server.ready():
-            return server
-        time.sleep(0.1)
-    server.stop()
-    raise PrometheusError(f"prometheus not ready after {ready_timeout}s\n{server.log_tail()}")
+        return server.ready()
+
+    try:
+        poll_until(ready, what="prometheus ready", timeout=ready_timeout, interval=0.1)
+    except PollTimeout:
+        server.stop()
+        raise PrometheusError(f"prometheus not ready after {ready_timeout}s\n{server.log_tail()}") from None
+    return server
 
 
 @contextmanager

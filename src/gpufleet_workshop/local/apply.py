@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import APPLIED_ANNOTATION
+from gpufleet.wait import poll_until
 
 #: Annotation holding the hash of the manifest last applied by :func:`apply_changed`.
 #: Ask for metadata only (PartialObjectMetadataList), falling back to the full list.
@@ -73,14 +73,4 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, interva
     Raises:
         TimeoutError: naming ``what`` after ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            got = check()
-        except KubeError:
-            got = None
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    return poll_until(check, what=what, timeout=timeout, interval=interval, ignore=(KubeError,))

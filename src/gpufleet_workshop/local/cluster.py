@@ -47,6 +47,7 @@ from gpufleet_workshop.local.layout import DEFAULT_NAME, Layout, check_name
 from gpufleet_workshop.local.ports import Ports
 from gpufleet_workshop.local.processes import ComponentFailed, Health, ProcessSpec, probe, rss_bytes, running
 from gpufleet.names import FIELD_MANAGER_LOCAL, SIMULATED_LABEL
+from gpufleet.wait import PollTimeout, poll_until
 
 #: Start order; ``down`` stops in reverse.
 COMPONENTS = (
@@ -408,15 +409,16 @@ def wait_nodes_ready(k: Kube, names: set[str], timeout: float) -> float:
     """
     started = time.monotonic()
     interval = 0.5 if len(names) <= 256 else 2.0
-    while True:
+    missing = set(names)
+
+    def all_ready() -> bool:
         nodes = k.list("v1", "nodes", labelSelector=f"{SIMULATED_LABEL}=true", resourceVersion="0")["items"]
-        ready = {n["metadata"]["name"] for n in nodes if _node_ready(n)}
-        missing = names - ready
-        if not missing:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"{len(missing)} of {len(names)} nodes not Ready after {timeout:.0f}s (e.g. {sorted(missing)[:3]})")
-        time.sleep(interval)
+        missing.intersection_update(names - {n["metadata"]["name"] for n in nodes if _node_ready(n)})
+        return not missing
+
+    poll_until(all_ready, what=f"{len(names)} nodes Ready", timeout=timeout, interval=interval,
+               detail=lambda: f"{len(missing)} of {len(names)} not Ready (e.g. {sorted(missing)[:3]})")
+    return time.monotonic() - started
 
 
 
@@ -733,11 +735,11 @@ def _down(name: str, purge: bool, timeout: float) -> list[str]:
             stopped.append(comp)
     ports = portblocks.lookup(name)
     if ports is not None:
-        deadline = time.monotonic() + 10
-        while (busy := portblocks.busy_ports(ports)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if busy:
-            raise RuntimeError(f"cluster {name!r} is down but ports {busy} are still in use")
+        try:
+            poll_until(lambda: not portblocks.busy_ports(ports), what=f"cluster {name!r}'s ports free", timeout=10,
+                       interval=0.2)
+        except PollTimeout:
+            raise RuntimeError(f"cluster {name!r} is down but ports {portblocks.busy_ports(ports)} are still in use") from None
     if purge:
         shutil.rmtree(lay.root, ignore_errors=True)
         portblocks.release(name)

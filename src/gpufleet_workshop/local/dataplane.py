@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,6 +47,7 @@ from gpufleet_workshop.local.controlplane import SERVICE_CIDR
 from gpufleet_workshop.local import processes
 from gpufleet_workshop.local.layout import Layout
 from gpufleet_workshop.local.ports import Ports
+from gpufleet.wait import PollTimeout, poll_until
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -133,14 +133,14 @@ def _token(kube: Kube, timeout: float = 60.0) -> tuple[str, str]:
          "metadata": {"name": f"{name}-token", "namespace": ns, "annotations": {"kubernetes.io/service-account.name": name}}},
     ):
         kube.apply(obj, field_manager=FIELD_MANAGER_LOCAL)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data = (kube.get("v1", "secrets", f"{name}-token", ns).get("data") or {})
-        if data.get("token") and data.get("ca.crt"):
-            return base64.b64decode(data["token"]).decode(), data["ca.crt"]
-        time.sleep(0.3)
-    raise DataPlaneError(f"Secret {ns}/{name}-token: no token after {timeout:.0f}s (is kube-controller-manager's "
-                         "token controller running?)")
+    try:
+        data = poll_until(lambda: (d := kube.get("v1", "secrets", f"{name}-token", ns).get("data") or {})
+                          .get("token") and d.get("ca.crt") and d, what=f"Secret {ns}/{name}-token's token",
+                          timeout=timeout, interval=0.3)
+    except PollTimeout:
+        raise DataPlaneError(f"Secret {ns}/{name}-token: no token after {timeout:.0f}s (is kube-controller-manager's "
+                             "token controller running?)") from None
+    return base64.b64decode(data["token"]).decode(), data["ca.crt"]
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> bool:

@@ -54,6 +54,7 @@ from gpufleet import names
 from gpufleet_workshop.local.components import binary
 from gpufleet_workshop.local.layout import Layout
 from gpufleet_workshop.local.ports import Ports
+from gpufleet.wait import PollTimeout, poll_until
 
 #: containerd's CRI namespace (where the kubelet's images and containers live).
 CRI_NAMESPACE = "k8s.io"
@@ -443,16 +444,19 @@ def remove_cgroups(cluster: str, timeout: float = 10.0) -> None:
     Raises:
         NodeError: processes or cgroups still there after ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while (pids := cgroup_pids(cluster)) and time.monotonic() < deadline:
-        for pid in pids:
+    def all_killed() -> bool:
+        for pid in (pids := cgroup_pids(cluster)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        time.sleep(0.2)
-    if pids:
-        raise NodeError(f"processes {sorted(pids)} still in cgroups {CGROUP_PREFIX}{cluster} after {timeout:.0f}s")
+        return not pids
+
+    try:
+        poll_until(all_killed, what=f"cgroups {CGROUP_PREFIX}{cluster} empty", timeout=timeout, interval=0.2)
+    except PollTimeout:
+        raise NodeError(f"processes {sorted(cgroup_pids(cluster))} still in cgroups {CGROUP_PREFIX}{cluster} after "
+                        f"{timeout:.0f}s") from None
     left = []
     for d in cgroup_dirs(cluster):
         if not d.is_dir():
@@ -568,19 +572,21 @@ def wait_containerd(paths: NodePaths, alive: Callable[[], bool], timeout: float)
     Raises:
         NodeError: it exited or did not answer within ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    while True:
+    def answers() -> bool:
         if paths.socket.exists():
             try:
                 ctr(paths, "version", timeout=5)
-                return
+                return True
             except (NodeError, subprocess.TimeoutExpired):
                 pass
         if not alive():
             raise NodeError("containerd exited during startup")
-        if time.monotonic() > deadline:
-            raise NodeError(f"containerd did not answer on {paths.socket} after {timeout:.0f}s")
-        time.sleep(0.2)
+        return False
+
+    try:
+        poll_until(answers, what=f"containerd on {paths.socket}", timeout=timeout, interval=0.2)
+    except PollTimeout:
+        raise NodeError(f"containerd did not answer on {paths.socket} after {timeout:.0f}s") from None
 
 
 def images(paths: NodePaths) -> dict[str, str]:

@@ -9,6 +9,7 @@ file per component; :func:`tail` reads its end for error messages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import httpx
 
 from gpufleet_admin.files import tail
 from gpufleet_workshop.local.certs import KeyPair
+from gpufleet.wait import PollTimeout, poll_until
 
 
 class ComponentFailed(RuntimeError):
@@ -181,17 +183,16 @@ def stop(pidfile: Path, timeout: float = 10.0) -> bool:
         os.killpg(pid, signal.SIGTERM)
     except ProcessLookupError:
         pass
-    deadline = time.monotonic() + timeout
-    while _group_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _group_alive(pid):
+    gone = lambda: not _group_alive(pid)  # noqa: E731
+    try:
+        poll_until(gone, what=f"process group {pid} gone after SIGTERM", timeout=timeout, interval=0.1)
+    except PollTimeout:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + 5
-        while _group_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        with contextlib.suppress(PollTimeout):
+            poll_until(gone, what=f"process group {pid} gone after SIGKILL", timeout=5, interval=0.1)
     proc = _children.pop(pid, None)
     if proc is not None:
         try:
@@ -235,17 +236,16 @@ def wait_healthy(spec: ProcessSpec, timeout: float = 60.0, interval: float = 0.2
         return
     ctx = _ssl_context(spec.health)
     with httpx.Client(verify=ctx, timeout=2.0) as client:
-        while True:
+        def healthy() -> bool:
             if running(spec.pidfile) is None:
                 raise ComponentFailed(spec.name, "exited during startup", spec.log)
-            try:
-                if client.get(spec.health.url).status_code == 200:
-                    return
-            except (httpx.HTTPError, OSError, ssl.SSLError):
-                pass
-            if time.monotonic() > deadline:
-                raise ComponentFailed(spec.name, f"not healthy at {spec.health.url} after {timeout:.0f}s", spec.log)
-            time.sleep(interval)
+            return client.get(spec.health.url).status_code == 200
+
+        try:
+            poll_until(healthy, what=f"{spec.name} healthy", timeout=max(0.0, deadline - time.monotonic()),
+                       interval=interval, ignore=(httpx.HTTPError, OSError, ssl.SSLError))
+        except PollTimeout:
+            raise ComponentFailed(spec.name, f"not healthy at {spec.health.url} after {timeout:.0f}s", spec.log) from None
 
 
 def rss_bytes(pid: int) -> int:

@@ -64,6 +64,7 @@ which and what the cluster looked like; the timeline is still written).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -83,6 +84,7 @@ from gpufleet_workshop.local.dataplane import netns_name as dataplane_name
 from gpufleet_workshop.local.node import node_name as real_node_name
 from gpufleet_workshop.sim import incluster, serving
 from gpufleet.virtual_kubelet.node import node_name_for
+from gpufleet.wait import PollTimeout, poll_until
 
 log = logging.getLogger(__name__)
 
@@ -467,12 +469,11 @@ class Options:
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            state = json.dumps(rec.last().__dict__) if rec else ""
-            raise SimError(f"timed out after {timeout:.0f}s waiting for {what}; last sample: {state}")
-        time.sleep(0.5)
+    try:
+        poll_until(check, what=what, timeout=timeout, interval=0.5)
+    except PollTimeout:
+        state = json.dumps(rec.last().__dict__) if rec else ""
+        raise SimError(f"timed out after {timeout:.0f}s waiting for {what}; last sample: {state}") from None
 
 
 def use_descheduler_policy(cluster, policy: dict, timeout: float = 60.0) -> None:
@@ -794,22 +795,22 @@ def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, v
         return
     selectors = [(training_ns, f"jobset.sigs.k8s.io/jobset-name={JOBSET_NAME}"),
                  (inference_ns, f"app.kubernetes.io/name={deployment}")]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def none_left() -> bool:
         left = []
         for ns, sel in selectors:
             try:
                 left += kube.list("v1", "pods", ns, labelSelector=sel)["items"]
             except KubeError:
                 pass
-        if not left:
-            return
         for p in left:
             try:
                 kube.delete("v1", "pods", p["metadata"]["name"], p["metadata"]["namespace"], grace_seconds=0)
             except KubeError:
                 pass
-        time.sleep(0.5)
+        return not left
+
+    with contextlib.suppress(PollTimeout):  # best effort, as before
+        poll_until(none_left, what="the flip's pods gone", timeout=60, interval=0.5)
 
 
 def _print_summary(console, summary: dict, phases: dict, transitions: list[Transition]) -> None:

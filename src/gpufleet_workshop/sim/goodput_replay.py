@@ -62,6 +62,7 @@ from gpufleet.goodput.account import Account
 from gpufleet.goodput.tracker import Tracker
 from gpufleet.names import (CHECKPOINT_MARKER, FIELD_MANAGER, GOODPUT_REPLAY_LABEL, SIMULATED_DURATION_ANNOTATION,
                             SIMULATED_LABEL, SWAP_TAINT)
+from gpufleet.wait import PollTimeout, poll_until
 
 log = logging.getLogger(__name__)
 
@@ -280,14 +281,10 @@ class FaultTimes:
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise ReplayError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return poll_until(check, what=what, timeout=timeout, interval=interval)
+    except PollTimeout as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:

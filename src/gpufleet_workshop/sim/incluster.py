@@ -18,17 +18,18 @@ kubelet.
 
 from __future__ import annotations
 
+import contextlib
 import base64
 import datetime as dt
 import math
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 from gpufleet.taint_controller.controller import Transition
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import FIELD_MANAGER_SIM
+from gpufleet.wait import PollTimeout, poll_until
 
 def fixture_node(cluster) -> str:
     """The folder of the fixture GPU node the real node's exporter reads (written once: ``node.json``, ``sys/``)."""
@@ -167,15 +168,9 @@ def wait_available(kube: Kube, deps: list[tuple[str, str]], timeout: float) -> N
     Raises:
         TimeoutError: names those that are not, with their pods' phases and reasons.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [d for d in deps if not available(kube, *d)]
-        if not left:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"Deployments not Available within {timeout:.0f}s: "
-                               + "; ".join(f"{ns}/{n} ({pod_states(kube, ns, n)})" for ns, n in left))
-        time.sleep(1)
+    poll_until(lambda: all(available(kube, *d) for d in deps), what="Deployments Available", timeout=timeout,
+               interval=1, detail=lambda: "; ".join(f"{ns}/{n} ({pod_states(kube, ns, n)})" for ns, n in deps
+                                                    if not available(kube, ns, n)))
 
 
 def pods(kube: Kube, namespace: str, name: str) -> list[dict]:
@@ -205,11 +200,11 @@ def remove(kube: Kube, deps: list[tuple[str, str]], timeout: float = 60.0) -> No
             kube.delete("apps/v1", "deployments", name, ns, propagation="Foreground")
         except KubeError:
             pass
-    deadline = time.monotonic() + timeout
     # Foreground deletion: the Deployment object stays until its ReplicaSets and pods are gone.
-    while time.monotonic() < deadline and any(
-            pods(kube, ns, name) or kube.get_or_none("apps/v1", "deployments", name, ns) for ns, name in deps):
-        time.sleep(0.5)
+    with contextlib.suppress(PollTimeout):  # best effort
+        poll_until(lambda: not any(pods(kube, ns, name) or kube.get_or_none("apps/v1", "deployments", name, ns)
+                                   for ns, name in deps), what="Deployments and their pods gone", timeout=timeout,
+                   interval=0.5)
 
 
 def logs(kube: Kube, namespace: str, name: str) -> dict[str, str]:

@@ -33,7 +33,6 @@ import logging
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import GPU_RESOURCE, HOSTNAME_LABEL, SYSTEM_NODE_TAINT, VIRTUAL_NODE_LABEL
 from gpufleet_workshop.sim import traffic
+from gpufleet.wait import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -225,18 +225,18 @@ def wait_serving(dataplane, url: str, timeout: float) -> None:
     Raises:
         TimeoutError: no 200 within ``timeout`` seconds (the last error).
     """
-    deadline = time.monotonic() + timeout
     probe = ("import sys, urllib.request\n"
              "try:\n  urllib.request.urlopen(sys.argv[1], timeout=2).read()\nexcept Exception as e:\n"
              "  print(e); sys.exit(1)")
-    last = ""
-    while time.monotonic() < deadline:
+    last = [""]
+
+    def served() -> bool:
         proc = subprocess.run(dataplane.exec_argv([sys.executable, "-c", probe, url]), capture_output=True, text=True)
-        if proc.returncode == 0:
-            return
-        last = (proc.stdout + proc.stderr).strip()[-300:]
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} not served through the data plane within {timeout:.0f}s: {last}")
+        last[0] = (proc.stdout + proc.stderr).strip()[-300:]
+        return proc.returncode == 0
+
+    poll_until(served, what=f"{url} served through the data plane", timeout=timeout, interval=0.5,
+               detail=lambda: f"last error: {last[0]}")
 
 
 def summarize(reqs: list[traffic.Request], *, wall_t0: float, flip_from: float | None, flip_to: float | None,

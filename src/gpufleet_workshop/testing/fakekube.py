@@ -86,7 +86,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -1007,7 +1007,6 @@ class FakeKube(Kube):
     def _delete(self, kind: Kind, namespace: str | None, name: str | None, options: Obj, params: Mapping[str, Any],
                 dry: bool) -> Obj:
         live = self._live(kind, namespace, name)
-        meta = live["metadata"]
         self._preconditions(kind, live, options.get("preconditions") or {})
         if dry or params.get("dryRun") == "All":
             return copy.deepcopy(live)
