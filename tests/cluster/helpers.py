@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpufleet.kube import Kube, NotFound
+from gpufleet.wait import poll_until
 
 #: The namespace of the local inventory's pretraining team (LocalQueue ``pretrain``), where tests submit jobs.
 TEAM_NAMESPACE = "team-pretrain"
@@ -20,14 +20,7 @@ KUEUE_KINDS = ("Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology"
 
 def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: float = 0.25):
     """Poll ``check`` until truthy and return its value; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    return poll_until(check, what=what, timeout=timeout, interval=interval)
 
 
 def ensure_kueue_objects(kube: Kube, inventory) -> None:

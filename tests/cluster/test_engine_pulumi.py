@@ -41,6 +41,7 @@ from gpufleet_admin.build import pulumi as tools
 from gpufleet_admin.stack import engine
 from gpufleet_admin.stack.render import render
 from gpufleet_admin.stack.role import object_id
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -121,10 +122,8 @@ def system_node(local_cluster) -> Iterator[str | None]:
     del node["metadata"]["labels"][SIMULATED_LABEL]  # local.up keeps only inventory nodes with that label
     kube.create("v1", "nodes", node)
     try:
-        deadline = time.monotonic() + 60
-        while not _schedulable_untainted(kube):
-            assert time.monotonic() < deadline, f"kwok did not make {SYSTEM_NODE} Ready"
-            time.sleep(0.5)
+        poll_until(lambda: _schedulable_untainted(kube), what=f"kwok making {SYSTEM_NODE} Ready", timeout=60,
+                   interval=0.5)
         yield SYSTEM_NODE
     finally:
         kube.delete("v1", "nodes", SYSTEM_NODE)
@@ -146,13 +145,10 @@ def remove_leftovers(kube: Kube, timeout: float = 120.0) -> None:
             pass
     deadline = time.monotonic() + timeout
     for obj in present:
-        while True:
-            try:
-                kube.request("GET", kube.path_of(obj))
-            except NotFound:
-                break
-            assert time.monotonic() < deadline, f"leftover {obj['kind']} {obj['metadata']['name']} not gone after {timeout:.0f}s"
-            time.sleep(0.5)
+        poll_until(lambda obj=obj: kube.get_or_none(obj["apiVersion"], kube.resource(obj["apiVersion"], obj["kind"])[0],
+                                                    obj["metadata"]["name"], obj["metadata"].get("namespace")) is None,
+                   what=f"leftover {obj['kind']} {obj['metadata']['name']} gone",
+                   timeout=max(0.0, deadline - time.monotonic()), interval=0.5)
 
 
 @dataclasses.dataclass

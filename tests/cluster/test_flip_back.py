@@ -21,6 +21,7 @@ from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 from .helpers import wait
@@ -88,17 +89,18 @@ def test_descheduler_moves_released_pods_back_without_breaking_the_pdb(gated):
         t0 = time.monotonic()
         set_taint(kube, NODE, {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, add=True)
 
-        min_ready = 4
-        deadline = time.monotonic() + 150
-        while True:
+        seen = {"min_ready": 4, "in": 0, "out": 0}
+
+        def back_in() -> bool:
             current = pods(kube, ns)
-            min_ready = min(min_ready, len([p for p in current if ready(p)]))
-            inside = [p for p in current if ready(p) and p["spec"]["nodeName"] != NODE]
-            outside = [p for p in current if p["spec"].get("nodeName") == NODE]
-            if len(inside) == 4 and not outside:
-                break
-            assert time.monotonic() < deadline, f"not back in-cluster: {len(inside)} in, {len(outside)} out"
-            time.sleep(0.2)
+            seen["min_ready"] = min(seen["min_ready"], len([p for p in current if ready(p)]))
+            seen["in"] = len([p for p in current if ready(p) and p["spec"]["nodeName"] != NODE])
+            seen["out"] = len([p for p in current if p["spec"].get("nodeName") == NODE])
+            return seen["in"] == 4 and not seen["out"]
+
+        poll_until(back_in, what="every pod back in-cluster", timeout=150, interval=0.2,
+                   detail=lambda: f"{seen['in']} in, {seen['out']} out")
+        min_ready = seen["min_ready"]
         elapsed = time.monotonic() - t0
         watch.stop()
         assert min_ready >= 3, "the PodDisruptionBudget was broken"

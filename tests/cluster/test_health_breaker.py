@@ -28,6 +28,7 @@ from gpufleet.names import BREAKER_CONFIGMAP, DEGRADED_TAINT
 from gpufleet.ops import swap as swapper
 from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.prom.client import PromClient
+from gpufleet.wait import poll_until
 
 from .helpers import exporter_fleet, hostname_selector, return_to_service
 
@@ -70,15 +71,16 @@ def clean(local_cluster, fleet):
 
 def step_until(rem: Remediator, what: str, check, timeout: float = 30.0):
     """Run steps every 0.5 s until ``check(report)`` is truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
+    last: list = []
+
+    def stepped():
         report = rem.step()
         assert not report.errors, report.errors
-        if check(report):
-            return report
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; last decisions: {report.decisions}")
-        time.sleep(0.5)
+        last[:] = [report]
+        return report if check(report) else None
+
+    return poll_until(stepped, what=what, timeout=timeout, interval=0.5,
+                      detail=lambda: f"last decisions: {last[0].decisions if last else None}")
 
 
 def events(api, kind: str, name: str, reason: str, since: str, namespace: str = "default") -> list[dict]:

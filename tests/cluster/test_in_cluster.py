@@ -19,6 +19,7 @@ from gpufleet.kube import Kube
 from gpufleet_workshop.local.apply import apply_changed
 from gpufleet_workshop.local import node as realnode
 from gpufleet_admin.stack.render import render
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -29,13 +30,7 @@ KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Ro
 
 
 def _wait(what: str, check, timeout: float = 180.0, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        if result := check():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
+    return poll_until(check, what=what, timeout=timeout, interval=interval)
 
 
 @pytest.fixture(scope="module")

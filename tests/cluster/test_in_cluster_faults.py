@@ -36,6 +36,7 @@ from gpufleet_workshop.sim.flip import JOBSET_NAME, Options, run
 from gpufleet_workshop.sim.incluster import pods
 from gpufleet.virtual_kubelet.node import node_name_for
 from gpufleet.virtual_kubelet.provider import SOURCE_UID, REMOTE_NODE_LABEL
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -46,13 +47,7 @@ TRAINING_NS = "team-pretrain"
 
 
 def _wait(what: str, check, timeout: float = 240.0, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        if result := check():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        time.sleep(interval)
+    return poll_until(check, what=what, timeout=timeout, interval=interval)
 
 
 class Flip:

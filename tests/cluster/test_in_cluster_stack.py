@@ -24,6 +24,7 @@ from gpufleet_workshop.local import cluster as local
 from gpufleet_workshop.local import node as realnode
 from gpufleet_workshop.sim import incluster
 from gpufleet_admin.stack import engine
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -87,14 +88,10 @@ def test_two_replicas_one_holding_the_lease(stack):
     for (ns, name), lease in LEASES.items():
         names = [p["metadata"]["name"] for p in incluster.pods(stack.kube, ns, name)]
         assert len(names) == 2, f"{name}: {names}"
-        deadline = time.monotonic() + 60
-        while True:
-            holder = ((stack.kube.get_or_none("coordination.k8s.io/v1", "leases", lease, ns) or {}).get("spec")
-                      or {}).get("holderIdentity") or ""
-            if sum(n in holder for n in names) == 1:
-                break
-            assert time.monotonic() < deadline, f"Lease {ns}/{lease}: held by {holder!r}, not one of {names}"
-            time.sleep(1)
+        holder = lambda: ((stack.kube.get_or_none("coordination.k8s.io/v1", "leases", lease, ns) or {})  # noqa: E731
+                          .get("spec") or {}).get("holderIdentity") or ""
+        poll_until(lambda: sum(n in holder() for n in names) == 1, what=f"Lease {ns}/{lease} held by one of {names}",
+                   timeout=60, interval=1, detail=lambda: f"held by {holder()!r}")
 
 
 def test_every_controller_logs_through_the_kubelet_without_403(stack):

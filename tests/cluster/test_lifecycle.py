@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -14,6 +15,7 @@ from gpufleet_workshop.local.apply import apply_changed, wait_for
 from gpufleet_workshop.local import ports as portblocks
 from gpufleet_workshop.local import prometheus
 from gpufleet.prom.client import PromClient
+from gpufleet.wait import PollTimeout, poll_until
 from roles.registry import node_specs
 
 pytestmark = pytest.mark.cluster
@@ -106,13 +108,9 @@ def test_prometheus_scrapes_file_sd_targets_and_control_plane(local_cluster):
     def targets() -> dict[str, str]:
         return {t["labels"]["job"]: t["health"] for t in prom.targets()}
 
-    import time
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = targets()
-        if found.get("self-check") == "up" and found.get("kube-apiserver") == "up":
-            break
-        time.sleep(1)
+    with contextlib.suppress(PollTimeout):  # the assertions below say what was missing
+        poll_until(lambda: (f := targets()).get("self-check") == "up" and f.get("kube-apiserver") == "up",
+                   what="self-check and kube-apiserver targets up", timeout=60, interval=1)
     found = targets()
     (c.layout.scrape_targets / "self-check.json").unlink()
     assert found.get("self-check") == "up", json.dumps(found)

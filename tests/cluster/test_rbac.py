@@ -13,12 +13,11 @@ create Pods, change Services, bind or escalate RBAC, impersonate.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from gpufleet.kube import Kube
 from gpufleet_workshop.local.apply import apply_changed
 from gpufleet_admin.stack.render import render
+from gpufleet.wait import poll_until
 from roles.registry import load
 
 pytestmark = pytest.mark.cluster
@@ -176,11 +175,8 @@ def test_a_controller_pod_reaches_the_api_server_in_cluster_with_its_token(local
                                     "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True}}]}}
     k.create("v1", "pods", pod, accounts[sa])
     try:
-        deadline = time.monotonic() + 120
-        while (phase := k.get("v1", "pods", name, accounts[sa]).get("status", {}).get("phase")) not in (
-                "Succeeded", "Failed"):
-            assert time.monotonic() < deadline, phase
-            time.sleep(0.5)
+        phase = poll_until(lambda: (ph := k.get("v1", "pods", name, accounts[sa]).get("status", {}).get("phase"))
+                           in ("Succeeded", "Failed") and ph, what=f"pod {name} finished", timeout=120, interval=0.5)
         logs = k.pod_log(accounts[sa], name)
         assert phase == "Succeeded", logs
         assert "source in-cluster service account (API server from $GPUFLEET_API_SERVER)" in logs, logs

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
 
 import pytest
 from gpufleet import names
@@ -12,6 +12,7 @@ from gpufleet.kube import Kube
 from gpufleet_workshop.local import cluster as local
 from gpufleet_workshop.local import node as realnode
 from gpufleet_admin.versions import pin
+from gpufleet.wait import PollTimeout, poll_until
 
 pytestmark = pytest.mark.cluster
 
@@ -33,14 +34,14 @@ def _pod(name: str, node: str, image: str, args: list[str] | None = None, comman
 
 
 def _wait_phase(k: Kube, name: str, phases: set[str], timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = k.get("v1", "pods", name, NAMESPACE)
-        if pod.get("status", {}).get("phase") in phases:
-            return pod
-        if time.monotonic() > deadline:
-            raise AssertionError(f"pod {name} is {pod.get('status', {}).get('phase')}, not {phases}: {pod.get('status')}")
-        time.sleep(0.5)
+    last: list = [None]
+
+    def in_phase():
+        last[0] = k.get("v1", "pods", name, NAMESPACE)
+        return last[0] if last[0].get("status", {}).get("phase") in phases else None
+
+    return poll_until(in_phase, what=f"pod {name} in {sorted(phases)}", timeout=timeout, interval=0.5,
+                      detail=lambda: f"status: {(last[0] or {}).get('status')}")
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +76,15 @@ def test_images_are_imported_never_pulled(local_cluster, node):
     name = "pull-refused"
     k.create("v1", "pods", _pod(name, node["metadata"]["name"], "registry.example.com/nothing/here:1"), NAMESPACE)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            statuses = k.get("v1", "pods", name, NAMESPACE).get("status", {}).get("containerStatuses") or []
-            waiting = statuses[0].get("state", {}).get("waiting") if statuses else None
-            if waiting and waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
-                break
-            time.sleep(0.5)
+        def pull_refused():
+            statuses[:] = k.get("v1", "pods", name, NAMESPACE).get("status", {}).get("containerStatuses") or []
+            found = statuses[0].get("state", {}).get("waiting") if statuses else None
+            return found if found and found.get("reason") in ("ErrImagePull", "ImagePullBackOff") else None
+
+        statuses: list = []
+        with contextlib.suppress(PollTimeout):  # the assertion below shows what was there
+            poll_until(pull_refused, what=f"pod {name}'s image pull refused", timeout=60, interval=0.5)
+        waiting = statuses[0].get("state", {}).get("waiting") if statuses else None
         assert waiting is not None and waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"), statuses
         events = k.list("v1", "events", NAMESPACE, fieldSelector=f"involvedObject.name={name}")["items"]
         assert any("127.0.0.1:1" in (e.get("message") or "") for e in events), [e.get("message") for e in events]

@@ -34,6 +34,7 @@ from gpufleet.ops import swap as swapper
 from gpufleet.prom.client import PromClient
 from gpufleet.prom.server import running_prometheus
 from gpufleet_workshop.sim.fleet import scrape_config, start_node
+from gpufleet.wait import poll_until
 
 from .helpers import TEAM_NAMESPACE, busy_nodes, delete_job, gpu_nodes_by, wait
 
@@ -112,12 +113,14 @@ def heat(local_cluster, state, node: str, tmp_path) -> float:
             for g in range(8):
                 sim.set_temperature(g, 41)
             sim.set_temperature(3, 91)
-            deadline = time.monotonic() + 60
-            while nodeutil.taint(get_node(api, node), DEGRADED_TAINT) is None:
+            def degraded() -> bool:
+                if nodeutil.taint(get_node(api, node), DEGRADED_TAINT) is not None:
+                    return True
                 report = rem.step()
                 assert not report.errors, report.errors
-                assert time.monotonic() < deadline, f"no degrade of {node}: {report.decisions}"
-                time.sleep(0.5)
+                return False
+
+            poll_until(degraded, what=f"{node} degraded", timeout=60, interval=0.5)
             tainted = time.time()
         finally:
             rem.close()

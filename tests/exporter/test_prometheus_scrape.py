@@ -18,6 +18,7 @@ import pytest
 
 from gpufleet_workshop.fixtures.node import healthy_node, write_node
 from gpufleet.prom.server import free_port, running_prometheus
+from gpufleet.wait import poll_until
 
 UNITS_PER_SECOND = 25_000_000  # 4-octet units: 100 MB/s, 800 Mb/s
 BYTES_PER_SECOND = 4 * UNITS_PER_SECOND
@@ -59,17 +60,16 @@ def exporter(tmp_path):
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}/metrics"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"exporter did not serve {url}: {proc.stderr.read().decode()[-2000:]}")
-        time.sleep(0.1)
+    def serving() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"exporter exited: {proc.stderr.read().decode()[-2000:]}")
+        return httpx.get(url, timeout=1).status_code == 200
+
+    try:
+        poll_until(serving, what=f"the exporter serving {url}", timeout=20, interval=0.1, ignore=(httpx.TransportError,))
+    except TimeoutError:
+        proc.kill()
+        pytest.fail(f"exporter did not serve {url}: {proc.stderr.read().decode()[-2000:]}")
     yield f"127.0.0.1:{port}"
     grower.stop.set()
     proc.terminate()

@@ -17,6 +17,7 @@ from gpufleet.kube import Kube, LeadershipLost, Unreachable
 from gpufleet.kube.config import from_dict
 from gpufleet.kube.fence import Fence
 from gpufleet.kube.leader import WATCH_POLL_SECONDS, LeaderElector, Timings
+from gpufleet.wait import poll_until
 
 from ..netfaults import HangProxy
 from .leases import FakeLeaseApi
@@ -83,11 +84,7 @@ def elector(api, clock, timings: Timings, identity: str = "a") -> LeaderElector:
 
 
 def wait_for(what: str, check, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.01)
+    poll_until(check, what=what, timeout=timeout, interval=0.01)
 
 
 # ---------------------------------------------------------------------- the fence

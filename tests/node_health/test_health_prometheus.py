@@ -10,6 +10,7 @@ from gpufleet.node_health.faults import Queries, Rules, evaluate
 from gpufleet.prom.client import PromClient, PromError
 from gpufleet_workshop.sim.fleet import scrape_config, start_node
 from gpufleet.prom.server import PrometheusNotFound, running_prometheus
+from gpufleet.wait import poll_until
 
 RULES = Rules(hot_samples=3, scrape_interval_seconds=1)
 NODES = ("healthy", "hot", "xid", "links", "nics", "erroring", "blind")
@@ -39,14 +40,12 @@ def faults_now(prom) -> dict:
 
 
 def wait_faults(prom, want: set[str], timeout: float = 20.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    def found():
         got = faults_now(prom)
-        if want <= set(got):
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"faults {sorted(want)} not all found after {timeout}s: {got}")
-        time.sleep(0.5)
+        return got if want <= set(got) else None
+
+    return poll_until(found, what=f"faults {sorted(want)}", timeout=timeout, interval=0.5,
+                      detail=lambda: f"found: {faults_now(prom)}")
 
 
 def test_faults_from_real_series(sim):
@@ -94,10 +93,8 @@ def test_infiniband_and_roce_ports_each_have_their_rules(sim):
     assert [f.kind for f in got["nics"]] == ["roce_errors"]
     assert "counter=out_of_sequence" in got["nics"][0].detail and "hca=mlx5_1" in got["nics"][0].detail
     nics.add_port_counter("mlx5_0", "symbol_error", 2)  # the InfiniBand HCA
-    deadline = time.monotonic() + 20
-    while {f.kind for f in faults_now(prom).get("nics", [])} != {"roce_errors", "ib_errors"}:
-        assert time.monotonic() < deadline, faults_now(prom)
-        time.sleep(0.5)
+    poll_until(lambda: {f.kind for f in faults_now(prom).get("nics", [])} == {"roce_errors", "ib_errors"},
+               what="roce and ib faults on nics", timeout=20, interval=0.5, detail=lambda: str(faults_now(prom)))
 
 
 def test_prometheus_errors_are_clear():

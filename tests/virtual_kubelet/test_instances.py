@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from gpufleet_workshop.sim import traffic
 from gpufleet.virtual_kubelet.providers.instances import LocalInstances, standin_flags
 from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet.wait import poll_until
 
 
 def _pod(name: str, uid: str) -> dict:
@@ -21,11 +21,7 @@ def _pod(name: str, uid: str) -> dict:
 
 
 def _until(check, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-    return got
+    return poll_until(check, what=getattr(check, "__name__", "the condition"), timeout=timeout, interval=0.1)
 
 
 @pytest.fixture
