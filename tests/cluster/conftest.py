@@ -71,6 +71,33 @@ def local_cluster() -> Iterator[LocalCluster]:
             local.down(name)
 
 
+@pytest.fixture(scope="session")
+def other_cluster(local_cluster) -> Iterator[local.Cluster]:
+    """The ``other`` pool's cluster (``<session cluster>-other``): the ``kubernetes`` provider's remote side.
+
+    Started once per session with the nodes the ``local`` inventory's
+    ``other`` pool needs (:func:`gpufleet_workshop.sim.incluster.pool_node_specs`,
+    so ``sim.flip`` and the in-cluster stack find it ready and reuse it), from
+    empty state unless it already runs, and shared by every module that
+    needs it; each module removes what it created there. Stopped at the end
+    of the session if this session started it (``GPUFLEET_KEEP_CLUSTER=1``
+    leaves it running).
+    """
+    from gpufleet_workshop.sim.incluster import pool_node_specs
+    from roles.registry import load
+
+    inv = load("local")
+    pool = next(p for p in inv.role("virtual_kubelet").virtual_kubelet_pools if p.name == "other")
+    name = f"{local_cluster.name}-other"
+    was_up = bool(local.main_pids(name))
+    c = local.up(name, env="local", specs=pool_node_specs(inv, pool), fresh=not was_up)
+    try:
+        yield c
+    finally:
+        if not was_up and os.environ.get("GPUFLEET_KEEP_CLUSTER") != "1":
+            local.down(name)
+
+
 @pytest.fixture(scope="module")
 def local_queues(local_cluster):
     """The ``local`` inventory, its Kueue objects present in the cluster (created when absent, left in place).

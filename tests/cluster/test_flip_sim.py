@@ -13,9 +13,9 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.flaky(reruns=2)  # timing on a shared 2-core machine; a rerun starts from a settled cluster
-def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluster, tmp_path):
+def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluster, other_cluster, tmp_path):
     summary = run(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=15, out=tmp_path,
-                          timeout=180, other_clusters={"other": f"{local_cluster.name}-other"}, rate=20))
+                          timeout=180, other_clusters={"other": other_cluster.name}, rate=20))
     assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
     assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0
     # Make before break (the inventory's mode): every replacement was Ready before its pod left, both ways.

@@ -105,10 +105,9 @@ def test_standby_takes_the_lease_mid_flip_and_the_flip_completes_within_the_pdb(
     assert takeover < 60
 
 
-def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_path):
+def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, other_cluster, tmp_path):
     k = local_cluster.kube
-    other = f"{local_cluster.name}-other"
-    started_other = not local.main_pids(other)
+    other = other_cluster.name  # the session's, shared (conftest.other_cluster)
     node = node_name_for("other")
     flip = Flip(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=120, out=tmp_path,
                         timeout=300, other_clusters={"other": other}, rate=0))
@@ -158,8 +157,6 @@ def test_virtual_kubelet_restart_loses_and_duplicates_no_pod(local_cluster, tmp_
     finally:
         if flip.alive():
             flip.thread.join(900)
-        if started_other:
-            local.down(other)
 
 
 #: The controllers' log lines start with their UTC time (``logging``'s default ``asctime``).

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from gpufleet_admin.build import pulumi as tools
 from gpufleet.kube import Kube
-from gpufleet_workshop.local import cluster as local
 from gpufleet_workshop.local import node as realnode
 from gpufleet_workshop.sim import incluster
 from gpufleet_admin.stack import engine
@@ -44,12 +43,11 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(local_cluster, tmp_path_factory) -> Iterator[Stack]:
+def stack(local_cluster, other_cluster, tmp_path_factory) -> Iterator[Stack]:
     """``pulumi up`` of the local stack as ``invoke up --env local`` runs it; destroyed at module end."""
     tools.ensure_all(progress=print)
     inv = load("local")
-    other = f"{local_cluster.name}-other"
-    started_other = not local.main_pids(other)
+    other = other_cluster.name  # the session's, shared (conftest.other_cluster)
     root: Path = tmp_path_factory.mktemp("pulumi")
     config = incluster.stack_config(local_cluster.cluster)
     target = engine.Target(env="local", kubeconfig=local_cluster.kubeconfig, work_dir=root / "project",
@@ -70,8 +68,6 @@ def stack(local_cluster, tmp_path_factory) -> Iterator[Stack]:
     finally:
         engine.destroy(target, printer=print, remove=True)
         incluster.orphan_virtual_nodes(local_cluster.kube, inv)  # the virtual kubelets' own Nodes
-        if started_other:
-            local.down(other)
 
 
 def test_every_gpufleet_deployment_is_available_on_the_real_node(stack):

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def other(local_cluster) -> str:
     """A second cluster's name, derived from the session cluster's (``$GPUFLEET_TEST_CLUSTER``), so that
-    two test sessions on one machine each have their own."""
-    return f"{local_cluster.name}-other"
+    two test sessions on one machine each have their own; not the ``other`` pool's (``other_cluster``, which
+    other modules share and this test would stop)."""
+    return f"{local_cluster.name}-lc"
 
 
 def test_down_then_up_again_beside_the_session_cluster(local_cluster, other):

@@ -23,7 +23,6 @@ import pytest
 
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.events import events_for
-from gpufleet_workshop.local import cluster as local
 from gpufleet.names import (
     ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, PUBLISHED_CONDITION, SERVICE_NAME_LABEL,
 )
@@ -31,10 +30,10 @@ from gpufleet.virtual_kubelet.endpoint_health import HealthSettings
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
 from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
 from roles.inference.manifests import objects as inference_objects
-from roles.registry import load, node_specs
+from roles.registry import load
 
 from .helpers import wait
-from .vk_helpers import (H100, close_virtual_kubelet, delete_namespace, deployment, keep, namespace, pods, ready,
+from .vk_helpers import (H100, close_virtual_kubelet, delete_namespace, deployment, namespace, pods, ready,
                          simulated_provider, start_virtual_kubelet)
 
 pytestmark = pytest.mark.cluster
@@ -51,14 +50,9 @@ def kube(local_cluster):
 
 
 @pytest.fixture(scope="module")
-def other(local_cluster):
-    """The second cluster (2 kwok nodes), the kubernetes provider's remote side (left running if it was)."""
-    name = f"{local_cluster.name}-other"
-    was_up = bool(local.main_pids(name))
-    c = local.up(name, specs=node_specs("local", 2), fresh=not was_up)
-    yield c
-    if not was_up and not keep():
-        local.down(name)
+def other(other_cluster):
+    """The second cluster (the session's, :func:`conftest.other_cluster`), the kubernetes provider's remote side."""
+    return other_cluster
 
 
 def slices(kube: Kube, ns: str, service: str, managed_by: str) -> list[dict]:

@@ -11,17 +11,15 @@ import time
 
 import pytest
 
-from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound
 from gpufleet.kube.times import parse_time
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet.virtual_kubelet.provider import SOURCE_UID
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
 from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
-from roles.registry import node_specs
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, deployment, keep, namespace, pods, ready
+from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -30,13 +28,10 @@ NODE = f"vk-{POOL}"
 
 
 @pytest.fixture(scope="module")
-def other(local_cluster):
-    """The second cluster (2 nodes), from empty state unless it already runs (no remote pods of earlier runs)."""
-    name = f"{local_cluster.name}-other"
-    c = local.up(name, specs=node_specs("local", 2), fresh=not local.main_pids(name))
-    yield c
-    if not keep():
-        local.down(name)
+def other(other_cluster):
+    """The second cluster (the session's, :func:`conftest.other_cluster`); this module's pods there live in its
+    own namespaces, removed by ``ns``."""
+    return other_cluster
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,12 @@ import logging
 import pytest
 
 from gpufleet.kube import Kube, NotFound
-from gpufleet_workshop.local import cluster as local
 from gpufleet.names import FOREIGN_OBJECT_REASON, REFLECTED_LABEL
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider, copy_name
-from roles.registry import node_specs
 
 from .helpers import wait
-from .vk_helpers import H100, delete_namespace, keep, namespace, ready
+from .vk_helpers import H100, delete_namespace, namespace, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -42,14 +40,9 @@ TOKEN = "tok-9f2c41d7e8b3a6"
 
 
 @pytest.fixture(scope="module")
-def other(local_cluster):
-    """The second cluster (2 kwok nodes), the kubernetes provider's remote side (left running if it was)."""
-    name = f"{local_cluster.name}-other"
-    was_up = bool(local.main_pids(name))
-    c = local.up(name, specs=node_specs("local", 2), fresh=not was_up)
-    yield c
-    if not was_up and not keep():
-        local.down(name)
+def other(other_cluster):
+    """The second cluster (the session's, :func:`conftest.other_cluster`), the kubernetes provider's remote side."""
+    return other_cluster
 
 
 def pod(name: str, *, secret: str = "api", pool: str = POOL, config: str = "model-config", ca: bool = False) -> dict:

@@ -61,6 +61,14 @@ def overrides(config: dict[str, str]) -> dict[str, Any]:
     return {k.split(":", 1)[1]: v for k, v in config.items()}
 
 
+def pool_node_specs(inv, pool) -> list:
+    """The nodes of a ``kubernetes`` pool's local cluster: enough GPU nodes of ``inv`` for the pool's capacity."""
+    from roles.registry import node_specs
+
+    gpus_per_node = max(h.vars.gpu_count for h in inv.hosts.values())
+    return node_specs(inv.env, max(1, math.ceil(pool.capacity_gpus / gpus_per_node)))
+
+
 def pool_clusters(kube: Kube, inv, pools, *, names: dict[str, str] | None = None,
                   say: Callable[[str], None] = print) -> dict[str, Any]:
     """Start the local cluster of each ``kubernetes`` pool and store its kubeconfig in the pool's Secret.
@@ -71,16 +79,14 @@ def pool_clusters(kube: Kube, inv, pools, *, names: dict[str, str] | None = None
     pod reads). Returns pool -> :class:`~gpufleet_workshop.local.cluster.Cluster`.
     """
     from gpufleet_workshop.local import cluster as local
-    from roles.registry import node_specs
 
     ns = inv.role("virtual_kubelet").virtual_kubelet_namespace
-    gpus_per_node = max(h.vars.gpu_count for h in inv.hosts.values())
     out = {}
     for p in pools:
         if p.provider != "kubernetes":
             continue
         name = (names or {}).get(p.name, p.name)
-        specs = node_specs(inv.env, max(1, math.ceil(p.capacity_gpus / gpus_per_node)))
+        specs = pool_node_specs(inv, p)
         try:
             st = local.status(name)
             ready = st.up and st.nodes == (len(specs) + 1, len(specs) + 1)
