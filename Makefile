@@ -5,7 +5,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install demo test test-fast bench clean
+.PHONY: install demo test test-fast test-integration bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,14 +19,23 @@ install: $(BIN)/.installed
 demo: install
 	$(BIN)/invoke demo
 
+# The whole suite, every tier (what .ci/run runs).
 test: install
 	$(BIN)/pytest
 
-# The tests that need no cluster (a few minutes): no Go build, no local cluster;
-# only Debian's prometheus package (promtool and the rule tests' Prometheus).
+# The unit tier (tests/README.md; about 3 minutes): every test that needs no cluster, no API
+# server and no image build. It installs what it reads itself: Debian's prometheus package
+# (promtool and the rule tests' Prometheus) and the pinned Go modules whose schemas the
+# render tests validate against (module zips only: nothing is built).
 test-fast: $(BIN)/.installed
 	$(BIN)/invoke local.install --only prometheus
-	$(BIN)/pytest -m "not cluster"
+	$(BIN)/python -c "from gpufleet_admin.schemas import fetch; fetch()"
+	$(BIN)/pytest -m "not cluster and not integration and not build"
+
+# The integration tier: a real etcd and kube-apiserver (seconds to start once installed).
+test-integration: $(BIN)/.installed
+	$(BIN)/invoke local.install --only etcd,kubernetes
+	$(BIN)/pytest -m integration
 
 bench: install
 	$(BIN)/invoke bench

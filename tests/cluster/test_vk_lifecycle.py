@@ -1,6 +1,6 @@
 """The virtual kubelet against a second real cluster: node, lease, pod lifecycle, failures, restart, bad input.
 
-The second cluster (``<session cluster>-other``, 2 kwok nodes) is the
+The second cluster (``<session cluster>-other``, the session's ``other_cluster``: the ``other`` pool's nodes) is the
 kubernetes provider's remote side, exactly what ``invoke local.up --name
 other`` gives the ``other`` pool.
 """
