@@ -46,6 +46,7 @@ import httpx
 from gpufleet import paths
 from gpufleet_workshop.fixtures.node import healthy_node, write_node
 from gpufleet.prom.server import free_port
+from gpufleet.wait import PollTimeout, poll_until
 
 #: Upper bounds of the main benchmark's figures (a figure above its bound is a miss).
 TARGETS = {"p95_scrape_ms": 50.0, "rss_mib": 32.0, "cpu_ms_per_scrape": 10.0, "cpu_percent_of_core": 2.0}
@@ -118,15 +119,15 @@ def run(scrapes: int, interval: float, idle_seconds: float) -> dict[str, float |
         url = f"http://127.0.0.1:{port}/metrics"
         try:
             client = httpx.Client(timeout=10)
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    body = client.get(url).text
-                    break
-                except httpx.TransportError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit("exporter did not start")
-                    time.sleep(0.1)
+            def started() -> str | None:
+                if proc.poll() is not None:
+                    raise SystemExit("exporter did not start")
+                return client.get(url).text
+
+            try:
+                body = poll_until(started, what="the exporter", timeout=30, interval=0.1, ignore=(httpx.TransportError,))
+            except PollTimeout:
+                raise SystemExit("exporter did not start") from None
             for _ in range(3):  # warm-up: NVLink probing, XID registration, imports
                 client.get(url)
             cpu_before = cpu_seconds(proc.pid)
@@ -172,16 +173,17 @@ SCRAPE_HEADERS = {"Accept-Encoding": "gzip", "Accept": "text/plain;version=0.0.4
 
 def _wait_ready(client: httpx.Client, url: str, proc: subprocess.Popen, what: str, timeout: float = 30) -> str:
     """The first successful body from ``url``; SystemExit when ``proc`` exits or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            response = client.get(url, headers=SCRAPE_HEADERS)
-            response.raise_for_status()
-            return response.text
-        except httpx.HTTPError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{what} did not start ({url})")
-            time.sleep(0.1)
+    def body() -> str:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} did not start ({url})")
+        response = client.get(url, headers=SCRAPE_HEADERS)
+        response.raise_for_status()
+        return response.text
+
+    try:
+        return poll_until(body, what=what, timeout=timeout, interval=0.1, ignore=(httpx.HTTPError,))
+    except PollTimeout:
+        raise SystemExit(f"{what} did not start ({url})") from None
 
 
 def _series(body: str, prefix: str) -> tuple[int, int]:

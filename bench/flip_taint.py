@@ -31,6 +31,7 @@ from gpufleet.taint_controller.signal import ApiServerSignal, gpus_used, schedul
 from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
+from gpufleet.wait import PollTimeout, poll_until
 from roles.registry import load
 
 NODE = "vk-bench-taint"
@@ -72,11 +73,10 @@ def main() -> int:
     kube.create("v1", "namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
     def wait_state(state: bool, timeout: float = 60) -> float:
-        deadline = time.monotonic() + timeout
-        while not (seen and seen[-1][1] is state):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"taint never became {state}")
-            time.sleep(0.01)
+        try:
+            poll_until(lambda: seen and seen[-1][1] is state, what=f"taint {state}", timeout=timeout, interval=0.01)
+        except PollTimeout:
+            raise SystemExit(f"taint never became {state}") from None
         return seen[-1][0]
 
     untaint, taint = [], []

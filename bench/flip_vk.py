@@ -38,6 +38,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import json
 import os
@@ -55,6 +56,7 @@ from gpufleet_workshop.local import node as realnode
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet_workshop.sim import incluster
+from gpufleet.wait import PollTimeout, poll_until
 from in_cluster_memory import sample
 from roles.registry import load
 
@@ -211,14 +213,18 @@ def main() -> int:
                  "virtual_kubelet": "in-cluster" if args.in_cluster else "host process"}
     vk = InCluster(kube, c) if args.in_cluster else HostProcess(c.kubeconfig)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+        def up() -> bool:
             node = kube.get_or_none("v1", "nodes", NODE)
             if node and any(c_["type"] == "Ready" and c_["status"] == "True" for c_ in node["status"]["conditions"]):
-                break
-            if (why := vk.failed()) is not None or time.monotonic() > deadline:
-                raise SystemExit(f"virtual kubelet did not come up: {why or ''}")
-            time.sleep(0.2)
+                return True
+            if (why := vk.failed()) is not None:
+                raise SystemExit(f"virtual kubelet did not come up: {why}")
+            return False
+
+        try:
+            poll_until(up, what=f"{NODE} Ready", timeout=60, interval=0.2)
+        except PollTimeout:
+            raise SystemExit("virtual kubelet did not come up: not Ready within 60 s") from None
         vk.memory(out, "idle")
 
         # Idle latency: one at a time.
@@ -246,11 +252,9 @@ def main() -> int:
         with ThreadPoolExecutor(args.create_workers) as ex:
             list(ex.map(make, names))
         t_created = time.monotonic()
-        deadline = time.monotonic() + 600
-        while sum(1 for n in names if n in running) < len(names):
-            if time.monotonic() > deadline or vk.failed() is not None:
-                break
-            time.sleep(0.2)
+        with contextlib.suppress(PollTimeout):  # what ran by then is reported
+            poll_until(lambda: sum(1 for n in names if n in running) == len(names) or vk.failed() is not None,
+                       what="every pod running", timeout=600, interval=0.2)
         done = [n for n in names if n in running]
         t_last = max(running[n] for n in done)
         out["burst_create_seconds"] = round(t_created - t0, 1)

@@ -20,15 +20,16 @@ end unless ``--keep``), or ``--cluster`` an existing one (left running).
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import threading
-import time
 import uuid
 
 from gpufleet_workshop.local import cluster as local
 from gpufleet.ops import drain as drainer
 from gpufleet.ops import swap as swapper
 from gpufleet.ops.reads import list_nodes
+from gpufleet.wait import PollTimeout, poll_until
 from roles.registry import node_specs
 
 SCENARIOS = (("5x10 maxUnavailable=1", 5, 10, 1), ("1x50 maxUnavailable=1", 1, 50, 1), ("1x50 maxUnavailable=10%", 1, 50, "10%"))
@@ -57,17 +58,18 @@ def setup(api, ns: str, node: str, deployments: int, replicas: int, max_unavaila
         api.create("policy/v1", "poddisruptionbudgets", {"metadata": {"name": f"app{i}"}, "spec": {
             "maxUnavailable": max_unavailable, "selector": {"matchLabels": labels}}}, ns)
     total = deployments * replicas
-    deadline = time.monotonic() + 180
-    while True:
-        on = [p for p in api.list("v1", "pods", ns)["items"]
-              if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"]
-        healthy = all((api.get("policy/v1", "poddisruptionbudgets", f"app{i}", ns).get("status") or {})
-                      .get("currentHealthy", 0) == replicas for i in range(deployments))
-        if len(on) == total and healthy:
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"only {len(on)}/{total} pods running on {node} after 180 s")
-        time.sleep(1)
+    on: list = []
+
+    def settled() -> bool:
+        on[:] = [p for p in api.list("v1", "pods", ns)["items"]
+                 if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"]
+        return len(on) == total and all((api.get("policy/v1", "poddisruptionbudgets", f"app{i}", ns).get("status")
+                                         or {}).get("currentHealthy", 0) == replicas for i in range(deployments))
+
+    try:
+        poll_until(settled, what=f"{total} pods running on {node}", timeout=180, interval=1)
+    except PollTimeout:
+        raise SystemExit(f"only {len(on)}/{total} pods running on {node} after 180 s") from None
 
 
 def main() -> None:
@@ -117,9 +119,9 @@ def main() -> None:
             swapper.return_node(api, node, checks=None)  # simulated node: nothing to check
             api.delete("v1", "configmaps", swapper.request_name(node), "gpufleet-system")
             api.delete("v1", "namespaces", ns, grace_seconds=0)
-            deadline = time.monotonic() + 120  # its pods must not show up in the next scenario's drain
-            while api.get_or_none("v1", "namespaces", ns) is not None and time.monotonic() < deadline:
-                time.sleep(1)
+            with contextlib.suppress(PollTimeout):  # its pods must not show up in the next scenario's drain
+                poll_until(lambda: api.get_or_none("v1", "namespaces", ns) is None, what=f"namespace {ns} gone",
+                           timeout=120, interval=1)
     finally:
         api.close()
         if not args.cluster and not args.keep:

@@ -39,6 +39,7 @@ from gpufleet.names import SWAP_TAINT
 from gpufleet.ops.reads import list_nodes
 from gpufleet.quota_sync import resync as rs
 from gpufleet.quota_sync.controller import QuotaSync
+from gpufleet.wait import PollTimeout, poll_until
 from roles.registry import load, node_specs
 
 NAME = "ops-bench"
@@ -173,10 +174,10 @@ def main() -> None:
             toggle(api, node, leaving)
             if leaving:
                 out.append(node)
-            while training_quota(api) == before:
-                if time.monotonic() - t0 > 60:
-                    raise SystemExit(f"no convergence within 60 s after {node} {'left' if leaving else 'returned'}")
-                time.sleep(0.05)
+            try:
+                poll_until(lambda: training_quota(api) != before, what="quota convergence", timeout=60, interval=0.05)
+            except PollTimeout:
+                raise SystemExit(f"no convergence within 60 s after {node} {'left' if leaving else 'returned'}") from None
             conv.append(time.monotonic() - t0)
             time.sleep(0.5)
         for node in out:

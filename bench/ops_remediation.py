@@ -17,6 +17,7 @@ returned afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import random
 import statistics
@@ -35,6 +36,7 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.ops import swap as swapper
 from gpufleet.names import SWAP_TAINT
 from gpufleet.prom.server import running_prometheus
+from gpufleet.wait import PollTimeout, poll_until
 from roles.registry import node_specs
 
 
@@ -93,9 +95,9 @@ def main() -> None:
                 time.sleep(rng.uniform(0, args.scrape + args.interval))
                 sims[n].set_temperature(rng.randrange(8), 88)
                 heated[n] = time.time()
-            deadline = time.monotonic() + 60 + args.hot_samples * args.scrape
-            while len(rem.latencies) < len(names) and time.monotonic() < deadline:
-                time.sleep(0.5)
+            with contextlib.suppress(PollTimeout):  # the nodes not tainted by then are reported as such
+                poll_until(lambda: len(rem.latencies) >= len(names), what="every hot node tainted",
+                           timeout=60 + args.hot_samples * args.scrape, interval=0.5)
             time.sleep(1)
             stop.set()
             for t in threads:

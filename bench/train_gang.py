@@ -38,6 +38,7 @@ from gpufleet_workshop.sim.flip import QUEUE_KINDS
 from gpufleet_admin.training import gang as native
 from gpufleet_admin.training.render import build_context, render_context
 from gpufleet_admin.training.submit import create_objects
+from gpufleet.wait import poll_until
 from roles.kueue.manifests import objects as kueue_objects
 from roles.registry import load, node_specs
 
@@ -49,14 +50,7 @@ def pods(api: Kube, name: str) -> list[dict]:
 
 
 def until(what: str, check, timeout: float, poll: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(poll)
+    return poll_until(check, what=what, timeout=timeout, interval=poll)
 
 
 def delete(api: Kube, name: str) -> None:

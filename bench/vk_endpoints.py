@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import json
 import os
@@ -42,6 +43,7 @@ from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import ENDPOINTSLICE_MANAGED_BY, ENDPOINTSLICE_MANAGED_BY_LABEL, SERVICE_NAME_LABEL
+from gpufleet.wait import PollTimeout, poll_until
 
 
 def main() -> int:
@@ -102,12 +104,16 @@ def main() -> int:
     out: dict = {"pods": args.pods}
     names = [f"ep-{i:04d}" for i in range(args.pods)]
     try:
-        deadline = time.monotonic() + 60
-        while not (node := kube.get_or_none("v1", "nodes", NODE)) or not any(
-                x["type"] == "Ready" and x["status"] == "True" for x in node["status"]["conditions"]):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"virtual kubelet did not come up: {proc.stderr.read() if proc.poll() is not None else ''}")
-            time.sleep(0.2)
+        def up() -> bool:
+            if proc.poll() is not None:
+                raise SystemExit(f"virtual kubelet did not come up: {proc.stderr.read()}")
+            node = kube.get_or_none("v1", "nodes", NODE)
+            return bool(node) and any(x["type"] == "Ready" and x["status"] == "True" for x in node["status"]["conditions"])
+
+        try:
+            poll_until(up, what=f"{NODE} Ready", timeout=60, interval=0.2)
+        except PollTimeout:
+            raise SystemExit("virtual kubelet did not come up: not Ready within 60 s") from None
 
         def make(name: str) -> None:
             body = pod(name, ns)
@@ -117,9 +123,9 @@ def main() -> int:
 
         with ThreadPoolExecutor(args.create_workers) as ex:
             list(ex.map(make, names))
-        deadline = time.monotonic() + 600
-        while len([n for n in names if n in published_at]) < len(names) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        with contextlib.suppress(PollTimeout):  # what was published by then is reported
+            poll_until(lambda: all(n in published_at for n in names), what="every pod published", timeout=600,
+                       interval=0.2)
         done = [n for n in names if n in published_at and n in ready_at]
         out["published"] = len(done)
         out["ready_to_published_seconds"] = stats([max(0.0, published_at[n] - ready_at[n]) for n in done])
@@ -135,9 +141,8 @@ def main() -> int:
 
         with ThreadPoolExecutor(args.create_workers) as ex:
             list(ex.map(remove, names))
-        deadline = time.monotonic() + 600
-        while len(gone_at) < len(names) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        with contextlib.suppress(PollTimeout):
+            poll_until(lambda: len(gone_at) >= len(names), what="every endpoint gone", timeout=600, interval=0.2)
         seen = [n for n in names if n in unready_at]
         out["delete_to_not_ready_seconds"] = stats([max(0.0, unready_at[n] - deleted_at[n]) for n in seen])
         out["not_ready_before_gone"] = f"{sum(1 for n in seen if n in gone_at and unready_at[n] <= gone_at[n])}/{len(names)}"
