@@ -72,3 +72,51 @@ def test_bad_arguments_are_refused():
         poll_until(lambda: True, what="x", timeout=1, interval=0)
     with pytest.raises(ValueError, match="timeout -1 must be >= 0"):
         poll_until(lambda: True, what="x", timeout=-1)
+
+
+# ------------------------------------------------------------------ one owner of "wait for a condition"
+
+#: Loops that sleep against a deadline and are not waits for a condition, by ``path::function``: the drain's
+#: eviction state machine (per-pod backoffs), training submit's progress display over an injected clock, and a
+#: benchmark sampling memory for a fixed time.
+NOT_WAITS = {"src/gpufleet/ops/drain.py::drain", "src/gpufleet_admin/training/submit.py::follow",
+             "bench/in_cluster_memory.py::main"}
+
+
+def _poll_loops(root):
+    """``path::function`` of every ``while`` loop that sleeps and compares against a clock or a deadline."""
+    import ast
+    import re
+
+    deadline = re.compile(r"(^|_)(deadline|end|until|expires?|stop_at)($|_)")
+
+    def clock_or_deadline(n) -> bool:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("monotonic", "time"):
+            return True
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+        return bool(name) and deadline.search(name.lower()) is not None
+
+    found = set()
+    for top in ("src", "bench", "tests"):
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith("tests/nodes/"):
+                continue
+            tree = ast.parse(path.read_text(), rel)
+            for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                for loop in (n for n in ast.walk(fn) if isinstance(n, ast.While)):
+                    body = list(ast.walk(loop))
+                    sleeps = any(isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "sleep"
+                                 for n in body)
+                    if sleeps and any(isinstance(n, ast.Compare) and any(clock_or_deadline(x) for x in ast.walk(n))
+                                      for n in body):
+                        found.add(f"{rel}::{fn.name}")
+    return found
+
+
+def test_every_wait_for_a_condition_goes_through_poll_until():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    loops = _poll_loops(root) - NOT_WAITS
+    assert not loops, "wait with gpufleet.wait.poll_until instead of a hand-written loop:\n" + "\n".join(sorted(loops))
