@@ -183,3 +183,18 @@ def test_a_drain_the_budget_refuses_stays_incomplete_and_says_so(fleet):
         r.close()
     assert kube.object("pods", "chat-a", "inference") is not None, "the budget allows no disruption"
     assert SWAP_TAINT in taint_keys(kube, "gpu-2") and events(kube, "NodeDrainIncomplete")
+
+
+@pytest.mark.parametrize("rule, metric, action, taint", [
+    ("nvlink_down", {"gpu": "1", "link": "3"}, "swap", SWAP_TAINT),  # a GPU's fabric link: out for repair
+    ("ib_down", {"hca": "mlx5_2", "port": "1"}, "degrade", DEGRADED_TAINT),  # one HCA of eight: inference still fits
+])
+def test_a_link_down_swaps_or_degrades_as_its_fault_kind_says(fleet, rule, metric, action, taint):
+    kube, prom, remediator = fleet
+    now = time.time()
+    prom.set(QUERIES[rule], [{"metric": {"node": "gpu-4", **metric}, "value": [now - 5, "1"]}])
+    r = remediator()
+    (d,) = r.step(now).decisions
+    r.wait(30)
+    assert (d.node, d.action) == ("gpu-4", action) and taint in taint_keys(kube, "gpu-4")
+    assert bool(kube.get("v1", "nodes", "gpu-4")["spec"].get("unschedulable")) == (action == "swap")
