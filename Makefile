@@ -23,7 +23,7 @@ demo: install
 test: install
 	$(BIN)/pytest
 
-# The unit tier (tests/README.md; about 3 minutes): every test that needs no cluster, no API
+# The unit tier (tests/README.md; a few minutes): every test that needs no cluster, no API
 # server and no image build. It installs what it reads itself: Debian's prometheus package
 # (promtool and the rule tests' Prometheus) and the pinned Go modules whose schemas the
 # render tests validate against (module zips only: nothing is built).
