@@ -89,18 +89,18 @@ def test_descheduler_moves_released_pods_back_without_breaking_the_pdb(gated):
         t0 = time.monotonic()
         set_taint(kube, NODE, {"key": FREE_GPUS_TAINT, "effect": "NoSchedule"}, add=True)
 
-        seen = {"min_ready": 4, "in": 0, "out": 0}
+        tally = {"min_ready": 4, "in": 0, "out": 0}
 
         def back_in() -> bool:
             current = pods(kube, ns)
-            seen["min_ready"] = min(seen["min_ready"], len([p for p in current if ready(p)]))
-            seen["in"] = len([p for p in current if ready(p) and p["spec"]["nodeName"] != NODE])
-            seen["out"] = len([p for p in current if p["spec"].get("nodeName") == NODE])
-            return seen["in"] == 4 and not seen["out"]
+            tally["min_ready"] = min(tally["min_ready"], len([p for p in current if ready(p)]))
+            tally["in"] = len([p for p in current if ready(p) and p["spec"]["nodeName"] != NODE])
+            tally["out"] = len([p for p in current if p["spec"].get("nodeName") == NODE])
+            return tally["in"] == 4 and not tally["out"]
 
         poll_until(back_in, what="every pod back in-cluster", timeout=150, interval=0.2,
-                   detail=lambda: f"{seen['in']} in, {seen['out']} out")
-        min_ready = seen["min_ready"]
+                   detail=lambda: f"{tally['in']} in, {tally['out']} out")
+        min_ready = tally["min_ready"]
         elapsed = time.monotonic() - t0
         watch.stop()
         assert min_ready >= 3, "the PodDisruptionBudget was broken"
