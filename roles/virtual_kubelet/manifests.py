@@ -14,6 +14,10 @@ its free-GPU taint (``--register-with-taints``), so no inference goes
 outside before the taint controller has decided the cluster is short of
 GPUs. Without a taint controller nothing would ever open it, so the node
 registers open as before.
+
+Each pool's virtual kubelet runs the image its provider ships in
+(``PoolVars.image_or``): gpufleet's image for ``kubernetes`` pools, gpufleet's
+workshop image for the ``simulated`` rental, a plugin of the workshop.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def objects(inv: Inventory) -> list[Obj]:
         memory = MEMORY_MIB + (pool.capacity_gpus * LOCAL_INSTANCE_MEMORY_MIB if pool.instances == "local_process" else 0)
         objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, *closed, "--pool", pool.name], rules,
                           fleet=inv.fleet, inventory=inv, memory=f"{memory}Mi", volumes=volumes, mounts=mounts,
-                          namespaced_rules=own)
+                          namespaced_rules=own, image=pool.image_or(inv.fleet.gpufleet_image))
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.
         deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(

@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from gpufleet_admin.inventory.types import STRICT, DnsLabel, KnownGpuModel, NonNegativeInt, PositiveInt
+from gpufleet_admin.inventory.types import STRICT, DnsLabel, ImageReference, KnownGpuModel, NonNegativeInt, PositiveInt
+from gpufleet_admin.versions import pin
 
 
 class PoolVars(BaseModel):
@@ -31,6 +32,15 @@ class PoolVars(BaseModel):
     instances: Literal["none", "local_process"] = "none"
     #: Check the pool's published addresses (gpufleet.virtual_kubelet.endpoint_health); off where they cannot be reached from here.
     endpoint_health_check: bool = True
+    #: The image of this pool's virtual kubelet: a provider plugin ships in an image of its own (default: gpufleet_image
+    #: for kubernetes pools; the simulated rental lives in gpufleet's workshop image, the gpufleet.workshop_image pin).
+    image: ImageReference | None = None
+
+    def image_or(self, fleet_image: str) -> str:
+        """The image this pool's virtual kubelet runs: :attr:`image`, else the one its provider ships in."""
+        if self.image:
+            return str(self.image)
+        return pin("gpufleet", "workshop_image") if self.provider == "simulated" else fleet_image
 
     @model_validator(mode="after")
     def _address_mode_for_kubernetes(self) -> "PoolVars":

@@ -21,8 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "taint-controller": ("gpufleet.taint_controller.main", "taint virtual nodes while the cluster has free GPUs; flip-out and flip-back"),
     "virtual-kubelet": ("gpufleet.virtual_kubelet.main", "run one virtual node for an external capacity pool (--pool NAME)"),
     "goodput": ("gpufleet.goodput.main", "account every training job's ETTR and lost time by cause, as Prometheus metrics"),
-    "inference-standin": ("gpufleet_workshop.inference_standin",
-                          "an HTTP server standing in for a model server (local environment, sim.flip)"),
+}
+#: Commands that moved out of gpufleet: name -> what to run instead (printed, exit 2).
+MOVED: dict[str, str] = {
+    "inference-standin": "the inference stand-in is a test workload of gpufleet's workshop: run `gpufleet-standin` "
+                         "(gpufleet_workshop.inference_standin; in the gpufleet-workshop image)",
 }
 
 
@@ -41,6 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return its exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
+    if selected in MOVED:
+        print(f"gpufleet {selected}: deprecated and removed from gpufleet: {MOVED[selected]}", file=sys.stderr)
+        return 2
     args = build_parser(selected if selected in COMMANDS else None).parse_args(argv)
     return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
 

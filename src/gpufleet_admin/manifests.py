@@ -158,11 +158,11 @@ def inventory_config(name: str, namespace: str, env: str, root: Path) -> tuple[O
 def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, fleet: Any, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
                volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
-               namespaced_rules: list[Obj] | None = None, inventory: Any = None) -> list[Obj]:
+               namespaced_rules: list[Obj] | None = None, inventory: Any = None, image: str | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
     ``fleet`` (the inventory's :class:`~gpufleet_admin.inventory.models.FleetVars`)
-    gives the image (``gpufleet_image``), the API endpoint where there is no
+    gives the image (``gpufleet_image``, unless ``image`` names another), the API endpoint where there is no
     service network (``gpufleet_api_server``) and the nodes to run on
     (``gpufleet_node_selector``; with one, the system-node taint is tolerated).
     The container runs ``gpufleet <args>`` from that image, with
@@ -186,7 +186,7 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
-        "image": fleet.gpufleet_image,
+        "image": image or fleet.gpufleet_image,
         "args": args,
         "ports": [{"name": "metrics", "containerPort": port}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]

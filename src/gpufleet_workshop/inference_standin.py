@@ -1,4 +1,4 @@
-"""``gpufleet inference-standin``: an HTTP server standing in for a model server, for the local environment.
+"""``gpufleet-standin``: an HTTP server standing in for a model server, for the local environment.
 
 It answers what a load balancer and a client of an inference server see:
 
@@ -15,8 +15,13 @@ served for ``--drain-seconds`` (endpoints take a moment to leave every data
 plane), then it exits 0.
 
 The field has servers enough; this one exists because it must start in a
-fraction of a second, need nothing beyond gpufleet's image, and say who
-answered. It uses only the standard library's threading HTTP server.
+fraction of a second, need nothing beyond Python and gpufleet's plumbing, and
+say who answered. It uses only the standard library's threading HTTP server.
+
+It is a test workload, not part of the product: it ships in the workshop
+package and in gpufleet's workshop image (gpufleet's image with the workshop's
+run-time part as one more layer, :mod:`gpufleet_workshop.local.workshop_image`),
+whose console script :data:`COMMAND` runs it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpufleet import cliargs
 
+#: The console script that runs it (a container's ``command``; what the simulated rental recognises).
+COMMAND = "gpufleet-standin"
 #: Where a virtual kubelet's provider may say which cluster or rental serves the pod.
 CLUSTER_ENV = "GPUFLEET_SERVED_BY"
 #: ``--latency-ms``: a finite number of milliseconds >= 0 (a negative sleep would fail every request).
@@ -119,3 +126,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``gpufleet-standin`` console script: parse ``argv`` (default ``sys.argv[1:]``) and :func:`run`."""
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

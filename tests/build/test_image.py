@@ -41,6 +41,7 @@ def bundle(built, tmp_path_factory) -> Path:
 
 
 def manifest_and_config(archive: Path, tmp: Path) -> tuple[dict, dict, dict]:
+    tmp.mkdir(parents=True, exist_ok=True)
     layout = tmp / "layout"
     subprocess.run(["skopeo", "copy", "--quiet", f"oci-archive:{archive}", f"oci:{layout}:t"], check=True)
     index = json.loads((layout / "index.json").read_text())
@@ -171,3 +172,58 @@ def test_out_folder_holds_only_the_image_files(built):
     image.build(out_dir=built.archive.parent)
     names = sorted(p.name for p in built.archive.parent.iterdir())
     assert names == ["gpufleet-0.1.0.digest", "gpufleet-0.1.0.oci.tar", "gpufleet-0.1.0.sbom.cdx.json", "image.json"]
+
+
+# ------------------------------------------------------------------------------ the workshop's image
+
+
+@pytest.fixture(scope="module")
+def workshop(built, tmp_path_factory) -> image.ImageBuild:
+    from gpufleet_workshop.local import workshop_image
+
+    return workshop_image.build(built, out_dir=tmp_path_factory.mktemp("workshop"))
+
+
+def unpack(archive: Path, where: Path) -> Path:
+    subprocess.run(["skopeo", "copy", "--quiet", f"oci-archive:{archive}", f"oci:{where / 'layout'}:t"], check=True)
+    subprocess.run(["umoci", "unpack", "--image", f"{where / 'layout'}:t", str(where / "b")], check=True,
+                   capture_output=True)
+    return where / "b"
+
+
+def test_the_product_image_carries_nothing_of_the_workshop(bundle):
+    site = bundle / "rootfs/usr/local/lib/python3.11/dist-packages"
+    assert (site / "gpufleet").is_dir() and not (site / "gpufleet_workshop").exists()
+    assert not (bundle / "rootfs/usr/local/bin/gpufleet-standin").exists()
+    proc = run_in(bundle, "inference-standin")
+    assert proc.returncode == 2 and "gpufleet-standin" in proc.stderr
+    code = "from gpufleet.virtual_kubelet.providers import plugins; print(sorted(plugins()))"
+    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/python3", "-c", code],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
+
+
+def test_the_workshop_image_is_gpufleets_image_and_one_layer(built, workshop, tmp_path):
+    _, product, _ = manifest_and_config(built.archive, tmp_path / "p")
+    _, manifest, config = manifest_and_config(workshop.archive, tmp_path / "w")
+    assert manifest["layers"][:-1] == product["layers"] and len(manifest["layers"]) == len(product["layers"]) + 1
+    assert config["config"]["Entrypoint"] == ["gpufleet"] and config["config"]["User"] == "65532:65532"
+    assert workshop.reference == "ghcr.io/gpufleet/gpufleet-workshop:0.1.0"
+
+
+def test_the_workshop_image_runs_the_stand_in_and_offers_the_simulated_rental(workshop, tmp_path):
+    root = unpack(workshop.archive, tmp_path) / "rootfs"
+    code = "from gpufleet.virtual_kubelet.providers import plugins; print(sorted(plugins()))"
+    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(root), "/usr/bin/python3", "-c", code],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "['simulated']", proc.stderr[-2000:]
+    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(root), "/usr/local/bin/gpufleet-standin", "--help"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: gpufleet-standin" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_a_warm_workshop_build_builds_nothing(built, workshop, tmp_path):
+    from gpufleet_workshop.local import workshop_image
+
+    again = workshop_image.build(built, out_dir=tmp_path)
+    assert again.cached and again.digest == workshop.digest

@@ -136,3 +136,23 @@ def test_base_is_debian_python_without_perl_or_apt():
     assert "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr" in argv  # not the usrmerge package (Perl)
     assert argv[-3:] == list(spec.sources) and all(s.startswith("deb http") for s in spec.sources)
     assert spec.uid == 65532 and f"gpufleet:x:{spec.uid}:{spec.uid}" in " ".join(argv)
+
+
+def test_the_image_wheel_declares_only_the_image_packages():
+    text = image.product_pyproject((REPO_ROOT / "pyproject.toml").read_text())
+    project = tomllib.loads(text)
+    found = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted({p.removesuffix(".*") for p in found}) == sorted(image.IMAGE_PACKAGES)
+    assert "gpufleet_workshop" not in image.IMAGE_PACKAGES
+    assert project["project"]["scripts"] == {"gpufleet": "gpufleet.cli:main"}
+    assert project["tool"]["setuptools"]["package-data"] == \
+        tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "entry-points" not in project["project"]  # the simulated rental is the workshop image's plugin
+    assert not any("workshop" in p for p in image.SOURCE_PATHS)
+    assert tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["gpufleet.providers"] \
+        == {"simulated": "gpufleet_workshop.rental.provider:from_pool"}
+
+
+def test_a_pyproject_of_another_shape_is_refused_not_guessed():
+    with pytest.raises(image.ImageError, match=r"tool.setuptools.packages.find"):
+        image.product_pyproject('[project]\nname = "gpufleet"\n')

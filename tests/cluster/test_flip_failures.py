@@ -20,7 +20,7 @@ from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, NotFound
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL
 from gpufleet.virtual_kubelet.main import VirtualKubelet
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 
 from .helpers import busy_nodes, wait
 from .test_flip_surge import MARK, TRAINING_CLASS, _exists, record, trainer

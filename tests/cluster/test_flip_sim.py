@@ -31,7 +31,9 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     assert set(summary["external_gpu_cost_during_flip_by_pool"]) == {"other"}
     assert summary["seconds_to_back_in_cluster"] is not None and summary["seconds_to_back_in_cluster"] < 300
     timeline = json.loads((tmp_path / "timeline.json").read_text())
-    assert [t["tainted"] for t in timeline["transitions"]] == [True, False, True]
+    # Opened once training held the GPUs, closed once it ended. Virtual nodes register closed, so a taint controller
+    # that finds them so logs no first "tainted"; one that opened them in an earlier run closes them first.
+    assert [t["tainted"] for t in timeline["transitions"]] in ([True, False, True], [False, True])
     assert timeline["samples"][-1]["training_pods_finished"] == timeline["nodes"]  # every GPU's pod ran and finished
     assert (tmp_path / "flip.png").stat().st_size > 10_000
     # Requests really went through the Service's data plane, in-cluster and outside, and (nearly) none failed.

@@ -21,6 +21,7 @@ import pytest
 from gpufleet_admin.build import pulumi as tools
 from gpufleet.kube import Kube
 from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.local import workshop_image
 from gpufleet_workshop.sim import incluster
 from gpufleet_admin.stack import engine
 from gpufleet.wait import poll_until
@@ -61,9 +62,10 @@ def stack(local_cluster, other_cluster, tmp_path_factory) -> Iterator[Stack]:
         objs = load("local", overrides=incluster.overrides(config))
         from gpufleet_admin.stack.render import render
 
+        # gpufleet's pods: its image, or its workshop image (the simulated rental's virtual kubelet).
+        images = (inv.fleet.gpufleet_image, workshop_image.reference())
         deps = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in render(objs).objects
-                if o["kind"] == "Deployment" and o["spec"]["template"]["spec"]["containers"][0]["image"]
-                == inv.fleet.gpufleet_image]
+                if o["kind"] == "Deployment" and o["spec"]["template"]["spec"]["containers"][0]["image"] in images]
         yield Stack(local_cluster.kube, realnode.node_name(local_cluster.name), deps, time.monotonic() - started)
     finally:
         engine.destroy(target, printer=print, remove=True)

@@ -28,7 +28,7 @@ from gpufleet.names import (
 )
 from gpufleet.virtual_kubelet.endpoint_health import HealthSettings
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 from roles.inference.manifests import objects as inference_objects
 from roles.registry import load
 

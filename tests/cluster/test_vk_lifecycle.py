@@ -16,7 +16,7 @@ from gpufleet.kube.times import parse_time
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet.virtual_kubelet.provider import SOURCE_UID
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 
 from .helpers import wait
 from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound
 from gpufleet.virtual_kubelet.main import VirtualKubelet
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

@@ -182,3 +182,12 @@ def test_inconsistent_lease_timings_are_bad_input(tmp_path, capsys):
     assert cli.main(["quota-sync", "--env", "local", "--kubeconfig", str(kubeconfig), "--leader-elect-lease-duration",
                      "5", "--leader-elect-renew-deadline", "10"]) == 2
     assert "expected lease duration (5 s) > renew deadline (10 s)" in capsys.readouterr().err
+
+
+def test_the_inference_stand_in_left_gpufleet_with_a_note(capsys):
+    from gpufleet.cli import COMMANDS, main
+
+    assert "inference-standin" not in COMMANDS
+    assert main(["inference-standin", "--port", "8000"]) == 2
+    err = capsys.readouterr().err
+    assert "deprecated" in err and "gpufleet-standin" in err

@@ -129,6 +129,22 @@ def test_a_virtual_kubelet_running_its_rentals_as_local_processes_reserves_their
     assert memory("vk-rental") == f"{512 + 64 * 32}Mi" and memory("vk-other") == "512Mi"
 
 
+def test_each_pool_runs_the_image_its_provider_ships_in() -> None:
+    from gpufleet_admin.versions import pin
+
+    def image(r: Rendered, name: str) -> str:
+        return find(r, "Deployment", name, "gpufleet-system")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    local = stack("local")
+    # The simulated rental is a plugin of gpufleet's workshop: only its image carries it.
+    assert image(local, "vk-rental") == pin("gpufleet", "workshop_image") != pin("gpufleet", "image")
+    assert image(local, "vk-other") == load("local").fleet.gpufleet_image == image(local, "taint-controller")
+    pools = [dict(p.model_dump(exclude_none=True), image="registry.example/rental-vk:2") if p.name == "rental"
+             else p.model_dump(exclude_none=True) for p in load("local").role("virtual_kubelet").virtual_kubelet_pools]
+    assert image(render(load("local", overrides={"virtual_kubelet_pools": pools})), "vk-rental") == \
+        "registry.example/rental-vk:2"
+
+
 def test_virtual_kubelet_reads_config_maps_and_secrets_of_the_inference_namespace_only() -> None:
     r = stack("prod")
     role = find(r, "Role", "gpufleet:vk-gpu-rental", "inference")

@@ -18,7 +18,7 @@ def test_a_stand_in_keeps_the_workload_but_runs_only_where_pods_really_run():
     before = _template()
     pod = serving.standin_pod(before, image="reg.example/gpufleet:1", real_node="c-system", latency_ms=7, cluster="c")
     c = pod["spec"]["containers"][0]
-    assert c["image"] == "reg.example/gpufleet:1" and c["args"][0] == "inference-standin"
+    assert c["image"] == "reg.example/gpufleet:1" and c["command"] == ["gpufleet-standin"]
     assert "--latency-ms" in c["args"] and c["args"][c["args"].index("--latency-ms") + 1] == "7"
     assert c["resources"]["requests"][GPU_RESOURCE] == before["spec"]["containers"][0]["resources"]["requests"][GPU_RESOURCE]
     assert c["ports"] == before["spec"]["containers"][0]["ports"]

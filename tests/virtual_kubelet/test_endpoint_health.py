@@ -12,7 +12,7 @@ from gpufleet.virtual_kubelet.endpoints import build_slices
 from gpufleet.virtual_kubelet.endpoint_health import EndpointHealthChecker, HealthSettings, HealthTable, published_targets, tcp_probe
 from gpufleet.virtual_kubelet.main import add_arguments, health_settings
 from gpufleet.virtual_kubelet.provider import Address
-from gpufleet.virtual_kubelet.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
+from gpufleet_workshop.rental.provider import PUBLIC_PORT_BASE, SimulatedProvider
 from roles.registry import load
 
 from .test_endpoints import H100, NODE, Clock, endpoints_of, pod, service, sim_pod

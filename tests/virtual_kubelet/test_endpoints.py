@@ -13,7 +13,7 @@ from gpufleet.virtual_kubelet.endpoints import (
 )
 from gpufleet.virtual_kubelet.provider import REMOTE_NODE_LABEL, Address
 from gpufleet.virtual_kubelet.providers.kubernetes import ADDRESS_MODES, remote_service_name, workload_name
-from gpufleet.virtual_kubelet.providers.simulated import PUBLIC_PORT_BASE, SimulatedProvider
+from gpufleet_workshop.rental.provider import PUBLIC_PORT_BASE, SimulatedProvider
 
 NODE = "vk-rental"
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet_workshop.sim import traffic
-from gpufleet.virtual_kubelet.providers.instances import LocalInstances, standin_flags
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.instances import LocalInstances, standin_flags
+from gpufleet_workshop.rental.provider import SimulatedProvider
 from gpufleet.wait import poll_until
 
 
@@ -15,7 +15,7 @@ def _pod(name: str, uid: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "inference", "uid": uid, "labels": {"app": "chat"}},
             "spec": {"containers": [{"name": "server", "image": "img:1",
-                                     "args": ["inference-standin", "--port", "8000", "--latency-ms", "3"],
+                                     "command": ["gpufleet-standin"], "args": ["--port", "8000", "--latency-ms", "3"],
                                      "ports": [{"name": "http", "containerPort": 8000}],
                                      "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}
 
@@ -33,7 +33,7 @@ def provider():
 
 
 def test_the_pods_own_stand_in_flags_are_kept():
-    assert standin_flags(["inference-standin", "--port", "8000", "--latency-ms", "7"]) == ["--latency-ms", "7"]
+    assert standin_flags(["--port", "8000", "--latency-ms", "7"]) == ["--latency-ms", "7"]
     assert standin_flags(["serve", "--latency-ms"]) == []
 
 
@@ -69,7 +69,7 @@ def test_each_rental_gets_its_own_port(provider):
 
 def test_a_pod_that_does_not_run_the_stand_in_gets_no_process(provider):
     pod = _pod("bench-a", "u9")
-    pod["spec"]["containers"][0]["args"] = ["serve"]
+    pod["spec"]["containers"][0]["command"] = ["serve"]
     provider.create_pod(pod)
     addr = _until(lambda: provider.pod_address("inference", "bench-a"))
     assert addr.ip.startswith("198.1") and provider.instances.ports("u9") is None
@@ -91,6 +91,6 @@ def test_a_rental_whose_second_process_cannot_start_leaves_no_process_behind(mon
     monkeypatch.setattr(subprocess, "Popen", popen)
     inst = LocalInstances("127.0.0.1", "vk-rental", port_base=47200)
     with pytest.raises(OSError):
-        inst.start("u1", "chat-1", 2, ["inference-standin"])
+        inst.start("u1", "chat-1", 2, [])
     # Killed and reaped (a zombie has no returncode yet); its ports are free again.
     assert started[0].returncode is not None and inst.ports("u1") is None and sorted(inst._free) == [47200, 47201]

@@ -13,7 +13,7 @@ from gpufleet.controllers.serve import serve
 from gpufleet.prom.server import free_port
 from gpufleet.virtual_kubelet.ledger import CURRENCY, Ledger, LedgerCollector, cost_of
 from gpufleet.virtual_kubelet.pods import PodController
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 
 from .test_reflect import H100, Clock, FakeKube, pod
 

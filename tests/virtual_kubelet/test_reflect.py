@@ -14,7 +14,7 @@ from gpufleet.names import FOREIGN_OBJECT_REASON
 from gpufleet.virtual_kubelet.pods import PodController
 from gpufleet.virtual_kubelet.provider import ObjectRef, ProviderError, redact
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider, copy_name
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 from gpufleet.virtual_kubelet.reflect import MissingObjects, Reflector
 from gpufleet_workshop.testing import FakeKube
 from gpufleet.virtual_kubelet.translate import Reference, Refused, references, translate

@@ -8,7 +8,7 @@ import pytest
 
 from gpufleet.kube.workqueue import WorkQueue
 from gpufleet.virtual_kubelet.provider import SOURCE_UID, REMOTE_NODE_LABEL, NoProvider, Offer, ProviderError, choose, pod_requests
-from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
+from gpufleet_workshop.rental.provider import SimulatedProvider
 from gpufleet.virtual_kubelet.translate import Refused, mirror_status, translate
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -228,7 +228,7 @@ def test_provider_configuration_errors_are_clear(tmp_path):
 
     base = dict(name="p", gpu_model="H100-SXM-80GB", capacity_gpus=8, price_per_gpu_hour=1.0, kubeconfig_secret=None,
                 start_latency_seconds=0, failure_rate=0, max_pods=10)
-    with pytest.raises(ProviderConfigError, match="unknown provider 'rent-a-gpu'"):
+    with pytest.raises(ProviderConfigError, match="provider 'rent-a-gpu' is not installed here .kinds: kubernetes, simulated"):
         build(SimpleNamespace(**base, provider="rent-a-gpu"), node_name="vk-p")
     with pytest.raises(ProviderConfigError, match="unknown gpu_model"):
         build(SimpleNamespace(**{**base, "gpu_model": "B300"}, provider="simulated"), node_name="vk-p")

@@ -356,15 +356,19 @@ class Kube:
     # ------------------------------------------------------------------ kinds and server-side apply
 
     def pod_log(self, namespace: str, name: str, *, container: str | None = None,
-                tail_lines: int | None = None) -> str:
+                tail_lines: int | None = None, previous: bool = False) -> str:
         """A pod's log as text (the kubelet's, through the API server's ``log`` subresource).
+
+        ``previous``: the log of the container's previous instance (before its last restart), as
+        ``kubectl logs --previous``; the API answers 400 when there was none.
 
         Raises:
             KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
         """
         path = api_path("v1", "pods", namespace, name, "log")
         # The log subresource refuses Accept: text/plain; it answers */* with text, as it does kubectl.
-        resp = self._send("GET", path, {"container": container, "tailLines": tail_lines}, None, None, "*/*", None)
+        params = {"container": container, "tailLines": tail_lines, "previous": "true" if previous else None}
+        resp = self._send("GET", path, params, None, None, "*/*", None)
         try:
             data = resp.read()
         except _NETWORK_ERRORS as exc:

@@ -65,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet_admin.inventory.types import dns_label
+from gpufleet.kube.validation import dns_label
 from gpufleet.ops import drain as drainer
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import tolerated as tolerates

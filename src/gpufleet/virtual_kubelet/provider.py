@@ -52,6 +52,10 @@ from gpufleet.names import (  # noqa: F401 (SOURCE_*: re-exported for the provid
     GPU_PRODUCT_LABEL, GPU_RESOURCE, REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL, SOURCE_NAME, SOURCE_NAMESPACE, SOURCE_UID,
 )
 
+#: Default CPU cores and memory (bytes) a rented or remote GPU comes with (a typical 8-GPU node's share).
+CPU_PER_GPU = 28
+MEMORY_PER_GPU = 256 * 2**30
+
 #: Labels a provider adds to remote pods (not the source pod's: label sync leaves them out).
 TAG_LABELS = (REMOTE_NODE_LABEL, REMOTE_SERVICE_LABEL)
 

@@ -54,10 +54,11 @@ from gpufleet_admin.versions import pin, versions
 LOCK_FILE = Path(__file__).with_name("image-requirements.txt")
 #: Tag of the image inside the OCI layout and archive.
 LAYOUT_TAG = "gpufleet"
-#: Files of the checkout that make gpufleet's wheel (what ``pip wheel`` reads): the product package alone.
-#: The image carries only ``gpufleet`` (what runs in a cluster); ``gpufleet_admin``, ``gpufleet_workshop`` and
-#: the roles stay on the machines that provision and test (:func:`product_pyproject`).
-SOURCE_PATHS = ("pyproject.toml", "README.md", "src/gpufleet")
+#: The packages gpufleet's image carries (:func:`product_pyproject`): the product, and for now the inventory
+#: loader and the roles, which the controllers still read at run time; ``gpufleet_workshop`` never.
+IMAGE_PACKAGES = ("gpufleet", "gpufleet_admin", "roles")
+#: Files of the checkout that make gpufleet's wheel (what ``pip wheel`` reads): those packages' alone.
+SOURCE_PATHS = ("pyproject.toml", "README.md", "src/gpufleet", "src/gpufleet_admin", "roles")
 #: Parts of installed distributions that nothing in gpufleet imports, left out of the image:
 #: the kubernetes client's asyncio twin (68 MB of generated models; gpufleet uses the
 #: synchronous client). Recorded in image.json; the SBOM still lists the distribution.
@@ -433,22 +434,37 @@ def wheels(spec: ImageSpec, repo: Path, work: Path, steps: Steps) -> list[Path]:
 
 
 def product_pyproject(text: str) -> str:
-    """``pyproject.toml`` text for the image's wheel: only the ``gpufleet`` package, from ``src/``.
+    """``pyproject.toml`` text for the image's wheel: only :data:`IMAGE_PACKAGES`.
 
     The checkout's project also packages ``gpufleet_admin``, ``gpufleet_workshop`` and ``roles`` (found by
-    ``[tool.setuptools.packages.find]``, the roles mapped by ``[tool.setuptools.package-dir]``); the image's
-    wheel keeps the same name, version, dependencies and console script, and finds ``gpufleet`` alone.
+    ``[tool.setuptools.packages.find]``, the roles mapped by ``[tool.setuptools.package-dir]``), and declares the
+    workshop's console script and provider plugin; the image's wheel keeps the same name, version, dependencies
+    and ``gpufleet`` console script, and finds :data:`IMAGE_PACKAGES` alone.
 
     Raises:
-        ImageError: the two tables are not where this expects them (the pyproject changed shape).
+        ImageError: the tables are not where this expects them (the pyproject changed shape), or the result
+            still names another package.
     """
-    find = re.compile(r"^\[tool\.setuptools\.packages\.find\]\n(?:[^\[].*\n|\n)*", re.M)
-    pkgdir = re.compile(r"^\[tool\.setuptools\.package-dir\]\n(?:[^\[].*\n|\n)*", re.M)
+    find = re.compile(r"^\[tool\.setuptools\.packages\.find\]\n(?:[^\[\n].*\n|\n)*", re.M)
+    pkgdir = re.compile(r"^\[tool\.setuptools\.package-dir\]\n(?:[^\[\n].*\n|\n)*", re.M)
+    plugins = re.compile(r"^\[project\.entry-points\.[^\]]*\]\n(?:[^\[\n].*\n|\n)*", re.M)
     if not find.search(text) or not pkgdir.search(text):
         raise ImageError("pyproject.toml: expected [tool.setuptools.packages.find] and [tool.setuptools.package-dir] "
                          "tables to restrict the image's wheel to the gpufleet package")
-    text = find.sub('[tool.setuptools.packages.find]\nwhere = ["src"]\ninclude = ["gpufleet", "gpufleet.*"]\n\n', text)
-    return pkgdir.sub('[tool.setuptools.package-dir]\n"" = "src"\n\n', text)
+    include = ", ".join(f'"{p}", "{p}.*"' for p in IMAGE_PACKAGES)
+    where = '"src", "."' if "roles" in IMAGE_PACKAGES else '"src"'
+    text = find.sub(f'[tool.setuptools.packages.find]\nwhere = [{where}]\ninclude = [{include}]\n\n', text)
+    roles = 'roles = "roles"\n' if "roles" in IMAGE_PACKAGES else ""
+    text = pkgdir.sub(f'[tool.setuptools.package-dir]\n"" = "src"\n{roles}\n', text)
+    text = plugins.sub("", text)
+    text = "".join(line for line in text.splitlines(keepends=True)
+                   if not ("gpufleet_workshop" in line and " = " in line and not line.startswith("include")))
+    project = tomllib.loads(text)
+    left = [k for k, v in project["project"].get("scripts", {}).items() if not v.startswith("gpufleet.")]
+    if left or project["project"].get("entry-points"):
+        raise ImageError(f"pyproject.toml: the image's wheel would still declare {left or 'entry points'} "
+                         "outside the gpufleet package")
+    return text
 
 
 def _cached_wheels(cache: Path, locked_: dict[str, tuple[str, str]]) -> dict[str, Path]:
@@ -464,13 +480,14 @@ def _cached_wheels(cache: Path, locked_: dict[str, tuple[str, str]]) -> dict[str
     return found
 
 
-def install_wheels(wheel_files: list[Path], root: Path, python: str) -> Path:
+def install_wheels(wheel_files: list[Path], root: Path, python: str, *, exclude: tuple[str, ...] = EXCLUDE) -> Path:
     """Install wheels into ``root`` as Debian's python3 sees them; returns the site-packages folder.
 
     Scheme: ``/usr/local/lib/python<X.Y>/dist-packages`` (purelib and
     platlib), scripts in ``/usr/local/bin`` with ``#!/usr/bin/python3``.
     Byte code is compiled with unchecked hashes, so it is the same in
-    every build and never rewritten on a read-only root.
+    every build and never rewritten on a read-only root. ``exclude``: folders
+    of the installed distributions to leave out (:data:`EXCLUDE`).
     """
     from installer import install
     from installer.destinations import SchemeDictionaryDestination
@@ -485,7 +502,7 @@ def install_wheels(wheel_files: list[Path], root: Path, python: str) -> Path:
         with WheelFile.open(whl) as source:
             install(source, dest, additional_metadata={"INSTALLER": b"gpufleet-image\n"})
     target = root / site.lstrip("/")
-    for part in EXCLUDE:
+    for part in exclude:
         shutil.rmtree(target / part)
     # A fixed hash seed: set and frozenset constants are marshalled in
     # iteration order, which follows the string hash (PEP 552 leaves this
@@ -620,7 +637,7 @@ def _umoci(steps: Steps, layout: Path, spec: ImageSpec, app_tar: Path) -> None:
     steps.run("umoci gc", ["umoci", "gc", "--layout", str(layout)])
 
 
-def _layout_facts(layout: Path) -> tuple[str, int]:
+def layout_facts(layout: Path) -> tuple[str, int]:
     """``(manifest digest, compressed bytes)`` of the tagged image in an OCI layout."""
     index = json.loads((layout / "index.json").read_text())
     desc = next(m for m in index["manifests"]
@@ -696,7 +713,7 @@ def build(repo: Path = paths.REPO_ROOT, *, reference: str | None = None, refresh
                 steps.run("archive (skopeo)", ["skopeo", "copy", "--quiet", f"oci:{layout}:{LAYOUT_TAG}",
                                                f"oci-archive:{staging / (stem + '.oci.tar')}:{spec.reference}"])
                 steps.timed("archive (skopeo)", t)
-                manifest_digest, compressed = _layout_facts(layout)
+                manifest_digest, compressed = layout_facts(layout)
                 shutil.copy2(sbom_file, staging / f"{stem}.sbom.cdx.json")
                 record = {
                     "reference": spec.reference, "digest": manifest_digest,
@@ -716,7 +733,7 @@ def build(repo: Path = paths.REPO_ROOT, *, reference: str | None = None, refresh
         record = json.loads(record_file.read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in (record["archive"], record["sbom"], "image.json"):
-        _link_or_copy(done / name, out_dir / name)
+        link_or_copy(done / name, out_dir / name)
     (out_dir / f"{stem}.digest").write_text(record["digest"] + "\n")
     return ImageBuild(
         reference=record["reference"], digest=record["digest"], archive=out_dir / record["archive"],
@@ -730,7 +747,7 @@ def _debian_version(suite: str) -> str:
     return {"bookworm": "12", "trixie": "13", "bullseye": "11"}.get(suite, suite)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> None:
     """``dst`` becomes ``src`` (a hard link where the file system allows, else a copy), atomically."""
     if dst.exists() and os.path.samefile(src, dst):
         return  # rename() of two links to one file does nothing and would leave the temporary name behind

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import AfterValidator, ConfigDict, Field
@@ -10,13 +9,13 @@ from pydantic import AfterValidator, ConfigDict, Field
 from gpufleet_admin import imageref
 from gpufleet.kube.intstr import parse_int_or_percent
 from gpufleet.kube.quantity import parse_quantity
+from gpufleet.kube.validation import dns_label
 
 from .catalog import GPU_MODELS
 
 #: Every variable model forbids unknown keys so a typo is an error, not a no-op.
 STRICT = ConfigDict(extra="forbid", frozen=True)
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def _quantity(value: str) -> str:
@@ -27,17 +26,6 @@ def _quantity(value: str) -> str:
         raise ValueError("a Kubernetes quantity such as 512Gi, 2Ti or 1500m") from None
     if amount < 0:
         raise ValueError("a quantity >= 0 such as 512Gi, 2Ti or 1500m")
-    return value
-
-
-def dns_label(value: str) -> str:
-    """RFC 1123 label: what Kubernetes accepts as a namespace or object name part.
-
-    Raises:
-        ValueError: ``value`` is not one (the message says what is expected).
-    """
-    if len(value) > 63 or not _DNS_LABEL.match(value):
-        raise ValueError("a DNS label (RFC 1123): lower-case letters, digits and '-', at most 63 characters")
     return value
 
 

@@ -11,7 +11,7 @@ etcd data persist in the state folder between ``down`` and ``up``. Order:
    descheduler and Prometheus, started together and waited for together;
 4. kwok Stages, then one Node per inventory host, until all are Ready;
 5. the real node (:mod:`gpufleet_workshop.local.node`): containerd, the pause image
-   and gpufleet's image imported, the kubelet, until its Node is Ready.
+   gpufleet's image and its workshop variant imported, the kubelet, until its Node is Ready.
 
 A component that exits or stays unhealthy stops ``up`` with
 :class:`~gpufleet_workshop.local.processes.ComponentFailed`, whose message carries
@@ -460,8 +460,7 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
         TimeoutError: the Node not Ready in time.
     """
     from gpufleet_admin.build import image as images
-    from gpufleet_workshop.local import pause
-    from gpufleet_workshop.local import processes
+    from gpufleet_workshop.local import pause, processes, workshop_image
 
     npaths, changed = _write_node_configs(c)
     realnode.ensure_cgroups(c.name)
@@ -481,7 +480,11 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     realnode.import_image(npaths, pause.build(), pause.reference())
     built = images.build(say=log)
     imported = realnode.import_image(npaths, built.archive, built.reference, built.digest)
-    phase(f"images ({'imported' if imported else 'present'}: {built.digest[:19]})")
+    # What the local environment runs besides the product: the inference stand-in and the simulated rental.
+    workshop = workshop_image.build(built, say=log)
+    imported_workshop = realnode.import_image(npaths, workshop.archive, workshop.reference, workshop.digest)
+    phase(f"images ({'imported' if imported or imported_workshop else 'present'}: gpufleet {built.digest[:19]}, "
+          f"workshop {workshop.digest[:19]})")
     _ensure([specs["api-forward"], specs["prometheus-forward"]], timeout, log)
     kl = specs["kubelet"]
     if "kubelet.yaml" in changed and running(kl.pidfile) is not None:

@@ -82,6 +82,7 @@ from gpufleet.names import (FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, KU
                             RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_TRAINING)
 from gpufleet_workshop.local.dataplane import netns_name as dataplane_name
 from gpufleet_workshop.local.node import node_name as real_node_name
+from gpufleet_workshop.local import workshop_image
 from gpufleet_workshop.sim import incluster, serving
 from gpufleet.virtual_kubelet.node import node_name_for
 from gpufleet.wait import PollTimeout, poll_until
@@ -636,7 +637,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     # 2. objects (serving for real: stand-ins required on the real node or a virtual one)
     _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, incluster.orphan_virtual_nodes(kube, inv), fresh=True)
     _apply_objects(kube, inv, None if opts.rate <= 0 else lambda t: serving.standin_pod(
-        t, image=inv.fleet.gpufleet_image, real_node=real_node_name(c.name), latency_ms=opts.latency_ms,
+        t, image=workshop_image.reference(), real_node=real_node_name(c.name), latency_ms=opts.latency_ms,
         cluster=opts.cluster))
 
     # 3. controllers: the roles' Deployments on the real node (a stack's when there, else applied here);

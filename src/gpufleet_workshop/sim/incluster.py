@@ -214,13 +214,22 @@ def remove(kube: Kube, deps: list[tuple[str, str]], timeout: float = 60.0) -> No
 
 
 def logs(kube: Kube, namespace: str, name: str) -> dict[str, str]:
-    """Pod name -> log of each pod of Deployment ``namespace/name`` (through the kubelet; "" when it has none yet)."""
+    """Pod name -> log of each pod of Deployment ``namespace/name`` (through the kubelet; "" when it has none yet).
+
+    A container that restarted (a leader that lost its Lease exits 1 and comes back as a follower) has its
+    previous instance's log first: what it did while it led is part of the run.
+    """
     out = {}
     for p in pods(kube, namespace, name):
-        try:
-            out[p["metadata"]["name"]] = kube.pod_log(namespace, p["metadata"]["name"])
-        except KubeError:
-            out[p["metadata"]["name"]] = ""
+        pod = p["metadata"]["name"]
+        restarted = any(s.get("restartCount") for s in (p.get("status") or {}).get("containerStatuses") or [])
+        text = ""
+        for previous in ((True, False) if restarted else (False,)):
+            try:
+                text += kube.pod_log(namespace, pod, previous=previous)
+            except KubeError:
+                pass
+        out[pod] = text
     return out
 
 

@@ -13,8 +13,9 @@ simulation makes the inference it moves real:
   second cluster of each ``kubernetes`` pool does the same with its own real
   node, and its kwok nodes are cordoned for the run, so remote pods run as
   real containers too. :func:`restore` undoes both.
-- **Inference pods are stand-ins** (:func:`standin_pod`): gpufleet's image
-  running ``gpufleet inference-standin`` (:mod:`gpufleet_workshop.inference_standin`)
+- **Inference pods are stand-ins** (:func:`standin_pod`): gpufleet's workshop
+  image (:mod:`gpufleet_workshop.local.workshop_image`) running
+  ``gpufleet-standin`` (:mod:`gpufleet_workshop.inference_standin`)
   with small CPU and memory requests (the real node is small), required
   to run on the real node or a virtual node (the only nodes where a pod
   really runs here).
@@ -39,6 +40,7 @@ from typing import Any
 
 from gpufleet.kube import Kube, KubeError
 from gpufleet.names import GPU_RESOURCE, HOSTNAME_LABEL, SYSTEM_NODE_TAINT, VIRTUAL_NODE_LABEL
+from gpufleet_workshop.inference_standin import COMMAND as STANDIN_COMMAND
 from gpufleet_workshop.sim import traffic
 from gpufleet.wait import poll_until
 
@@ -125,15 +127,16 @@ def restore(e: Enlisted) -> None:
 
 
 def standin_pod(pod: dict[str, Any], *, image: str, real_node: str, latency_ms: float, cluster: str) -> dict[str, Any]:
-    """The inference pod template ``pod`` (metadata + spec) serving for real: stand-in container, small requests,
-    required to run on ``real_node`` or a virtual node (module docstring). Returns a copy."""
+    """The inference pod template ``pod`` (metadata + spec) serving for real: stand-in container (``image``: gpufleet's
+    workshop image), small requests, required to run on ``real_node`` or a virtual node (module docstring). Returns
+    a copy."""
     pod = copy.deepcopy(pod)
     spec = pod["spec"]
     c = spec["containers"][0]
     c["image"] = image
     c["imagePullPolicy"] = "IfNotPresent"
-    c["args"] = ["inference-standin", "--port", str(c["ports"][0]["containerPort"]), "--latency-ms", f"{latency_ms:g}",
-                 "--cluster", cluster]
+    c["command"] = [STANDIN_COMMAND]
+    c["args"] = ["--port", str(c["ports"][0]["containerPort"]), "--latency-ms", f"{latency_ms:g}", "--cluster", cluster]
     c["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
     gpus = c["resources"]["requests"].get(GPU_RESOURCE)

@@ -124,7 +124,7 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
     from gpufleet.goodput.main import account_json, snapshot
     from gpufleet.goodput.report import plot_timeline, table
     from gpufleet.goodput.tracker import Tracker
-    from gpufleet_admin.inventory.types import dns_label
+    from gpufleet.kube.validation import dns_label
     from gpufleet.ops.exits import fail_on_ops_error
     from gpufleet.ops.reads import InputError
     from gpufleet_workshop.tasks.common import kube_for

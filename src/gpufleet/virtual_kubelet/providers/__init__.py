@@ -4,15 +4,18 @@
   another cluster, reached with the kubeconfig in the pool's Secret
   (``kubeconfig_secret``, key ``kubeconfig``; the role mounts it at
   :data:`MOUNTED_KUBECONFIG`), or a file given on the command line.
-* ``simulated`` (:class:`~gpufleet.virtual_kubelet.providers.simulated.SimulatedProvider`):
-  a GPU rental stand-in running in-process.
+* any other kind: a provider another distribution registers under the
+  entry-point group :data:`ENTRY_POINTS` (``<kind> = module:factory``), as
+  virtual-kubelet's providers are plugins of their own. gpufleet's workshop
+  registers ``simulated`` (:mod:`gpufleet_workshop.rental`: a GPU rental
+  stand-in, installed where the workshop is: a developer's checkout and
+  gpufleet's workshop image, never gpufleet's own image).
 """
 
 from __future__ import annotations
 
-import os
-
 import base64
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,10 @@ from gpufleet_admin.inventory.catalog import GPU_MODELS
 from gpufleet.kube import ConfigError, Kube, KubeError
 from gpufleet.kube.config import from_kubeconfig, from_text
 
+#: Entry-point group of provider plugins: ``<kind> = module:factory``, where
+#: ``factory(pool, *, node_name, start, gpus, gpu_product, price_per_gpu_hour, max_pods, **overrides)``
+#: returns the pool's provider (started unless ``start`` is false) and raises :class:`ProviderConfigError`.
+ENTRY_POINTS = "gpufleet.providers"
 #: Where the virtual_kubelet role mounts a kubernetes pool's kubeconfig Secret.
 MOUNTED_KUBECONFIG = Path("/etc/gpufleet/remote/kubeconfig")
 
@@ -86,17 +93,6 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
         raise ProviderConfigError(f"pool {pool.name}: unknown gpu_model {pool.gpu_model!r}")
     common = dict(gpus=pool.capacity_gpus, gpu_product=model.product, price_per_gpu_hour=pool.price_per_gpu_hour,
                   max_pods=pool.max_pods, node_name=node_name)
-    if pool.provider == "simulated":
-        from gpufleet.virtual_kubelet.providers.simulated import SimulatedProvider
-
-        if getattr(pool, "instances", "none") == "local_process" and "instances" not in overrides:
-            from gpufleet.virtual_kubelet.providers.instances import LocalInstances
-
-            # In its pod, the virtual kubelet's own address (the downward API's status.podIP).
-            overrides = {**overrides, "instances": LocalInstances(os.environ.get("POD_IP") or "127.0.0.1", node_name)}
-        prov = SimulatedProvider(pool.name, start_latency_seconds=pool.start_latency_seconds,
-                                 failure_rate=pool.failure_rate, **common, **overrides)
-        return prov.start() if start else prov
     if pool.provider == "kubernetes":
         from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
 
@@ -108,4 +104,17 @@ def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str
         overrides.setdefault("address_mode", pool.address_mode or "pod_ip")
         prov = KubernetesProvider(pool.name, Kube(cfg, user_agent=f"gpufleet-vk/{pool.name}"), **common, **overrides)
         return prov.start() if start else prov
-    raise ProviderConfigError(f"pool {pool.name}: unknown provider {pool.provider!r} (kubernetes or simulated)")
+    plugin = plugins().get(pool.provider)
+    if plugin is None:
+        raise ProviderConfigError(
+            f"pool {pool.name}: provider {pool.provider!r} is not installed here (kinds: "
+            f"{', '.join(['kubernetes', *sorted(plugins())])}); the simulated rental ships in gpufleet's workshop "
+            "(the gpufleet-workshop image, or a checkout's development install), not in gpufleet's image")
+    factory = plugin.load()
+    common.pop("node_name")
+    return factory(pool, node_name=node_name, start=start, **common, **overrides)
+
+
+def plugins() -> dict:
+    """Installed provider plugins: kind -> :class:`importlib.metadata.EntryPoint` (group :data:`ENTRY_POINTS`)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}

@@ -114,9 +114,9 @@ from gpufleet.names import (
 )
 from gpufleet.virtual_kubelet.provider import (
     REMOTE_SERVICE_LABEL, SOURCE_NAME, Address, SOURCE_NAMESPACE, SOURCE_UID, REMOTE_NODE_LABEL, Capacity, Notifier,
-    ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact,
+    ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact, CPU_PER_GPU,
+    MEMORY_PER_GPU,
 )
-from gpufleet.virtual_kubelet.providers.simulated import CPU_PER_GPU, MEMORY_PER_GPU
 from gpufleet.virtual_kubelet.translate import translate
 
 log = logging.getLogger(__name__)

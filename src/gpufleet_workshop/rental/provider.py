@@ -54,16 +54,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.virtual_kubelet.provider import (
-    Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
+    CPU_PER_GPU, MEMORY_PER_GPU, Address, Capacity, Notifier, ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, SOURCE_UID, object_payload,
     pod_requests,
 )
-from gpufleet.virtual_kubelet.providers.instances import LocalInstances, runs_standin
+from gpufleet_workshop.rental.instances import LocalInstances, runs_standin
 from gpufleet.virtual_kubelet.translate import Reference, references, translate
 from gpufleet.names import GPU_RESOURCE, SIMULATED_DURATION_ANNOTATION
 
-#: Default CPU cores and memory a rented GPU comes with (a typical 8-GPU node's share).
-CPU_PER_GPU = 28
-MEMORY_PER_GPU = 256 * 2**30
 #: An instance exposes its pod's n-th container port (in spec order) at this port + n on its endpoint.
 PUBLIC_PORT_BASE = 40000
 
@@ -111,7 +108,7 @@ class SimulatedProvider:
         wall: epoch seconds for timestamps (default ``time.time``).
         seed: RNG seed for failure injection.
         instances: run each rental's instance as a local process serving on a real address
-            (:class:`~gpufleet.virtual_kubelet.providers.instances.LocalInstances`); None: endpoints in 198.18.0.0/15 only.
+            (:class:`~gpufleet_workshop.rental.instances.LocalInstances`); None: endpoints in 198.18.0.0/15 only.
     """
 
     def __init__(self, name: str, *, gpus: int, gpu_product: str, price_per_gpu_hour: float,
@@ -220,8 +217,9 @@ class SimulatedProvider:
                                 for c in pod["spec"].get("containers") or [] for p in c.get("ports") or []],
                          labels=dict(meta.get("labels") or {}), waiting_for=waiting,
                          duration=run_for)
-            args = list(((pod["spec"].get("containers") or [{}])[0]).get("args") or [])
-            if self.instances is not None and runs_standin(args):
+            first = (pod["spec"].get("containers") or [{}])[0]
+            args = list(first.get("args") or [])
+            if self.instances is not None and runs_standin(first):
                 try:
                     self.instances.start(uid, name, len(sp.ports), args)
                 except OSError as exc:
@@ -521,3 +519,21 @@ class SimulatedProvider:
         if sp.failed is not None:
             status["reason"], status["message"] = sp.failed
         return status
+
+
+def from_pool(pool: Any, *, node_name: str, start: bool = True, **kwargs: Any) -> SimulatedProvider:
+    """The ``simulated`` provider plugin (entry point ``gpufleet.providers``): a pool's rental.
+
+    ``pool`` carries ``name``, ``start_latency_seconds``, ``failure_rate`` and
+    ``instances`` (``local_process``: each rental is a local stand-in process on
+    the virtual kubelet's own address, ``$POD_IP`` in its pod); ``kwargs`` are
+    the capacity the virtual kubelet computed (gpus, gpu_product,
+    price_per_gpu_hour, max_pods) and test overrides (clock, seed, instances).
+    """
+    if getattr(pool, "instances", "none") == "local_process" and "instances" not in kwargs:
+        import os
+
+        kwargs["instances"] = LocalInstances(os.environ.get("POD_IP") or "127.0.0.1", node_name)
+    prov = SimulatedProvider(pool.name, start_latency_seconds=pool.start_latency_seconds,
+                             failure_rate=pool.failure_rate, node_name=node_name, **kwargs)
+    return prov.start() if start else prov

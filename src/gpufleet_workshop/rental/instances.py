@@ -1,20 +1,20 @@
 """Rental instances that really serve: one local process per rented pod, for the simulated provider.
 
 A GPU rental gives each rented pod an instance with an endpoint of its own.
-The simulated provider (:mod:`gpufleet.virtual_kubelet.providers.simulated`) invents
+The simulated provider (:mod:`gpufleet_workshop.rental.provider`) invents
 those endpoints in 198.18.0.0/15, which nothing routes: enough to publish,
 not to serve. With ``instances: local_process`` (the pool's inventory
 variable) every instance is instead a process the virtual kubelet starts
-beside itself: gpufleet's inference stand-in (``gpufleet
-inference-standin``, :mod:`gpufleet_workshop.inference_standin`), listening on
+beside itself: gpufleet's inference stand-in (``gpufleet-standin``,
+:mod:`gpufleet_workshop.inference_standin`), listening on
 the virtual kubelet's own address (``$POD_IP`` in its pod) at a port of its
 own, one per container port of the pod (as rental APIs map ports). The
 endpoint lives and dies with the process: a request sent there is served by
 the instance, and an instance killed (:meth:`LocalInstances.kill`) refuses
 connections while the rental API still reports the pod Running.
 
-Only a pod that runs the stand-in itself (its first container's args
-begin with ``inference-standin``, as ``sim.flip``'s inference does) gets a
+Only a pod that runs the stand-in itself (its first container's command
+is ``gpufleet-standin``, as ``sim.flip``'s inference does) gets a
 process: the local environment runs no other image, so any other rental
 keeps an endpoint nothing serves (and thousands of rentals in a benchmark
 start no process).
@@ -37,15 +37,17 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from gpufleet_workshop.inference_standin import COMMAND
+
 #: The stand-in's flags a rented pod may set and the instance keeps.
 KEPT_FLAGS = ("--latency-ms", "--drain-seconds")
 
 
-def runs_standin(args: list[str]) -> bool:
-    """Whether a pod whose first container has ``args`` runs gpufleet's inference stand-in (gpufleet's image's
-    entrypoint): only such pods get a local instance; any other image would not run here, and its rental keeps
-    an endpoint nothing serves."""
-    return args[:1] == ["inference-standin"]
+def runs_standin(container: dict) -> bool:
+    """Whether a pod whose first container is ``container`` runs gpufleet's inference stand-in (its ``command`` is
+    :data:`~gpufleet_workshop.inference_standin.COMMAND`): only such pods get a local instance; any other image
+    would not run here, and its rental keeps an endpoint nothing serves."""
+    return list(container.get("command") or [])[:1] == [COMMAND]
 
 
 def standin_flags(args: list[str]) -> list[str]:
@@ -106,7 +108,7 @@ class LocalInstances:
         try:
             for port in ports:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "gpufleet.cli", "inference-standin", "--address", self.address,
+                    [sys.executable, "-m", "gpufleet_workshop.inference_standin", "--address", self.address,
                      "--port", str(port), "--cluster", self.node_name, *standin_flags(args)],
                     env={**os.environ, "POD_NAME": name, "NODE_NAME": self.node_name},
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
