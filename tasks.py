@@ -2,9 +2,10 @@
 
 from invoke import Collection
 
-from gpufleet_workshop.tasks import bench, demo, health, image, local, node, quota, render, sim, stack, status, train
+from gpufleet_workshop.tasks import bench, demo, gpu, health, image, local, node, quota, render, sim, stack, status, train
 
-ns = Collection(demo.install, demo.demo, bench.bench, render.render, status.status, stack.preview, stack.up, stack.destroy)
-for collection in (local.ns, image.ns, train.train, quota.quota, node.node, health.ns, sim.sim):
+ns = Collection(demo.install, demo.demo, bench.bench, render.render, render.config, status.status, stack.preview,
+                stack.up, stack.destroy)
+for collection in (local.ns, image.ns, train.train, quota.quota, node.node, gpu.gpu, health.ns, sim.sim):
     ns.add_collection(collection)
 ns.configure({"run": {"echo": False, "pty": False}})

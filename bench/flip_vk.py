@@ -1,8 +1,9 @@
 """Benchmark the virtual kubelet: create-to-Running latency beyond the provider's, throughput, RSS at 1,000 pods.
 
 The virtual kubelet runs as its own process, exactly as deployed
-(``gpufleet virtual-kubelet --env local --pool rental``: the simulated GPU
-rental, start latency from the inventory, 2 s in ``local``), against a local
+(``gpufleet virtual-kubelet --config FILE``, the file the virtual_kubelet role
+renders for pool ``rental`` of ``local``: the simulated GPU rental, start
+latency 2 s; registered open, as pods are bound to it directly), against a local
 cluster. Pods are created already bound to its node (``spec.nodeName``),
 so the scheduler and the ReplicaSet controller are not what is measured;
 the bench creates them from ``--create-workers`` threads.
@@ -61,6 +62,20 @@ from in_cluster_memory import sample
 from roles.registry import load
 
 POOL = "rental"
+
+
+def config_file() -> Path:
+    """The virtual kubelet's configuration file for :data:`POOL`, as the virtual_kubelet role renders it for
+    ``local`` (the node registered open: the bench binds its pods to it directly), in a temporary folder."""
+    import tempfile
+
+    from roles.registry import component
+
+    comp = component("virtual-kubelet")
+    config = comp.build(load("local"), POOL).model_copy(update={"register_with_taints": ()})
+    path = Path(tempfile.mkdtemp(prefix="gpufleet-bench-vk-")) / "config.yaml"
+    path.write_text(comp.dump(config))
+    return path
 NODE = f"vk-{POOL}"
 
 
@@ -82,8 +97,8 @@ class HostProcess:
 
     def __init__(self, kubeconfig: Path):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--env", "local",
-                                      "--pool", POOL, "--kubeconfig", str(kubeconfig), "--metrics-port", "0",
+        self.proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--config",
+                                      str(config_file()), "--kubeconfig", str(kubeconfig), "--metrics-port", "0",
                                       "--log-level", "WARNING"],
                                      env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.removed = True

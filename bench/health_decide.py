@@ -17,7 +17,8 @@ import time
 
 from gpufleet.node_health import breaker
 from gpufleet.node_health.faults import Fault
-from gpufleet.node_health.remediate import Settings, decide
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import decide
 
 
 def gpu_node(name: str) -> dict:
@@ -39,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
     nodes = {f"gpu-{i:05d}": gpu_node(f"gpu-{i:05d}") for i in range(args.nodes)}
     faults = {n: [Fault(n, "xid", "GPU 0: fatal XID 79", 0.0)] for n in list(nodes)[:args.faulty]}
-    settings = Settings(max_nodes_out=4)
+    settings = Configuration(max_nodes_out=4)
     share_s = decide_s = float("inf")
     for _ in range(args.repeat):
         t0 = time.perf_counter()

@@ -40,6 +40,7 @@ from gpufleet.ops.reads import list_nodes
 from gpufleet.quota_sync import resync as rs
 from gpufleet.quota_sync.controller import QuotaSync
 from gpufleet.wait import PollTimeout, poll_until
+from roles.kueue.config import configuration as quota_configuration
 from roles.registry import load, node_specs
 
 NAME = "ops-bench"
@@ -132,10 +133,11 @@ def main() -> None:
         print(f"{args.nodes} Nodes frozen Ready in {time.monotonic() - t:.0f}s (kwok and kube-controller-manager stopped)")
     inv = load("local", nodes=args.nodes)
     ensure_kueue(api, inv)
+    config = quota_configuration(inv)  # what the quota-sync controller is configured with (the kueue role's)
     names = sorted(n["metadata"]["name"] for n in list_nodes(api, "gpufleet.io/simulated=true"))
     rng = random.Random(7)
     try:
-        rs.apply(api, rs.compute(api, inv), events=False)
+        rs.apply(api, rs.compute(api, config), events=False)
         read, compute, apply_ = [], [], []
         for i in range(args.rounds):
             node = rng.choice(names)
@@ -144,7 +146,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 state = rs.read_state(api)
                 t1 = time.perf_counter()
-                plan = rs.plan_from(inv, *state)
+                plan = rs.plan_from(config, *state)
                 t2 = time.perf_counter()
                 result = rs.apply(api, plan, events=False)
                 t3 = time.perf_counter()
@@ -152,13 +154,13 @@ def main() -> None:
                 read.append(t1 - t0)
                 compute.append(t2 - t1)
                 apply_.append(t3 - t2)
-        rs.apply(api, rs.compute(api, inv), events=False)
+        rs.apply(api, rs.compute(api, config), events=False)
         print(f"\none-shot resync at {args.nodes} nodes ({len(read)} resyncs, seconds):")
         for label, xs in (("read state", read), ("compute", compute), ("apply", apply_),
                           ("total", [a + b + c_ for a, b, c_ in zip(read, compute, apply_)])):
             print(f"  {label:11} p50 {statistics.median(xs):7.3f}  p99 {pct(xs, 99):7.3f}  max {max(xs):7.3f}")
 
-        sync = QuotaSync(api, inv)
+        sync = QuotaSync(api, config)
         stop = threading.Event()
         runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
         runner.start()

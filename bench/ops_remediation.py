@@ -27,7 +27,8 @@ import time
 
 from gpufleet.node_health.faults import Rules
 from gpufleet.prom.client import PromClient
-from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import Remediator
 from gpufleet_workshop.sim.fleet import scrape_config, start_node
 from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import KubeError
@@ -64,7 +65,7 @@ def main() -> None:
                                 global_config={"scrape_interval": interval, "evaluation_interval": interval}) as prom:
             prom.wait_for_targets_up(len(sims), timeout=3 * args.scrape + 20)
             rules = Rules(hot_samples=args.hot_samples, scrape_interval_seconds=args.scrape)
-            rem = Remediator(api, PromClient(prom.url), Settings(rules=rules, max_nodes_out=len(names) + 1,
+            rem = Remediator(api, PromClient(prom.url), Configuration(rules=rules, max_nodes_out=len(names) + 1,
                                                                    degraded_faults=frozenset(), drain_timeout_seconds=30,
                                                                    interval_seconds=args.interval,
                                                                    # only these nodes have exporters

@@ -1,7 +1,7 @@
 """Benchmark publishing pods outside into their Service: Ready-to-published latency, unpublish-before-stop, writes.
 
 The virtual kubelet runs as its own process, exactly as deployed
-(``gpufleet virtual-kubelet --env local --pool rental``: the simulated GPU
+(``gpufleet virtual-kubelet --config FILE``, pool ``rental`` of ``local``: the simulated GPU
 rental, 2 s start latency in ``local``), against a local cluster. One
 Service selects ``--pods`` pods created bound to its node (as
 ``bench/flip_vk.py`` does), created from ``--create-workers`` threads; a
@@ -37,7 +37,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from flip_vk import NODE, POOL, pod, rss_kib, stats
+from flip_vk import NODE, POOL, config_file, pod, rss_kib, stats
 
 from gpufleet_workshop.local import cluster as local
 from gpufleet.kube import Kube, NotFound, api_path
@@ -97,7 +97,7 @@ def main() -> int:
                             params={"labelSelector": selector}, handlers=[on_slice], name="bench-slices").start()
     pods_watch.wait_synced()
     slices_watch.wait_synced()
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--env", "local", "--pool", POOL,
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "virtual-kubelet", "--config", str(config_file()),
                              "--kubeconfig", str(c.kubeconfig), "--metrics-port", "0", "--log-level", "WARNING"],
                             env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)

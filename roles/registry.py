@@ -10,8 +10,8 @@ roles build on ``gpufleet_admin.manifests``, ``gpufleet_admin.inventory`` and
 
 :func:`load` and :func:`node_specs` are how entry points read an environment:
 :func:`gpufleet_admin.inventory.load` validated against every role's variables.
-Nothing here imports Pulumi, so gpufleet's image (which has no Pulumi)
-loads inventories through it too.
+:data:`COMPONENTS` lists the gpufleet commands whose configuration file a
+role builds from the inventory. Nothing here imports Pulumi.
 """
 
 from __future__ import annotations
@@ -23,20 +23,27 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel
 
-from gpufleet_admin.inventory import Inventory, NodeSpec
+from gpufleet_admin.inventory import Inventory, NodeSpec, Problem
 from gpufleet_admin.inventory import load as load_inventory
 from gpufleet_admin.manifests import HelmRelease, Obj
 
+from gpufleet.goodput import config as goodput_component
+from gpufleet.node_health import config as node_health_component
+from gpufleet.quota_sync import config as quota_sync_component
+from gpufleet.taint_controller import config as taint_controller_component
+from gpufleet.virtual_kubelet import config as virtual_kubelet_component
 from roles.descheduler import manifests as descheduler, vars as descheduler_vars
-from roles.goodput import manifests as goodput, vars as goodput_vars
+from roles.goodput import config as goodput_config, manifests as goodput, vars as goodput_vars
 from roles.gpu_metrics import manifests as gpu_metrics, vars as gpu_metrics_vars
 from roles.inference import manifests as inference, vars as inference_vars
-from roles.kueue import manifests as kueue, vars as kueue_vars
-from roles.node_health import manifests as node_health, vars as node_health_vars
+from roles.kueue import config as kueue_config, manifests as kueue, vars as kueue_vars
+from roles.node_health import config as node_health_config, manifests as node_health, vars as node_health_vars
 from roles.parallel_fs import manifests as parallel_fs, vars as parallel_fs_vars
-from roles.taint_controller import manifests as taint_controller, vars as taint_controller_vars
+from roles.taint_controller import config as taint_controller_config, manifests as taint_controller
+from roles.taint_controller import vars as taint_controller_vars
 from roles.training import manifests as training, vars as training_vars
-from roles.virtual_kubelet import manifests as virtual_kubelet, vars as virtual_kubelet_vars
+from roles.virtual_kubelet import config as virtual_kubelet_config, manifests as virtual_kubelet
+from roles.virtual_kubelet import vars as virtual_kubelet_vars
 
 
 def _no_releases(inv: Inventory) -> list[HelmRelease]:
@@ -129,6 +136,71 @@ _check(ROLES)
 ROLE_MODELS: Mapping[str, type[BaseModel]] = {r.name: r.vars for r in ROLES}
 
 
+def _single(inv: Inventory) -> list[str]:
+    """The instances of a component that runs one configuration: one, unnamed."""
+    return [""]
+
+
+@dataclass(frozen=True)
+class Component:
+    """A gpufleet command a role deploys with a configuration file it builds from the inventory.
+
+    Attributes:
+        command: the ``gpufleet`` command (``taint-controller``).
+        role: the role that deploys it and renders its file.
+        model: the component's configuration model (``gpufleet.<component>.config.Configuration``).
+        variables: the role's declaration: configuration field -> inventory variable
+            (``roles/<role>/config.py`` ``VARIABLES``).
+        build: ``build(inv, instance)``: the configuration of one instance.
+        dump: the configuration as its file's text; load: the component's own reader of that file.
+        instances: ``instances(inv)``: the instances the role runs, each with its own file
+            (a virtual kubelet per pool; ``[""]`` for one).
+        check: ``check(inv)``: what the configuration refuses of an inventory (run when it is loaded).
+    """
+
+    command: str
+    role: str
+    model: type[BaseModel]
+    variables: Mapping[str, str | None]
+    build: Callable[[Inventory, str], BaseModel]
+    dump: Callable[[Any], str]
+    load: Callable[[str], BaseModel]
+    check: Callable[[Inventory], list[Problem]]
+    instances: Callable[[Inventory], list[str]] = _single
+
+
+#: Every component that takes a configuration file, with the role that renders it.
+COMPONENTS: tuple[Component, ...] = (
+    Component("taint-controller", "taint_controller", taint_controller_component.Configuration,
+              taint_controller_config.VARIABLES, lambda inv, _: taint_controller_config.configuration(inv),
+              taint_controller_component.dump, taint_controller_component.load, taint_controller_config.problems),
+    Component("quota-sync", "kueue", quota_sync_component.Configuration, kueue_config.VARIABLES,
+              lambda inv, _: kueue_config.configuration(inv), quota_sync_component.dump, quota_sync_component.load,
+              kueue_config.problems),
+    Component("node-health", "node_health", node_health_component.Configuration, node_health_config.VARIABLES,
+              lambda inv, _: node_health_config.configuration(inv), node_health_component.dump,
+              node_health_component.load, node_health_config.problems),
+    Component("virtual-kubelet", "virtual_kubelet", virtual_kubelet_component.Configuration,
+              virtual_kubelet_config.VARIABLES, virtual_kubelet_config.configuration, virtual_kubelet_component.dump,
+              virtual_kubelet_component.load, virtual_kubelet_config.problems, instances=virtual_kubelet_config.pools),
+    Component("goodput", "goodput", goodput_component.Configuration, goodput_config.VARIABLES,
+              lambda inv, _: goodput_config.configuration(inv), goodput_component.dump, goodput_component.load,
+              goodput_config.problems),
+)
+
+
+def component(command: str) -> Component:
+    """The :class:`Component` of ``gpufleet <command>``.
+
+    Raises:
+        KeyError: no component of that name takes a configuration file (the message lists those that do).
+    """
+    for c in COMPONENTS:
+        if c.command == command:
+            return c
+    raise KeyError(f"component {command!r}: expected one of {', '.join(c.command for c in COMPONENTS)}")
+
+
 def load(
     env: str,
     *,
@@ -139,7 +211,9 @@ def load(
 ) -> Inventory:
     """Load and validate ``inventories/<env>`` (or ``root``) with every role's variables.
 
-    :func:`gpufleet_admin.inventory.load` with :data:`ROLE_MODELS`; the arguments are
+    :func:`gpufleet_admin.inventory.load` with :data:`ROLE_MODELS`, and every
+    component's configuration built from it as a check (:data:`COMPONENTS`:
+    what spans variables is the configuration's to refuse); the arguments are
     passed on as they are (``overrides``: stack-config values, highest
     precedence; ``overrides_file``: their name in messages; ``nodes``: hosts
     of a simulated fleet).
@@ -148,7 +222,7 @@ def load(
         gpufleet_admin.inventory.InventoryError: listing every problem (file, key, value, expected).
     """
     return load_inventory(env, ROLE_MODELS, overrides=overrides, overrides_file=overrides_file, nodes=nodes,
-                          root=root)
+                          root=root, checks=[c.check for c in COMPONENTS])
 
 
 def node_specs(env: str, nodes: int | None = None) -> list[NodeSpec]:

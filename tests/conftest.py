@@ -46,3 +46,11 @@ def local_inv():
     from roles.registry import load  # imported here: the node checks (tests/nodes) load no inventory
 
     return load("local")
+
+
+@pytest.fixture(scope="session")
+def local_quota(local_inv):
+    """Quota sync's configuration for the ``local`` inventory, as the kueue role builds it (the quota policy)."""
+    from roles.kueue.config import configuration
+
+    return configuration(local_inv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from gpufleet import componentconfig as cc
 from gpufleet_admin.inventory.types import STRICT, DnsLabel, PositiveInt
 
 
@@ -18,4 +19,5 @@ class Vars(BaseModel):
     descheduler_interval_seconds: PositiveInt
     descheduler_max_evictions_per_cycle: PositiveInt
     descheduler_max_evictions_per_node: PositiveInt
-    descheduler_migration_pods_per_minute: PositiveInt
+    #: The taint controller's flip-back budget (its configuration's kind and default: gpufleet.taint_controller.config).
+    descheduler_migration_pods_per_minute: cc.PositiveNumber

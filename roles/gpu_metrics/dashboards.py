@@ -6,7 +6,11 @@ ships each as a ConfigMap for the Grafana sidecar. Three dashboards:
 * ``gpufleet-gpus``: tensor-core activity (``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``,
   the utilisation that matters) beside plain GPU utilisation
   (``DCGM_FI_DEV_GPU_UTIL``, which only says a kernel ran), temperatures
-  against the alert thresholds, GPU health (lost, XID, ECC, throttling).
+  against the thresholds, GPU health (lost, XID, ECC, throttling). The
+  thresholds drawn and the rule each panel states are node health's
+  configuration for the inventory (:class:`gpufleet.node_health.config.Configuration`,
+  built by the node_health role from ``gpu_metrics_*_threshold_celsius``,
+  ``node_health_hot_samples``...): the panels say what the controller does.
 * ``gpufleet-fabric``: InfiniBand throughput (rate of the exporter's byte
   counters) and link utilisation, IB error counters, port state and
   saturated counters, NVLink errors and down links.
@@ -23,8 +27,10 @@ panels filter on the ``node`` label the role's scrape config sets.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from grafana_foundation_sdk.builders import common as common_builders
@@ -34,11 +40,7 @@ from grafana_foundation_sdk.models.common import GraphTresholdsStyleMode, Legend
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, Threshold, ThresholdsMode, VariableRefresh
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-#: Thresholds drawn on temperature panels, the defaults of the alert rules (Celsius).
-GPU_TEMP_THRESHOLD_CELSIUS = 78
-MEMORY_TEMP_THRESHOLD_CELSIUS = 85
-#: GPU telemetry older than this is stale, the default of gpu_metrics_telemetry_stale_seconds (seconds).
-TELEMETRY_STALE_SECONDS = 60
+from gpufleet.node_health.config import Configuration as NodeHealth
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = 'node=~"$node"'
@@ -52,6 +54,43 @@ SATURABLE_ERRORS = ("symbol_error|link_error_recovery|link_downed|port_rcv_error
 #: Selectors of the queues dashboard: GPU resource series, the chosen ClusterQueues.
 GPU = 'resource="nvidia.com/gpu"'
 CQ = 'cluster_queue=~"$cluster_queue"'
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the GPU panels draw and say: node health's rules, the alerts' hold, whether node health runs.
+
+    Attributes:
+        health: node health's configuration (thresholds in Celsius, samples, seconds, the degraded faults).
+        alert_for_seconds: how long the temperature alerts wait (``gpu_metrics_alert_for_seconds``).
+        acting: node health is deployed (``node_health_enabled``); otherwise only the alerts act.
+    """
+
+    health: NodeHealth
+    alert_for_seconds: int
+    acting: bool = True
+
+    def temperature(self, kind: str, threshold: float, alert: str) -> str:
+        """The rule a temperature panel states: node health's action on ``kind`` faults, and the alert."""
+        r = self.health.rules
+        if not self.acting:
+            return (f"The {alert} alert fires after {self.alert_for_seconds} s above {threshold:g} C; node health is "
+                    "not deployed here.")
+        if kind in self.health.degraded_faults:
+            action = ("takes the node out of training: degraded tier (inference only) until it has been cool for "
+                      f"{self.health.degraded_clear_seconds:g} s and passed its node checks")
+        else:
+            action = "takes the node out for swap: cordon, drain, replacement request"
+        return (f"Once {r.hot_samples} samples in a row of one GPU ({r.scrape_interval_seconds:g} s apart) are above "
+                f"{threshold:g} C, node health {action}. The {alert} alert fires after {self.alert_for_seconds} s above it.")
+
+    def telemetry(self) -> str:
+        """What node health does with failing or stale GPU telemetry."""
+        if not self.acting:
+            return "node health is not deployed here: only the GpufleetGPUTelemetryStale alert"
+        if "telemetry" in self.health.degraded_faults:
+            return "node health takes them out of training (degraded tier: inference only)"
+        return "node health takes them out for swap"
 
 
 class _Ids:
@@ -178,16 +217,17 @@ def _with_rows(board: dashboard.Dashboard,
     return board
 
 
-def gpus_dashboard() -> dashboard.Dashboard:
-    """``gpufleet-gpus``: activity, temperatures and health of every GPU."""
+def gpus_dashboard(rules: Rules) -> dashboard.Dashboard:
+    """``gpufleet-gpus``: activity, temperatures and health of every GPU, against node health's ``rules``."""
     board = _base(
         "gpufleet-gpus",
         "gpufleet / GPUs",
-        "Tensor-core activity next to GPU utilisation, temperatures against the alert thresholds, GPU health.",
+        "Tensor-core activity next to GPU utilisation, temperatures against node health's thresholds, GPU health.",
         ["gpu", "dcgm"],
         "gpufleet_gpu_devices",
     )
-    return _with_rows(board, _gpu_activity_row, _gpu_temperature_row, _gpu_health_row)
+    return _with_rows(board, _gpu_activity_row, functools.partial(_gpu_temperature_row, rules=rules),
+                      functools.partial(_gpu_health_row, rules=rules))
 
 
 def _gpu_activity_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
@@ -236,38 +276,42 @@ def _gpu_activity_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashbo
     )
 
 
-def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
-    """Row "Temperatures": GPU and HBM temperatures (Celsius) against the alert thresholds, thermal throttling."""
+def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids, *, rules: Rules) -> dashboard.Dashboard:
+    """Row "Temperatures": GPU and HBM temperatures (Celsius) against node health's thresholds, thermal throttling."""
+    gpu_t, mem_t = rules.health.rules.gpu_temp_celsius, rules.health.rules.memory_temp_celsius
     return (
         board.with_row(_row(ids, "Temperatures"))
         .with_panel(
             _timeseries(
                 ids,
                 "GPU temperature",
-                f"gpufleet_gpu_temperature_celsius (NVML). Above {GPU_TEMP_THRESHOLD_CELSIUS} C for 1 minute the node is pulled.",
+                "gpufleet_gpu_temperature_celsius (NVML). "
+                + rules.temperature("gpu_temp", gpu_t, "GpufleetGPUTemperatureHigh"),
                 [(f"max by (node, gpu) (gpufleet_gpu_temperature_celsius{{{NODE}}})", "{{node}} GPU {{gpu}}")],
                 "celsius",
-                threshold=GPU_TEMP_THRESHOLD_CELSIUS,
+                threshold=gpu_t,
             )
         )
         .with_panel(
             _timeseries(
                 ids,
                 "HBM temperature",
-                f"gpufleet_gpu_memory_temperature_celsius (NVML). Alert above {MEMORY_TEMP_THRESHOLD_CELSIUS} C.",
+                "gpufleet_gpu_memory_temperature_celsius (NVML). "
+                + rules.temperature("memory_temp", mem_t, "GpufleetGPUMemoryTemperatureHigh"),
                 [(f"max by (node, gpu) (gpufleet_gpu_memory_temperature_celsius{{{NODE}}})", "{{node}} GPU {{gpu}}")],
                 "celsius",
-                threshold=MEMORY_TEMP_THRESHOLD_CELSIUS,
+                threshold=mem_t,
             )
         )
         .with_panel(
             _timeseries(
                 ids,
                 "GPU temperature (dcgm-exporter)",
-                "DCGM_FI_DEV_GPU_TEMP: the same reading from dcgm-exporter; the alerts use either source.",
+                "DCGM_FI_DEV_GPU_TEMP: the same reading from dcgm-exporter; the alerts use either source, node health "
+                "the gpufleet exporter's.",
                 [(f"max by (node, gpu) (DCGM_FI_DEV_GPU_TEMP{{{NODE}}})", "{{node}} GPU {{gpu}}")],
                 "celsius",
-                threshold=GPU_TEMP_THRESHOLD_CELSIUS,
+                threshold=gpu_t,
             )
         )
         .with_panel(
@@ -288,8 +332,9 @@ def _gpu_temperature_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Das
     )
 
 
-def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboard:
+def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids, *, rules: Rules) -> dashboard.Dashboard:
     """Row "Health": Lost GPUs, NVML reachability, XID and uncorrectable ECC counts, GPU telemetry, power draw (watts)."""
+    stale = f"{rules.health.rules.telemetry_stale_seconds:g}"
     return (
         board.with_row(_row(ids, "Health"))
         .with_panel(_stat(ids, "GPUs lost", "GPUs NVML reports fallen off the bus.", f"sum(gpufleet_gpu_lost{{{NODE}}})"))
@@ -317,11 +362,10 @@ def _gpu_health_row(board: dashboard.Dashboard, ids: _Ids) -> dashboard.Dashboar
                 ids,
                 "GPU telemetry failing or stale",
                 "Nodes whose exporter's nvml collector failed its last read, or last succeeded more than "
-                f"{TELEMETRY_STALE_SECONDS} s ago (gpu_metrics_telemetry_stale_seconds' default): node health takes them "
-                "out of training.",
+                f"{stale} s ago (gpu_metrics_telemetry_stale_seconds): {rules.telemetry()}.",
                 f'count((gpufleet_exporter_collector_success{{{NODE},collector="nvml"}} == 0) or ((time() - '
                 f'gpufleet_exporter_collector_last_success_timestamp_seconds{{{NODE},collector="nvml"}}) > '
-                f"{TELEMETRY_STALE_SECONDS}))",
+                f"{stale}))",
                 span=12,
             )
         )
@@ -696,8 +740,8 @@ def to_json(board: dashboard.Dashboard) -> dict[str, Any]:
     return json.loads(json.dumps(board.build(), cls=JSONEncoder))
 
 
-def build_dashboards() -> dict[str, dict[str, Any]]:
-    """All gpufleet dashboards: ``{name: Grafana dashboard JSON}``.
+def build_dashboards(rules: Rules) -> dict[str, dict[str, Any]]:
+    """All gpufleet dashboards: ``{name: Grafana dashboard JSON}``; the GPU panels against node health's ``rules``.
 
     Names are the dashboard uids (``gpufleet-gpus``, ``gpufleet-fabric``,
     ``gpufleet-queues``); values are the JSON model Grafana imports
@@ -705,7 +749,7 @@ def build_dashboards() -> dict[str, dict[str, Any]]:
     variable of type prometheus).
     """
     return {name: to_json(builder()) for name, builder in (
-        ("gpufleet-gpus", gpus_dashboard),
+        ("gpufleet-gpus", functools.partial(gpus_dashboard, rules)),
         ("gpufleet-fabric", fabric_dashboard),
         ("gpufleet-queues", queues_dashboard),
     )}

@@ -9,7 +9,7 @@ import yaml
 
 from gpufleet_admin.inventory import Inventory
 from gpufleet.names import VIRTUAL_NODE_LABEL
-from gpufleet_admin.manifests import HelmRelease, Obj, config_map, meta, namespace, service_account
+from gpufleet_admin.manifests import HelmRelease, Obj, config_map, duration, meta, namespace, service_account
 from gpufleet_admin.versions import pin
 
 #: dcgm-exporter counters (DCGM field names, DCGM 4 / dcgm-exporter 4.x).
@@ -56,7 +56,7 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
     v = inv.role("gpu_metrics")
     def job(name: str, app: str) -> Obj:
         return {
-            "job_name": name, "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "job_name": name, "scrape_interval": duration(v.gpu_metrics_scrape_interval_seconds),
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [v.gpu_metrics_namespace]}}],
             "relabel_configs": [
                 {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": app, "action": "keep"},
@@ -67,7 +67,7 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
     h = inv.role("node_health")
     if h.node_health_enabled:
         jobs.append({
-            "job_name": "gpufleet-node-health", "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "job_name": "gpufleet-node-health", "scrape_interval": duration(v.gpu_metrics_scrape_interval_seconds),
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [h.node_health_namespace]}}],
             "relabel_configs": [
                 {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "regex": NODE_HEALTH, "action": "keep"},
@@ -79,7 +79,7 @@ def scrape_configs(inv: Inventory) -> list[Obj]:
         # The virtual kubelets' own metrics, the offload cost ledger among them (gpufleet.virtual_kubelet.ledger): their series
         # carry the pool, so the pod's node (the real node it runs on) is not added.
         jobs.append({
-            "job_name": "gpufleet-virtual-kubelet", "scrape_interval": f"{v.gpu_metrics_scrape_interval_seconds}s",
+            "job_name": "gpufleet-virtual-kubelet", "scrape_interval": duration(v.gpu_metrics_scrape_interval_seconds),
             "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [vk.virtual_kubelet_namespace]}}],
             "relabel_configs": [
                 {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
@@ -99,6 +99,15 @@ def rule_file(inv: Inventory) -> Obj:
                        memory_temp_threshold_celsius=v.gpu_metrics_memory_temp_threshold_celsius,
                        for_seconds=v.gpu_metrics_alert_for_seconds,
                        telemetry_stale_seconds=v.gpu_metrics_telemetry_stale_seconds)
+
+
+def dashboard_rules(inv: Inventory):
+    """What the GPU dashboard draws and says (:class:`roles.gpu_metrics.dashboards.Rules`): node health's
+    configuration for this inventory (the thresholds it acts on), the alerts' hold, whether node health runs."""
+    from ..node_health.config import configuration
+    from .dashboards import Rules
+
+    return Rules(configuration(inv), inv.role("gpu_metrics").gpu_metrics_alert_for_seconds, inv.enabled("node_health"))
 
 
 def fabric_exporter(inv: Inventory) -> list[Obj]:
@@ -163,9 +172,9 @@ def objects(inv: Inventory) -> list[Obj]:
                     "spec": rules})
         out.append({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": meta(EXPORTER, ns),
                     "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": EXPORTER}},
-                             "endpoints": [{"port": "metrics", "interval": f"{v.gpu_metrics_scrape_interval_seconds}s"}]}})
+                             "endpoints": [{"port": "metrics", "interval": duration(v.gpu_metrics_scrape_interval_seconds)}]}})
     if v.gpu_metrics_grafana_dashboards:
-        for name, dash in sorted(build_dashboards().items()):
+        for name, dash in sorted(build_dashboards(dashboard_rules(inv)).items()):
             out.append(config_map(f"dashboard-{name}", ns, {f"{name}.json": json.dumps(dash, indent=1, sort_keys=True)},
                                   "grafana", {"grafana_dashboard": "1"}))
     return out
@@ -184,6 +193,6 @@ def releases(inv: Inventory) -> list[HelmRelease]:
             "extraConfigMapVolumes": [{"name": "gpufleet-counters", "configMap": {"name": "dcgm-counters"}}],
             "extraVolumeMounts": [{"name": "gpufleet-counters", "mountPath": "/etc/gpufleet", "readOnly": True}],
             "serviceMonitor": {"enabled": v.gpu_metrics_prometheus_operator,
-                               "interval": f"{v.gpu_metrics_scrape_interval_seconds}s"},
+                               "interval": duration(v.gpu_metrics_scrape_interval_seconds)},
         },
     )]

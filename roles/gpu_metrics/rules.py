@@ -104,12 +104,17 @@ def _new_or_increased(metric: str, window: str) -> str:
 
 
 def build_rules(
-    gpu_temp_threshold_celsius: float = 78,
-    memory_temp_threshold_celsius: float = 85,
-    for_seconds: int = 60,
-    telemetry_stale_seconds: float = 60,
+    *,
+    gpu_temp_threshold_celsius: float,
+    memory_temp_threshold_celsius: float,
+    for_seconds: int,
+    telemetry_stale_seconds: float,
 ) -> dict[str, Any]:
     """The gpu_metrics Prometheus rule file.
+
+    The values come from the inventory, checked there (the gpu_metrics
+    variables, of the kinds node health's rules take: the alerts fire on the
+    numbers the controller acts on; defaults in :class:`gpufleet.node_health.config.Rules`).
 
     Args:
         gpu_temp_threshold_celsius: GPU die temperature above which a GPU is
@@ -126,16 +131,7 @@ def build_rules(
     Returns:
         ``{"groups": [{"name": ..., "rules": [...]}, ...]}`` (Prometheus rule
         file format, also a valid PrometheusRule ``spec``).
-
-    Raises:
-        ValueError: on a non-positive threshold or stale bound, or a negative ``for_seconds``.
     """
-    if gpu_temp_threshold_celsius <= 0 or memory_temp_threshold_celsius <= 0:
-        raise ValueError("temperature thresholds must be positive (Celsius)")
-    if telemetry_stale_seconds <= 0:
-        raise ValueError("telemetry_stale_seconds must be positive (seconds)")
-    if for_seconds < 0:
-        raise ValueError("for_seconds must be >= 0")
     return {
         "groups": [
             {"name": "gpufleet-gpu",

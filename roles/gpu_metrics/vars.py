@@ -1,4 +1,11 @@
-"""Typed variables of the gpu_metrics role (defaults and documentation: defaults.yaml)."""
+"""Typed variables of the gpu_metrics role (documentation: defaults.yaml).
+
+The temperature thresholds, the scrape interval and the stale bound are also
+node health's rules (:class:`gpufleet.node_health.config.Rules`: the alerts,
+the dashboards and the controller judge by the same numbers): they take the
+kinds of its fields, whose defaults ``defaults.yaml`` documents
+(``tests/roles/test_component_config.py`` keeps the two equal).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+from gpufleet import componentconfig as cc
 from gpufleet_admin.inventory.types import STRICT, Celsius, DnsLabel, PositiveInt
 
 
@@ -22,7 +30,7 @@ class Vars(BaseModel):
     gpu_metrics_alert_for_seconds: PositiveInt
     gpu_metrics_exporter_port: int = Field(ge=1, le=65535)
     gpu_metrics_exporter_fixture_node: Annotated[str, Field(pattern=r"^/")] | None = None
-    gpu_metrics_scrape_interval_seconds: PositiveInt
-    gpu_metrics_telemetry_stale_seconds: PositiveInt
+    gpu_metrics_scrape_interval_seconds: cc.PositiveSeconds
+    gpu_metrics_telemetry_stale_seconds: cc.PositiveSeconds
     gpu_metrics_prometheus_operator: bool
     gpu_metrics_grafana_dashboards: bool

@@ -23,6 +23,16 @@ out of that count (sigs.k8s.io/kueue v0.17
 ``pkg/controller/tas/non_tas_usage_controller.go``: ``filterPod`` skips
 TAS pods): Kueue places the gang, pins its pods to nodes, and the flip-out
 evicts inference from exactly those nodes.
+
+Where every GPU node of the inventory allocates its GPUs through DRA
+(``gpu_allocation: dra``), a pod gets its GPUs from a ResourceClaim of the
+Deployment's ResourceClaimTemplate (``<name>-gpus``, NVIDIA's DeviceClass)
+instead of ``nvidia.com/gpu``. The claim tolerates the degraded-GPU device
+taint (``gpufleet.io/gpu-degraded``, NoSchedule): a GPU node health took out
+of training for a fault that leaves it fit to serve still goes to inference,
+as the degraded node tier does for whole nodes; the unhealthy taint
+(NoExecute) is not tolerated. Such pods run in the cluster only: the virtual
+kubelets translate no ResourceClaims.
 """
 
 from __future__ import annotations
@@ -30,19 +40,55 @@ from __future__ import annotations
 from gpufleet.fleet.classify import INFERENCE_TOLERATIONS
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.inventory.inventory import GPU_RESOURCE
-from gpufleet.names import KUEUE_UNCONSTRAINED_TOPOLOGY, WORKLOAD_INFERENCE, WORKLOAD_LABEL
+from gpufleet.names import (
+    GPU_DEGRADED_TAINT,
+    GPU_DEVICE_CLASS,
+    KUEUE_UNCONSTRAINED_TOPOLOGY,
+    RESOURCE_API,
+    WORKLOAD_INFERENCE,
+    WORKLOAD_LABEL,
+)
 from gpufleet_admin.manifests import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 
 
+#: Name of the GPU claim of a DRA inference pod.
+GPU_CLAIM = "gpus"
+#: The device toleration of an inference claim: GPUs node health degraded still serve (module doc).
+DEGRADED_DEVICE_TOLERATION = {"key": GPU_DEGRADED_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def uses_dra(inv: Inventory) -> bool:
+    """Inference asks for GPUs through ResourceClaims: every GPU flavor of the inventory is a DRA one."""
+    flavors = inv.flavors().values()
+    return bool(flavors) and all(f.dra for f in flavors)
+
+
+def claim_template(name: str, namespace: str, gpus: int) -> Obj:
+    """The ResourceClaimTemplate of an inference Deployment: ``gpus`` devices of NVIDIA's DeviceClass,
+    tolerating the degraded-GPU taint (module doc)."""
+    return {"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+            "metadata": meta(f"{name}-{GPU_CLAIM}", namespace, component="inference"),
+            "spec": {"spec": {"devices": {"requests": [{"name": GPU_CLAIM, "exactly": {
+                "deviceClassName": GPU_DEVICE_CLASS, "allocationMode": "ExactCount", "count": gpus,
+                "tolerations": [dict(DEGRADED_DEVICE_TOLERATION)]}}]}}}}
+
+
 def pod_spec(inv: Inventory, d) -> Obj:
-    """The inference pod: low priority, GPU request, affinity and tolerations (see module doc)."""
+    """The inference pod: low priority, GPU request (or claim), affinity and tolerations (see module doc)."""
     priority = min(inv.role("kueue").kueue_priority_classes, key=lambda p: p.value).name
     resources = {"cpu": d.cpu, "memory": d.memory}
-    if d.gpus_per_pod:
+    claim = bool(d.gpus_per_pod) and uses_dra(inv)
+    if d.gpus_per_pod and not claim:
         resources[GPU_RESOURCE] = str(d.gpus_per_pod)
+    container_resources: Obj = {"requests": resources, "limits": {k: v for k, v in resources.items() if k != "cpu"}}
+    extra: Obj = {}
+    if claim:
+        container_resources["claims"] = [{"name": GPU_CLAIM}]
+        extra["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": f"{d.name}-{GPU_CLAIM}"}]
     return {
+        **extra,
         "priorityClassName": priority,
         "terminationGracePeriodSeconds": 30,
         "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
@@ -55,7 +101,7 @@ def pod_spec(inv: Inventory, d) -> Obj:
         "containers": [{
             "name": "server", "image": d.image,
             "ports": [{"name": "http", "containerPort": 8000}],
-            "resources": {"requests": resources, "limits": {k: v for k, v in resources.items() if k != "cpu"}},
+            "resources": container_resources,
             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 5},
         }],
     }
@@ -99,6 +145,8 @@ def objects(inv: Inventory) -> list[Obj]:
     for d in v.inference_deployments:
         sel = {"app.kubernetes.io/name": d.name}
         spec = pod_spec(inv, d)
+        if spec.get("resourceClaims"):
+            out.append(claim_template(d.name, ns, d.gpus_per_pod))
         out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},

@@ -3,8 +3,9 @@
 Kueue API: ``kueue.x-k8s.io/v1beta2`` (the storage version of the pinned
 Kueue, src/gpufleet_admin/versions.yaml). Quota: every flavor's capacity split
 over the ClusterQueues by the policy in gpufleet.fleet.quota_policy (by
-share; cpu and memory follow each queue's GPU quota). Quota sync recomputes
-it from what the nodes can schedule (gpufleet.fleet.capacity).
+share; cpu and memory follow each queue's GPU quota), taken from quota
+sync's configuration (``roles/kueue/config.py``). Quota sync recomputes it
+from what the nodes can schedule (gpufleet.fleet.capacity).
 """
 
 from __future__ import annotations
@@ -15,18 +16,30 @@ from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.inventory.inventory import GPU_RESOURCE, GPU_TAINT, LABEL_FLAVOR
 from gpufleet.kube.quantity import canonical
 from gpufleet.fleet.quota_policy import quotas
-from gpufleet.names import KUEUE_API
+from gpufleet.quota_sync.config import dump
+from gpufleet.names import GPU_DEVICE_CLASS, KUEUE_API
 from gpufleet_admin.manifests import HelmRelease, Obj, meta, namespace
 from gpufleet_admin.versions import pin
+
+from . import config as quota_sync
 
 #: Job kinds Kueue manages (its `integrations.frameworks`).
 FRAMEWORKS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
 
 
+#: Kueue's DRA integration (Kueue v0.19, KEP-2941): ResourceClaimTemplates of NVIDIA's DeviceClass count as
+#: ``nvidia.com/gpu`` quota, the same resource the device plugin's nodes are counted in.
+DEVICE_CLASS_MAPPINGS = [{"name": GPU_RESOURCE, "deviceClassNames": [GPU_DEVICE_CLASS]}]
+#: Its feature gates, set explicitly: quota accounting of DRA devices (beta, on by default since v0.18), and the
+#: rejection of DRA workloads were it off (so a gate flipped off refuses jobs instead of admitting them unquoted).
+DRA_FEATURE_GATES = {"KueueDRAIntegration": True, "KueueDRARejectWorkloadsWhenDRADisabled": True}
+
+
 def configuration(inv: Inventory) -> Obj:
-    """Kueue's controller Configuration: waitForPodsReady (all-or-nothing gangs) and integrations."""
+    """Kueue's controller Configuration: waitForPodsReady (all-or-nothing gangs), integrations, and DRA
+    quota accounting where a flavor's GPUs are allocated through DRA."""
     v = inv.role("kueue")
-    return {
+    out = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": v.kueue_namespace,
@@ -38,6 +51,10 @@ def configuration(inv: Inventory) -> Obj:
         },
         "integrations": {"frameworks": FRAMEWORKS},
     }
+    if any(f.dra for f in inv.flavors().values()):
+        out["resources"] = {"deviceClassMappings": DEVICE_CLASS_MAPPINGS}
+        out["featureGates"] = dict(DRA_FEATURE_GATES)
+    return out
 
 
 def cluster_queue(inv: Inventory, name: str, quota: dict[str, dict[str, int]]) -> Obj:
@@ -94,7 +111,8 @@ def resource_flavor(inv: Inventory, flavor: str) -> Obj:
     v = inv.role("kueue")
     spec: Obj = {"nodeLabels": {LABEL_FLAVOR: flavor},
                  "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": GPU_TAINT["effect"]}]}
-    if v.kueue_topology_enabled:
+    # Kueue's topology-aware scheduling does not place pods asking for DRA devices (v0.19, KEP-2941 non-goals).
+    if v.kueue_topology_enabled and not inv.flavors()[flavor].dra:
         spec["topologyName"] = v.kueue_topology_name
     return {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": meta(flavor, component="kueue"), "spec": spec}
 
@@ -119,13 +137,13 @@ def objects(inv: Inventory) -> list[Obj]:
         out.append(topo)
     for flavor in inv.flavors():
         out.append(resource_flavor(inv, flavor))
-    for name, quota in quotas(inv).items():
+    for name, quota in quotas(quota_sync.configuration(inv), quota_sync.inventory_capacity(inv)).items():
         out.append(cluster_queue(inv, name, quota))
     for lq in v.kueue_local_queues:
         out.append({"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": meta(lq.name, lq.namespace, component="kueue"),
                     "spec": {"clusterQueue": lq.cluster_queue}})
     if v.kueue_quota_sync_enabled:
-        out += quota_sync(inv)
+        out += quota_sync_controller(inv)
     return out
 
 
@@ -141,8 +159,12 @@ def releases(inv: Inventory) -> list[HelmRelease]:
     )]
 
 
-def quota_sync(inv: Inventory) -> list[Obj]:
-    """The ``gpufleet quota-sync`` controller: reads Nodes and Pods, patches ClusterQueues."""
+def quota_sync_controller(inv: Inventory) -> list[Obj]:
+    """The ``gpufleet quota-sync`` controller: reads Nodes and Pods, patches ClusterQueues.
+
+    Its settings go in one file, ConfigMap ``quota-sync-config`` (mounted read-only at
+    ``/etc/gpufleet/config``, passed as ``--config``): :func:`roles.kueue.config.configuration`.
+    """
     from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, controller, rule
 
     v = inv.role("kueue")
@@ -150,9 +172,11 @@ def quota_sync(inv: Inventory) -> list[Obj]:
         rule([""], ["nodes", "pods"], ["get", "list", "watch"]),
         rule(["kueue.x-k8s.io"], ["clusterqueues"], ["get", "list", "watch", "patch", "update"]),
         rule(["kueue.x-k8s.io"], ["workloads", "resourceflavors", "localqueues"], ["get", "list", "watch"]),
+        # GPUs allocated through DRA: the devices and their taints count per GPU (gpufleet.quota_sync.devices).
+        rule(["resource.k8s.io"], ["resourceslices", "devicetaintrules"], ["get", "list", "watch"]),
         LEASE_RULE, EVENT_RULE,
     ]
     return [namespace(v.kueue_quota_sync_namespace),
-            *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync", "--env", inv.env], rules,
-                        fleet=inv.fleet, inventory=inv)]
+            *controller("quota-sync", v.kueue_quota_sync_namespace, ["quota-sync"], rules, fleet=inv.fleet,
+                        config=dump(quota_sync.configuration(inv)))]
 

@@ -1,4 +1,10 @@
-"""Typed variables of the kueue role (defaults and documentation: defaults.yaml)."""
+"""Typed variables of the kueue role (defaults and documentation: defaults.yaml).
+
+A ClusterQueue is the quota policy's (:mod:`gpufleet.fleet.quota_policy`: its
+share's default and its checks are there) with what only its object carries;
+what spans queues (unique names, pins naming a flavor of the inventory) is
+checked by the policy when the inventory is loaded (``roles/kueue/config.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,19 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from gpufleet.fleet.quota_policy import ClusterQueue
 from gpufleet_admin.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 
-class ClusterQueueVars(BaseModel):
-    """One ClusterQueue: its share of every flavor's capacity, or pinned GPUs per flavor."""
+class ClusterQueueVars(ClusterQueue):
+    """One ClusterQueue: its share of every flavor's capacity, or pinned GPUs per flavor (the quota policy's
+    :class:`~gpufleet.fleet.quota_policy.ClusterQueue`), and what it may borrow from the cohort."""
 
-    model_config = STRICT
-
-    name: DnsLabel
-    share: PositiveInt = 1
-    nominal_gpus: dict[str, NonNegativeInt] | None = None
     borrowing_limit_gpus: NonNegativeInt | None = None
+
+    def policy(self) -> ClusterQueue:
+        """The queue as the quota policy takes it (without what only the ClusterQueue object carries)."""
+        return ClusterQueue.model_validate(self.model_dump(exclude={"borrowing_limit_gpus"}))
 
 
 class LocalQueueVars(BaseModel):
@@ -56,7 +63,7 @@ class Vars(BaseModel):
     kueue_quota_sync_namespace: DnsLabel
     kueue_partial_gpu_nodes_count: bool
     kueue_quota_subtract_unmanaged_gpus: bool
-    kueue_cluster_queues: list[ClusterQueueVars] = Field(min_length=1)
+    kueue_cluster_queues: list[ClusterQueueVars]
     kueue_local_queues: list[LocalQueueVars]
     kueue_priority_classes: list[PriorityVars] = Field(min_length=2)
     kueue_workload_priority_classes: list[PriorityVars]

@@ -1,9 +1,18 @@
-"""What the node_health role declares: the ``gpufleet node-health`` remediation controller."""
+"""What the node_health role declares: the ``gpufleet node-health`` remediation controller.
+
+Its settings go in one file, ConfigMap ``node-health-config`` (key
+``config.yaml``, mounted read-only at ``/etc/gpufleet/config``, passed as
+``--config``): the configuration ``roles/node_health/config.py`` builds from
+the inventory and stack config.
+"""
 
 from __future__ import annotations
 
+from gpufleet.node_health.config import dump
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, rule
+
+from .config import configuration
 
 
 def objects(inv: Inventory) -> list[Obj]:
@@ -16,19 +25,13 @@ def objects(inv: Inventory) -> list[Obj]:
              rule([""], ["pods"], ["get", "list", "watch"]),
              rule([""], ["pods/eviction"], ["create"]),
              rule(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"]),
+             # One GPU out of service where GPUs are allocated through DRA (gpufleet.node_health.devices).
+             rule(["resource.k8s.io"], ["resourceslices"], ["get", "list", "watch"]),
+             rule(["resource.k8s.io"], ["devicetaintrules"], ["get", "list", "watch", "create", "patch", "update",
+                                                              "delete"]),
              LEASE_RULE, EVENT_RULE]
-    args = ["node-health", "--env", inv.env, "--prometheus-url", v.node_health_prometheus_url,
-            "--interval", str(v.node_health_interval_seconds),
-            "--drain-timeout", str(v.node_health_drain_timeout_seconds),
-            "--degraded-clear", str(v.node_health_degraded_clear_seconds),
-            "--error-window", str(v.node_health_error_window_seconds),
-            "--event-window", str(v.node_health_event_window_seconds),
-            "--nvlink-error-threshold", str(v.node_health_nvlink_error_threshold),
-            "--ib-error-threshold", str(v.node_health_ib_error_threshold),
-            "--roce-error-threshold", str(v.node_health_roce_error_threshold)]
-    if v.node_health_dry_run:
-        args.append("--dry-run")
-    return [namespace(ns), *controller("node-health", ns, args, rules, fleet=inv.fleet, inventory=inv,
-                                           # swap requests are ConfigMaps in its own namespace (gpufleet.ops.swap)
-                                           namespaced_rules=[rule([""], ["configmaps"], ["get", "list", "watch",
-                                                                                        "create", "update", "patch"])])]
+    return [namespace(ns), *controller("node-health", ns, ["node-health"], rules, fleet=inv.fleet,
+                                       config=dump(configuration(inv)),
+                                       # swap requests are ConfigMaps in its own namespace (gpufleet.ops.swap)
+                                       namespaced_rules=[rule([""], ["configmaps"], ["get", "list", "watch",
+                                                                                    "create", "update", "patch"])])]

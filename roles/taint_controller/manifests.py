@@ -1,9 +1,18 @@
-"""What the taint_controller role declares: the ``gpufleet taint-controller`` Deployment."""
+"""What the taint_controller role declares: the ``gpufleet taint-controller`` Deployment.
+
+Its settings go in one file, ConfigMap ``taint-controller-config`` (key
+``config.yaml``, mounted read-only at ``/etc/gpufleet/config``, passed as
+``--config``): the configuration ``roles/taint_controller/config.py`` builds
+from the inventory and stack config.
+"""
 
 from __future__ import annotations
 
+from gpufleet.taint_controller.config import dump
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, namespace, namespaced_rbac, rule
+
+from .config import configuration
 
 NAMESPACE = "gpufleet-system"
 
@@ -27,17 +36,6 @@ def objects(inv: Inventory) -> list[Obj]:
              # of every Service selecting it; Services and EndpointSlices are watched (read only) for that.
              rule([""], ["services"], ["list", "watch"]),
              LEASE_RULE, EVENT_RULE]
-    args = ["taint-controller", "--env", inv.env,
-            "--high-water", str(v.taint_controller_high_water_gpus), "--low-water", str(v.taint_controller_low_water_gpus),
-            "--hold-seconds", str(v.taint_controller_hold_seconds), "--signal", v.taint_controller_signal,
-            "--flip-mode", v.taint_controller_flip_mode,
-            "--surge-max-wait", str(v.taint_controller_surge_max_wait_seconds)]
-    for flag, value in (("--add-hold-seconds", v.taint_controller_add_hold_seconds),
-                        ("--remove-hold-seconds", v.taint_controller_remove_hold_seconds)):
-        if value is not None:
-            args += [flag, str(value)]
-    if v.taint_controller_signal == "prometheus":
-        args += ["--prometheus-url", v.taint_controller_prometheus_url]
     surge = []
     if v.taint_controller_flip_mode == "make_before_break" and inv.role("inference").inference_enabled:
         # Surge ReplicaSets (gpufleet.taint_controller.surge) only where inference runs: creating
@@ -45,5 +43,5 @@ def objects(inv: Inventory) -> list[Obj]:
         surge = namespaced_rbac("taint-controller", inv.role("inference").inference_namespace,
                                 [rule(["apps"], ["replicasets"], ["get", "create", "delete"]),
                                  rule(["apps"], ["deployments"], ["get"])], account_namespace=NAMESPACE)
-    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, args, rules,
-                                                  fleet=inv.fleet, inventory=inv), *surge]
+    return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, ["taint-controller"], rules,
+                                              fleet=inv.fleet, config=dump(configuration(inv))), *surge]

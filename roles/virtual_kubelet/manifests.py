@@ -9,11 +9,14 @@ Secrets they reference with them (:mod:`gpufleet.virtual_kubelet.reflect`): the 
 kubelet may get, list and watch those of the inference namespace only (a
 Role there, when the inference role is enabled), never cluster-wide.
 
-Where the taint controller runs, each virtual node registers closed: with
-its free-GPU taint (``--register-with-taints``), so no inference goes
-outside before the taint controller has decided the cluster is short of
-GPUs. Without a taint controller nothing would ever open it, so the node
-registers open as before.
+Each virtual kubelet's settings go in one file, ConfigMap ``vk-<pool>-config``
+(key ``config.yaml``, mounted read-only at ``/etc/gpufleet/config``, passed as
+``--config``): the configuration ``roles/virtual_kubelet/config.py`` builds
+for its pool from the inventory and stack config. Where the taint controller
+runs, the node registers closed: with its free-GPU taint (the file's
+``register_with_taints``), so no inference goes outside before the taint
+controller has decided the cluster is short of GPUs. Without a taint
+controller nothing would ever open it, so the node registers open.
 
 Each pool's virtual kubelet runs the image its provider ships in
 (``PoolVars.image_or``): gpufleet's image for ``kubernetes`` pools, gpufleet's
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT
+from gpufleet.virtual_kubelet.config import dump
+
+from .config import configuration
 
 #: Memory of the virtual kubelet itself (MiB).
 MEMORY_MIB = 512
@@ -53,8 +58,6 @@ def objects(inv: Inventory) -> list[Obj]:
     # gpufleet.virtual_kubelet.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
     reflect = ([rule([""], ["configmaps", "secrets"], ["get", "list", "watch"])]
                if inference.inference_enabled else [])
-    closed = (["--register-with-taints", f"{FREE_GPUS_TAINT}:{FREE_GPUS_EFFECT}"]
-              if inv.role("taint_controller").taint_controller_enabled else [])
     for pool in v.virtual_kubelet_pools:
         name = f"vk-{pool.name}"
         volumes = mounts = own = None
@@ -64,9 +67,9 @@ def objects(inv: Inventory) -> list[Obj]:
             volumes = [{"name": "remote", "secret": {"secretName": pool.kubeconfig_secret}}]
             mounts = [{"name": "remote", "mountPath": "/etc/gpufleet/remote", "readOnly": True}]
         memory = MEMORY_MIB + (pool.capacity_gpus * LOCAL_INSTANCE_MEMORY_MIB if pool.instances == "local_process" else 0)
-        objs = controller(name, ns, ["virtual-kubelet", "--env", inv.env, *closed, "--pool", pool.name], rules,
-                          fleet=inv.fleet, inventory=inv, memory=f"{memory}Mi", volumes=volumes, mounts=mounts,
-                          namespaced_rules=own, image=pool.image_or(inv.fleet.gpufleet_image))
+        objs = controller(name, ns, ["virtual-kubelet", "--pool", pool.name], rules, fleet=inv.fleet,
+                          config=dump(configuration(inv, pool.name)), memory=f"{memory}Mi", volumes=volumes,
+                          mounts=mounts, namespaced_rules=own, image=pool.image_or(inv.fleet.gpufleet_image))
         deployment = objs[-1]
         # The pod's IP is the virtual node's InternalIP.
         deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(

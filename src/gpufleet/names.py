@@ -118,7 +118,7 @@ BREAKER_CONFIGMAP = "gpufleet-node-health-breaker"
 #: Default namespace of gpufleet's own objects (node_health_namespace, kueue_quota_sync_namespace).
 SYSTEM_NAMESPACE = "gpufleet-system"
 
-#: Kueue (kueue.x-k8s.io/v1beta2, the pinned v0.17).
+#: Kueue (kueue.x-k8s.io/v1beta2, the storage version of the pinned v0.19).
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 #: Kueue's apiVersion: ``kueue.x-k8s.io/v1beta2``.
@@ -137,6 +137,12 @@ SIMULATED_LABEL = "gpufleet.io/simulated"
 LOCAL_CLUSTER_LABEL = "gpufleet.io/local-cluster"
 APPLIED_ANNOTATION = "gpufleet.io/applied-sha256"
 GOODPUT_REPLAY_LABEL = "gpufleet.io/goodput-replay"
+
+#: ``apiVersion`` of gpufleet's component configuration files (gpufleet.componentconfig; each ``kind`` is
+#: the component's: ``TaintControllerConfiguration``...).
+CONFIG_API_VERSION = "config.gpufleet.io/v1alpha1"
+#: Pod template annotation: the SHA-256 of the component's configuration file, so a changed file rolls the pods.
+CONFIG_CHECKSUM_ANNOTATION = "gpufleet.io/config-sha256"
 
 #: Field manager of gpufleet's writes and server-side applies (``metadata.managedFields``).
 FIELD_MANAGER = "gpufleet"
@@ -177,3 +183,35 @@ SIMULATED_DURATION_ANNOTATION = "gpufleet.io/simulated-duration-seconds"
 WORKLOAD_LABEL = "gpufleet.io/workload"
 WORKLOAD_TRAINING = "training"
 WORKLOAD_INFERENCE = "inference"
+
+#: Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34; device taints GA in 1.37).
+RESOURCE_API = "resource.k8s.io/v1"
+#: NVIDIA's DRA driver for full GPUs: its driver name, and the DeviceClass its chart installs (same name).
+GPU_DRIVER = "gpu.nvidia.com"
+GPU_DEVICE_CLASS = "gpu.nvidia.com"
+#: Device attributes NVIDIA's driver sets on each GPU (``<driver>`` domain unless qualified): the GPU's
+#: UUID (NVML), its PCI bus id (the standard ``resource.kubernetes.io/pciBusID``), its index and minor.
+GPU_ATTR_UUID = "uuid"
+GPU_ATTR_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+GPU_ATTR_INDEX = "index"
+#: How a node group's GPUs are allocated (inventory ``gpu_allocation``): the device plugin's extended resource
+#: (``nvidia.com/gpu`` in the Node's allocatable) or DRA (ResourceSlices of GPU_DRIVER).
+GPU_ALLOCATIONS = ("device_plugin", "dra")
+#: Node label saying which (value: one of GPU_ALLOCATIONS), set from the inventory.
+GPU_ALLOCATION_LABEL = "gpufleet.io/gpu-allocation"
+#: Device taint keys node health puts on one GPU through a DeviceTaintRule (value: the fault):
+#: unhealthy (NoExecute: the fault kills what runs there) and degraded (NoSchedule: running pods stay,
+#: inference claims that tolerate it may still get the GPU, training claims do not).
+GPU_UNHEALTHY_TAINT = "gpufleet.io/gpu-unhealthy"
+GPU_DEGRADED_TAINT = "gpufleet.io/gpu-degraded"
+#: Label on the DeviceTaintRules gpufleet owns (value: the node), and the annotation with the GPU's
+#: health history (JSON, as ANN_HEALTH_HISTORY) and the lemon mark (a person returns a lemon GPU).
+DEVICE_TAINT_RULE_LABEL = "gpufleet.io/gpu-node"
+ANN_GPU_HEALTH_HISTORY = "gpufleet.io/gpu-health-history"
+ANN_GPU_LEMON = "gpufleet.io/gpu-lemon"
+#: Annotations on gpufleet's DeviceTaintRules (gpufleet.ops.gpus): the fault's detail, who removed the GPU
+#: (``node-health`` or ``person``), when, and since when node health has seen it healthy (the hold's start).
+ANN_GPU_FAULT = "gpufleet.io/gpu-fault"
+ANN_GPU_REMOVED_BY = "gpufleet.io/gpu-removed-by"
+ANN_GPU_REMOVED_AT = "gpufleet.io/gpu-removed-at"
+ANN_GPU_HEALTHY_SINCE = "gpufleet.io/gpu-healthy-since"

@@ -12,10 +12,9 @@ from pathlib import Path
 
 #: Root of the checkout: holds ``roles/``, ``inventories/``, ``templates/``.
 REPO_ROOT: Path = Path(__file__).resolve().parents[2]
-#: The inventories; ``GPUFLEET_INVENTORIES`` names another folder (gpufleet's pods mount theirs there).
-INVENTORIES: Path = Path(os.environ.get("GPUFLEET_INVENTORIES") or REPO_ROOT / "inventories")
-#: The roles (``defaults.yaml`` of each): the ``roles`` package, wherever it is installed (the checkout,
-#: or site-packages in gpufleet's image); found without importing it.
+#: The inventories of the checkout (gpufleet's pods read none: each gets its configuration file).
+INVENTORIES: Path = REPO_ROOT / "inventories"
+#: The roles (``defaults.yaml`` of each): the ``roles`` package, wherever it is installed; found without importing it.
 ROLES: Path = Path(importlib.util.find_spec("roles").origin).parent if importlib.util.find_spec("roles") else REPO_ROOT / "roles"
 TEMPLATES: Path = REPO_ROOT / "templates"
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+
 def tail(path: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of a text file, read from its last 64 KiB (``""`` when it does not exist)."""
     try:
@@ -55,11 +56,3 @@ def copy_atomic(src: Path, dst: Path) -> None:
 def digest(obj: object) -> str:
     """A short (16 hex digits) SHA-256 of ``obj`` as sorted JSON: a stamp that changes when a definition does."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def yaml_problem(exc: Exception) -> str:
-    """``line L, column C: <what the parser was doing>: <what it found>`` from a PyYAML error, for messages."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    what = ": ".join(filter(None, [getattr(exc, "context", None), getattr(exc, "problem", None)]))
-    return where + (what or str(exc).splitlines()[0])

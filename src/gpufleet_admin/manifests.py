@@ -9,11 +9,11 @@ sits below the roles and the stack program that declares what they build
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from gpufleet.componentconfig import checksum
 from gpufleet.kube.config import API_SERVER_ENV
-from gpufleet.names import SYSTEM_NODE_TAINT
+from gpufleet.names import CONFIG_CHECKSUM_ANNOTATION, SYSTEM_NODE_TAINT
 
 
 Obj = dict[str, Any]
@@ -100,6 +100,11 @@ def rule(groups: list[str], resources: list[str], verbs: list[str], names: list[
     return out
 
 
+def duration(seconds: float) -> str:
+    """A duration as Prometheus and Kubernetes write one: ``15s``; a fraction of a second in ``ms`` (``1500ms``)."""
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
+
+
 #: Leader election through coordination.k8s.io Leases (one active instance).
 LEASE_RULE = rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update", "patch"])
 EVENT_RULE = rule(["", "events.k8s.io"], ["events"], ["create", "patch"])
@@ -129,36 +134,43 @@ def system_placement(fleet: Any) -> Obj:
     return {"nodeSelector": dict(fleet.gpufleet_node_selector), "tolerations": [system_toleration()]}
 
 
-#: Where gpufleet's pods find their inventory (``GPUFLEET_INVENTORIES``; one folder per environment).
-INVENTORY_MOUNT = "/etc/gpufleet/inventories"
+#: Where a gpufleet pod finds its configuration file (``--config``): the component's ConfigMap, mounted read-only.
+CONFIG_DIR = "/etc/gpufleet/config"
+CONFIG_FILE = "config.yaml"
 
 
-def inventory_files(root: Path) -> dict[str, str]:
-    """``{relative path: text}`` of an inventory folder's YAML files (``hosts.yml``, ``group_vars/...``)."""
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.suffix in (".yml", ".yaml")}
+@dataclass(frozen=True)
+class ConfigFile:
+    """A component's configuration file as a pod gets it: ConfigMap, volume, mount, flag and checksum.
 
-
-def inventory_config(name: str, namespace: str, env: str, root: Path) -> tuple[Obj, Obj, Obj]:
-    """A ConfigMap with the inventory's files, and the volume and mount that lay them out as ``<mount>/<env>/``.
-
-    ConfigMap keys cannot hold ``/``: each file gets a flat key and an
-    ``items`` entry putting it back at its path. Returns
-    ``(config_map, volume, volume_mount)``.
+    The pod template carries :data:`gpufleet.names.CONFIG_CHECKSUM_ANNOTATION` (the file's SHA-256),
+    so a changed file changes the template and the Deployment rolls its pods.
     """
-    files = inventory_files(root)
-    keys = {path: f"f{i:02d}-{Path(path).name}" for i, path in enumerate(files)}
-    cm = config_map(f"{name}-inventory", namespace, {keys[p]: text for p, text in files.items()}, component=name)
-    volume = {"name": "inventory", "configMap": {"name": f"{name}-inventory",
-                                                 "items": [{"key": keys[p], "path": p} for p in files]}}
-    mount = {"name": "inventory", "mountPath": f"{INVENTORY_MOUNT}/{env}", "readOnly": True}
-    return cm, volume, mount
+
+    config_map: Obj
+    volume: Obj
+    mount: Obj
+    args: tuple[str, ...]
+    annotations: dict[str, str]
+
+
+def config_file(name: str, namespace: str, text: str, component: str | None = None) -> ConfigFile:
+    """ConfigMap ``<name>-config`` in ``namespace`` holding ``text`` as ``config.yaml``, and how a pod mounts it."""
+    cm = config_map(f"{name}-config", namespace, {CONFIG_FILE: text}, component=component or name)
+    return ConfigFile(
+        config_map=cm,
+        volume={"name": "config", "configMap": {"name": f"{name}-config"}},
+        mount={"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        args=("--config", f"{CONFIG_DIR}/{CONFIG_FILE}"),
+        annotations={CONFIG_CHECKSUM_ANNOTATION: checksum(text)},
+    )
 
 
 def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, fleet: Any, port: int = 8080,
                cpu: str = "100m", memory: str = "256Mi", env: dict[str, str] | None = None,
                volumes: list[Obj] | None = None, mounts: list[Obj] | None = None,
-               namespaced_rules: list[Obj] | None = None, inventory: Any = None, image: str | None = None) -> list[Obj]:
+               namespaced_rules: list[Obj] | None = None, config: str | None = None,
+               image: str | None = None) -> list[Obj]:
     """A gpufleet controller: ServiceAccount, least-privilege RBAC and a Deployment.
 
     ``fleet`` (the inventory's :class:`~gpufleet_admin.inventory.models.FleetVars`)
@@ -171,18 +183,20 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     Two replicas: one is active at a time through a Lease (leader election).
     ``rules`` hold cluster-wide (a ClusterRole); ``namespaced_rules`` only in
     ``namespace`` (a Role): whatever can stop at the controller's own
-    namespace does. With ``inventory`` (an
-    :class:`~gpufleet_admin.inventory.Inventory` the controller loads with
-    ``--env``), its files go along in a ConfigMap mounted where
-    ``GPUFLEET_INVENTORIES`` points (values set only in the Pulumi stack
-    config do not: flags carry the ones a controller needs).
+    namespace does. With ``config`` (the text of the component's
+    configuration file, which the role built from the inventory), the file
+    goes along in ConfigMap ``<name>-config``, mounted read-only at
+    :data:`CONFIG_DIR`, passed as ``--config``, its checksum on the pod
+    template (:func:`config_file`).
     """
     extra: list[Obj] = []
-    if inventory is not None:
-        cm, volume, mount = inventory_config(name, namespace, inventory.env, inventory.root)
-        extra.append(cm)
-        volumes, mounts = [*(volumes or []), volume], [*(mounts or []), mount]
-        env = {**(env or {}), "GPUFLEET_INVENTORIES": INVENTORY_MOUNT}
+    template_meta: Obj = {}
+    if config is not None:
+        cf = config_file(name, namespace, config)
+        extra.append(cf.config_map)
+        volumes, mounts = [*(volumes or []), cf.volume], [*(mounts or []), cf.mount]
+        args = [*args, *cf.args]
+        template_meta["annotations"] = dict(cf.annotations)
     pod_labels = {"app.kubernetes.io/name": name}
     container: Obj = {
         "name": name,
@@ -204,7 +218,7 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(name, namespace),
         "spec": {"replicas": 2, "selector": {"matchLabels": pod_labels},
-                 "template": {"metadata": {"labels": pod_labels}, "spec": spec}},
+                 "template": {"metadata": {"labels": pod_labels, **template_meta}, "spec": spec}},
     }
     rbac = cluster_rbac(name, namespace, rules) + (namespaced_rbac(name, namespace, namespaced_rules)
                                                    if namespaced_rules else [])

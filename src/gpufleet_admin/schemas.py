@@ -46,10 +46,21 @@ def _strict(node: Any) -> Any:
     return node
 
 
+def kubernetes_releases() -> tuple[str, ...]:
+    """Kubernetes releases whose schemas :func:`validate` knows: the pinned one, then ``earlier_releases``.
+
+    The earlier releases (``versions.yaml``: ``kubernetes.earlier_releases``) are
+    those gpufleet still renders for (native gang shapes of clusters not yet upgraded).
+    """
+    earlier = versions()["kubernetes"].get("earlier_releases") or []
+    return (pin("kubernetes"), *(str(v) for v in earlier))
+
+
 @cache
-def _kubernetes() -> tuple[Registry, dict[tuple[str, str], str]]:
-    """Registry of the pinned Kubernetes OpenAPI v3 documents and an index gvk -> schema URI."""
-    spec = module_dir(pin("kubernetes", "module"), pin("kubernetes")) / "api" / "openapi-spec" / "v3"
+def _kubernetes(release: str | None = None) -> tuple[Registry, dict[tuple[str, str], str]]:
+    """Registry of a Kubernetes release's OpenAPI v3 documents (default: the pinned) and an index gvk -> schema URI."""
+    release = release or pin("kubernetes")
+    spec = module_dir(pin("kubernetes", "module"), release) / "api" / "openapi-spec" / "v3"
     registry = Registry()
     index: dict[tuple[str, str], str] = {}
     for path in sorted(spec.glob("*.json")):
@@ -125,13 +136,22 @@ def crd(group: str, kind: str) -> dict[str, Any]:
     raise UnknownKind(f"{group} {kind}: no CRD pinned for this kind")
 
 
-def validate(obj: dict[str, Any]) -> list[str]:
+def validate(obj: dict[str, Any], kubernetes: str | None = None) -> list[str]:
     """Errors of ``obj`` against its pinned schema, as ``path: message`` strings ([] if valid).
+
+    Args:
+        obj: one manifest.
+        kubernetes: validate built-in kinds against this release (one of
+            :func:`kubernetes_releases`) rather than the pinned one.
 
     Raises:
         UnknownKind: when no pinned schema (Kubernetes or CRD) has this apiVersion/kind.
+        ValueError: ``kubernetes`` is not one of :func:`kubernetes_releases`.
     """
-    registry, index = _kubernetes()
+    if kubernetes is not None and kubernetes not in kubernetes_releases():
+        raise ValueError(f"kubernetes={kubernetes!r}: expected one of {', '.join(kubernetes_releases())} "
+                         "(versions.yaml: kubernetes.version and kubernetes.earlier_releases)")
+    registry, index = _kubernetes(kubernetes)
     key = (obj.get("apiVersion", ""), obj.get("kind", ""))
     if key in index:
         schema: dict[str, Any] = {"$ref": index[key]}
@@ -142,7 +162,8 @@ def validate(obj: dict[str, Any]) -> list[str]:
         props["metadata"] = {"$ref": _meta_uri(index)}
         schema["properties"] = props
     else:
-        raise UnknownKind(f"{key[0]} {key[1]}: no schema pinned for this kind")
+        where = f"Kubernetes {kubernetes}" if kubernetes else "pinned"
+        raise UnknownKind(f"{key[0]} {key[1]}: no {where} schema for this kind")
     validator = Draft202012Validator(schema, registry=registry)
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
             for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]

@@ -108,7 +108,7 @@ def test_every_command_runs_from_the_image_as_its_user(bundle):
 
 def test_controllers_import_from_the_image(bundle):
     code = ("import gpufleet.virtual_kubelet.main, gpufleet.taint_controller.main, gpufleet.quota_sync.main, gpufleet.node_health.main, "
-            "gpufleet.exporter.main, gpufleet_admin.inventory, kubernetes.client, pydantic, sys; "
+            "gpufleet.exporter.main, gpufleet.goodput.main, kubernetes.client, pydantic, sys; "
             "print(sys.version.split()[0], sys.executable)")
     proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/python3", "-c", code],
                           capture_output=True, text=True)
@@ -116,20 +116,19 @@ def test_controllers_import_from_the_image(bundle):
     assert proc.stdout.startswith("3.11.") and "/usr/bin/python3" in proc.stdout
 
 
-def test_inventory_loads_inside_the_image_from_a_mounted_folder(bundle):
-    """As a controller pod does: role defaults from the installed roles package, the inventory from GPUFLEET_INVENTORIES."""
-    import shutil
+def test_a_controller_reads_its_configuration_file_inside_the_image(bundle):
+    """As a controller pod does: the file its role renders (prod's), mounted; no inventory, no roles in the image."""
+    from roles.registry import load
+    from roles.taint_controller.config import configuration
+    from gpufleet.taint_controller.config import dump
 
-    from gpufleet.paths import INVENTORIES
-
-    mounted = bundle / "rootfs/tmp/inventories"
-    shutil.copytree(INVENTORIES / "prod", mounted / "prod", dirs_exist_ok=True)
-    code = "from roles.registry import load; inv = load('prod'); print(len(inv.hosts), inv.role('taint_controller').taint_controller_signal)"
-    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/env",
-                           "GPUFLEET_INVENTORIES=/tmp/inventories", "/usr/bin/python3", "-c", code],
+    (bundle / "rootfs/tmp/config.yaml").write_text(dump(configuration(load("prod"))))
+    code = ("import importlib.util; from gpufleet.taint_controller.config import load; c = load('/tmp/config.yaml'); "
+            "print(c.high_water_gpus, c.signal, importlib.util.find_spec('roles'), importlib.util.find_spec('gpufleet_admin'))")
+    proc = subprocess.run(["chroot", "--userspec=65532:65532", str(bundle / "rootfs"), "/usr/bin/python3", "-c", code],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split()[0] == "128"
+    assert proc.stdout.split() == ["64", "prometheus", "None", "None"]
 
 
 def test_image_carries_no_tools_and_no_package_manager(bundle):

@@ -23,6 +23,26 @@ def wait(what: str, check: Callable[[], Any], timeout: float = 60.0, interval: f
     return poll_until(check, what=what, timeout=timeout, interval=interval)
 
 
+def step_until(rem, what: str, check: Callable[[Any], Any], timeout: float = 30.0, interval: float = 0.5):
+    """Run node health steps (``rem``: a :class:`gpufleet.node_health.remediate.Remediator`) every ``interval`` s
+    until ``check(report)`` is truthy; returns that report. A step with errors fails at once; a timeout names
+    ``what`` and the last step's decisions (the node path's and the per-GPU path's)."""
+    last: list = []
+
+    def stepped():
+        report = rem.step()
+        assert not report.errors, report.errors
+        last[:] = [report]
+        return report if check(report) else None
+
+    def detail() -> str:
+        r = last[0] if last else None
+        return (f"last decisions: {r.decisions if r else None}"
+                + (f"; GPUs: {r.gpu.decisions}" if r is not None and r.gpu else ""))
+
+    return poll_until(stepped, what=what, timeout=timeout, interval=interval, detail=detail)
+
+
 def ensure_kueue_objects(kube: Kube, inventory) -> None:
     """Create the kueue role's objects of ``inventory`` that are absent, and wait until its ClusterQueues are Active.
 
@@ -50,6 +70,18 @@ def ensure_kueue_objects(kube: Kube, inventory) -> None:
         wait(f"ClusterQueue {name} Active", lambda: any(
             c["type"] == "Active" and c["status"] == "True"
             for c in (kube.get("kueue.x-k8s.io/v1beta2", "clusterqueues", name).get("status") or {}).get("conditions") or []))
+
+
+def config_file(path, command: str, env: str = "local", instance: str = "", **changes: Any):
+    """Write ``gpufleet <command>``'s configuration file for ``env`` to ``path``, as its role renders it (with
+    ``changes`` to top-level fields over it); returns ``path`` (what a process started by hand reads with ``--config``)."""
+    from roles.registry import component, load
+
+    comp = component(command)
+    inv = load(env)
+    config = comp.build(inv, instance or comp.instances(inv)[0])
+    path.write_text(comp.dump(config.model_copy(update=changes) if changes else config))
+    return path
 
 
 def gpu_nodes_by(kube: Kube, label: str) -> dict[str, list[str]]:

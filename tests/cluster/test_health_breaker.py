@@ -21,16 +21,16 @@ from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, classify
 from gpufleet.node_health import breaker
 from gpufleet.node_health.faults import Rules
-from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import Remediator
 from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.names import BREAKER_CONFIGMAP, DEGRADED_TAINT
 from gpufleet.ops import swap as swapper
 from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.prom.client import PromClient
-from gpufleet.wait import poll_until
 
-from .helpers import exporter_fleet, hostname_selector, return_to_service
+from .helpers import exporter_fleet, hostname_selector, return_to_service, step_until
 
 pytestmark = pytest.mark.cluster
 
@@ -69,20 +69,6 @@ def clean(local_cluster, fleet):
     time.sleep(4)  # cool samples: the next test starts from healthy series
 
 
-def step_until(rem: Remediator, what: str, check, timeout: float = 30.0):
-    """Run steps every 0.5 s until ``check(report)`` is truthy."""
-    last: list = []
-
-    def stepped():
-        report = rem.step()
-        assert not report.errors, report.errors
-        last[:] = [report]
-        return report if check(report) else None
-
-    return poll_until(stepped, what=what, timeout=timeout, interval=0.5,
-                      detail=lambda: f"last decisions: {last[0].decisions if last else None}")
-
-
 def events(api, kind: str, name: str, reason: str, since: str, namespace: str = "default") -> list[dict]:
     return [e for e in events_for(api, kind, name, namespace)
             if (e.get("firstTimestamp") or "") >= since and e["reason"] == reason]
@@ -97,7 +83,7 @@ def test_a_node_whose_gpu_telemetry_stops_leaves_trainings_quota(local_cluster, 
     api = local_cluster.kube
     names, sims, prom = fleet
     blind = names[0]
-    rem = Remediator(api, PromClient(prom.url), Settings(rules=RULES, namespace=NS, telemetry_node_selector=hostname_selector(names)))
+    rem = Remediator(api, PromClient(prom.url), Configuration(rules=RULES, namespace=NS, telemetry_node_selector=hostname_selector(names)))
     try:
         report = rem.step()
         assert not report.errors and not set(report.faults) & set(names), report.faults
@@ -127,7 +113,7 @@ def test_breaker_holds_past_the_share_resumes_when_it_falls_and_when_a_person_sa
     live = names[1:]  # names[0]'s exporter was stopped by the test above
     share = breaker.fleet_share({nodeutil.name(n): n for n in list_nodes(api)})
     limit = (len(share.out) + 1) / share.total  # room for exactly one more node out of service
-    rem = Remediator(api, PromClient(prom.url), Settings(rules=RULES, namespace=NS, max_nodes_out=4,
+    rem = Remediator(api, PromClient(prom.url), Configuration(rules=RULES, namespace=NS, max_nodes_out=4,
                                                          max_unhealthy_share=limit, telemetry_node_selector=hostname_selector(live)))
     kubeconfig = str(local_cluster.kubeconfig)
     console = Console(width=220, record=True)

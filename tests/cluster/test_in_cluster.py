@@ -39,9 +39,13 @@ def taint_controller(local_cluster):
     key, value = names.SYSTEM_NODE_LABEL
     inv = load("local", overrides={"gpufleet_api_server": local_cluster.cluster.in_cluster_api,
                                    "gpufleet_node_selector": {key: value}})
-    objs = [o for o in render(inv).objects
+    rendered = render(inv).objects
+    objs = [o for o in rendered
             if o["kind"] in KINDS and o["metadata"].get("labels", {}).get("app.kubernetes.io/name") in
             ("taint-controller", NS)]
+    # The Namespaces those objects live in (the surge Role is in the inference namespace), as the stack declares them.
+    spaces = {o["metadata"].get("namespace") for o in objs}
+    objs += [o for o in rendered if o["kind"] == "Namespace" and o["metadata"]["name"] in spaces - {NS}]
     assert {o["kind"] for o in objs} >= {"Deployment", "ServiceAccount", "ClusterRole", "ConfigMap"}
     with local_cluster.cluster.kube() as k:
         apply_changed(k, sorted(objs, key=lambda o: (o["kind"] != "Namespace", o["kind"] == "Deployment")))
@@ -54,7 +58,16 @@ def taint_controller(local_cluster):
 
     pod_names = _wait("two taint-controller pods Ready", ready)
     yield k, pod_names, ready
-    k.delete("apps/v1", "deployments", "taint-controller", NS)
+    # Every object applied goes (the Namespaces stay): a later `pulumi up` of the stack on this cluster must not
+    # find fields this test's field manager owns (its ConfigMap holds the file the stack renders differently).
+    from gpufleet.kube import NotFound
+
+    for o in reversed(objs):
+        if o["kind"] != "Namespace":
+            try:
+                k.delete_object(o)
+            except NotFound:
+                pass
 
 
 def _pods(k: Kube) -> list[dict]:

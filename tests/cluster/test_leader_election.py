@@ -146,14 +146,20 @@ def lead_vnode(local_cluster):
         pass
 
 
-def components(ns: str) -> list[Component]:
+def components(ns: str, configs: Path) -> list[Component]:
+    """The three controllers as their roles configure them for the local inventory (their files), flags over them."""
+    from .helpers import config_file
+
+    def config(command: str) -> str:
+        return str(config_file(configs / f"{command}.yaml", command))
+
     return [
         Component("taint-controller", "gpufleet-taint-controller",
-                  ["taint-controller", "--high-water", "4", "--low-water", "2", "--hold-seconds", "1", "--pool", POOL,
-                   "--namespace", ns, "--flip-back", "off", "--no-flip-out"]),
-        Component("quota-sync", "gpufleet-quota-sync", ["quota-sync", "--env", "local", "--namespace", ns]),
+                  ["taint-controller", "--config", config("taint-controller"), "--high-water", "4", "--low-water", "2",
+                   "--hold-seconds", "1", "--pool", POOL, "--namespace", ns, "--flip-back", "off", "--no-flip-out"]),
+        Component("quota-sync", "gpufleet-quota-sync", ["quota-sync", "--config", config("quota-sync"), "--namespace", ns]),
         Component("node-health", "gpufleet-node-health",
-                  ["node-health", "--env", "local", "--namespace", ns, "--dry-run", "--interval", "1",
+                  ["node-health", "--config", config("node-health"), "--namespace", ns, "--dry-run", "--interval", "1",
                    "--prometheus-url", f"http://127.0.0.1:{free_port()}"]),  # nothing there: it finds no fault
     ]
 
@@ -185,7 +191,7 @@ def test_the_old_leader_stops_acting_before_the_standby_starts_when_its_api_serv
     proxy = HangProxy(("127.0.0.1", local_cluster.cluster.ports.apiserver))
     via_proxy = kubeconfig_via(local_cluster.kubeconfig, f"https://{proxy.address}", tmp_path / "via-proxy.yaml")
     direct = Path(local_cluster.kubeconfig)
-    comps = components(ns)
+    comps = components(ns, tmp_path)
     runs: dict[str, dict] = {}
     try:
         for c in comps:  # started one after the other (each leader first), then all hang at once

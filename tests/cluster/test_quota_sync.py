@@ -37,6 +37,13 @@ FLAVOR = "h100-sxm-80gb"
 GPU = "nvidia.com/gpu"
 
 
+def quota(inv, **changes):
+    """Quota sync's configuration for ``inv`` as the kueue role builds it, with ``changes`` (the loop's timings)."""
+    from roles.kueue.config import configuration
+
+    return configuration(inv).model_copy(update=changes)
+
+
 @pytest.fixture(scope="module")
 def kueue_stack(local_cluster, local_queues):
     """The local inventory, its Kueue objects present (see ``local_queues``).
@@ -45,7 +52,7 @@ def kueue_stack(local_cluster, local_queues):
     """
     yield local_queues
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, local_queues), allow_zero=True, events=False)
+    rs.apply(api, rs.compute(api, quota(local_queues)), allow_zero=True, events=False)
 
 
 @pytest.fixture
@@ -134,10 +141,10 @@ def jobsets(local_cluster):
 
 def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, nodes):
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, kueue_stack))
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))
     assert gpu_quota(api) == {"training": 96, "research": 32}
 
-    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    sync = QuotaSync(api, quota(kueue_stack, debounce_seconds=0.5, resync_seconds=3600))
     stop = threading.Event()
     runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
     runner.start()
@@ -180,7 +187,7 @@ def test_quota_follows_nodes_leaving_and_returning(local_cluster, kueue_stack, n
 
 def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cluster, kueue_stack, nodes, jobsets):
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, kueue_stack))  # in sync with 16 nodes: 96 + 32 GPUs
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))  # in sync with 16 nodes: 96 + 32 GPUs
     out = nodes[:8]
     take_out(api, out)
 
@@ -198,7 +205,7 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
     wait("the stale gang's workload gone", lambda: workload_of(api, "team-pretrain", stale) is None, timeout=60)
 
     # After the resync (64 GPUs: 48 + 16) the same gang stays pending and is reported.
-    plan = rs.compute(api, kueue_stack)
+    plan = rs.compute(api, quota(kueue_stack))
     rs.apply(api, plan)
     assert gpu_quota(api) == {"training": 48, "research": 16}
     gang = f"gang-{uuid.uuid4().hex[:5]}"
@@ -208,7 +215,7 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
     time.sleep(8)
     wl = workload_of(api, "team-pretrain", gang)
     assert conds(wl).get("QuotaReserved") != "True", conds(wl)
-    plan = rs.compute(api, kueue_stack)
+    plan = rs.compute(api, quota(kueue_stack))
     report = {g.workload: g for g in plan.cannot_fit}
     name = f"team-pretrain/{wl['metadata']['name']}"
     assert report[name].gpus == 80 and report[name].max_gpus == 64
@@ -218,14 +225,14 @@ def test_gang_that_fits_stale_quota_but_not_real_capacity_stays_pending(local_cl
 
     # Capacity returns: the resync raises quota and Kueue admits the gang.
     put_back(api, out)
-    rs.apply(api, rs.compute(api, kueue_stack))
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))
     wait("the gang admitted once nodes returned", lambda: conds(workload_of(api, "team-pretrain", gang)).get("QuotaReserved") == "True",
          timeout=60)
 
 
 def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jobsets):
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, kueue_stack))
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))
     name = f"run-{uuid.uuid4().hex[:5]}"
     jobsets.append(name)
     api.create(JOBSET, "jobsets", jobset(name, "pretrain", 6), "team-pretrain")
@@ -239,7 +246,7 @@ def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jo
         api.request("GET", f"{rs.CQ_PATH}/training")).get(FLAVOR) == 48)
 
     take_out(api, nodes[:12])  # 4 nodes left: 32 GPUs -> training 24, research 8
-    sync = QuotaSync(api, kueue_stack)
+    sync = QuotaSync(api, quota(kueue_stack))
     sync.cache.informer.relist()
     outcome = sync.resync_once()
     assert outcome.error is None
@@ -276,7 +283,7 @@ def test_resourceversion_conflict_is_retried(local_cluster, kueue_stack):
 def test_zero_capacity_flavor_is_refused_with_a_clear_message(local_cluster, kueue_stack, nodes):
     api = local_cluster.kube
     take_out(api, nodes)
-    plan = rs.compute(api, kueue_stack)
+    plan = rs.compute(api, quota(kueue_stack))
     assert plan.zero_flavors == [FLAVOR]
     with pytest.raises(OpsError) as err:
         rs.apply(api, plan)
@@ -300,16 +307,19 @@ def test_task_bad_input_exits_2_with_the_problem(local_cluster):
     assert "schedulable capacity" in r.stdout or "ClusterQueues" in r.stderr
 
 
-def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster, kueue_stack, nodes):
+def test_quota_sync_command_leads_serves_metrics_and_follows_nodes(local_cluster, kueue_stack, nodes, tmp_path):
     import httpx
 
     from gpufleet.prom.server import free_port
 
+    from .helpers import config_file
+
     api = local_cluster.kube
     ensure_namespace(api, "gpufleet-system")
-    rs.apply(api, rs.compute(api, kueue_stack))
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "quota-sync", "--env", "local", "--kubeconfig",
+    config = config_file(tmp_path / "quota-sync.yaml", "quota-sync")  # as the kueue role renders it
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet.cli", "quota-sync", "--config", str(config), "--kubeconfig",
                              str(local_cluster.kubeconfig), "--metrics-port", str(port), "--debounce", "0.5"],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -347,9 +357,9 @@ def test_quota_follows_any_taint_partial_nodes_and_gpus_held_outside_kueue(local
     allocatable fell below capacity, and a pod Kueue does not manage holding GPUs all leave training quota;
     the controller follows each within its debounce (the unmanaged pod through its pod watch)."""
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, kueue_stack))
+    rs.apply(api, rs.compute(api, quota(kueue_stack)))
     assert gpu_quota(api) == {"training": 96, "research": 32}
-    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    sync = QuotaSync(api, quota(kueue_stack, debounce_seconds=0.5, resync_seconds=3600))
     stop = threading.Event()
     runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)
     runner.start()
@@ -395,10 +405,10 @@ def test_cpu_and_memory_quota_follow_daemonsets_and_a_gpu_pod_moves_only_gpus(lo
     in the diff before applying, the controller follows it); an unmanaged GPU pod that requests no CPU moves
     GPU quota only, not a GPU's share of the fleet's CPU."""
     api = local_cluster.kube
-    rs.apply(api, rs.compute(api, kueue_stack), allow_zero=True, events=False)
+    rs.apply(api, rs.compute(api, quota(kueue_stack)), allow_zero=True, events=False)
     cpu0, mem0, gpu0 = quota_sum(api, "cpu"), quota_sum(api, "memory"), quota_sum(api, GPU)
     assert gpu0 == 128 and cpu0 > 0 and mem0 > 0
-    unmanaged0 = rs.compute(api, kueue_stack).capacity[FLAVOR].unmanaged_cpu
+    unmanaged0 = rs.compute(api, quota(kueue_stack)).capacity[FLAVOR].unmanaged_cpu
     ns = f"quota-ds-{uuid.uuid4().hex[:6]}"
     ensure_namespace(api, ns)
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "node-agent"}, "spec": {
@@ -408,7 +418,7 @@ def test_cpu_and_memory_quota_follow_daemonsets_and_a_gpu_pod_moves_only_gpus(lo
             "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "agent", "image": "registry.invalid/agent:1",
                             "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}]}}}}
-    sync = QuotaSync(api, kueue_stack, debounce_seconds=0.5, resync_seconds=3600)
+    sync = QuotaSync(api, quota(kueue_stack, debounce_seconds=0.5, resync_seconds=3600))
     stop = threading.Event()
     runner = None
     try:
@@ -422,7 +432,7 @@ def test_cpu_and_memory_quota_follow_daemonsets_and_a_gpu_pod_moves_only_gpus(lo
         assert r.returncode == 0, r.stdout + r.stderr
         assert "not applied: pass --apply" in r.stdout and " cpu " in r.stdout and " memory " in r.stdout, r.stdout
         assert "unmanaged)" in r.stdout, r.stdout
-        assert rs.compute(api, kueue_stack).capacity[FLAVOR].unmanaged_cpu == unmanaged0 + 8
+        assert rs.compute(api, quota(kueue_stack)).capacity[FLAVOR].unmanaged_cpu == unmanaged0 + 8
         assert quota_sum(api, "cpu") == cpu0
 
         runner = threading.Thread(target=sync.run, args=(stop,), daemon=True)

@@ -17,7 +17,8 @@ import pytest
 
 from gpufleet.node_health.faults import Rules
 from gpufleet.prom.client import PromClient
-from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import Remediator
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.kube import KubeError
 from gpufleet.kube.events import events_for
@@ -25,16 +26,15 @@ from gpufleet.kube.times import now_rfc3339
 from gpufleet.ops.reads import get_node, list_nodes
 from gpufleet.ops import swap as swapper
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
-from gpufleet.wait import poll_until
 
-from .helpers import exporter_fleet, hostname_selector, return_to_service, wait
+from .helpers import exporter_fleet, hostname_selector, return_to_service, step_until, wait
 
 pytestmark = pytest.mark.cluster
 
 NS = "gpufleet-system"
 RULES = Rules(hot_samples=3, gpu_temp_celsius=78, memory_temp_celsius=85, scrape_interval_seconds=1)
-BASE = Settings(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory_temp"}), namespace=NS,
-                drain_timeout_seconds=30, lemon_failures=3, lemon_window_seconds=3600)
+BASE = Configuration(rules=RULES, max_nodes_out=2, degraded_faults=frozenset({"memory_temp"}), namespace=NS,
+                drain_timeout_seconds=30, lemon_failures=3, lemon_window_hours=1)
 
 
 
@@ -82,20 +82,6 @@ SCOPE: dict = {}
 
 def remediator(api, prom, **kw) -> Remediator:
     return Remediator(api, PromClient(prom.url), BASE.replace(**{"telemetry_node_selector": SCOPE["selector"], **kw}))
-
-
-def step_until(rem: Remediator, what: str, check, timeout: float = 30.0):
-    """Run steps every 0.5 s until ``check(report)`` is truthy."""
-    last: list = []
-
-    def stepped():
-        report = rem.step()
-        assert not report.errors, report.errors
-        last[:] = [report]
-        return report if check(report) else None
-
-    return poll_until(stepped, what=what, timeout=timeout, interval=0.5,
-                      detail=lambda: f"last decisions: {last[0].decisions if last else None}")
 
 
 def actions(report) -> dict[str, str]:
@@ -229,17 +215,21 @@ def test_repeated_failures_make_a_lemon_that_only_a_person_returns(local_cluster
     rem.close()
 
 
-def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
+def test_node_health_command_once_dry_run(local_cluster, fleet, clean, tmp_path):
     import subprocess
     import sys
 
     from gpufleet.paths import REPO_ROOT
 
+    from .helpers import config_file
+
     api = local_cluster.kube
     names, sims, prom = fleet
     sims[names[2]].raise_xid(0, 48)
-    cmd = [sys.executable, "-m", "gpufleet.cli", "node-health", "--env", "local", "--kubeconfig", str(local_cluster.kubeconfig),
-           "--prometheus-url", prom.url, "--scrape-interval", "1", "--once", "--dry-run", "--metrics-port", "0"]
+    config = config_file(tmp_path / "node-health.yaml", "node-health")  # as the node_health role renders it
+    cmd = [sys.executable, "-m", "gpufleet.cli", "node-health", "--config", str(config), "--kubeconfig",
+           str(local_cluster.kubeconfig), "--prometheus-url", prom.url, "--scrape-interval", "1", "--once", "--dry-run",
+           "--metrics-port", "0"]
 
     def once():
         r = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
@@ -251,8 +241,9 @@ def test_node_health_command_once_dry_run(local_cluster, fleet, clean):
     assert {"node": names[2], "action": "swap", "why": "swap", "lemon": False} in out["decisions"]
     assert "fatal XID 48" in out["faults"][names[2]][0]
     assert not nodeutil.is_out(get_node(api, names[2]))
-    r = subprocess.run(cmd[:5] + ["nope"] + cmd[6:], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "known: local" in r.stderr
+    r = subprocess.run(cmd[:5] + [str(tmp_path / "nope.yaml")] + cmd[6:], cwd=REPO_ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and f"--config {tmp_path / 'nope.yaml'}: cannot read it" in r.stderr
 
 
 def test_a_node_whose_gpu_allocatable_fell_is_degraded_and_one_whose_handle_fails_is_swapped(local_cluster, fleet, clean):
@@ -261,11 +252,10 @@ def test_a_node_whose_gpu_allocatable_fell_is_degraded_and_one_whose_handle_fail
     api = local_cluster.kube
     names, sims, prom = fleet
     partial, erroring = names[0], names[1]
-    from dataclasses import replace
 
     # XIDs earlier tests raised stay in the default 600 s window: look at the last 5 s only.
     rem = remediator(api, prom, degraded_faults=frozenset({"gpu_partial"}), max_nodes_out=4,
-                     rules=replace(RULES, event_window_seconds=5))
+                     rules=RULES.model_copy(update={"event_window_seconds": 5}))
     api.patch("v1", "nodes", partial, {"status": {"allocatable": {"nvidia.com/gpu": "7"}}}, subresource="status")
     sims[erroring].fail_gpu_handle(4, "unknown")
     try:

@@ -24,7 +24,8 @@ import pytest
 
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.node_health.faults import Rules
-from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import Remediator
 from gpufleet.kube import NotFound
 from gpufleet.kube.events import events_for
 from gpufleet.kube.retry import update_with_retry
@@ -45,7 +46,7 @@ RACK = "gpufleet.io/rack"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 RULES = Rules(hot_samples=3, gpu_temp_celsius=78, memory_temp_celsius=85, scrape_interval_seconds=1)
 # The production default tiers: a hot GPU degrades the node (inference only), it is not swapped.
-SETTINGS = Settings(rules=RULES, max_nodes_out=2, namespace="gpufleet-system", degraded_clear_seconds=3600)
+SETTINGS = Configuration(rules=RULES, max_nodes_out=2, namespace="gpufleet-system", degraded_clear_seconds=3600)
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """A virtual node registers closed: no inference goes outside before the taint controller decides.
 
-The virtual kubelet is started in-process with the flags the
-virtual_kubelet role renders for the local stack (read back through
-``gpufleet virtual-kubelet``'s own parser), and no taint controller runs:
+The virtual kubelet is started in-process with the taints the
+virtual_kubelet role renders into its configuration file for the local
+stack (read back through ``gpufleet virtual-kubelet``'s own parser and
+reader), and no taint controller runs:
 the new Node carries the free-GPU taint from its creation, and an inference
 pod that tolerates the provider taint (as the inference role's pods do) is
 not scheduled there. A virtual kubelet restarted on a Node the taint
@@ -31,11 +32,17 @@ POOL = "vkr-rental"
 NODE = f"vk-{POOL}"
 
 
-def role_register_taints() -> list[dict]:
-    """``--register-with-taints`` of the local stack's virtual kubelet, parsed as the command parses it."""
-    dep = next(o for o in render(load("local")).objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "vk-rental")
-    args = build_parser("virtual-kubelet").parse_args(dep["spec"]["template"]["spec"]["containers"][0]["args"])
-    return args.register_with_taints
+def role_register_taints(tmp_path) -> list[dict]:
+    """The taints the local stack's virtual kubelet registers with: its ConfigMap's file, read as the command reads it."""
+    from gpufleet.virtual_kubelet.main import configuration
+
+    objs = render(load("local")).objects
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "vk-rental-config")
+    (tmp_path / "config.yaml").write_text(cm["data"]["config.yaml"])
+    dep = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "vk-rental")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = [str(tmp_path / "config.yaml") if a.endswith("/config.yaml") else a for a in args]
+    return [t.api() for t in configuration(build_parser("virtual-kubelet").parse_args(args)).register_with_taints]
 
 
 def inference_pod() -> dict:
@@ -51,9 +58,9 @@ def free_gpus_taint(kube: Kube) -> bool:
     return any(t["key"] == FREE_GPUS_TAINT for t in kube.get("v1", "nodes", NODE)["spec"].get("taints") or [])
 
 
-def test_a_new_virtual_node_is_closed_until_the_taint_controller_opens_it(local_cluster):
+def test_a_new_virtual_node_is_closed_until_the_taint_controller_opens_it(local_cluster, tmp_path):
     kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
-    taints = role_register_taints()
+    taints = role_register_taints(tmp_path)
     assert [t["key"] for t in taints] == [FREE_GPUS_TAINT]
     prov = simulated_provider(POOL, NODE)
 

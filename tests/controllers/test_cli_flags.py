@@ -1,9 +1,9 @@
 """The ``gpufleet`` controllers refuse bad flag values up front.
 
 virtual-kubelet, taint-controller, quota-sync and node-health: argparse exits 2
-naming the flag, the value and what is expected (:mod:`gpufleet.cliargs`),
-before the inventory or any cluster is read; a metrics port in use is one
-line, exit 1.
+naming the flag, the value and what is expected (:mod:`gpufleet.cliargs`, the
+rule of the configuration field the flag sets), before the configuration file
+or any cluster is read; a metrics port in use is one line, exit 1.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _usage_error(argv: list[str], capsys) -> str:
     (["--register-with-taints", "bad key:NoSchedule"], "'bad key:NoSchedule': expected key[=value]:Effect"),
 ])
 def test_virtual_kubelet_bad_flags(argv, message, capsys):
-    assert message in _usage_error(["virtual-kubelet", "--pool", "rental", *argv], capsys)
+    assert message in _usage_error(["virtual-kubelet", "--config", "vk.yaml", *argv], capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -57,8 +57,8 @@ def test_virtual_kubelet_bad_flags(argv, message, capsys):
     (["--prometheus-url", "http://prom:99999"], "argument --prometheus-url: 'http://prom:99999': expected an http://"),
     (["--hold-seconds", "-5"], "argument --hold-seconds: '-5': expected a finite number of seconds >= 0"),
     (["--hold-seconds", "nan"], "argument --hold-seconds: 'nan': expected a finite number of seconds >= 0"),
-    (["--high-water", "inf"], "argument --high-water: 'inf': expected a finite number >= 0"),
-    (["--low-water", "-1"], "argument --low-water: '-1': expected a finite number >= 0"),
+    (["--high-water", "inf"], "argument --high-water: 'inf': expected a whole number >= 0"),
+    (["--low-water", "-1"], "argument --low-water: '-1': expected a whole number >= 0"),
     (["--flip-out-max-wait", "-1"], "argument --flip-out-max-wait: '-1': expected a finite number of seconds >= 0"),
     (["--pods-per-minute", "0"], "argument --pods-per-minute: '0': expected a finite number > 0"),
     (["--pods-per-minute", "nan"], "argument --pods-per-minute: 'nan': expected a finite number > 0"),
@@ -84,11 +84,10 @@ def test_good_prometheus_urls_pass_the_parser(url, capsys):
     (["--debounce", "-1"], "argument --debounce: '-1': expected a finite number of seconds >= 0"),
     (["--debounce", "nan"], "argument --debounce: 'nan': expected a finite number of seconds >= 0"),
     (["--debounce", "soon"], "argument --debounce: 'soon': expected a finite number of seconds >= 0"),
-    (["--fleet-nodes", "-4"], "argument --fleet-nodes: '-4': expected a whole number >= 0"),
     (["--log-level", "chatty"], "argument --log-level: invalid choice: 'chatty'"),
 ])
 def test_quota_sync_bad_flags(argv, message, capsys):
-    assert message in _usage_error(["quota-sync", "--env", "local", *argv], capsys)
+    assert message in _usage_error(["quota-sync", *argv], capsys)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -112,16 +111,25 @@ def test_quota_sync_bad_flags(argv, message, capsys):
     (["--telemetry-stale", "0"], "argument --telemetry-stale: '0': expected a finite number of seconds > 0"),
 ])
 def test_node_health_bad_flags(argv, message, capsys):
-    assert message in _usage_error(["node-health", "--env", "local", *argv], capsys)
+    assert message in _usage_error(["node-health", *argv], capsys)
 
 
-def test_node_health_flag_bounds_match_the_inventory_model():
-    """--hot-samples >= 1 and --max-nodes-out >= 0, like node_health_* in roles/node_health/vars.py."""
+def test_a_flag_is_checked_by_the_rule_of_the_field_it_sets_and_so_is_the_inventory_variable():
+    """--hot-samples >= 1 and --max-nodes-out >= 0: the flag's type, the file's field and node_health_* share one rule."""
+    from gpufleet import componentconfig as cc
+    from gpufleet.node_health.config import Configuration
+    from gpufleet.node_health.main import FIELD_FLAGS
     from roles.node_health.vars import Vars
 
-    fields = Vars.model_fields
-    assert [m.gt for m in fields["node_health_hot_samples"].metadata if hasattr(m, "gt")] == [0]
-    assert [m.ge for m in fields["node_health_max_nodes_out"].metadata if hasattr(m, "ge")] == [0]
+    parser = cli.build_parser("node-health")
+    sub = next(a for a in parser._actions if a.dest == "command").choices["node-health"]
+    types = {a.option_strings[0]: a.type for a in sub._actions if a.option_strings}
+    for flag, (_, field) in FIELD_FLAGS.items():
+        if field not in ("dry_run", "namespace", "rules.node_label"):
+            assert types[flag] is cc.flag_type(Configuration, field), flag
+    assert cc.flag_type(Configuration, "rules.hot_samples")("1") == 1
+    with pytest.raises(ValueError, match="a whole number >= 1"):
+        Vars.model_validate({**{k: None for k in Vars.model_fields}, "node_health_hot_samples": 0})
 
 
 @pytest.fixture
@@ -132,22 +140,26 @@ def busy_port():
         yield busy.getsockname()[1]
 
 
-CONTROLLERS = [["virtual-kubelet", "--pool", "rental"], ["taint-controller"], ["quota-sync", "--env", "local"],
-               ["node-health", "--env", "local"]]
+CONTROLLERS = [["virtual-kubelet", "--config", "VK_CONFIG"], ["taint-controller"], ["quota-sync"], ["node-health"]]
 
 
 @pytest.mark.parametrize("argv", CONTROLLERS)
 def test_port_in_use_is_one_line(argv, busy_port, tmp_path, capsys):
+    from gpufleet.virtual_kubelet.config import Configuration, Pool, dump
+
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
+    vk = tmp_path / "vk.yaml"
+    vk.write_text(dump(Configuration(pool=Pool(name="rental", provider="simulated", gpu_model="H100-SXM-80GB",
+                                               capacity_gpus=8, price_per_gpu_hour=2.0))))
+    argv = [str(vk) if a == "VK_CONFIG" else a for a in argv]
     assert cli.main([*argv, "--kubeconfig", str(kubeconfig), "--metrics-port", str(busy_port)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--metrics-port: cannot listen on 0.0.0.0:{busy_port}:" in err
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv", [["quota-sync", "--env", "local"], ["node-health", "--env", "local"],
-                                  ["exporter", "--no-nvml"]])
+@pytest.mark.parametrize("argv", [["quota-sync"], ["node-health"], ["exporter", "--no-nvml"]])
 def test_old_port_flag_still_works_with_a_deprecation_note(argv, busy_port, tmp_path, capsys):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
@@ -171,7 +183,7 @@ def test_every_controller_shares_the_runtime_flags(argv):
 
 
 def test_old_no_leader_election_flag_still_works(capsys):
-    args = cli.build_parser("quota-sync").parse_args(["quota-sync", "--env", "local", "--no-leader-election"])
+    args = cli.build_parser("quota-sync").parse_args(["quota-sync", "--no-leader-election"])
     assert args.leader_elect is False
     assert "--no-leader-election is deprecated; use --no-leader-elect" in capsys.readouterr().err
 
@@ -179,7 +191,7 @@ def test_old_no_leader_election_flag_still_works(capsys):
 def test_inconsistent_lease_timings_are_bad_input(tmp_path, capsys):
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    assert cli.main(["quota-sync", "--env", "local", "--kubeconfig", str(kubeconfig), "--leader-elect-lease-duration",
+    assert cli.main(["quota-sync", "--kubeconfig", str(kubeconfig), "--leader-elect-lease-duration",
                      "5", "--leader-elect-renew-deadline", "10"]) == 2
     assert "expected lease duration (5 s) > renew deadline (10 s)" in capsys.readouterr().err
 
@@ -191,3 +203,24 @@ def test_the_inference_stand_in_left_gpufleet_with_a_note(capsys):
     assert main(["inference-standin", "--port", "8000"]) == 2
     err = capsys.readouterr().err
     assert "deprecated" in err and "gpufleet-standin" in err
+
+
+@pytest.mark.parametrize("command", ["taint-controller", "quota-sync", "node-health", "virtual-kubelet", "goodput"])
+def test_a_bad_configuration_file_is_bad_input_naming_file_key_and_value(command, tmp_path, capsys):
+    path = tmp_path / "config.yaml"
+    path.write_text("apiVersion: config.gpufleet.io/v1alpha1\nbogus_setting: 3\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    assert cli.main([command, "--config", str(path), "--kubeconfig", str(kubeconfig), "--metrics-port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"gpufleet {command}: " in err and f"{path}: bogus_setting: 3: expected a known field (unknown key)" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["taint-controller", "quota-sync", "node-health", "virtual-kubelet"])
+def test_env_still_parses_and_says_what_replaced_it(command, capsys):
+    args = cli.build_parser(command).parse_args([command, "--env", "prod", "--config", "c.yaml"])
+    assert not hasattr(args, "env") or args.env is None  # it does nothing
+    err = capsys.readouterr().err
+    assert f"gpufleet {command}: --env is deprecated and has no effect: settings come from --config FILE" in err
+    assert "invoke config --env ENV --component" in err

@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's package) scrapes a real ``gpufleet exporter`` process.
 
 The fixture node's ``port_xmit_data`` grows by a known number of 4-octet
-units per second; ``rate(gpufleet_infiniband_port_transmit_bytes_total[2s])``
+units per second; ``rate(gpufleet_infiniband_port_transmit_bytes_total[4s])``
 must come back as 4 x that, within tolerance.
 """
 
@@ -88,9 +88,11 @@ def test_prometheus_sees_the_byte_rate(exporter, tmp_path):
         # rate() extrapolates less towards a window start that precedes the series' first
         # sample: wait until the series is older than the window (6 samples in 3 s).
         # (Prometheus' discovery manager syncs targets after 5 s: the first scrape comes late.)
-        prom.wait_for(f"count_over_time({selector}[3s]) >= 6", timeout=20)
-        rate = prom.query_value(f"rate({selector}[2s])")
-        assert rate == pytest.approx(BYTES_PER_SECOND, rel=0.05), f"rate {rate} B/s, expected {BYTES_PER_SECOND}"
+        prom.wait_for(f"count_over_time({selector}[5s]) >= 10", timeout=30)
+        # A 4 s window: a scrape's timing jitter on a loaded machine (100-200 ms) moves the rate by a few
+        # percent; 10% still tells 4-octet units converted to bytes from a missing or doubled factor.
+        rate = prom.query_value(f"rate({selector}[4s])")
+        assert rate == pytest.approx(BYTES_PER_SECOND, rel=0.1), f"rate {rate} B/s, expected {BYTES_PER_SECOND}"
         # The rest of the exposition made it too: GPUs, enums, the exporter's own timing.
         assert prom.query_value("gpufleet_gpu_nvml_available") == 1
         assert prom.query_value('gpufleet_infiniband_port_state_id{hca="mlx5_0"}') == 4

@@ -11,9 +11,12 @@ import pytest
 
 from gpufleet.taint_controller.signal import free_gpus, node_view, pod_view
 from gpufleet.fleet.classify import INFERENCE, TRAINING, NodeFacts, classify, tolerates
-from gpufleet.node_health.remediate import Settings, decide, partial_gpu_faults
+from gpufleet.node_health.config import Configuration
+from roles.node_health.config import configuration as node_health_configuration
+from gpufleet.node_health.remediate import decide, partial_gpu_faults
 from gpufleet.names import DEGRADED_TAINT, RESERVED_TAINT, SWAP_TAINT
 from gpufleet.quota_sync.resync import capacity_of
+from roles.kueue.config import configuration as quota_configuration
 from gpufleet_workshop.tasks import fleet_status
 from roles.registry import load
 
@@ -93,7 +96,7 @@ def inv():
 
 @pytest.mark.parametrize("case", TABLE.values(), ids=TABLE.keys())
 def test_quota_sync_counts_training_capacity(inv, case):
-    cap = capacity_of(inv, [case.node], case.pods)[FLAVOR]
+    cap = capacity_of(quota_configuration(inv), [case.node], case.pods)[FLAVOR]
     assert cap.schedulable_gpus == (case.gpus - case.unmanaged if case.training else 0)
     assert cap.unmanaged_gpus == (case.unmanaged if case.training else 0)
     assert ("n1" in cap.out) == (not case.training)
@@ -120,27 +123,27 @@ def test_status_shows_what_counts_for_whom(inv, case):
 
 @pytest.mark.parametrize("case", TABLE.values(), ids=TABLE.keys())
 def test_node_health_acts_on_partial_nodes(case):
-    faults = partial_gpu_faults({"n1": case.node}, Settings(), NOW)
+    faults = partial_gpu_faults({"n1": case.node}, Configuration(), NOW)
     assert ("n1" in faults) == case.partial
     if case.partial:
         assert faults["n1"].kind == "gpu_partial" and "allocatable 7 < capacity 8" in faults["n1"].detail
-        (d,) = decide({"n1": [faults["n1"]]}, {"n1": case.node}, Settings(), NOW)
+        (d,) = decide({"n1": [faults["n1"]]}, {"n1": case.node}, Configuration(), NOW)
         assert d.action == "degrade"  # the degraded tier: out for gangs, in for inference
 
 
 def test_the_inventory_lets_partial_nodes_count_for_training():
     inv = load("local", overrides={"kueue_partial_gpu_nodes_count": True})
     n = TABLE["allocatable-below-capacity"].node
-    assert capacity_of(inv, [n])[FLAVOR].schedulable_gpus == 7
+    assert capacity_of(quota_configuration(inv), [n])[FLAVOR].schedulable_gpus == 7
     assert fleet_status.build(inv, [n], [], []).gpus_schedulable == 7
-    settings = Settings.from_inventory(inv)
+    settings = node_health_configuration(inv)
     assert settings.partial_nodes_train and partial_gpu_faults({"n1": n}, settings, NOW) == {}
 
 
 def test_the_inventory_can_leave_unmanaged_gpus_in_quota():
     inv = load("local", overrides={"kueue_quota_subtract_unmanaged_gpus": False})
     case = TABLE["unmanaged-pod"]
-    assert capacity_of(inv, [case.node], case.pods)[FLAVOR].schedulable_gpus == 8
+    assert capacity_of(quota_configuration(inv), [case.node], case.pods)[FLAVOR].schedulable_gpus == 8
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,10 @@ def test_exposition_per_job_and_bucket():
 
 
 def test_queues_dashboard_has_a_goodput_row():
-    board = build_dashboards()["gpufleet-queues"]
+    from roles.gpu_metrics.manifests import dashboard_rules
+    from roles.registry import load
+
+    board = build_dashboards(dashboard_rules(load("local")))["gpufleet-queues"]
     rows = [p["title"] for p in board["panels"] if p.get("type") == "row"]
     assert "Goodput" in rows
     exprs = "\n".join(t["expr"] for p in board["panels"] if p.get("type") != "row" for t in p.get("targets", []))

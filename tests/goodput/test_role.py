@@ -39,9 +39,15 @@ def test_one_accountant_per_team_namespace_reading_only_its_namespace(namespace)
     (c,) = pod["containers"]
     assert c["args"][:3] == ["goodput", "--namespace", namespace]
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["resources"]["requests"]["cpu"]
-    assert c["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/mnt/checkpoints", "readOnly": True}]
+    assert c["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/mnt/checkpoints", "readOnly": True},
+                                 {"name": "config", "mountPath": "/etc/gpufleet/config", "readOnly": True}]
     assert pod["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "gpufleet-checkpoints",
-                                                                                 "readOnly": True}}]
+                                                                                 "readOnly": True}},
+                              {"name": "config", "configMap": {"name": "gpufleet-goodput-config"}}]
+    assert c["args"][c["args"].index("--config") + 1] == "/etc/gpufleet/config/config.yaml"
+    (cm,) = [o for o in r.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpufleet-goodput-config"
+             and o["metadata"]["namespace"] == namespace]
+    assert "interval_seconds: 15.0" in cm["data"]["config.yaml"]
     assert of(r, "ServiceMonitor", namespace)["spec"]["endpoints"][0]["port"] == "metrics"
 
 

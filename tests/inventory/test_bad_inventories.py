@@ -97,6 +97,11 @@ CASES = {
                         ["group_vars/rack_a.yml", "node_memory", "'-2Ti'", "a quantity >= 0"]),
     "not UTF-8": (lambda r: (r / "group_vars/rack_b.yml").write_bytes(b"node_rack: rack-b\n# \xff\xfe\n"),
                   ["group_vars/rack_b.yml", "expected a UTF-8 text file"]),
+    "one flavor allocated two ways": (lambda r: edit(r / "host_vars/stg-h100-2.yml", gpu_allocation="dra"),
+                                      ["inventories/staging/hosts.yml", "stg-h100-2.gpu_allocation", "'dra'",
+                                       "'device_plugin' like stg-h100-1: every host of flavor h100-sxm-80gb"]),
+    "unknown gpu allocation": (lambda r: edit(r / "group_vars/rack_a.yml", gpu_allocation="mig"),
+                               ["group_vars/rack_a.yml", "gpu_allocation", "'mig'", "'device_plugin' or 'dra'"]),
     "group cycle": (lambda r: (r / "hosts.yml").write_text((r / "hosts.yml").read_text().replace(
                         "            rack_b:\n", "            rack_b:\n              children:\n                gpu_nodes:\n")),
                     ["inventories/staging/hosts.yml", "'block_1'", "(a cycle of groups)"]),
@@ -120,7 +125,7 @@ def test_all_problems_are_reported_at_once(staging: Path) -> None:
 
 
 def test_unknown_environment_names_the_known_ones() -> None:
-    with pytest.raises(InventoryError, match=r"known: local, prod, staging"):
+    with pytest.raises(InventoryError, match=r"known: local, local-dra, prod, staging"):
         load("qa")
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 from gpufleet.node_health.faults import Queries, Rules, evaluate, growth, hot_streak
-from gpufleet.node_health.remediate import Settings, decide
+from gpufleet.node_health.config import Configuration
+from roles.node_health.config import configuration as node_health_configuration
+from gpufleet.node_health.remediate import decide
 from gpufleet.names import ANN_HEALTH_HISTORY, DEGRADED_TAINT, SWAP_TAINT
 
 from ..builders import node
@@ -87,7 +89,7 @@ def _faults(*pairs):
 
 
 def test_decide_tiers_and_rate_limit():
-    settings = Settings(max_nodes_out=2)
+    settings = Configuration(max_nodes_out=2)
     nodes = {n: node(n) for n in ("hot1", "hot2", "xid1", "xid2", "gone")}
     nodes["gone"] = node("gone", taints=[{"key": SWAP_TAINT, "value": "x", "effect": "NoSchedule"}])
     d = {x.node: x for x in decide(_faults(("hot1", "gpu_temp"), ("hot2", "gpu_temp"), ("xid1", "xid"), ("xid2", "xid"),
@@ -100,7 +102,7 @@ def test_decide_tiers_and_rate_limit():
 
 
 def test_decide_degraded_tier_escalation_and_lemon():
-    settings = Settings(max_nodes_out=1, lemon_failures=3, lemon_window_seconds=3600)
+    settings = Configuration(max_nodes_out=1, lemon_failures=3, lemon_window_hours=1)
     deg = node("deg", taints=[{"key": DEGRADED_TAINT, "value": "gpu_temp", "effect": "NoSchedule"}])
     hist = [{"time": "2027-01-15T07:50:00Z", "fault": "gpu_temp"}, {"time": "2027-01-15T07:55:00Z", "fault": "gpu_temp"}]
     lemon = node("lemon", annotations={ANN_HEALTH_HISTORY: json.dumps(hist)})
@@ -149,16 +151,16 @@ def test_above_the_gpu_threshold_means_strictly_greater_for_alert_node_health_an
     import sys
     from pathlib import Path
 
-    from roles.gpu_metrics.rules import build_rules
+    from roles.gpu_metrics.manifests import rule_file
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "nodes"))
     from nodecheck import role_defaults
 
     m = local_inv.role("gpu_metrics")
     threshold = m.gpu_metrics_gpu_temp_threshold_celsius
-    settings = Settings.from_inventory(local_inv)
+    settings = node_health_configuration(local_inv)
     assert settings.rules.gpu_temp_celsius == threshold == role_defaults()["gpu_metrics_gpu_temp_threshold_celsius"]
-    exprs = {r["expr"] for g in build_rules(threshold)["groups"] for r in g["rules"]}
+    exprs = {r["expr"] for g in rule_file(local_inv)["groups"] for r in g["rules"]}
     assert f"gpufleet_gpu_temperature_celsius > {threshold:g}" in exprs
     at = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold] * 4)]}
     above = {"gpu_temp": [series({"node": "a", "gpu": "0"}, [threshold + 1] * 4)]}

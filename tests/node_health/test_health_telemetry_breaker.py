@@ -8,7 +8,9 @@ from gpufleet import cliargs
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.node_health import breaker
 from gpufleet.node_health.faults import Fault, Queries, Rules, evaluate
-from gpufleet.node_health.remediate import Settings, decide, telemetry_nodes
+from gpufleet.node_health.config import Configuration
+from roles.node_health.config import configuration as node_health_configuration
+from gpufleet.node_health.remediate import decide, telemetry_nodes
 from gpufleet.names import DEGRADED_TAINT, GPU_COUNT_LABEL, SWAP_TAINT, VIRTUAL_NODE_LABEL
 
 from ..builders import node
@@ -94,15 +96,15 @@ def test_telemetry_judges_ready_selected_gpu_nodes_past_the_grace():
     old["metadata"]["creationTimestamp"] = "2027-01-15T07:00:00Z"
     nodes = {"old": old, "young": young, "down": node("down", ready=False), "cpu": node("cpu", gpus=0),
              "other": node("other", labels={"pool": "b"}), "v": node("v", labels={VIRTUAL_NODE_LABEL[0]: VIRTUAL_NODE_LABEL[1]})}
-    assert telemetry_nodes(nodes, Settings(rules=RULES), NOW) == ["old", "other"]
-    picky = Settings(rules=RULES, telemetry_node_selector={"matchExpressions": [{"key": "pool", "operator": "NotIn",
+    assert telemetry_nodes(nodes, Configuration(rules=RULES), NOW) == ["old", "other"]
+    picky = Configuration(rules=RULES, telemetry_node_selector={"matchExpressions": [{"key": "pool", "operator": "NotIn",
                                                                                   "values": ["b"]}]})
     assert telemetry_nodes(nodes, picky, NOW) == ["old"]
 
 
 def test_a_telemetry_fault_degrades_by_default():
     nodes = {n: node(n) for n in ("blind", "a", "b", "c")}
-    d = decide({"blind": [Fault("blind", "telemetry", "GPU telemetry absent", NOW)]}, nodes, Settings(), NOW)
+    d = decide({"blind": [Fault("blind", "telemetry", "GPU telemetry absent", NOW)]}, nodes, Configuration(), NOW)
     assert [(x.node, x.action) for x in d] == [("blind", "degrade")]
 
 
@@ -137,7 +139,7 @@ def test_a_saturated_counter_keeps_a_degraded_node_degraded():
     deg = node("s", taints=[{"key": DEGRADED_TAINT, "value": "ib_errors", "effect": "NoSchedule"}])
     faults = evaluate({"ib_saturated": [vec({"node": "s", "hca": "mlx5_0", "port": "1", "counter": "symbol_error"}, 1)]},
                       RULES, NOW)
-    d = decide(faults, {"s": deg, "a": node("a")}, Settings(), NOW)
+    d = decide(faults, {"s": deg, "a": node("a")}, Configuration(), NOW)
     assert [(x.action, x.why) for x in d] == [("skip", "already degraded")]
 
 
@@ -160,7 +162,7 @@ def test_fleet_share_counts_gpu_nodes_out_of_service_with_the_classifier():
 def test_breaker_holds_actions_past_the_share_and_says_why():
     nodes = {f"n{i}": node(f"n{i}") for i in range(10)}
     nodes["n0"] = node("n0", cordoned=True)  # a person's cordon counts as out of service too
-    settings = Settings(max_nodes_out=10, max_unhealthy_share=0.3)
+    settings = Configuration(max_nodes_out=10, max_unhealthy_share=0.3)
     d = {x.node: x for x in decide(_faults("n1", "n2", "n3", "n4"), nodes, settings, NOW)}
     # 1 of 10 out; 0.3 allows 3: two more go, the rest are held
     taken = [n for n, x in d.items() if x.action == "swap"]
@@ -175,7 +177,7 @@ def test_breaker_lets_nodes_already_out_of_service_act_and_a_resume_lifts_it():
     nodes = {f"n{i}": node(f"n{i}") for i in range(4)}
     nodes["n0"] = node("n0", taints=[{"key": DEGRADED_TAINT, "value": "gpu_temp", "effect": "NoSchedule"}])
     nodes["n1"] = node("n1", ready=False)
-    settings = Settings(max_nodes_out=4, max_unhealthy_share=0.5)
+    settings = Configuration(max_nodes_out=4, max_unhealthy_share=0.5)
     d = {x.node: x for x in decide(_faults("n0", "n1", "n2"), nodes, settings, NOW)}
     assert d["n0"].action == "swap" and d["n0"].escalation  # degraded -> swap: no change to the share
     assert d["n1"].action == "swap"  # NotReady: already out of service
@@ -188,7 +190,7 @@ def test_breaker_resumes_by_itself_when_the_share_falls():
     nodes = {f"n{i}": node(f"n{i}") for i in range(4)}
     for n in ("n0", "n1"):
         nodes[n] = node(n, taints=[{"key": SWAP_TAINT, "value": "x", "effect": "NoSchedule"}])
-    settings = Settings(max_nodes_out=4, max_unhealthy_share=0.5)
+    settings = Configuration(max_nodes_out=4, max_unhealthy_share=0.5)
     assert decide(_faults("n2"), nodes, settings, NOW)[0].breaker
     nodes["n1"] = node("n1")  # returned
     assert decide(_faults("n2"), nodes, settings, NOW)[0].action == "swap"
@@ -203,8 +205,13 @@ def test_breaker_share_limits():
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
 def test_a_share_outside_zero_to_one_is_refused_naming_the_variable(bad):
-    with pytest.raises(ValueError, match=r"node_health_max_unhealthy_share .*expected a share from 0 to 1"):
-        Settings(max_unhealthy_share=bad)
+    from gpufleet_admin.inventory import InventoryError
+    from roles.registry import load
+
+    with pytest.raises(ValueError, match=r"max_unhealthy_share\n.*a share from 0 to 1"):
+        Configuration(max_unhealthy_share=bad)
+    with pytest.raises(InventoryError, match=r"node_health_max_unhealthy_share: .*expected a share from 0 to 1"):
+        load("local", overrides={"node_health_max_unhealthy_share": bad})
     with pytest.raises(Exception, match="expected a share from 0 to 1"):
         cliargs.share(str(bad))
 
@@ -224,12 +231,12 @@ def test_resume_plan_is_bounded_idempotent_and_withdrawable():
 
 
 def test_breaker_defaults_follow_the_role(local_inv):
-    settings = Settings.from_inventory(local_inv)
+    settings = node_health_configuration(local_inv)
     v = local_inv.role("node_health")
     assert settings.max_unhealthy_share == v.node_health_max_unhealthy_share == 0.5
     # the local environment's kwok nodes run no exporter and its real (system) node's GPUs are patched on while
     # sim.flip runs (inventories/local): neither is judged, a GPU node of any other kind is
-    assert settings.telemetry_node_selector == {"matchLabels": {}, "matchExpressions": [
+    assert settings.telemetry_node_selector.api() == {"matchLabels": {}, "matchExpressions": [
         {"key": "gpufleet.io/simulated", "operator": "DoesNotExist", "values": []},
         {"key": "gpufleet.io/node-role", "operator": "NotIn", "values": ["system"]}]}
     kwok, gpu = node("kwok", labels={"gpufleet.io/simulated": "true"}), node("gpu")

@@ -15,7 +15,8 @@ from gpufleet.names import (ANN_HEALTH_HISTORY, BREAKER_CONFIGMAP, DEGRADED_TAIN
                             SYSTEM_NAMESPACE)
 from gpufleet.node_health import breaker
 from gpufleet.node_health.faults import Queries, Rules
-from gpufleet.node_health.remediate import Remediator, Settings
+from gpufleet.node_health.config import Configuration
+from gpufleet.node_health.remediate import Remediator
 from gpufleet.ops.swap import request_name
 from gpufleet_workshop.testing import FakeKube
 from gpufleet_workshop.testing.fakeprom import FakeProm
@@ -56,7 +57,7 @@ def fleet():
     made: list[Remediator] = []
 
     def remediator(**settings) -> Remediator:
-        r = Remediator(kube, prom, Settings(rules=RULES, namespace=SYSTEM_NAMESPACE, drain_timeout_seconds=10,
+        r = Remediator(kube, prom, Configuration(rules=RULES, namespace=SYSTEM_NAMESPACE, drain_timeout_seconds=10,
                                             **settings))
         made.append(r)
         return r
@@ -118,7 +119,7 @@ def test_a_third_attributable_failure_in_the_window_makes_a_lemon(fleet):
     kube.modify("nodes", "gpu-5", None,
                 lambda n: n["metadata"]["annotations"].update({ANN_HEALTH_HISTORY: json.dumps(history)}))
     prom.set(QUERIES["gpu_temp"], [hot("gpu-5", now)])
-    r = remediator(lemon_failures=3, lemon_window_seconds=3600)
+    r = remediator(lemon_failures=3, lemon_window_hours=1)
     (d,) = r.step(now).decisions
     assert d.action == "swap" and d.lemon, "a lemon is swapped even for a degraded-tier fault"
     r.wait(30)
@@ -175,7 +176,7 @@ def test_a_drain_the_budget_refuses_stays_incomplete_and_says_so(fleet):
     kube.add({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": "inference"},
               "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "chat"}}}})
     prom.set(QUERIES["xid"], [xid("gpu-2", now)])
-    r = Remediator(kube, prom, Settings(rules=RULES, namespace=SYSTEM_NAMESPACE, drain_timeout_seconds=1))
+    r = Remediator(kube, prom, Configuration(rules=RULES, namespace=SYSTEM_NAMESPACE, drain_timeout_seconds=1))
     try:
         r.step(now)
         r.wait(30)

@@ -70,10 +70,10 @@ def test_drift_and_cannot_fit():
     assert [(g.workload, g.gpus, g.max_gpus) for g in gangs] == [("team-pretrain/big", 96, 64)]
 
 
-def test_plan_from_follows_nodes(local_inv):
+def test_plan_from_follows_nodes(local_quota):
     cqs = [cluster_queue("training", 96), cluster_queue("research", 32)]
     lqs = [local_queue("team-pretrain", "pretrain", "training")]
-    plan = plan_from(local_inv, fleet(16, out=8), cqs, [workload("big", "pretrain", pods=12)], lqs)
+    plan = plan_from(local_quota, fleet(16, out=8), cqs, [workload("big", "pretrain", pods=12)], lqs)
     assert plan.capacity[FLAVOR].schedulable_gpus == 64
     gpu = {c.cluster_queue: c.after for c in plan.changes if c.resource == "nvidia.com/gpu"}
     assert gpu == {"training": 48, "research": 16}
@@ -84,24 +84,24 @@ def test_plan_from_follows_nodes(local_inv):
     synced = [cluster_queue("training", 96), cluster_queue("research", 32)]
     for cq, (q, f) in zip(synced, (("training", 96), ("research", 32))):
         r = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
-        r[0]["nominalQuota"] = str(plan_from(local_inv, fleet(16), synced, [], []).desired[q][FLAVOR]["cpu"])
-        r[1]["nominalQuota"] = str(plan_from(local_inv, fleet(16), synced, [], []).desired[q][FLAVOR]["memory"])
-    assert plan_from(local_inv, fleet(16), synced, [], []).changes == []
+        r[0]["nominalQuota"] = str(plan_from(local_quota, fleet(16), synced, [], []).desired[q][FLAVOR]["cpu"])
+        r[1]["nominalQuota"] = str(plan_from(local_quota, fleet(16), synced, [], []).desired[q][FLAVOR]["memory"])
+    assert plan_from(local_quota, fleet(16), synced, [], []).changes == []
 
 
-def test_plan_zero_capacity_flavor_is_explained(local_inv):
-    plan = plan_from(local_inv, fleet(2, out=2), [cluster_queue("training", 96), cluster_queue("research", 32)], [], [])
+def test_plan_zero_capacity_flavor_is_explained(local_quota):
+    plan = plan_from(local_quota, fleet(2, out=2), [cluster_queue("training", 96), cluster_queue("research", 32)], [], [])
     assert plan.zero_flavors == [FLAVOR]
     msg = zero_message(plan)
     assert "0 schedulable GPUs of 16 on 2 nodes" in msg and "gpu-00: swap: hot" in msg and "--allow-zero" in msg
-    plan = plan_from(local_inv, [], [cluster_queue("training", 96)], [], [])
+    plan = plan_from(local_quota, [], [cluster_queue("training", 96)], [], [])
     assert "no node carries label gpufleet.io/flavor=h100-sxm-80gb" in zero_message(plan)
     assert plan.missing_queues == ["research"]
 
 
-def test_plan_refuses_a_cluster_without_the_queues(local_inv):
-    with pytest.raises(OpsError, match=r"none of inventory local's ClusterQueues \(training, research\)"):
-        plan_from(local_inv, fleet(2), [cluster_queue("someone-else", 8)], [], [])
+def test_plan_refuses_a_cluster_without_the_queues(local_quota):
+    with pytest.raises(OpsError, match=r"none of the configured ClusterQueues \(training, research\)"):
+        plan_from(local_quota, fleet(2), [cluster_queue("someone-else", 8)], [], [])
 
 
 # --------------------------------------------------------------------------- cpu and memory from the nodes
@@ -122,12 +122,12 @@ def training_priority(inv) -> int:
     return max(pc.value for pc in inv.role("kueue").kueue_priority_classes)
 
 
-def test_cpu_and_memory_quota_are_the_nodes_allocatable_minus_daemonset_requests(local_inv):
+def test_cpu_and_memory_quota_are_the_nodes_allocatable_minus_daemonset_requests(local_quota):
     nodes = fleet(4, out=1)  # 3 counted nodes of 224 cores and 2 TiB each
     daemons = [pod(f"fabric-exporter-{i}", f"gpu-{i:02d}", owner="DaemonSet", ns="gpufleet-system", cpu="1500m",
                    memory="4Gi") for i in range(4)]
     system = [pod("coredns-0", "gpu-01", ns="kube-system", cpu="100m", memory="70Mi", owner="ReplicaSet")]
-    plan = plan_from(local_inv, nodes, queues(), [], [], daemons + system)
+    plan = plan_from(local_quota, nodes, queues(), [], [], daemons + system)
     cap = plan.capacity[FLAVOR]
     # gpu-00 is out: neither its cores nor its DaemonSet pod count
     assert cap.cpu == 3 * 224 and cap.unmanaged_cpu == Decimal("4.6") and cap.schedulable_cpu == 667  # 672 - 4.6, floored
@@ -137,25 +137,25 @@ def test_cpu_and_memory_quota_are_the_nodes_allocatable_minus_daemonset_requests
     assert quota(plan, "cpu") == {"training": 500, "research": 167} and sum(quota(plan, "cpu").values()) == 667
     assert sum(quota(plan, "memory").values()) == cap.schedulable_memory_bytes
     # without the pods nothing is subtracted: the nodes' allocatable, not the inventory's node size
-    bare = plan_from(local_inv, nodes, queues(), [], [], [])
+    bare = plan_from(local_quota, nodes, queues(), [], [], [])
     assert sum(quota(bare, "cpu").values()) == 3 * 224 and sum(quota(bare, "memory").values()) == 3 * 2 * TI
     assert [c for c in plan.changes if c.resource == "cpu"]  # the diff shows it before anything is applied
 
 
-def test_a_node_reporting_less_allocatable_cpu_lowers_quota_by_that_much(local_inv):
+def test_a_node_reporting_less_allocatable_cpu_lowers_quota_by_that_much(local_quota):
     nodes = fleet(4)
     nodes[0]["status"]["allocatable"]["cpu"] = "200500m"  # kube-reserved/system-reserved on one node
-    plan = plan_from(local_inv, nodes, queues(), [], [], [])
+    plan = plan_from(local_quota, nodes, queues(), [], [], [])
     assert sum(quota(plan, "cpu").values()) == 3 * 224 + 200
 
 
-def test_removing_a_gpu_pod_moves_gpu_quota_not_a_gpus_share_of_cpu(local_inv):
+def test_removing_a_gpu_pod_moves_gpu_quota_not_a_gpus_share_of_cpu(local_inv, local_quota):
     nodes = fleet(4)
     high = training_priority(local_inv)
     debug = pod("debug", "gpu-02", gpus=4, cpu="2", memory="16Gi", priority=high)  # unmanaged, not reclaimable
     ds = [pod(f"ds-{i}", f"gpu-{i:02d}", owner="DaemonSet", cpu="1") for i in range(4)]
-    with_pod = plan_from(local_inv, nodes, queues(), [], [], ds + [debug])
-    without = plan_from(local_inv, nodes, queues(), [], [], ds)
+    with_pod = plan_from(local_quota, nodes, queues(), [], [], ds + [debug])
+    without = plan_from(local_quota, nodes, queues(), [], [], ds)
     assert with_pod.capacity[FLAVOR].schedulable_gpus == 28 and without.capacity[FLAVOR].schedulable_gpus == 32
     # CPU moves by what the pod requested (2 cores), not by 4/32 of the fleet's 896 cores (112)
     assert sum(quota(with_pod, "cpu").values()) == 4 * 224 - 4 - 2
@@ -163,28 +163,29 @@ def test_removing_a_gpu_pod_moves_gpu_quota_not_a_gpus_share_of_cpu(local_inv):
     assert sum(quota(without, "memory").values()) - sum(quota(with_pod, "memory").values()) == 16 * GI
     # a GPU pod that requests no CPU leaves CPU quota where it was
     bare_gpu = pod("bare", "gpu-02", gpus=4, priority=high)
-    assert sum(quota(plan_from(local_inv, nodes, queues(), [], [], ds + [bare_gpu]), "cpu").values()) == 4 * 224 - 4
+    assert sum(quota(plan_from(local_quota, nodes, queues(), [], [], ds + [bare_gpu]), "cpu").values()) == 4 * 224 - 4
 
 
-def test_kueue_pods_and_pods_the_flip_out_reclaims_take_nothing_from_quota(local_inv):
+def test_kueue_pods_and_pods_the_flip_out_reclaims_take_nothing_from_quota(local_inv, local_quota):
     nodes = fleet(2)
     managed = pod("trainer-0", "gpu-00", gpus=8, cpu="100", memory="1Ti",
                   labels={"kueue.x-k8s.io/queue-name": "pretrain"}, owner="Job")
     inference = pod("infer-0", "gpu-01", gpus=2, cpu="16", memory="128Gi", priority=training_priority(local_inv) - 1)
     finished = pod("done", "gpu-01", cpu="50", owner="DaemonSet", phase="Succeeded")
     pending = pod("pending", None, cpu="50", owner="DaemonSet")
-    plan = plan_from(local_inv, nodes, queues(), [], [], [managed, inference, finished, pending])
+    plan = plan_from(local_quota, nodes, queues(), [], [], [managed, inference, finished, pending])
     cap = plan.capacity[FLAVOR]
     assert (cap.schedulable_gpus, cap.schedulable_cpu, cap.schedulable_memory_bytes) == (16, 448, 4 * TI)
     # a low-priority pod without GPUs is not the flip-out's to take: it is subtracted
     sidecar = pod("log-agent", "gpu-01", cpu="3", priority=0)
-    assert plan_from(local_inv, nodes, queues(), [], [], [sidecar]).capacity[FLAVOR].schedulable_cpu == 445
+    assert plan_from(local_quota, nodes, queues(), [], [], [sidecar]).capacity[FLAVOR].schedulable_cpu == 445
 
 
 def test_the_inventory_can_leave_what_unmanaged_pods_take_in_quota():
+    from roles.kueue.config import configuration
     from roles.registry import load
 
-    inv = load("local", overrides={"kueue_quota_subtract_unmanaged_gpus": False})
+    inv = configuration(load("local", overrides={"kueue_quota_subtract_unmanaged_gpus": False}))
     ds = [pod("ds-0", "gpu-00", owner="DaemonSet", cpu="8", memory="8Gi")]
     plan = plan_from(inv, fleet(2), queues(), [], [], ds)
     assert plan.capacity[FLAVOR].schedulable_cpu == 448 and plan.capacity[FLAVOR].schedulable_memory_bytes == 4 * TI

@@ -9,6 +9,7 @@ import pytest
 from gpufleet.kube import Conflict
 from gpufleet.names import KUEUE_API, SWAP_TAINT
 from gpufleet.quota_sync.controller import QuotaSync
+from roles.kueue.config import configuration
 from gpufleet.quota_sync.resync import quota_of
 from gpufleet_workshop.testing import FakeKube
 
@@ -35,7 +36,7 @@ def kube():
 
 @pytest.fixture
 def sync(kube, local_inv):
-    qs = QuotaSync(kube, local_inv, debounce_seconds=0)
+    qs = QuotaSync(kube, configuration(local_inv).model_copy(update={"debounce_seconds": 0.0}))
     informers = [qs.cache.informer, qs.queues.informer] + ([qs.pods.informer] if qs.pods else [])
     for inf in informers:
         inf.start()

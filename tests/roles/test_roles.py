@@ -7,6 +7,8 @@ from functools import cache
 import pytest
 import yaml
 
+from gpufleet_admin.versions import pin
+
 from gpufleet_admin.stack.render import Rendered, render
 from roles.registry import load
 
@@ -61,10 +63,25 @@ def test_training_outranks_inference_without_scheduler_preemption() -> None:
 
 def test_kueue_helm_release_carries_wait_for_pods_ready() -> None:
     (release,) = [x for x in stack("prod").releases if x["name"] == "kueue"]
-    assert release["version"] == "0.17.0"
+    assert release["version"] == pin("kueue", "helm_chart_version") == pin("kueue").removeprefix("v")
     config = yaml.safe_load(release["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config["waitForPodsReady"]["timeout"] == "600s" and config["waitForPodsReady"]["blockAdmission"] is True
     assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
+    assert "resources" not in config and "featureGates" not in config  # no DRA flavor in prod
+
+
+def test_kueue_counts_dra_claims_as_gpu_quota_where_a_flavor_is_dra() -> None:
+    """A DRA flavor's claims count as nvidia.com/gpu quota, and its ResourceFlavor has no TAS Topology."""
+    from roles.kueue.manifests import configuration, resource_flavor
+    from roles.registry import load
+
+    inv = load("local-dra")
+    config = configuration(inv)
+    assert config["resources"]["deviceClassMappings"] == [{"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}]
+    assert config["featureGates"] == {"KueueDRAIntegration": True, "KueueDRARejectWorkloadsWhenDRADisabled": True}
+    dra = load("local-dra", overrides={"kueue_topology_enabled": True})
+    assert "topologyName" not in resource_flavor(dra, "h100-sxm-80gb")["spec"]
+    assert resource_flavor(load("local"), "h100-sxm-80gb")["spec"]["topologyName"] == "gpu-fabric"
 
 
 def test_local_switches_installs_off_but_keeps_configuration() -> None:
@@ -115,7 +132,9 @@ def test_virtual_kubelet_runs_one_replica_per_pool_with_its_kubeconfig() -> None
     dep = find(stack("prod"), "Deployment", "vk-gpu-rental", "gpufleet-system")
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     assert dep["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == "gpu-rental-kubeconfig"
-    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--pool", "gpu-rental"]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][:3] == ["virtual-kubelet", "--pool", "gpu-rental"]
+    config = find(stack("prod"), "ConfigMap", "vk-gpu-rental-config", "gpufleet-system")["data"]["config.yaml"]
+    assert load_vk_config_text(config).pool.name == "gpu-rental"
 
 
 def test_a_virtual_kubelet_running_its_rentals_as_local_processes_reserves_their_memory() -> None:
@@ -163,13 +182,20 @@ def test_checkpoint_volume_per_team_on_weka() -> None:
 
 
 def test_virtual_nodes_register_closed_where_a_taint_controller_opens_them() -> None:
-    def vk_args(r: Rendered) -> list[str]:
-        return find(r, "Deployment", "vk-other", "gpufleet-system")["spec"]["template"]["spec"]["containers"][0]["args"]
+    def taints(r: Rendered) -> list[dict]:
+        text = find(r, "ConfigMap", "vk-other-config", "gpufleet-system")["data"]["config.yaml"]
+        return [t.api() for t in load_vk_config_text(text).register_with_taints]
 
-    assert "--register-with-taints" in vk_args(stack("local"))
-    i = vk_args(stack("local")).index("--register-with-taints")
-    assert vk_args(stack("local"))[i + 1] == "gpufleet.io/cluster-has-free-gpus:NoSchedule"
-    assert "--register-with-taints" not in vk_args(stack("local", taint_controller_enabled=False))
+    assert taints(stack("local")) == [{"key": "gpufleet.io/cluster-has-free-gpus", "effect": "NoSchedule"}]
+    assert taints(stack("local", taint_controller_enabled=False)) == []
+
+
+def load_vk_config_text(text: str):
+    """A virtual kubelet's configuration from its ConfigMap's text, read as the virtual kubelet reads it."""
+    from gpufleet.componentconfig import parse
+    from gpufleet.virtual_kubelet.config import KIND, Configuration
+
+    return parse(text, Configuration, KIND, "config.yaml")
 
 
 def test_disabled_role_declares_nothing() -> None:

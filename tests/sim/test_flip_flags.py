@@ -27,3 +27,14 @@ def test_a_bad_flag_exits_2_naming_it(flags, message):
 def test_latency_is_free_when_no_requests_are_sent():
     with pytest.raises(Exit, match="--pools nope: known pools"):
         flip(Context(), pools="nope", rate=0, latency_ms=5000)
+
+
+def test_the_flip_mode_is_read_from_the_taint_controllers_configuration_file():
+    from gpufleet_workshop.sim import incluster
+    from gpufleet_workshop.sim.flip import _config_map, _flip_mode
+    from roles.registry import load
+
+    for mode in ("make_before_break", "evict_first"):
+        objs = incluster.controller_objects(load("local", overrides={"taint_controller_flip_mode": mode}), ["rental"])
+        assert _flip_mode(_config_map(objs)) == mode
+    assert _flip_mode(None) == ""

@@ -1,15 +1,14 @@
-"""What gpufleet's pods get to run in a cluster as they do in production: endpoint, placement, their inventory."""
+"""What gpufleet's pods get to run in a cluster as they do in production: endpoint, placement, their configuration."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from gpufleet import names
 from gpufleet_admin.inventory import InventoryError
+from gpufleet.componentconfig import checksum
 from gpufleet.kube.config import API_SERVER_ENV
-from gpufleet_admin.manifests import INVENTORY_MOUNT
+from gpufleet_admin.manifests import CONFIG_DIR, CONFIG_FILE
 from gpufleet_admin.stack.render import render
 from roles.registry import load
 
@@ -49,23 +48,40 @@ def test_controllers_tolerate_the_system_node_and_follow_the_node_selector():
         assert spec["nodeSelector"] == {"gpufleet.io/node-role": "system"}
 
 
-def test_the_inventory_travels_with_the_controllers_and_loads_the_same(tmp_path: Path):
-    objs = _objects()
-    dep = _deployment(objs, "taint-controller")
-    pod = dep["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert {"name": "GPUFLEET_INVENTORIES", "value": INVENTORY_MOUNT} in container["env"]
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "inventory")
-    assert mount["mountPath"] == f"{INVENTORY_MOUNT}/local"
-    volume = next(v for v in pod["volumes"] if v["name"] == "inventory")
-    cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume["configMap"]["name"])
-    root = tmp_path / "local"
-    for item in volume["configMap"]["items"]:  # what the kubelet lays out
-        (root / item["path"]).parent.mkdir(parents=True, exist_ok=True)
-        (root / item["path"]).write_text(cm["data"][item["key"]])
-    mounted, original = load("local", root=root), load("local")
-    assert mounted.hosts == original.hosts
-    assert mounted.role("taint_controller") == original.role("taint_controller")
+def test_each_controller_reads_its_own_configuration_file_and_no_inventory():
+    from roles.registry import COMPONENTS
+
+    inv = load("local")
+    objs = render(inv).objects
+    for comp in COMPONENTS:
+        for instance in comp.instances(inv):
+            dep = next(o for o in objs if o["kind"] == "Deployment"
+                       and o["spec"]["template"]["spec"]["containers"][0].get("args", [""])[0] == comp.command
+                       and (not instance or instance in o["spec"]["template"]["spec"]["containers"][0]["args"]))
+            pod = dep["spec"]["template"]["spec"]
+            container = pod["containers"][0]
+            args = container["args"]
+            assert args[args.index("--config") + 1] == f"{CONFIG_DIR}/{CONFIG_FILE}", comp.command
+            assert "--env" not in args and not {e["name"] for e in container["env"]} & {"GPUFLEET_INVENTORIES"}
+            mount = next(m for m in container["volumeMounts"] if m["mountPath"] == CONFIG_DIR)
+            assert mount["readOnly"] is True
+            volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+            cm = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume["configMap"]["name"]
+                      and o["metadata"]["namespace"] == dep["metadata"]["namespace"])
+            assert set(cm["data"]) == {CONFIG_FILE}  # one file, nothing of the inventory
+            text = cm["data"][CONFIG_FILE]
+            assert dep["spec"]["template"]["metadata"]["annotations"][names.CONFIG_CHECKSUM_ANNOTATION] == checksum(text)
+            assert comp.dump(comp.build(inv, instance)) == text
+    assert not [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-inventory")]
+
+
+def test_a_changed_configuration_changes_the_pod_template_so_the_pods_roll():
+    def template(**overrides) -> dict:
+        return _deployment(_objects(**overrides), "taint-controller")["spec"]["template"]
+
+    plain, changed = template(), template(descheduler_migration_pods_per_minute=5)
+    assert plain != changed and plain["spec"] == changed["spec"]  # the checksum annotation is what changed
+    assert template() == plain  # and only when the configuration does
 
 
 def test_every_controller_has_a_writable_tmp_on_its_read_only_root():
@@ -108,17 +124,16 @@ def test_the_local_inventory_places_gpufleet_on_the_real_node():
     assert load("local").fleet.gpufleet_node_selector == dict([names.SYSTEM_NODE_LABEL])
 
 
-def test_what_gpufleet_runs_in_its_image_needs_no_pulumi():
-    # The image carries the runtime dependencies only: each command, and the roles' manifests the
-    # controllers read (quota sync plans from the kueue role's), import without Pulumi.
+def test_what_gpufleet_runs_in_its_image_needs_no_pulumi_and_no_roles():
+    # The image carries the runtime dependencies and the gpufleet package only: each command imports without
+    # Pulumi, the roles or gpufleet_admin (tests/controllers/test_imports.py lists what they load).
     import subprocess
     import sys
 
     from gpufleet.cli import COMMANDS
 
-    modules = [m for m, _ in COMMANDS.values()] + [f"roles.{r}.manifests" for r in (
-        "kueue", "descheduler", "gpu_metrics", "taint_controller", "virtual_kubelet", "node_health", "inference")]
-    code = ("import sys\nfor m in ('pulumi', 'pulumi_kubernetes'): sys.modules[m] = None\n"
+    modules = [m for c, (m, _) in COMMANDS.items() if c != "inference-standin"]
+    code = ("import sys\nfor m in ('pulumi', 'pulumi_kubernetes', 'roles', 'gpufleet_admin'): sys.modules[m] = None\n"
             + "".join(f"import {m}\n" for m in modules))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -73,7 +73,7 @@ def test_render_refuses_a_bad_inventory_with_a_clear_message(tmp_path: Path) -> 
     proc = subprocess.run([str(invoke), "render", "--env", "nope", "--out", str(tmp_path)], cwd=REPO_ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "nope" in proc.stderr and "known: local, prod, staging" in proc.stderr
+    assert "nope" in proc.stderr and "known: local, local-dra, prod, staging" in proc.stderr
 
 
 def test_render_applies_stack_config_like_pulumi_up(tmp_path: Path) -> None:

@@ -60,11 +60,15 @@ def test_hold_zero_acts_on_the_first_sample():
     assert m.observe(17, 0).changed
 
 
-def test_rejects_low_not_below_high_and_negative_hold():
-    with pytest.raises(ValueError, match="below the high-water"):
-        Hysteresis(high=8, low=8, hold=1)
-    with pytest.raises(ValueError, match=">= 0"):
-        Hysteresis(high=9, low=8, hold=-1)
+def test_the_configuration_refuses_low_not_below_high_and_negative_holds():
+    # The state machine takes checked values: the configuration is where marks and holds are validated, once.
+    from gpufleet.taint_controller.config import Configuration
+
+    with pytest.raises(ValueError, match="low_water_gpus below high_water_gpus"):
+        Configuration(high_water_gpus=8, low_water_gpus=8)
+    for field in ("hold_seconds", "add_hold_seconds", "remove_hold_seconds"):
+        with pytest.raises(ValueError, match="a finite number of seconds >= 0"):
+            Configuration(**{field: -1})
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -108,5 +112,3 @@ def test_adding_and_removing_the_taint_have_their_own_hold_times():
     assert m.observe(1, 13).tainted is False  # 10 s below: untainted
     plain = Hysteresis(high=16, low=8, hold=5)
     assert plain.add_hold == plain.remove_hold == 5
-    with pytest.raises(ValueError, match="remove hold time must be >= 0"):
-        Hysteresis(high=16, low=8, hold=5, remove_hold=-1)

@@ -7,8 +7,8 @@ import pytest
 
 from gpufleet.taint_controller.budget import MigrationBudget
 from gpufleet.taint_controller.flipback import FlipBack
-from gpufleet.taint_controller.flipout import FlipOut
-from gpufleet.taint_controller.main import settings_from_inventory
+from gpufleet import cli
+from gpufleet.taint_controller import main
 from gpufleet.taint_controller.surge import Surges, surge_name, surge_replicaset
 from gpufleet_workshop.testing import FakeKube
 from gpufleet.names import (
@@ -58,12 +58,18 @@ def test_surge_names_are_label_values():
 
 
 def test_the_mode_is_checked_and_comes_from_the_inventory():
-    with pytest.raises(ValueError, match="flip-out mode 'later': expected one of make_before_break, evict_first"):
-        FlipOut(None, None, None, [], mode="later")
-    assert settings_from_inventory("local").flip_mode == "make_before_break"
-    assert settings_from_inventory("local", flip_mode="evict_first").flip_mode == "evict_first"
-    with pytest.raises(ValueError, match="--flip-mode 'x'"):
-        settings_from_inventory("local", flip_mode="x")
+    from gpufleet.taint_controller.config import Configuration
+    from roles.registry import load
+    from roles.taint_controller.config import configuration
+
+    with pytest.raises(ValueError, match="flip_mode"):
+        Configuration(flip_mode="later")
+    assert configuration(load("local")).flip_mode == "make_before_break"
+    assert configuration(load("local", overrides={"taint_controller_flip_mode": "evict_first"})).flip_mode == "evict_first"
+    args = cli.build_parser("taint-controller").parse_args(["taint-controller", "--flip-mode", "evict_first"])
+    assert main.configuration(args).flip_mode == "evict_first"
+    with pytest.raises(SystemExit):
+        cli.build_parser("taint-controller").parse_args(["taint-controller", "--flip-mode", "x"])
 
 
 def test_a_surge_back_stays_off_virtual_nodes_in_every_required_term():

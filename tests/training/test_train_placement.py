@@ -78,10 +78,11 @@ def test_topology_none_keeps_a_preferred_same_rack_affinity(inventory):
      "--nodes 9 --topology block --topology-mode required: expected at most 8 nodes"),
     ({"gang": "volcano"}, "--gang 'volcano': expected one of kueue, native, both"),
     ({"gang": "native"}, "--gang native: the cluster's scheduling.k8s.io version is unknown: expected a cluster to "
-                         "discover it from, or --scheduling-api v1alpha1|v1alpha2|v1beta1"),
-    ({"gang": "native", "gang_api": gang.SHAPES["v1alpha1"]},
-     "--gang native --template jobset: the pinned JobSet CRD has no pod spec.workloadRef, and the API server would "
-     "drop it"),
+                         "discover it from, or --scheduling-api v1alpha1|v1alpha2|v1alpha3|v1beta1"),
+    # JobSet v0.11's CRD declares 1.35's spec.workloadRef, not spec.schedulingGroup (1.36 on).
+    ({"gang": "native", "gang_api": gang.SHAPES["v1beta1"]},
+     "--gang native --template jobset: the pinned JobSet CRD has no pod spec.schedulingGroup, and the API server "
+     "would drop it"),
     ({"template": "pytorchjob", "gang": "both", "gang_api": gang.SHAPES["v1alpha2"]},
      "--gang both --template pytorchjob: the pinned PyTorchJob CRD has no pod spec.schedulingGroup"),
 ])
@@ -124,23 +125,64 @@ def test_native_gang_on_kubernetes_1_35(inventory):
                   "metadata": {"name": "run1", "namespace": "team-pretrain", "labels": {"gpufleet.io/job": "run1"}},
                   "spec": {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": "run1"},
                            "podGroups": [{"name": "workers", "policy": {"gang": {"minCount": 3}}}]}}
-    for obj in objs:  # the pinned Kubernetes (1.35) serves exactly this shape
-        assert validate(obj) == [], obj["kind"]
+    for obj in objs:  # Kubernetes 1.35 serves exactly this shape
+        assert validate(obj, kubernetes="v1.35.4") == [], obj["kind"]
 
 
-@pytest.mark.parametrize("version", ["v1alpha2", "v1beta1"])
-def test_native_gang_on_kubernetes_1_36_and_1_37(inventory, version):
+#: PodGroup spec.<ref> naming its Workload's template: 1.36's shape, and 1.37's (kubernetes/kubernetes#140080).
+TEMPLATE_REF_1_36 = {"podGroupTemplateRef": {"workload": {"workloadName": "run1", "podGroupTemplateName": "workers"}}}
+TEMPLATE_REF_1_37 = {"workloadRef": {"workloadName": "run1", "templateName": "workers"}}
+
+
+@pytest.mark.parametrize("version,release,ref", [
+    ("v1alpha2", "v1.36.3", TEMPLATE_REF_1_36),
+    ("v1alpha3", "v1.37.2", TEMPLATE_REF_1_37),
+    ("v1beta1", "v1.37.2", TEMPLATE_REF_1_37),
+])
+def test_native_gang_on_kubernetes_1_36_and_1_37(inventory, version, release, ref):
     objs = render(inventory, template="job", nodes=3, gang="native", gang_api=gang.SHAPES[version])
     assert [o["kind"] for o in objs] == ["Service", "Job", "Workload", "PodGroup"]
     job, wl, pg = objs[1:]
     assert job["spec"]["template"]["spec"]["schedulingGroup"] == {"podGroupName": "run1-workers"}
     assert "workloadRef" not in job["spec"]["template"]["spec"]
     assert wl["apiVersion"] == pg["apiVersion"] == f"scheduling.k8s.io/{version}"
+    # The group's priority is the pods' (the 1.37 scheduler refuses a pod whose priority differs from its group's).
+    prio = {"priorityClassName": "gpufleet-training"}
+    assert job["spec"]["template"]["spec"]["priorityClassName"] == prio["priorityClassName"]
     assert wl["spec"] == {"controllerRef": {"apiGroup": "batch", "kind": "Job", "name": "run1"},
-                          "podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 3}}}]}
+                          "podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 3}},
+                                                 **prio}]}
     assert pg["metadata"]["name"] == "run1-workers"
-    assert pg["spec"] == {"podGroupTemplateRef": {"workload": {"workloadName": "run1", "podGroupTemplateName": "workers"}},
-                          "schedulingPolicy": {"gang": {"minCount": 3}}}
+    assert pg["spec"] == {**ref, "schedulingPolicy": {"gang": {"minCount": 3}}, **prio}
+    for obj in objs:  # checked against the OpenAPI documents of the release that serves the shape
+        assert validate(obj, kubernetes=release) == [], (obj["kind"], validate(obj, kubernetes=release))
+
+
+def test_each_release_serves_only_its_own_shapes():
+    """The OpenAPI documents of each release know exactly the gang versions the table says it serves."""
+    from gpufleet_admin.schemas import UnknownKind
+
+    for release, served in {"v1.35.4": {"v1alpha1"}, "v1.36.3": {"v1alpha2"}, "v1.37.2": {"v1alpha3", "v1beta1"}}.items():
+        for version in gang.SHAPES:
+            wl = {"apiVersion": f"scheduling.k8s.io/{version}", "kind": "Workload", "metadata": {"name": "w"}}
+            if version in served:
+                validate(wl, kubernetes=release)
+            else:
+                with pytest.raises(UnknownKind):
+                    validate(wl, kubernetes=release)
+        assert gang.for_release(release).version in served
+
+
+def test_the_flags_that_serve_each_release():
+    assert gang.for_release("v1.35.4").feature_gates == {
+        "kube-apiserver": "GenericWorkload=true", "kube-scheduler": "GenericWorkload=true,GangScheduling=true"}
+    beta = gang.for_release("v1.37.2")
+    # 1.37 removed GangScheduling (kubernetes/kubernetes#139520): GenericWorkload alone, on all three.
+    assert beta.version == "v1beta1" and set(beta.feature_gates.values()) == {"GenericWorkload=true"}
+    assert set(beta.feature_gates) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+    assert beta.runtime_config == "scheduling.k8s.io/v1beta1=true"
+    with pytest.raises(KeyError, match="Kubernetes '1.34': no known scheduling.k8s.io gang shape"):
+        gang.for_release("1.34")
 
 
 def test_both_gangs_queue_through_kueue_and_name_the_native_gang(inventory):
@@ -158,6 +200,9 @@ def test_choose_picks_the_newest_served_shape():
     assert gang.choose({"v1": {"priorityclasses"}, "v1alpha1": {"workloads"}}).version == "v1alpha1"
     assert gang.choose({"v1alpha2": {"workloads", "podgroups"}}).kubernetes == "1.36"
     assert gang.choose({"v1alpha2": {"workloads", "podgroups"}, "v1beta1": {"workloads", "podgroups"}}).version == "v1beta1"
+    # 1.37 with its alpha runtime config too serves both; the beta wins.
+    assert gang.choose({"v1alpha3": {"workloads", "podgroups", "compositepodgroups"},
+                        "v1beta1": {"workloads", "podgroups"}}).version == "v1beta1"
 
 
 def test_choose_ignores_versions_without_the_workload_api():
@@ -175,7 +220,7 @@ def test_choose_ignores_versions_without_the_workload_api():
 
 
 def test_by_version_names_the_known_versions():
-    with pytest.raises(KeyError, match="'v2': expected one of v1alpha1, v1alpha2, v1beta1"):
+    with pytest.raises(KeyError, match="'v2': expected one of v1alpha1, v1alpha2, v1alpha3, v1beta1"):
         gang.by_version("v2")
 
 
@@ -210,7 +255,7 @@ def test_render_task_takes_the_placement_flags(cli, monkeypatch):
 def test_render_task_refuses_an_unknown_scheduling_api(cli):
     code, _, err = cli("train.render", "--env", "local", "--name", "demo", "--nodes", "2", "--template", "job",
                        "--gang", "native", "--scheduling-api", "v2")
-    assert code == 2 and "--scheduling-api 'v2': expected one of v1alpha1, v1alpha2, v1beta1 or auto" in err
+    assert code == 2 and "--scheduling-api 'v2': expected one of v1alpha1, v1alpha2, v1alpha3, v1beta1 or auto" in err
 
 
 def test_render_task_without_a_cluster_to_discover(cli, tmp_path):
@@ -218,10 +263,33 @@ def test_render_task_without_a_cluster_to_discover(cli, tmp_path):
                        "--gang", "native", "--kubeconfig", str(tmp_path / "missing"))
     assert code == 2
     assert "--gang native: cannot discover the cluster's scheduling.k8s.io version" in err
-    assert "give --scheduling-api v1alpha1|v1alpha2|v1beta1" in err
+    assert "give --scheduling-api v1alpha1|v1alpha2|v1alpha3|v1beta1" in err
 
 
 def test_kueue_gangs_need_no_discovery(cli, tmp_path):
     code, _, err = cli("train.render", "--env", "local", "--name", "demo", "--nodes", "2", "--gang", "kueue",
                        "--kubeconfig", str(tmp_path / "missing"))
     assert code == 0, err
+
+
+def test_a_dra_flavor_asks_for_its_gpus_through_a_claim_template():
+    from roles.registry import load
+
+    inv = load("local-dra")
+    objs = [o for o in yaml.safe_load_all(r.render("local-dra", "job", "run1", 2, inventory=inv)) if o]
+    assert [o["kind"] for o in objs] == ["ResourceClaimTemplate", "Service", "Job"]
+    tpl, job = objs[0], objs[2]
+    assert tpl["metadata"]["name"] == "run1-gpus" and tpl["metadata"]["namespace"] == job["metadata"]["namespace"]
+    request = tpl["spec"]["spec"]["devices"]["requests"][0]
+    # the whole node's GPUs, no device toleration: a GPU node health took out never goes to training
+    assert request == {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                                                   "count": 8}}
+    pod = job["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "run1-gpus"}]
+    res = pod["containers"][0]["resources"]
+    assert res["claims"] == [{"name": "gpus"}] and "nvidia.com/gpu" not in res["requests"] | res["limits"]
+    for obj in objs:
+        assert validate(obj) == [], obj["kind"]
+    with pytest.raises(TrainingInputError) as err:
+        build_context(load("local-dra", overrides={"kueue_topology_enabled": True}), "job", "run1", 2, topology="rack")
+    assert any("allocates its GPUs through DRA" in p for p in err.value.problems)

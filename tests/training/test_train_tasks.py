@@ -34,7 +34,7 @@ def test_bad_inputs_exit_2_with_every_problem(cli):
 
 def test_unknown_env(cli):
     code, _, err = cli("train.render", "--env", "qa", "--name", "demo", "--nodes", "1")
-    assert code == 2 and "--env 'qa': expected one of local, prod, staging" in err
+    assert code == 2 and "--env 'qa': expected one of local, local-dra, prod, staging" in err
 
 
 def test_fleet_nodes_only_for_simulated_fleets(cli):

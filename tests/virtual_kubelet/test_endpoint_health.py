@@ -130,7 +130,7 @@ def test_one_round_checks_each_published_address_and_reports_each_transition_onc
     kube, changed = EventLog(), []
     checker = EndpointHealthChecker(kube, NODE, Items(slices), Items([a, b]),
                                     lambda p: addresses[p["metadata"]["uid"]], lambda p: sim.dial,
-                                    changed.extend, HealthSettings(2.0, 1.0, 2))
+                                    changed.extend, HealthSettings())
     assert checker.check_once() == [] and checker.unreachable() == frozenset()
     sim.kill_endpoint("inference", "a")
     checker.check_once()
@@ -151,18 +151,28 @@ def test_one_round_checks_each_published_address_and_reports_each_transition_onc
         "EndpointUnreachable", "EndpointReachable"]
 
 
-def test_settings_come_from_the_inventory_and_flags_override_them():
-    v = load("local").role("virtual_kubelet")
-    pools = {p.name: p for p in v.virtual_kubelet_pools}
+def test_settings_come_from_the_file_and_flags_override_them(tmp_path):
+    from gpufleet.componentconfig import ConfigFileError
+    from gpufleet.virtual_kubelet.config import dump
+    from gpufleet.virtual_kubelet.main import configuration
+    from roles.virtual_kubelet.config import configuration as role_configuration
+
+    inv = load("local")
+    for pool in ("rental", "other"):
+        (tmp_path / f"{pool}.yaml").write_text(dump(role_configuration(inv, pool)))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--pool", "rental"])
-    assert health_settings(v, pools["rental"], args) == HealthSettings(2.0, 1.0, 2)
-    assert health_settings(v, pools["other"], args) is None  # endpoint_health_check: false in the local inventory
-    args = parser.parse_args(["--pool", "other", "--endpoint-health-interval", "0.5", "--endpoint-health-threshold", "3"])
-    assert health_settings(v, pools["other"], args) == HealthSettings(0.5, 0.5, 3)
-    args = parser.parse_args(["--pool", "rental", "--endpoint-health-interval", "0"])
-    assert health_settings(v, pools["rental"], args) is None
-    args = parser.parse_args(["--pool", "rental", "--endpoint-health-timeout", "5"])
-    with pytest.raises(ValueError, match="--endpoint-health-timeout 5.*at most --endpoint-health-interval"):
-        health_settings(v, pools["rental"], args)
+
+    def settings(pool: str, *flags: str) -> HealthSettings | None:
+        return health_settings(configuration(parser.parse_args(["--config", str(tmp_path / f"{pool}.yaml"), *flags])))
+
+    assert settings("rental") == HealthSettings(interval_seconds=2.0, timeout_seconds=1.0, unhealthy_threshold=2)
+    assert settings("other") is None  # endpoint_health_check: false in the local inventory
+    assert settings("other", "--endpoint-health-interval", "0.5", "--endpoint-health-threshold", "3") == \
+        HealthSettings(interval_seconds=0.5, timeout_seconds=0.5, unhealthy_threshold=3)
+    assert settings("rental", "--endpoint-health-interval", "0") is None
+    with pytest.raises(ConfigFileError, match="--endpoint-health-timeout: 5.0: expected --endpoint-health-timeout at "
+                                              "most endpoint_health.interval_seconds"):
+        settings("rental", "--endpoint-health-timeout", "5")
+    with pytest.raises(ConfigFileError, match="--pool 'other': expected the pool of"):
+        settings("rental", "--pool", "other")

@@ -198,10 +198,12 @@ def test_a_publisher_republishes_a_slice_someone_else_changed_or_deleted():
 
 def test_the_taint_controller_carries_the_pass_and_runs_it_every_tick(world):
     from gpufleet.taint_controller.decision import Hysteresis
-    from gpufleet.taint_controller.main import build, settings_from_inventory
+    from gpufleet.taint_controller.main import build
     from gpufleet.taint_controller.controller import TaintController
+    from roles.registry import load
+    from roles.taint_controller.config import configuration
 
-    ctl, caches = build(FakeKube(), settings_from_inventory("local"))
+    ctl, caches = build(FakeKube(), configuration(load("local")))
     assert isinstance(ctl.orphans, OrphanedEndpoints) and ctl.orphans.nodes is caches.nodes
 
     kube, clock, nodes, orphans = world

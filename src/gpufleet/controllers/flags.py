@@ -1,5 +1,7 @@
 """The flags every gpufleet process shares, spelled the same in every command.
 
+* ``--config FILE``: the component's configuration file (:mod:`gpufleet.componentconfig`),
+  and ``--env``, kept so old command lines parse: it says what replaced it;
 * ``--log-level`` (every command);
 * ``--metrics-port``: the ``/metrics`` and ``/healthz`` port (commands that
   had ``--port`` keep it as a deprecated alias that prints a note);
@@ -44,6 +46,40 @@ class DeprecatedAlias(argparse.Action):
                  option_string: str | None = None) -> None:
         print(f"{parser.prog}: {option_string} is deprecated; use {self.replacement} (same meaning)", file=sys.stderr)
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+class NoLongerUsed(argparse.Action):
+    """A flag kept so that existing command lines still parse: it does nothing and prints what replaced it.
+
+    Pass ``note`` (what to use instead); the value, if the flag takes one, is read and dropped.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str, note: str, nargs: Any = None, **kwargs: Any):
+        self.note = note
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated and has no effect: {self.note}", file=sys.stderr)
+
+
+def add_config(parser: argparse.ArgumentParser, *, role: str, command: str, required: bool = False) -> None:
+    """``--config FILE`` (the component's configuration file) and the deprecated ``--env``.
+
+    Args:
+        role: the role that renders the file (for the help).
+        command: the ``gpufleet`` command (for the help: how to get a file by hand).
+        required: the command cannot run on defaults (a virtual kubelet needs its pool).
+    """
+    by_hand = f"invoke config --env ENV --component {command} --out FILE"
+    parser.add_argument("--config", metavar="FILE", required=required,
+                        help=f"configuration file, as the {role} role renders it from the inventory and stack config "
+                             f"(by hand: {by_hand}); flags given override it"
+                             + ("" if required else "; without it, the defaults"))
+    parser.add_argument("--env", action=NoLongerUsed, metavar="ENV",
+                        note=f"settings come from --config FILE, which the {role} role renders from the inventory "
+                             f"and stack config (by hand: {by_hand})",
+                        help="deprecated, has no effect (the inventory is no longer read here): use --config FILE")
 
 
 def add_log_level(parser: argparse.ArgumentParser) -> None:

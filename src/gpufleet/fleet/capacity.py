@@ -282,7 +282,8 @@ def unmanaged_requests(pods: Iterable[Mapping[str, Any]], reclaim_below: int | N
 
 
 def flavor_capacity(nodes: Iterable[Node], flavors: Iterable[str] = (), *, pods: Iterable[Mapping[str, Any]] | None = None,
-                    classes: Sequence[PodClass] | None = None, reclaim_below: int | None = None) -> dict[str, FlavorNodes]:
+                    classes: Sequence[PodClass] | None = None, reclaim_below: int | None = None,
+                    devices: Mapping[str, Sequence[Any]] | None = None) -> dict[str, FlavorNodes]:
     """Capacity per flavor: every flavor found on a node, plus ``flavors`` (zero when no node carries them).
 
     Args:
@@ -294,6 +295,9 @@ def flavor_capacity(nodes: Iterable[Node], flavors: Iterable[str] = (), *, pods:
             :func:`gpufleet.fleet.classify.default_classes`); the ``training`` one decides.
         reclaim_below: priority below which an unmanaged pod is reclaimed by the
             flip-out, not subtracted (the training PriorityClass value); None: subtract all.
+        devices: node -> its GPUs allocated through DRA (:func:`gpufleet.fleet.devices.gpus_by_node`);
+            such a node's GPUs are its devices, counted per device by the classifier
+            (a tainted one is out, and the node is partial).
 
     Returns:
         flavor -> :class:`FlavorNodes`, sorted by flavor name.
@@ -309,7 +313,7 @@ def flavor_capacity(nodes: Iterable[Node], flavors: Iterable[str] = (), *, pods:
         if flavor is None or nodeutil.is_virtual(node):
             continue
         fc = out.setdefault(flavor, FlavorNodes(flavor))
-        nc = classify(node, classes)
+        nc = classify(node, classes, (devices or {}).get(nodeutil.name(node)))
         fc.nodes += 1
         fc.gpus += nc.facts.allocatable or 0
         if not nc.counts(TRAINING):

@@ -24,6 +24,18 @@ A node's GPUs count for a :class:`PodClass` only when
   nodes (:attr:`PodClass.partial_nodes`): by default a gang (training)
   does not, inference does.
 
+A node whose GPUs are allocated through DRA has no ``nvidia.com/gpu``
+allocatable: its GPUs are the devices of its ResourceSlices
+(:mod:`gpufleet.fleet.devices`), given to the classifier as
+``NodeFacts.devices``. The same rules apply per device and per class: a
+GPU counts for a class when a claim with the class's device tolerations
+(:attr:`PodClass.device_tolerations`) may be given it (no untolerated
+``NoSchedule``/``NoExecute`` device taint), and a node with fewer such GPUs
+than devices is degraded *for that class*, counted only where the class
+counts partial nodes. Training claims tolerate no device taint; inference
+claims tolerate the degraded-GPU taint (``gpufleet.io/gpu-degraded``), so a
+GPU node health degraded still serves inference.
+
 The classes gpufleet runs (:func:`default_classes`) carry the tolerations
 its own pods carry: training pods (``templates/training``) tolerate the GPU
 node taint only; inference pods (``roles/inference``) also tolerate the
@@ -40,6 +52,7 @@ from typing import Any
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.names import (
     DEGRADED_TAINT,
+    GPU_DEGRADED_TAINT,
     GPU_RESOURCE,
     RESERVED_TAINT,
     SWAP_TAINT,
@@ -118,12 +131,14 @@ class PodClass:
         partial_nodes: whether a node whose GPU allocatable fell below its
             capacity still counts (its remaining allocatable GPUs) for the class.
         comparison_operators: the ``TaintTolerationComparisonOperators`` feature gate.
+        device_tolerations: what the class's ResourceClaims tolerate of device taints (DRA nodes).
     """
 
     name: str
     tolerations: tuple[Mapping[str, Any], ...] = ()
     partial_nodes: bool = False
     comparison_operators: bool = False
+    device_tolerations: tuple[Mapping[str, Any], ...] = ()
 
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -142,6 +157,12 @@ INFERENCE_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
 )
 
 
+#: What inference claims tolerate of device taints (roles/inference): a GPU node health degraded.
+INFERENCE_DEVICE_TOLERATIONS: tuple[Mapping[str, Any], ...] = (
+    {"key": GPU_DEGRADED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
+)
+
+
 def default_classes(*, partial_nodes_train: bool = False) -> tuple[PodClass, PodClass]:
     """``(training, inference)`` as gpufleet runs them.
 
@@ -151,7 +172,8 @@ def default_classes(*, partial_nodes_train: bool = False) -> tuple[PodClass, Pod
             a gang placed there would wait for a GPU that is not coming back).
     """
     return (PodClass(TRAINING, TRAINING_TOLERATIONS, partial_nodes=partial_nodes_train),
-            PodClass(INFERENCE, INFERENCE_TOLERATIONS, partial_nodes=True))
+            PodClass(INFERENCE, INFERENCE_TOLERATIONS, partial_nodes=True,
+                     device_tolerations=INFERENCE_DEVICE_TOLERATIONS))
 
 
 @dataclass(frozen=True)
@@ -168,6 +190,9 @@ class NodeFacts:
         capacity: ``status.capacity[nvidia.com/gpu]`` (GPUs), None when invalid;
             absent is taken as equal to the allocatable.
         problem: why the GPU counts are invalid (a fractional value), else None.
+        devices: the node's GPUs allocated through DRA (:func:`gpufleet.fleet.devices.gpus_by_node`),
+            None for a device-plugin node; when set, ``allocatable`` and ``capacity`` are the
+            number of devices.
     """
 
     name: str
@@ -178,10 +203,16 @@ class NodeFacts:
     allocatable: int | None = 0
     capacity: int | None = 0
     problem: str | None = None
+    devices: tuple[Any, ...] | None = None
 
     @classmethod
-    def of(cls, node: Mapping[str, Any]) -> NodeFacts:
-        """The facts of a Node dict (the API's JSON)."""
+    def of(cls, node: Mapping[str, Any], devices: Sequence[Any] | None = None) -> NodeFacts:
+        """The facts of a Node dict (the API's JSON); ``devices``: its DRA GPUs (:class:`gpufleet.fleet.devices.Gpu`),
+        for a node whose GPUs are allocated through DRA."""
+        if devices is not None:
+            return cls(nodeutil.name(node), dict(nodeutil.labels(node)), nodeutil.is_ready(node),
+                       nodeutil.is_cordoned(node), tuple(nodeutil.taints(node)), len(devices), len(devices), None,
+                       tuple(devices))
         problem = None
         try:
             allocatable = nodeutil.gpus(node)
@@ -199,8 +230,18 @@ class NodeFacts:
 
     @property
     def degraded(self) -> bool:
-        """GPU allocatable below capacity: the device plugin withdrew GPUs."""
+        """GPU allocatable below capacity: the device plugin withdrew GPUs; on a DRA node, a device tainted out
+        of service (``NoSchedule``/``NoExecute``, whatever a class tolerates)."""
+        if self.devices is not None:
+            return any(not g.usable() for g in self.devices)
         return self.allocatable is not None and self.capacity is not None and self.allocatable < self.capacity
+
+    def usable_gpus(self, cls: PodClass) -> int:
+        """GPUs a pod of ``cls`` may be given: the allocatable ones; on a DRA node, the devices whose taints
+        ``cls``'s claims tolerate."""
+        if self.devices is not None:
+            return sum(1 for g in self.devices if g.usable(cls.device_tolerations))
+        return self.allocatable or 0
 
 
 def _has(node: Mapping[str, Any], field_name: str) -> bool:
@@ -227,6 +268,7 @@ class NodeClass:
 
     facts: NodeFacts
     reasons: Mapping[str, tuple[str, ...]]
+    usable: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -243,19 +285,27 @@ class NodeClass:
         return not self.reasons[cls]
 
     def gpus_for(self, cls: str) -> int:
-        """GPUs that count for ``cls``: the allocatable ones, 0 when the node does not count."""
-        return (self.facts.allocatable or 0) if self.counts(cls) else 0
+        """GPUs that count for ``cls``: the allocatable ones (on a DRA node, those ``cls``'s claims may be given),
+        0 when the node does not count."""
+        if not self.counts(cls):
+            return 0
+        return self.usable.get(cls, self.facts.allocatable or 0)
 
 
-def classify(node: Mapping[str, Any] | NodeFacts, classes: Sequence[PodClass] | None = None) -> NodeClass:
+def classify(node: Mapping[str, Any] | NodeFacts, classes: Sequence[PodClass] | None = None,
+             devices: Sequence[Any] | None = None) -> NodeClass:
     """Classify one node for ``classes`` (default :func:`default_classes`); see the module docstring.
+
+    ``devices``: the node's DRA GPUs (:func:`gpufleet.fleet.devices.gpus_by_node`), for a Node dict
+    whose GPUs are allocated through DRA (None: a device-plugin node, or facts already given).
 
     Reasons are short strings for people: ``virtual node``, ``NotReady``,
     ``cordoned``, ``swap: <reason>``, ``degraded: <fault>``,
     ``taint <key>=<value>:<effect>``, ``nvidia.com/gpu allocatable 7 < capacity 8``,
+    ``GPUs out 1 of 8: gpu-3 gpufleet.io/gpu-unhealthy=gpu_temp:NoSchedule``,
     or the refusal of a fractional GPU count.
     """
-    facts = node if isinstance(node, NodeFacts) else NodeFacts.of(node)
+    facts = node if isinstance(node, NodeFacts) else NodeFacts.of(node, devices)
     classes = default_classes() if classes is None else classes
     common: list[str] = []
     if facts.virtual:
@@ -267,13 +317,27 @@ def classify(node: Mapping[str, Any] | NodeFacts, classes: Sequence[PodClass] | 
     if facts.unschedulable:
         common.append("cordoned")
     reasons: dict[str, tuple[str, ...]] = {}
+    usable: dict[str, int] = {}
     for cls in classes:
         out = list(common)
         for t in untolerated(facts.taints, cls.tolerations, comparison_operators=cls.comparison_operators):
             if t.get("key") == "node.kubernetes.io/unschedulable" and facts.unschedulable:
                 continue  # the cordon already said it
             out.append(_taint_reason(t))
-        if facts.degraded and not cls.partial_nodes:
+        if facts.devices is not None:
+            usable[cls.name] = facts.usable_gpus(cls)
+            if usable[cls.name] < len(facts.devices) and not cls.partial_nodes:
+                out.append(_devices_reason(facts.devices, cls))
+        elif facts.degraded and not cls.partial_nodes:
             out.append(f"{GPU_RESOURCE} allocatable {facts.allocatable} < capacity {facts.capacity}")
         reasons[cls.name] = tuple(out)
-    return NodeClass(facts, reasons)
+    return NodeClass(facts, reasons, usable)
+
+
+def _devices_reason(devices: Sequence[Any], cls: PodClass) -> str:
+    """``GPUs out 1 of 8: gpu-3 gpufleet.io/gpu-unhealthy=gpu_temp:NoSchedule``: the devices ``cls`` may not be given."""
+    out = [(g, g.blocking(cls.device_tolerations)) for g in devices]
+    out = [(g, b) for g, b in out if b]
+    shown = "; ".join(f"{g.device} " + ", ".join(f"{t.get('key', '')}" + (f"={t['value']}" if t.get("value") else "")
+                                                  + f":{t.get('effect', '')}" for t, _ in b) for g, b in out[:4])
+    return f"GPUs out {len(out)} of {len(devices)}: {shown}"

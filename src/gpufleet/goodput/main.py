@@ -2,8 +2,9 @@
 
 Watches the Kueue Workloads and pods of ``--namespace`` (all namespaces
 when not given), reads the Workloads' Events once at start (the history of
-admissions and evictions the API still holds), and every ``--interval``
-seconds computes every training job's account
+admissions and evictions the API still holds), and every ``interval_seconds``
+(``--config FILE``, :mod:`gpufleet.goodput.config`, rendered by the goodput
+role; ``--interval`` overrides it) computes every training job's account
 (:mod:`gpufleet.goodput.account`), reading checkpoints from the
 ``CHECKPOINT_DIR`` its pods were given (the checkpoint filesystem is
 mounted read-only where training pods mount it). Serves ``/metrics``
@@ -24,22 +25,37 @@ import sys
 import threading
 import time
 
-from gpufleet import cliargs
+from gpufleet import componentconfig as cc
 from gpufleet.controllers import flags
 from gpufleet.controllers.serve import Liveness
+from gpufleet.goodput.config import DEFAULTS, FILE, Configuration
 
 log = logging.getLogger("gpufleet.goodput")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``goodput`` subcommand's flags."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="configuration file, as the goodput role renders it from the inventory and stack config "
+                             "(by hand: invoke config --env ENV --component goodput --out FILE); flags given override "
+                             "it; without it, the defaults")
     parser.add_argument("--namespace", help="namespace of the training jobs (default: every namespace)")
-    parser.add_argument("--interval", type=cliargs.positive_seconds, default=15.0,
-                        help="seconds (> 0) between passes over every job's account (default 15)")
+    parser.add_argument("--interval", type=cc.flag_type(Configuration, "interval_seconds"), default=None,
+                        help=f"seconds (> 0) between passes over every job's account (default: the file's, "
+                             f"{DEFAULTS.interval_seconds:g})")
     flags.add_metrics_port(parser, port_alias=True)
     flags.add_kube(parser)
     parser.add_argument("--once", action="store_true", help="list once, print every job's account as JSON, exit")
     flags.add_log_level(parser)
+
+
+def configuration(args: argparse.Namespace) -> Configuration:
+    """The configuration: ``--config FILE`` (else the defaults) with ``--interval`` over it.
+
+    Raises:
+        gpufleet.componentconfig.ConfigFileError: a bad file.
+    """
+    return FILE.with_flags(args, {"--interval": ("interval", "interval_seconds")}, DEFAULTS)
 
 
 def account_json(a) -> dict:
@@ -85,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
 
     runtime.setup_logging(args.log_level)
     try:
+        config = configuration(args)
         client = runtime.kube_from_args(args, user_agent="gpufleet-goodput")
-    except ConfigError as exc:
+    except (cc.ConfigFileError, ConfigError) as exc:
         print(f"gpufleet goodput: {exc}", file=sys.stderr)
         return 2
     tracker = Tracker()
@@ -103,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if runtime.port_in_use("goodput", args.metrics_port):
         return 1
     collector = GoodputCollector()
-    liveness = Liveness(max_age=max(120.0, 10 * args.interval))
+    liveness = Liveness(max_age=max(120.0, 10 * config.interval_seconds))
 
     def loop(stop: threading.Event) -> None:
         try:
@@ -121,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                     liveness.beat()
                 except Exception:  # noqa: BLE001 - report, keep serving the last accounts
                     log.exception("computing the accounts")
-                stop.wait(args.interval)
+                stop.wait(config.interval_seconds)
         finally:
             for w in watches:
                 w.stop()

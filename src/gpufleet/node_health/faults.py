@@ -88,6 +88,8 @@ from typing import Any
 from gpufleet.exporter import sysfs
 from gpufleet.exporter.collector import PORT_COUNTERS
 
+from .config import FAULT_KINDS, Rules  # noqa: F401 (FAULT_KINDS: part of this module's interface)
+
 #: ``(metric, fault)`` of InfiniBand error counters (the ones gpu_metrics alerts on, and two more).
 IB_ERROR_COUNTERS = (
     "gpufleet_infiniband_port_symbol_errors_total",
@@ -129,49 +131,7 @@ IB_ERROR_FILES: dict[str, int] = {
     if f"gpufleet_{metric}" in IB_ERROR_COUNTERS and file in sysfs.PMA_COUNTER_WIDTH_BITS
 }
 
-FAULT_KINDS = ("gpu_temp", "memory_temp", "ib_errors", "roce_errors", "nvlink_errors", "ecc_uncorrectable", "xid",
-               "gpu_missing", "gpu_partial", "telemetry")
-
 Series = dict[str, Any]  # {"metric": {labels}, "values": [[ts, "v"], ...]} (matrix) or "value": [ts, "v"] (vector)
-
-
-@dataclass(frozen=True)
-class Rules:
-    """Thresholds and windows of the fault rules.
-
-    Attributes:
-        hot_samples: consecutive samples above a temperature threshold (``node_health_hot_samples``).
-        gpu_temp_celsius: GPU threshold (``gpu_metrics_gpu_temp_threshold_celsius``).
-        memory_temp_celsius: HBM threshold (``gpu_metrics_memory_temp_threshold_celsius``).
-        fatal_xids: XIDs that are faults (``node_health_fatal_xids``).
-        scrape_interval_seconds: the exporter's scrape interval (``gpu_metrics_scrape_interval_seconds``).
-        event_window_seconds: how far back an XID or ECC event counts.
-        error_window_seconds: window of NVLink/IB error growth.
-        nvlink_error_threshold: NVLink errors per node within the window tolerated (growth above it is a fault).
-        ib_error_threshold: InfiniBand errors per node within the window tolerated.
-        roce_error_threshold: RoCE lost/retransmitted packets per node within the window tolerated.
-        node_label: label naming the node on every series.
-        telemetry_stale_seconds: a GPU collector whose last success is older than this is stale
-            (``gpu_metrics_telemetry_stale_seconds``).
-    """
-
-    hot_samples: int = 3
-    gpu_temp_celsius: float = 78.0
-    memory_temp_celsius: float = 85.0
-    fatal_xids: frozenset[int] = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 120})
-    scrape_interval_seconds: float = 15.0
-    event_window_seconds: float = 600.0
-    error_window_seconds: float = 300.0
-    nvlink_error_threshold: int = 0
-    ib_error_threshold: int = 0
-    roce_error_threshold: int = 0
-    node_label: str = "node"
-    telemetry_stale_seconds: float = 60.0
-
-    @property
-    def hot_window_seconds(self) -> float:
-        """Range that holds the last ``hot_samples`` samples with margin: (N + 1) scrape intervals, at least 30 s."""
-        return max((self.hot_samples + 1) * self.scrape_interval_seconds, 30.0)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ One :meth:`Remediator.step`:
    threads (a drain may take minutes); the taint is applied first, and
    ``gpufleet_node_health_action_latency_seconds`` measures from the sample
    that completed the evidence to the taint.
+   Where a node's GPUs are allocated through DRA, the faults of one GPU go to
+   the per-GPU path instead (:mod:`gpufleet.node_health.devices`, given as
+   ``gpus``): that GPU alone is taken out with a device taint, and the node
+   path sees only the node's own faults.
 5. degraded nodes whose fault has been gone for ``degraded_clear_seconds``
    return to service by themselves once their node checks pass (not
    lemons; swapped nodes never: a person or the provider integration
@@ -60,14 +64,13 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpufleet import cliargs
 from gpufleet.node_health import breaker
-from gpufleet.node_health.faults import FAULT_KINDS, Fault, Queries, Rules, evaluate
+from gpufleet.node_health.config import FAULT_KINDS, Configuration
+from gpufleet.node_health.faults import Fault, Queries, evaluate
 from gpufleet.prom.client import PromClient, PromError
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.classify import TRAINING, classify, default_classes
@@ -80,83 +83,11 @@ from gpufleet.ops.drain import selector_matches
 from gpufleet.ops.reads import OpsError, list_nodes
 from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
 from gpufleet.names import (ANN_DEGRADED_AT, ANN_HEALTH_HISTORY, ANN_LEMON_REASON, ANN_RETURNED_AT, BREAKER_CONFIGMAP,
-                            GPU_RESOURCE, LEMON_LABEL, SYSTEM_NAMESPACE)
+                            GPU_RESOURCE, LEMON_LABEL)
 
 log = logging.getLogger(__name__)
 COMPONENT = "gpufleet-node-health"
 Node = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the remediation controller is configured with.
-
-    Attributes:
-        rules: fault thresholds and windows.
-        max_nodes_out: ``node_health_max_nodes_out``.
-        dry_run: ``node_health_dry_run``.
-        degraded_faults: ``node_health_degraded_faults``.
-        lemon_failures: ``node_health_lemon_failures``.
-        lemon_window_seconds: ``node_health_lemon_window_hours`` x 3600.
-        namespace: ``node_health_namespace`` (swap requests, the Lease).
-        prometheus_url: ``node_health_prometheus_url``.
-        drain_timeout_seconds: how long a swap's drain may take.
-        degraded_clear_seconds: fault-free time before a degraded node returns by itself.
-        interval_seconds: seconds between steps.
-        partial_nodes_train: ``kueue_partial_gpu_nodes_count``: the remaining GPUs of a node
-            whose allocatable fell below capacity count for training (no ``gpu_partial`` fault).
-        max_unhealthy_share: ``node_health_max_unhealthy_share``: most of the GPU fleet (a share
-            in [0, 1]) out of service at once before the circuit breaker holds new actions.
-        telemetry_node_selector: ``node_health_telemetry_node_selector``: a LabelSelector
-            (``matchLabels``/``matchExpressions``) of the GPU nodes whose GPU telemetry is judged
-            (``telemetry`` fault); ``{}`` selects every one.
-    """
-
-    rules: Rules = field(default_factory=Rules)
-    max_nodes_out: int = 4
-    dry_run: bool = False
-    degraded_faults: frozenset[str] = frozenset({"gpu_temp", "memory_temp", "ib_errors", "roce_errors", "gpu_partial",
-                                                 "telemetry"})
-    lemon_failures: int = 3
-    lemon_window_seconds: float = 168 * 3600.0
-    namespace: str = SYSTEM_NAMESPACE
-    prometheus_url: str = "http://prometheus.monitoring:9090"
-    drain_timeout_seconds: float = 600.0
-    degraded_clear_seconds: float = 600.0
-    interval_seconds: float = 5.0
-    partial_nodes_train: bool = False
-    max_unhealthy_share: float = 0.5
-    telemetry_node_selector: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        cliargs.check("node_health_max_unhealthy_share", cliargs.share, self.max_unhealthy_share)
-
-    @classmethod
-    def from_inventory(cls, inv: Any, **overrides: Any) -> Settings:
-        """Settings from an inventory's node_health and gpu_metrics variables; ``overrides`` (non-None) win."""
-        v, m = inv.role("node_health"), inv.role("gpu_metrics")
-        rules_kw = {k: overrides.pop(k) for k in list(overrides) if k in Rules.__dataclass_fields__ and overrides[k] is not None}
-        rules = Rules(**{"hot_samples": v.node_health_hot_samples,
-                         "gpu_temp_celsius": float(m.gpu_metrics_gpu_temp_threshold_celsius),
-                         "memory_temp_celsius": float(m.gpu_metrics_memory_temp_threshold_celsius),
-                         "fatal_xids": frozenset(v.node_health_fatal_xids),
-                         "scrape_interval_seconds": float(m.gpu_metrics_scrape_interval_seconds),
-                         "telemetry_stale_seconds": float(m.gpu_metrics_telemetry_stale_seconds), **rules_kw})
-        base = cls(rules=rules, max_nodes_out=v.node_health_max_nodes_out, dry_run=v.node_health_dry_run,
-                   degraded_faults=frozenset(v.node_health_degraded_faults), lemon_failures=v.node_health_lemon_failures,
-                   lemon_window_seconds=v.node_health_lemon_window_hours * 3600.0, namespace=v.node_health_namespace,
-                   prometheus_url=v.node_health_prometheus_url,
-                   partial_nodes_train=inv.role("kueue").kueue_partial_gpu_nodes_count,
-                   max_unhealthy_share=v.node_health_max_unhealthy_share,
-                   telemetry_node_selector=v.node_health_telemetry_node_selector.model_dump(by_alias=True,
-                                                                                            exclude_none=True))
-        return base.replace(**{k: val for k, val in overrides.items() if val is not None})
-
-    def replace(self, **kw: Any) -> Settings:
-        """A copy with ``kw`` changed."""
-        from dataclasses import replace
-
-        return replace(self, **kw)
 
 
 @dataclass(frozen=True)
@@ -194,7 +125,7 @@ class Decision:
         return "; ".join(f"{f.kind}: {f.detail}" for f in self.faults)
 
 
-def partial_gpu_faults(nodes: dict[str, Node], settings: Settings, now: float) -> dict[str, Fault]:
+def partial_gpu_faults(nodes: dict[str, Node], settings: Configuration, now: float) -> dict[str, Fault]:
     """``gpu_partial`` faults from the Node objects (pure): the classifier's degraded nodes that no longer count
     for training (allocatable GPUs below capacity, ``partial_nodes_train`` false)."""
     classes = default_classes(partial_nodes_train=settings.partial_nodes_train)
@@ -218,7 +149,7 @@ def recent_failures(node: Node, now: float, window: float) -> list[dict[str, Any
     return out
 
 
-def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> list[str]:
+def telemetry_nodes(nodes: dict[str, Node], settings: Configuration, now: float) -> list[str]:
     """Nodes whose GPU telemetry is judged (pure): Ready, not virtual, expecting GPUs
     (:func:`gpufleet.fleet.nodes.expected_gpus`), selected by ``telemetry_node_selector``, and
     registered longer than the stale bound ago (a new node's exporter is still starting)."""
@@ -227,7 +158,7 @@ def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> l
         want = nodeutil.expected_gpus(obj)
         if not want or not nodeutil.is_ready(obj):
             continue
-        if not selector_matches(settings.telemetry_node_selector, nodeutil.labels(obj)):
+        if not selector_matches(settings.telemetry_node_selector.api(), nodeutil.labels(obj)):
             continue
         created = parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
         if created is not None and now - created < settings.rules.telemetry_stale_seconds:
@@ -236,7 +167,7 @@ def telemetry_nodes(nodes: dict[str, Node], settings: Settings, now: float) -> l
     return sorted(out)
 
 
-def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Settings, now: float,
+def decide(faults: dict[str, list[Fault]], nodes: dict[str, Node], settings: Configuration, now: float,
            busy: set[str] | frozenset[str] = frozenset(), *, resumed: bool = False,
            fleet: breaker.FleetShare | None = None) -> list[Decision]:
     """One decision per faulty node (pure; module docstring for the rules).
@@ -308,6 +239,8 @@ class StepReport:
     errors: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The per-GPU path's step (:class:`gpufleet.node_health.devices.GpuStep`), None without DRA GPUs.
+    gpu: Any = None
 
 
 class Metrics:
@@ -351,15 +284,19 @@ class Remediator:
     Args:
         kube: Kubernetes API client (built once at startup).
         prom: Prometheus client.
-        settings: :class:`Settings`.
+        settings: :class:`Configuration`.
         registry: where the metrics go (a fresh one per instance by default).
         return_checks: the node checks a degraded node must pass before it returns by itself
             (None: it waits for a person, see the module docstring).
     """
 
-    def __init__(self, kube: Kube, prom: PromClient, settings: Settings,
-                 registry: CollectorRegistry | None = None, return_checks: NodeChecks | None = None):
+    def __init__(self, kube: Kube, prom: PromClient, settings: Configuration,
+                 registry: CollectorRegistry | None = None, return_checks: NodeChecks | None = None,
+                 gpus: Any = None):
         self.kube, self.prom, self.settings = kube, prom, settings
+        #: The per-GPU path (:class:`gpufleet.node_health.devices.GpuRemediator`), None: node path only.
+        self.gpus = gpus
+        self._results: dict[str, list[dict[str, Any]]] = {}
         self.return_checks = return_checks
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
@@ -395,6 +332,7 @@ class Remediator:
         self.metrics.expected_gpus.clear()
         for n in judged:
             self.metrics.expected_gpus.labels(n).set(expected[n])
+        self._results = results
         found = evaluate(results, self.settings.rules, now, returned_at=returned, expected_gpus=expected,
                          telemetry_nodes=judged)
         for n, fault in partial_gpu_faults(nodes, self.settings, now).items():
@@ -415,6 +353,8 @@ class Remediator:
         report.faults, report.errors = self.faults(nodes, now)
         if report.errors:
             self.metrics.errors.labels("prometheus").inc()
+        if self.gpus is not None:
+            report.faults = self._gpu_step(report, nodes, now)
         with self._lock:
             busy = {n for n, f in self._busy.items() if not f.done()}
         cm = self._read_breaker()
@@ -433,6 +373,25 @@ class Remediator:
         if not report.errors:
             self.metrics.last_success.set(time.time())
         return report
+
+    def _gpu_step(self, report: StepReport, nodes: dict[str, Node], now: float) -> dict[str, list[Fault]]:
+        """Run the per-GPU path on the DRA nodes; returns the faults left for the node path."""
+        from gpufleet.node_health.devices import node_faults_left
+        from gpufleet.ops.reads import list_gpus
+
+        try:
+            gpus = {n: g for n, g in list_gpus(self.kube).items() if n in nodes}
+        except Exception as exc:  # noqa: BLE001 - a controller step reports and retries
+            self.metrics.errors.labels("list_gpus").inc()
+            report.errors.append(f"listing DRA GPUs: {exc}")
+            return report.faults
+        if not gpus:
+            return report.faults
+        report.gpu = self.gpus.step(self._results, self.settings.rules, now, nodes, gpus)
+        if report.gpu.errors:
+            self.metrics.errors.labels("gpu").inc()
+            report.errors += report.gpu.errors
+        return node_faults_left(report.faults, gpus, report.gpu.faults)
 
     # ------------------------------------------------------------------ actions
 

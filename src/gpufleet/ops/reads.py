@@ -73,3 +73,22 @@ def ensure_namespace(kube: Kube, namespace: str) -> None:
                        "`pulumi up` declares it (node_health / kueue roles)") from None
     except Conflict:
         pass
+
+
+def list_gpus(kube: Kube, node: str | None = None) -> dict[str, list[Any]]:
+    """The GPUs allocated through DRA, per node, with their taints (:func:`gpufleet.fleet.devices.gpus_by_node`).
+
+    Reads the ResourceSlices of NVIDIA's driver (``gpu.nvidia.com``; of ``node`` only when given)
+    and every DeviceTaintRule. A cluster that does not serve ``resource.k8s.io/v1`` (older
+    than 1.34) has none: ``{}``.
+    """
+    from gpufleet.fleet.devices import gpus_by_node
+    from gpufleet.names import GPU_DRIVER, RESOURCE_API
+
+    selector = f"spec.driver={GPU_DRIVER}" + (f",spec.nodeName={node}" if node else "")
+    try:
+        slices = kube.list_all(api_path(RESOURCE_API, "resourceslices"), field_selector=selector)[0]
+        rules = kube.list_all(api_path(RESOURCE_API, "devicetaintrules"))[0] if slices else []
+    except NotFound:
+        return {}
+    return gpus_by_node(slices, rules)

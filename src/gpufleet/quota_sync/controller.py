@@ -43,21 +43,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpufleet.fleet import nodes as nodeutil
 from gpufleet.fleet.capacity import allocatable, unmanaged_requests
+from gpufleet.quota_sync.devices import DeviceWatch
 from gpufleet.fleet.classify import classify
-from gpufleet_admin.inventory import Inventory
 from gpufleet.kube import Kube, KubeError, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
 from gpufleet.names import FLAVOR_LABEL, GPU_RESOURCE, KUEUE_GROUP, VIRTUAL_NODE_LABEL
 from gpufleet.quota_sync import resync
+from gpufleet.quota_sync.config import Configuration
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-#: Seconds after the first node event of a burst before resyncing.
-DEBOUNCE_SECONDS = 1.0
-#: Seconds between resyncs without node events (repairs quota edited by others).
-RESYNC_SECONDS = 300.0
 #: Server-side timeout of one watch request.
 WATCH_SECONDS = 240
 
@@ -248,23 +245,22 @@ class QuotaSync:
 
     Args:
         kube: API client (built once).
-        inv: the environment's inventory (queues, shares, reserve).
+        config: the quota policy (queues, shares, pins, flavors, reserve) and the loop's settings
+            (:class:`gpufleet.quota_sync.config.Configuration`).
         registry: metrics registry.
-        debounce_seconds, resync_seconds: see the module constants.
     """
 
-    def __init__(self, kube: Kube, inv: Inventory, registry: CollectorRegistry | None = None, *,
-                 debounce_seconds: float = DEBOUNCE_SECONDS, resync_seconds: float = RESYNC_SECONDS):
-        self.kube, self.inv = kube, inv
+    def __init__(self, kube: Kube, config: Configuration, registry: CollectorRegistry | None = None):
+        self.kube, self.config = kube, config
         self.registry = registry or CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.cache = NodeCache(kube)
         self.queues = QueueWatch(kube, self.cache)
-        kv = inv.role("kueue")
-        #: Bound pods, watched only when the inventory subtracts what unmanaged ones take.
-        self.pods = (PodWatch(kube, self.cache, max(pc.value for pc in kv.kueue_priority_classes))
-                     if kv.kueue_quota_subtract_unmanaged_gpus else None)
-        self.debounce_seconds, self.resync_seconds = debounce_seconds, resync_seconds
+        #: GPUs allocated through DRA: ResourceSlices and DeviceTaintRules (gpufleet.quota_sync.devices).
+        self.devices = DeviceWatch(kube, self.cache)
+        #: Bound pods, watched only when the configuration subtracts what unmanaged ones take.
+        self.pods = PodWatch(kube, self.cache, config.reclaim_below_priority) if config.subtract_unmanaged else None
+        self.debounce_seconds, self.resync_seconds = config.debounce_seconds, config.resync_seconds
         self._reported: set[tuple] = set()
         self.history: list[SyncOutcome] = []
 
@@ -276,7 +272,7 @@ class QuotaSync:
         try:
             cqs, wls, lqs = (self.kube.list_all(path)[0] for path in (resync.CQ_PATH, resync.WL_PATH, resync.LQ_PATH))
             pods = self.pods.items() if self.pods is not None else None
-            plan = resync.plan_from(self.inv, nodes, cqs, wls, lqs, pods)
+            plan = resync.plan_from(self.config, nodes, cqs, wls, lqs, pods, devices=self.devices.gpus())
             applied = resync.apply(self.kube, plan, allow_zero=True, events=False)
         except (KubeError, resync.OpsError, GpuCountError) as exc:
             self.metrics.resyncs.labels("error").inc()
@@ -336,7 +332,8 @@ class QuotaSync:
 
     def run(self, stop: threading.Event, on_beat=lambda: None) -> None:
         """Watch and resync until ``stop`` (module docstring); ``on_beat`` after every wait (liveness)."""
-        informers = [self.cache.informer, self.queues.informer] + ([self.pods.informer] if self.pods else [])
+        informers = ([self.cache.informer, self.queues.informer, *self.devices.informers]
+                     + ([self.pods.informer] if self.pods else []))
         for informer in informers:
             informer.start()
         try:
@@ -347,6 +344,8 @@ class QuotaSync:
 
     def _loop(self, stop: threading.Event, on_beat) -> None:
         self.cache.synced.wait(60)
+        for informer in self.devices.informers:  # not served (Kubernetes < 1.34): count device-plugin GPUs only
+            informer.synced.wait(10)
         if self.pods is not None:
             self.pods.synced.wait(60)
         last = 0.0

@@ -56,9 +56,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet_admin.inventory import Inventory
 from gpufleet.kube import Kube, NotFound, api_path
 from gpufleet.kube.events import record_event
 from gpufleet.kube.quantity import canonical, parse_quantity, whole_gpus
@@ -68,6 +68,7 @@ from gpufleet.names import GPU_RESOURCE, KUEUE_API
 from gpufleet.fleet.capacity import FlavorNodes, flavor_capacity, pod_spec_gpus, quota_capacity
 from gpufleet.fleet.classify import default_classes
 from gpufleet.fleet.quota_policy import quotas
+from gpufleet.quota_sync.config import Configuration
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +130,9 @@ class ResyncPlan:
     """Everything a resync found and would change.
 
     Attributes:
-        env: inventory environment.
+        env: the inventory environment the configuration came from ("" when not known: the controller).
         capacity: flavor -> :class:`FlavorNodes` (cluster's nodes now).
-        reserve: ``kueue_reserve_gpus``.
+        reserve: the configuration's ``reserve_gpus``.
         desired: ``{queue: {flavor: {"gpu", "cpu", "memory"}}}`` from the kueue role.
         current: queue -> the ClusterQueue object read (queues of the inventory only).
         changes: nominalQuota values that differ.
@@ -361,46 +362,49 @@ def gpu_nominal(desired: dict[str, dict[str, dict[str, int]]]) -> dict[str, dict
     return {q: {f: r["gpu"] for f, r in fl.items()} for q, fl in desired.items()}
 
 
-def capacity_of(inv: Inventory, nodes: list[Obj], pods: list[Obj] | None = None) -> dict[str, FlavorNodes]:
-    """Training capacity per flavor as the inventory asks for it (pure).
+def capacity_of(config: Configuration, nodes: list[Obj], pods: list[Obj] | None = None,
+                devices: Mapping[str, Sequence[Any]] | None = None) -> dict[str, FlavorNodes]:
+    """Training capacity per flavor as the configuration asks for it (pure).
 
-    The node classifier with ``kueue_partial_gpu_nodes_count``; the counted nodes'
+    The node classifier with ``partial_gpu_nodes_count``; the counted nodes'
     allocatable GPUs, cores and bytes, less what pods Kueue does not manage hold
-    and request there when ``kueue_quota_subtract_unmanaged_gpus`` and ``pods``
-    are given (GPU holders below the highest ``kueue_priority_classes`` value are
-    the flip-out's to take back, not subtracted: :mod:`gpufleet.fleet.capacity`).
-    quota sync and ``invoke status`` both call this.
+    and request there when ``subtract_unmanaged`` and ``pods`` are given (GPU
+    holders below ``reclaim_below_priority`` are the flip-out's to take back, not
+    subtracted: :mod:`gpufleet.fleet.capacity`). ``devices``: node -> its DRA
+    GPUs, counted per device (:mod:`gpufleet.fleet.devices`). quota sync and
+    ``invoke status`` both call this.
     """
-    v = inv.role("kueue")
-    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
-    reclaim = max(pc.value for pc in v.kueue_priority_classes)
-    return flavor_capacity(nodes, inv.flavors(), pods=pods if v.kueue_quota_subtract_unmanaged_gpus else None,
-                           classes=classes, reclaim_below=reclaim)
+    classes = default_classes(partial_nodes_train=config.partial_gpu_nodes_count)
+    return flavor_capacity(nodes, config.flavors, pods=pods if config.subtract_unmanaged else None,
+                           classes=classes, reclaim_below=config.reclaim_below_priority, devices=devices)
 
 
-def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workloads: list[Obj],
-              local_queues: list[Obj], pods: list[Obj] | None = None) -> ResyncPlan:
+def plan_from(config: Configuration, nodes: list[Obj], cluster_queues: list[Obj], workloads: list[Obj],
+              local_queues: list[Obj], pods: list[Obj] | None = None, *, env: str = "",
+              devices: Mapping[str, Sequence[Any]] | None = None) -> ResyncPlan:
     """The resync plan from objects already read (pure: no API calls).
 
     Args:
+        config: the quota policy and the capacity settings (:mod:`gpufleet.quota_sync.config`).
         pods: the cluster's bound, non-terminal pods (what unmanaged pods hold and
             request is subtracted, :func:`capacity_of`); None: nothing is subtracted.
+        env: the inventory environment ``config`` was built from, for the report ("": not known).
+        devices: node -> its GPUs allocated through DRA (:func:`gpufleet.fleet.devices.gpus_by_node`).
 
     Raises:
-        OpsError: none of the inventory's ClusterQueues exists (wrong cluster or kueue role not applied).
+        OpsError: none of the configuration's ClusterQueues exists (wrong cluster or kueue role not applied).
         gpufleet.kube.quantity.GpuCountError: a pod or Workload with a fractional GPU count.
     """
     t0 = time.perf_counter()
-    v = inv.role("kueue")
-    flavors = list(inv.flavors())
-    capacity = capacity_of(inv, nodes, pods)
-    desired = quotas(inv, capacity=quota_capacity(capacity))
+    capacity = capacity_of(config, nodes, pods, devices)
+    desired = quotas(config, quota_capacity(capacity))
     all_queues = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     managed = {q: all_queues[q] for q in desired if q in all_queues}
-    plan = ResyncPlan(env=inv.env, capacity=capacity, reserve=v.kueue_reserve_gpus, desired=desired, current=managed)
+    plan = ResyncPlan(env=env, capacity=capacity, reserve=config.reserve_gpus, desired=desired, current=managed)
     plan.missing_queues = [q for q in desired if q not in all_queues]
     if not managed:
-        raise OpsError(f"none of inventory {inv.env}'s ClusterQueues ({', '.join(desired)}) exists in this cluster "
+        whose = f"inventory {env}'s" if env else "the configured"
+        raise OpsError(f"none of {whose} ClusterQueues ({', '.join(desired)}) exists in this cluster "
                        f"(it has {', '.join(sorted(all_queues)) or 'none'}): wrong --kubeconfig/--env, or the kueue "
                        "role is not applied yet (pulumi up)")
     for q, cq in managed.items():
@@ -408,7 +412,7 @@ def plan_from(inv: Inventory, nodes: list[Obj], cluster_queues: list[Obj], workl
         plan.changes += changes
         if missing:
             plan.missing_flavors[q] = missing
-    plan.zero_flavors = [f for f in flavors if capacity[f].schedulable_gpus - v.kueue_reserve_gpus <= 0]
+    plan.zero_flavors = [f for f in sorted(config.flavors) if capacity[f].schedulable_gpus - config.reserve_gpus <= 0]
     nominal = gpu_nominal(desired)
     lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): (lq.get("spec") or {}).get("clusterQueue", "")
            for lq in local_queues}
@@ -456,13 +460,15 @@ def read_state(kube: Kube) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj], 
     try:
         cqs, wls, lqs = (kube.list_all(path)[0] for path in (CQ_PATH, WL_PATH, LQ_PATH))
     except NotFound:
-        raise OpsError(f"the cluster does not serve {KUEUE_API} (Kueue v0.17 or later is needed)") from None
+        raise OpsError(f"the cluster does not serve {KUEUE_API} (Kueue v0.17 or later is needed; gpufleet pins v0.19)") from None
     return nodes, cqs, wls, lqs, list_holding_pods(kube)
 
 
-def compute(kube: Kube, inv: Inventory) -> ResyncPlan:
-    """Read the cluster and compute the plan (:func:`plan_from`)."""
-    return plan_from(inv, *read_state(kube))
+def compute(kube: Kube, config: Configuration, *, env: str = "") -> ResyncPlan:
+    """Read the cluster (its DRA GPUs too) and compute the plan (:func:`plan_from`)."""
+    from gpufleet.ops.reads import list_gpus
+
+    return plan_from(config, *read_state(kube), env=env, devices=list_gpus(kube))
 
 
 def apply(kube: Kube, plan: ResyncPlan, *, allow_zero: bool = False, events: bool = True) -> ApplyResult:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 from gpufleet.kube.ratelimit import TokenBucket
 
+from .config import DEFAULTS
+
 #: Float slack so 6 s at 10 pods/minute is exactly one token.
 _EPS = 1e-9
 
@@ -78,7 +80,7 @@ class MigrationBudget:
         total_per_minute: a global cap over all workloads, or None.
     """
 
-    def __init__(self, pods_per_minute: float, *, burst: float = 1.0, max_in_flight: int = 1,
+    def __init__(self, pods_per_minute: float, *, burst: float = 1.0, max_in_flight: int = DEFAULTS.flip_back_max_in_flight,
                  total_per_minute: float | None = None):
         self.pods_per_minute = pods_per_minute
         self.burst = burst

@@ -60,19 +60,14 @@ class Hysteresis:
         add_hold: seconds above ``high`` before tainting (default ``hold``).
         remove_hold: seconds below ``low`` before untainting (default ``hold``).
 
-    Raises:
-        ValueError: ``low >= high`` or a hold time < 0.
+    The values come checked from :class:`gpufleet.taint_controller.config.Configuration`
+    (marks and hold times >= 0, ``low < high``), the one place they are validated.
     """
 
     def __init__(self, high: float, low: float, hold: float, tainted: bool | None = None, *,
                  add_hold: float | None = None, remove_hold: float | None = None):
-        if low >= high:
-            raise ValueError(f"low-water mark ({low}) must be below the high-water mark ({high})")
         add_hold = hold if add_hold is None else add_hold
         remove_hold = hold if remove_hold is None else remove_hold
-        for what, value in (("hold time", hold), ("add hold time", add_hold), ("remove hold time", remove_hold)):
-            if value < 0:
-                raise ValueError(f"{what} must be >= 0 seconds, not {value}")
         self.high, self.low, self.hold = high, low, hold
         self.add_hold, self.remove_hold = add_hold, remove_hold
         self.tainted = tainted

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
+import typing
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -41,6 +42,7 @@ from prometheus_client import Counter, Gauge
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 
 from .budget import Candidate, MigrationBudget, workload_of
+from .config import DEFAULTS, FlipBackMode
 from .published import ServiceEndpoints
 from .surge import Surges
 from gpufleet.fleet.classify import tolerated
@@ -53,7 +55,8 @@ RELEASES = Counter("gpufleet_flip_back_releases_total",
                    "replacement took the place of (replaced), by result.", ["mode", "result"])
 CANDIDATES = Gauge("gpufleet_flip_back_candidates", "Pods on tainted virtual nodes that do not tolerate the taint.")
 
-MODES = ("release", "evict", "off")
+#: The flip-back modes (:data:`gpufleet.taint_controller.config.FlipBackMode`).
+MODES = typing.get_args(FlipBackMode)
 
 
 def candidates(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]], attempted: set[str]) -> list[Candidate]:
@@ -92,9 +95,10 @@ class FlipBack:
         ValueError: an unknown ``mode``; ``make_before_break`` without ``endpoints``.
     """
 
-    def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = "release",
+    def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = DEFAULTS.flip_back,
                  make_before_break: bool = False, endpoints: ServiceEndpoints | None = None,
-                 surge_max_wait_seconds: float = 180.0, clock: Callable[[], float] = time.monotonic):
+                 surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
+                 clock: Callable[[], float] = time.monotonic):
         if mode not in MODES:
             raise ValueError(f"flip-back mode {mode!r}: expected one of {', '.join(MODES)}")
         if make_before_break and endpoints is None:

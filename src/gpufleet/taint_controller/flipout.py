@@ -49,8 +49,9 @@ from prometheus_client import Counter, Gauge
 from gpufleet.fleet.classify import tolerated
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.names import FLIP_MODES, RESERVED_TAINT
+from gpufleet.names import RESERVED_TAINT
 
+from .config import DEFAULTS
 from .surge import Surges
 
 log = logging.getLogger(__name__)
@@ -181,15 +182,13 @@ class FlipOut:
             (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
         clock: monotonic seconds.
 
-    Raises:
-        ValueError: ``mode`` is not one of :data:`gpufleet.names.FLIP_MODES`.
+    The values are checked once, by :class:`gpufleet.taint_controller.config.Configuration`, whose defaults these are.
     """
 
-    def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *, max_wait_seconds: float = 300.0,
-                 mode: str = "make_before_break", surge_max_wait_seconds: float = 180.0,
+    def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *,
+                 max_wait_seconds: float = DEFAULTS.flip_out_max_wait_seconds, mode: str = DEFAULTS.flip_mode,
+                 surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
                  clock: Callable[[], float] = time.monotonic):
-        if mode not in FLIP_MODES:
-            raise ValueError(f"flip-out mode {mode!r}: expected one of {', '.join(FLIP_MODES)}")
         self.kube = kube
         self.nodes = nodes
         self.pods = pods

@@ -62,6 +62,7 @@ from gpufleet.kube.events import record_event
 from gpufleet.names import SERVICE_NAME_LABEL
 
 from . import metrics
+from .config import HealthSettings
 
 log = logging.getLogger(__name__)
 
@@ -73,35 +74,6 @@ Dial = Callable[[str, int, float], None]
 MAX_PARALLEL = 256
 
 Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class HealthSettings:
-    """How published endpoints are checked (module docstring).
-
-    Attributes:
-        interval_seconds: seconds between rounds (> 0).
-        timeout_seconds: seconds a connect may take (> 0, at most the interval).
-        unhealthy_threshold: consecutive failures that mark an address unreachable (>= 1).
-
-    Raises:
-        ValueError: a value out of range, naming the flag that sets it.
-    """
-
-    interval_seconds: float = 2.0
-    timeout_seconds: float = 1.0
-    unhealthy_threshold: int = 2
-
-    def __post_init__(self) -> None:
-        if not self.interval_seconds > 0:
-            raise ValueError(f"--endpoint-health-interval {self.interval_seconds!r}: expected seconds > 0 (0 turns "
-                             "the check off before it gets here)")
-        if not 0 < self.timeout_seconds <= self.interval_seconds:
-            raise ValueError(f"--endpoint-health-timeout {self.timeout_seconds!r}: expected seconds > 0 and at most "
-                             f"--endpoint-health-interval ({self.interval_seconds:g})")
-        if isinstance(self.unhealthy_threshold, bool) or not isinstance(self.unhealthy_threshold, int) \
-                or self.unhealthy_threshold < 1:
-            raise ValueError(f"--endpoint-health-threshold {self.unhealthy_threshold!r}: expected a whole number >= 1")
 
 
 # ------------------------------------------------------------------------------- pure

@@ -9,10 +9,15 @@ Wiring (:class:`VirtualKubelet`): the pool's provider
 A node has one kubelet: the role runs one replica with ``Recreate``, so
 there is no leader election.
 
-Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (flag values outside their
-range, unknown environment or pool, provider configuration errors: the
-message says what to fix); 1 when the metrics port is in use or the cluster
-or the provider cannot be reached at start.
+Settings come from ``--config FILE`` (:mod:`gpufleet.virtual_kubelet.config`,
+rendered by the virtual_kubelet role for one pool of the inventory: the
+pool, the endpoint health check, the taints the node registers with); a
+flag given overrides the file. Nothing else of the inventory is read.
+
+Exit codes: 0 on SIGTERM/SIGINT; 2 for bad input (a bad file or flag value,
+provider configuration errors: the message says what to fix); 1 when the
+metrics port is in use or the cluster or the provider cannot be reached at
+start.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ import threading
 from typing import Any
 
 from gpufleet import cliargs
+from gpufleet import componentconfig as cc
 from gpufleet.controllers import runtime
 from gpufleet.controllers.serve import Liveness
 from gpufleet.kube import ConfigError, Kube, KubeError
 
-from .endpoint_health import HealthSettings
+from .config import Configuration, HealthSettings, load
 from .lease import LeaseHeartbeat
 from .node import NodeController, node_name_for
 from .pods import PodController
@@ -104,11 +110,18 @@ class VirtualKubelet:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``gpufleet virtual-kubelet`` (the shared ones from :mod:`gpufleet.controllers.flags`)."""
+    """Flags of ``gpufleet virtual-kubelet`` (the shared ones from :mod:`gpufleet.controllers.flags`).
+
+    A setting's flag is checked by its field's own kind (:func:`gpufleet.componentconfig.flag_type`).
+    """
     from gpufleet.controllers import flags
 
-    parser.add_argument("--pool", required=True, help="pool name from virtual_kubelet_pools in the inventory")
-    parser.add_argument("--env", default="local", help="inventory environment (default local)")
+    def kind(field: str):
+        return cc.flag_type(Configuration, field)
+
+    flags.add_config(parser, role="virtual_kubelet", command="virtual-kubelet --pool NAME", required=True)
+    parser.add_argument("--pool", default=None,
+                        help="the pool of --config FILE (a check: the file holds one pool, this must name it)")
     flags.add_kube(parser, what=" of the cluster the node joins")
     parser.add_argument("--remote-kubeconfig", default=None,
                         help="kubernetes pools: kubeconfig of the other cluster (default: the mounted Secret, "
@@ -118,70 +131,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=cliargs.integer_type(1), default=8, help="pod reconcile threads, >= 1 (default 8)")
     parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
                         help="the node's InternalIP (default $POD_IP)")
-    parser.add_argument("--endpoint-health-interval", type=cliargs.nonnegative_seconds, default=None,
-                        help="seconds (>= 0) between TCP checks of the published endpoints; 0: off (default "
-                             "virtual_kubelet_endpoint_health_interval_seconds, 2; off for a pool with "
-                             "endpoint_health_check false)")
-    parser.add_argument("--endpoint-health-timeout", type=cliargs.positive_seconds, default=None,
-                        help="seconds (> 0, at most the interval) a check's connect may take (default "
-                             "virtual_kubelet_endpoint_health_timeout_seconds, 1)")
-    parser.add_argument("--endpoint-health-threshold", type=cliargs.integer_type(1), default=None,
-                        help="consecutive failed checks (>= 1) that publish an endpoint not ready (default "
-                             "virtual_kubelet_endpoint_health_unhealthy_threshold, 2)")
-    parser.add_argument("--register-with-taints", type=cliargs.taints, default=[], metavar="KEY[=VALUE]:EFFECT,...",
+    parser.add_argument("--endpoint-health-interval", type=kind("endpoint_health.interval_seconds"), default=None,
+                        help="seconds (>= 0) between TCP checks of the published endpoints; 0: off (default: the "
+                             "file's endpoint_health.interval_seconds; off for a pool with endpoint_health_check false)")
+    parser.add_argument("--endpoint-health-timeout", type=kind("endpoint_health.timeout_seconds"), default=None,
+                        help="seconds (> 0, at most the interval) a check's connect may take (default: the file's "
+                             "endpoint_health.timeout_seconds, at most the interval)")
+    parser.add_argument("--endpoint-health-threshold", type=kind("endpoint_health.unhealthy_threshold"), default=None,
+                        help="consecutive failed checks (>= 1) that publish an endpoint not ready (default: the "
+                             "file's endpoint_health.unhealthy_threshold)")
+    parser.add_argument("--register-with-taints", type=cliargs.taints, default=None, metavar="KEY[=VALUE]:EFFECT,...",
                         help="taints the Node is created with, as the kubelet's flag (an existing Node keeps its "
-                             "own); the virtual_kubelet role passes the taint controller's free-GPU taint")
+                             "own; '' for none); default: the file's register_with_taints, the taint controller's "
+                             "free-GPU taint where the taint controller runs")
     flags.add_log_level(parser)
 
 
-def health_settings(v: Any, pool: Any, args: argparse.Namespace) -> HealthSettings | None:
-    """The endpoint health check of ``pool`` from the role's variables ``v`` and the flags; None when off.
+def configuration(args: argparse.Namespace) -> Configuration:
+    """The configuration of ``--config FILE`` with the flags given applied over it.
+
+    ``--endpoint-health-interval`` given turns the check on (or off, 0) even
+    for a pool with ``endpoint_health_check`` false, and the file's timeout
+    is held within it unless ``--endpoint-health-timeout`` is given too.
 
     Raises:
-        ValueError: the timeout exceeds the interval (naming the flag).
+        gpufleet.componentconfig.ConfigFileError: a bad file or flag, or ``--pool`` naming another pool.
     """
-    interval = args.endpoint_health_interval
-    if interval is None:
-        interval = v.virtual_kubelet_endpoint_health_interval_seconds if pool.endpoint_health_check else 0
-    if not interval:
+    base = load(args.config)
+    if args.pool is not None and args.pool != base.pool.name:
+        raise cc.ConfigFileError([f"--pool {args.pool!r}: expected the pool of {args.config} ({base.pool.name!r}): "
+                                  "a virtual kubelet's file holds its one pool"])
+    interval, timeout = args.endpoint_health_interval, args.endpoint_health_timeout
+    if interval is not None and timeout is None and interval:
+        timeout = min(base.endpoint_health.timeout_seconds, interval)
+    return cc.override(base, {
+        "endpoint_health.interval_seconds": ("--endpoint-health-interval", interval),
+        "endpoint_health.timeout_seconds": ("--endpoint-health-timeout", timeout),
+        "endpoint_health.unhealthy_threshold": ("--endpoint-health-threshold", args.endpoint_health_threshold),
+        "pool.endpoint_health_check": ("--endpoint-health-interval", True if interval else None),
+        "register_with_taints": ("--register-with-taints", args.register_with_taints),
+    }, source=args.config)
+
+
+def health_settings(config: Configuration) -> HealthSettings | None:
+    """The endpoint health check the virtual kubelet runs: None when off (interval 0, or the pool's check off)."""
+    if not config.pool.endpoint_health_check or not config.endpoint_health.interval_seconds:
         return None
-    timeout = args.endpoint_health_timeout or v.virtual_kubelet_endpoint_health_timeout_seconds
-    threshold = args.endpoint_health_threshold or v.virtual_kubelet_endpoint_health_unhealthy_threshold
-    return HealthSettings(interval, min(timeout, interval) if args.endpoint_health_timeout is None else timeout,
-                          threshold)
+    return config.endpoint_health
 
 
 def build(args: argparse.Namespace) -> VirtualKubelet:
     """A :class:`VirtualKubelet` from parsed flags (not started).
 
     Raises:
-        ValueError: unknown environment or pool, provider configuration error (bad input).
+        gpufleet.componentconfig.ConfigFileError: a bad file or flag value.
+        ValueError: provider configuration error (bad input).
         ConfigError: unusable kubeconfig.
         ProviderError: the remote side did not answer.
     """
-    from gpufleet_admin.inventory import InventoryError, environments
     from gpufleet.virtual_kubelet.providers import build as build_provider
-    from roles.registry import load
 
-    if args.env not in environments():
-        raise ValueError(f"--env {args.env!r}: expected one of {', '.join(environments())}")
-    try:
-        inv = load(args.env)
-    except InventoryError as exc:
-        raise ValueError(str(exc)) from None
-    v = inv.role("virtual_kubelet")
-    pools = {p.name: p for p in v.virtual_kubelet_pools}
-    if args.pool not in pools:
-        raise ValueError(f"--pool {args.pool!r}: no such pool in inventories/{args.env} "
-                         f"(known: {', '.join(pools) or 'none'})")
-    pool = pools[args.pool]
-    health = health_settings(v, pool, args)
+    config = configuration(args)
+    pool = config.pool
     kube = runtime.kube_from_args(args, user_agent=f"gpufleet-vk/{pool.name}")
     overrides = {"namespace_prefix": args.namespace_prefix} if pool.provider == "kubernetes" and args.namespace_prefix else {}
-    provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=v.virtual_kubelet_namespace,
+    provider = build_provider(pool, node_name=node_name_for(pool.name), kube=kube, namespace=config.namespace,
                               remote_kubeconfig=args.remote_kubeconfig, **overrides)
     return VirtualKubelet(kube, pool.name, pool.provider, {pool.name: provider}, host_ip=args.host_ip,
-                          workers=args.workers, endpoint_health=health, register_taints=args.register_with_taints)
+                          workers=args.workers, endpoint_health=health_settings(config),
+                          register_taints=[t.api() for t in config.register_with_taints])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         vk = build(args)
-    except (ValueError, ConfigError, ProviderConfigError) as exc:
+    except (cc.ConfigFileError, ValueError, ConfigError, ProviderConfigError) as exc:
         print(f"gpufleet virtual-kubelet: {exc}", file=sys.stderr)
         return 2
     except ProviderError as exc:

@@ -54,11 +54,12 @@ from gpufleet_admin.versions import pin, versions
 LOCK_FILE = Path(__file__).with_name("image-requirements.txt")
 #: Tag of the image inside the OCI layout and archive.
 LAYOUT_TAG = "gpufleet"
-#: The packages gpufleet's image carries (:func:`product_pyproject`): the product, and for now the inventory
-#: loader and the roles, which the controllers still read at run time; ``gpufleet_workshop`` never.
-IMAGE_PACKAGES = ("gpufleet", "gpufleet_admin", "roles")
-#: Files of the checkout that make gpufleet's wheel (what ``pip wheel`` reads): those packages' alone.
-SOURCE_PATHS = ("pyproject.toml", "README.md", "src/gpufleet", "src/gpufleet_admin", "roles")
+#: The packages gpufleet's image carries (:func:`product_pyproject`): the product alone. Components read their
+#: configuration file, never the inventory, so neither ``gpufleet_admin`` nor the roles run in a cluster
+#: (``tests/controllers/test_imports.py``); ``gpufleet_workshop`` has an image of its own.
+IMAGE_PACKAGES = ("gpufleet",)
+#: Files of the checkout that make gpufleet's wheel (what ``pip wheel`` reads): that package's alone.
+SOURCE_PATHS = ("pyproject.toml", "README.md", "src/gpufleet")
 #: Parts of installed distributions that nothing in gpufleet imports, left out of the image:
 #: the kubernetes client's asyncio twin (68 MB of generated models; gpufleet uses the
 #: synchronous client). Recorded in image.json; the SBOM still lists the distribution.

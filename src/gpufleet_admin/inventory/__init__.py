@@ -9,7 +9,7 @@ imports no role: entry points load an environment with every role through
 
 from __future__ import annotations
 
-from .catalog import GPU_MODELS, GpuModel
+from gpufleet.fleet.catalog import GPU_MODELS, GpuModel
 from .errors import InventoryError, Problem
 from .inventory import FlavorCapacity, Host, Inventory, NodeSpec
 from .load import RoleModels, environments, load

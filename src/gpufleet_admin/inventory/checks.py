@@ -17,10 +17,9 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
     flavors = inv.flavors()
     file = lambda key: origin.get(key, f"roles/{key.split('_')[0]}/defaults.yaml")  # noqa: E731
 
+    # Queue names unique and pins naming a flavor of the inventory: the quota policy's own checks
+    # (gpufleet.fleet.quota_policy, run on the inventory by roles/kueue/config.py).
     queues = [q.name for q in kueue.kueue_cluster_queues]
-    for i, name in enumerate(queues):
-        if name in queues[:i]:
-            problems.append(Problem(file("kueue_cluster_queues"), f"kueue_cluster_queues[{i}].name", name, "unique ClusterQueue names"))
     for i, lq in enumerate(kueue.kueue_local_queues):
         if lq.cluster_queue not in queues:
             problems.append(Problem(file("kueue_local_queues"), f"kueue_local_queues[{i}].cluster_queue", lq.cluster_queue,
@@ -30,8 +29,6 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
         for flavor, gpus in (q.nominal_gpus or {}).items():
             key = f"kueue_cluster_queues[{i}].nominal_gpus.{flavor}"
             if flavor not in flavors:
-                problems.append(Problem(file("kueue_cluster_queues"), key, flavor,
-                                        f"a ResourceFlavor of this inventory ({', '.join(flavors) or 'none'})"))
                 continue
             pinned[flavor] = pinned.get(flavor, 0) + gpus
             cap = flavors[flavor].gpus - kueue.kueue_reserve_gpus
@@ -47,6 +44,7 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
                 problems.append(Problem(file(key), f"{key}[{i}].name", n, "unique names"))
 
     problems += topology_checks(inv, file)
+    problems += allocation_checks(inv)
 
     pools = inv.roles["virtual_kubelet"].virtual_kubelet_pools
     names = [p.name for p in pools]
@@ -56,6 +54,28 @@ def cross_checks(inv: "Inventory", origin: dict[str, str]) -> list[Problem]:
         if p.provider == "kubernetes" and not p.kubeconfig_secret:
             problems.append(Problem(file("virtual_kubelet_pools"), f"virtual_kubelet_pools[{i}].kubeconfig_secret", None,
                                     "a Secret name holding the other cluster's kubeconfig (provider kubernetes)"))
+    return problems
+
+
+def allocation_checks(inv: "Inventory") -> list[Problem]:
+    """All hosts of one GPU model (one ResourceFlavor) allocate their GPUs one way (``gpu_allocation``).
+
+    A job asks for a flavor's GPUs one way (extended resource or ResourceClaim);
+    a flavor split between the device plugin and DRA would leave part of its
+    capacity where its jobs cannot land.
+    """
+    problems: list[Problem] = []
+    hosts_file = f"{inv.root.parent.name}/{inv.root.name}/hosts.yml"
+    seen: dict[str, tuple[str, str]] = {}
+    for h in inv.hosts.values():
+        if not h.vars.gpu_count:
+            continue
+        flavor, how = h.gpu.flavor, h.vars.gpu_allocation
+        first = seen.setdefault(flavor, (h.name, how))
+        if first[1] != how:
+            problems.append(Problem(hosts_file, f"{h.name}.gpu_allocation", how,
+                                    f"{first[1]!r} like {first[0]}: every host of flavor {flavor} allocates its GPUs "
+                                    "one way (set gpu_allocation in the group_vars of the whole GPU model)"))
     return problems
 
 

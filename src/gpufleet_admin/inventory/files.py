@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet_admin.files import yaml_problem
+from gpufleet.componentconfig import yaml_problem
 
 from .errors import Problem
 from .hostranges import HostRangeError, expand

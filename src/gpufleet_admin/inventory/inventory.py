@@ -8,9 +8,17 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.names import BLOCK_LABEL, FLAVOR_LABEL, GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, HOSTNAME_LABEL, RACK_LABEL
+from gpufleet.names import (
+    BLOCK_LABEL,
+    FLAVOR_LABEL,
+    GPU_ALLOCATION_LABEL,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    HOSTNAME_LABEL,
+    RACK_LABEL,
+)
 
-from .catalog import GPU_MODELS, GpuModel
+from gpufleet.fleet.catalog import GPU_MODELS, GpuModel
 from .models import FleetVars, HostVars
 
 #: Labels every GPU node carries; ResourceFlavors and node checks select on them.
@@ -41,8 +49,11 @@ class Host:
 class NodeSpec(BaseModel):
     """A Kubernetes Node as the inventory describes it.
 
-    ``capacity`` maps resource names to quantities: ``nvidia.com/gpu`` (GPUs),
-    ``cpu`` (cores), ``memory`` (bytes, as a quantity) and ``pods``.
+    ``capacity`` maps resource names to quantities: ``nvidia.com/gpu`` (GPUs;
+    absent where the GPUs are allocated through DRA), ``cpu`` (cores),
+    ``memory`` (bytes, as a quantity) and ``pods``. ``gpus`` and
+    ``gpu_allocation`` say how many GPUs the node has and how pods get them
+    (``device_plugin`` or ``dra``: then the GPUs are devices of ResourceSlices).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -51,11 +62,13 @@ class NodeSpec(BaseModel):
     labels: dict[str, str]
     taints: list[dict[str, str]]
     capacity: dict[str, str]
+    gpus: int = 0
+    gpu_allocation: str = "device_plugin"
 
 
 @dataclass(frozen=True)
 class FlavorCapacity:
-    """Capacity of one ResourceFlavor: nodes, GPUs, CPU cores and memory (bytes)."""
+    """Capacity of one ResourceFlavor: nodes, GPUs, CPU cores and memory (bytes), and how its GPUs are allocated."""
 
     name: str
     gpu_model: GpuModel
@@ -63,6 +76,12 @@ class FlavorCapacity:
     gpus: int
     cpu: int
     memory_bytes: int
+    gpu_allocation: str = "device_plugin"
+
+    @property
+    def dra(self) -> bool:
+        """The flavor's GPUs are allocated through DRA (pods ask through ResourceClaims)."""
+        return self.gpu_allocation == "dra"
 
 
 @dataclass(frozen=True)
@@ -80,13 +99,18 @@ TOPOLOGY_LEVELS = (TopologyLevel("block", BLOCK_LABEL), TopologyLevel("rack", RA
 
 @dataclass
 class Inventory:
-    """A validated environment: ``hosts`` by name, ``fleet`` and per-role ``roles`` variables."""
+    """A validated environment: ``hosts`` by name, ``fleet`` and per-role ``roles`` variables.
+
+    ``origin`` maps each cluster-wide variable set outside its role's defaults to the file that set it
+    (``inventories/<env>/group_vars/all/...``, the stack config): where a bad value is reported.
+    """
 
     env: str
     root: Path
     hosts: dict[str, Host]
     fleet: FleetVars
     roles: dict[str, BaseModel] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
 
     def role(self, name: str) -> BaseModel:
         """Variables of one role (see ``roles/<name>/vars.py``)."""
@@ -107,13 +131,18 @@ class Inventory:
             LABEL_PRODUCT: gpu.product,
             LABEL_GPU_COUNT: str(v.gpu_count),
             "topology.kubernetes.io/zone": v.node_rack,
+            GPU_ALLOCATION_LABEL: v.gpu_allocation,
         }
+        capacity = {"cpu": str(v.node_cpu), "memory": v.node_memory, "pods": str(v.node_max_pods)}
+        if v.gpu_allocation == "device_plugin":
+            capacity = {GPU_RESOURCE: str(v.gpu_count), **capacity}
         return NodeSpec(
             name=host.name,
             labels=labels,
             taints=[dict(GPU_TAINT)] if v.gpu_count else [],
-            capacity={GPU_RESOURCE: str(v.gpu_count), "cpu": str(v.node_cpu), "memory": v.node_memory,
-                      "pods": str(v.node_max_pods)},
+            capacity=capacity,
+            gpus=v.gpu_count,
+            gpu_allocation=v.gpu_allocation,
         )
 
     def node_specs(self) -> list[NodeSpec]:
@@ -134,6 +163,7 @@ class Inventory:
                 gpus=sum(h.vars.gpu_count for h in hs),
                 cpu=sum(h.vars.node_cpu for h in hs),
                 memory_bytes=int(sum(parse_quantity(h.vars.node_memory) for h in hs)),
+                gpu_allocation=hs[0].vars.gpu_allocation,
             )
             for name, hs in sorted(acc.items())
         }

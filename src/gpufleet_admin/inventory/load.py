@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
 
+from gpufleet.componentconfig import expected
 from gpufleet.paths import INVENTORIES, ROLES
 
 from .checks import cross_checks
@@ -36,6 +38,10 @@ def environments() -> list[str]:
     return sorted(p.name for p in INVENTORIES.iterdir() if (p / "hosts.yml").exists())
 
 
+#: A check over the whole validated inventory (a component's configuration built from it): its problems.
+Check = Callable[[Inventory], list[Problem]]
+
+
 def load(
     env: str,
     role_models: RoleModels,
@@ -44,6 +50,7 @@ def load(
     overrides_file: str | None = None,
     nodes: int | None = None,
     root: Path | None = None,
+    checks: Sequence[Check] = (),
 ) -> Inventory:
     """Load and validate ``inventories/<env>`` (or ``root``) against the given roles' variable models.
 
@@ -59,6 +66,8 @@ def load(
         nodes: for simulated fleets, the number of hosts (overrides
             ``fleet_simulated_nodes``).
         root: inventory folder to read instead of ``inventories/<env>``.
+        checks: run once every variable is valid on its own (the roles' builders of their
+            components' configurations, whose models check what spans variables).
 
     Raises:
         InventoryError: listing every problem (file, key, value, expected);
@@ -93,9 +102,13 @@ def load(
     if fleet is not None and fleet.fleet_simulated_nodes:
         _simulate_hosts(files, fleet.fleet_simulated_nodes, problems)
     hosts = _hosts(files, problems)
-    inventory = Inventory(env=env, root=root, hosts=hosts, fleet=fleet or FleetVars(), roles=roles)
+    inventory = Inventory(env=env, root=root, hosts=hosts, fleet=fleet or FleetVars(), roles=roles,
+                          origin={k: f for k, f in origin.items() if not f.startswith("roles/")})
     if not problems:
         problems += cross_checks(inventory, origin)
+    if not problems:
+        for check in checks:
+            problems += check(inventory)
     if problems:
         raise InventoryError(problems)
     return inventory
@@ -169,7 +182,7 @@ def _validate(model: type[BaseModel], values: dict[str, Any], origin: dict[str, 
             key = where + top + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
             value = err.get("input", MISSING) if err["type"] != "missing" else MISSING
             file = origin.get(top, default_file)
-            problems.append(Problem(file, key, value, _expected(err)))
+            problems.append(Problem(file, key, value, expected(err)))
         return None
 
 
@@ -180,25 +193,13 @@ def _cross_field(err: dict, values: dict[str, Any], origin: dict[str, str], defa
     The variable set outside the role's defaults is the likely culprit; the
     others named in the message are shown with their values and files.
     """
-    msg = _expected(err)
+    msg = expected(err)
     named = sorted((k for k in values if k in msg), key=msg.index)
     if not named:
         return Problem(default_file, where + "(object)", MISSING, msg)
     key = next((k for k in named if origin.get(k, default_file) != default_file), named[0])
     others = ", ".join(f"{k} is {values[k]!r} from {origin.get(k, default_file)}" for k in named if k != key)
     return Problem(origin.get(key, default_file), where + key, values[key], msg + (f" ({others})" if others else ""))
-
-
-def _expected(err: dict) -> str:
-    msg: str = err["msg"]
-    for prefix in ("Value error, ", "Input should be ", "Assertion failed, "):
-        if msg.startswith(prefix):
-            msg = msg[len(prefix):]
-    if err["type"] == "missing":
-        return "a value (required, no default)"
-    if err["type"] == "extra_forbidden":
-        return "a known field (unknown key)"
-    return msg
 
 
 def _simulate_hosts(files: InventoryFiles, count: int, problems: list[Problem]) -> None:

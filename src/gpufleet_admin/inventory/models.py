@@ -43,6 +43,15 @@ class HostVars(BaseModel):
     ``node_kernel_log_command`` (``{minutes}`` is substituted; default
     ``journalctl -k``, then ``dmesg``) exist so the node checks can run against
     fixture nodes; on real nodes leave the defaults.
+
+    ``gpu_allocation`` says how pods get the node's GPUs: ``device_plugin``
+    (the default: NVIDIA's device plugin, ``nvidia.com/gpu`` in the Node's
+    allocatable) or ``dra`` (NVIDIA's DRA driver publishes one device per GPU
+    in ``ResourceSlice``s of driver ``gpu.nvidia.com``; pods ask through
+    ResourceClaims, and node health can take one GPU out of service with a
+    device taint instead of the whole node). Set it per node group, in the
+    group's group_vars; all hosts of one GPU model (one ResourceFlavor) must
+    agree, since a flavor is requested one way.
     """
 
     model_config = STRICT
@@ -58,6 +67,7 @@ class HostVars(BaseModel):
     nvidia_driver_version: str
     nvidia_fabric_manager_version: str
     gpu_nvlink_count: NonNegativeInt | None = None
+    gpu_allocation: Literal["device_plugin", "dra"] = "device_plugin"
     node_sysfs_root: str = "/sys"
     node_proc_root: str = "/proc"
     node_nvidia_smi: str = "nvidia-smi"

@@ -1,21 +1,24 @@
-"""Typed building blocks shared by the inventory and role variable models."""
+"""Typed building blocks shared by the inventory and role variable models.
+
+The kinds a component's configuration also takes (counts, seconds, DNS
+labels, temperatures, GPU models...) are the product's own
+(:mod:`gpufleet.componentconfig`, :mod:`gpufleet.fleet.catalog`), imported
+here so that a variable and the configuration field it feeds are checked by
+one rule; the kinds only provisioning needs (quantities, image references,
+API endpoints) are defined here.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator
 
-from gpufleet_admin import imageref
+from gpufleet.componentconfig import STRICT, Celsius, DnsLabel, NonNegativeInt, PositiveInt  # noqa: F401
+from gpufleet.fleet.catalog import KnownGpuModel  # noqa: F401
 from gpufleet.kube.intstr import parse_int_or_percent
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.kube.validation import dns_label
-
-from .catalog import GPU_MODELS
-
-#: Every variable model forbids unknown keys so a typo is an error, not a no-op.
-STRICT = ConfigDict(extra="forbid", frozen=True)
-
+from gpufleet_admin import imageref
 
 
 def _quantity(value: str) -> str:
@@ -26,13 +29,6 @@ def _quantity(value: str) -> str:
         raise ValueError("a Kubernetes quantity such as 512Gi, 2Ti or 1500m") from None
     if amount < 0:
         raise ValueError("a quantity >= 0 such as 512Gi, 2Ti or 1500m")
-    return value
-
-
-def _known_gpu_model(value: str) -> str:
-    """A name of :data:`gpufleet_admin.inventory.catalog.GPU_MODELS`."""
-    if value not in GPU_MODELS:
-        raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
     return value
 
 
@@ -64,12 +60,5 @@ Quantity = Annotated[str, AfterValidator(_quantity)]
 HttpsEndpoint = Annotated[str, AfterValidator(_https_endpoint)]
 #: ``REGISTRY/REPO:TAG``, ``REGISTRY/REPO@sha256:...`` or both.
 ImageReference = Annotated[str, AfterValidator(_image_reference)]
-#: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
-KnownGpuModel = Annotated[str, AfterValidator(_known_gpu_model)]
-DnsLabel = Annotated[str, AfterValidator(dns_label)]
 #: A Kubernetes IntOrString count of pods: an int >= 0 or a percentage ``"10%"`` (PDBs, rollouts).
 IntOrPercent = Annotated[int | str, AfterValidator(parse_int_or_percent)]
-NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
-PositiveInt = Annotated[int, Field(gt=0, strict=True)]
-#: A temperature threshold in degrees Celsius; beyond 30..110 it is a typo, not a policy.
-Celsius = Annotated[float, Field(ge=30, le=110)]

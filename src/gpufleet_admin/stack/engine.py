@@ -193,6 +193,11 @@ def program(target: Target) -> Callable[[], None]:
         provider = k8s.Provider(
             PROVIDER_NAME,
             kubeconfig=str(target.kubeconfig),
+            # A component's configuration ConfigMap keeps its name (its Deployment mounts it) and is updated in
+            # place; the Deployment's checksum annotation rolls its pods. The provider's default replaces a
+            # changed ConfigMap (delete, then create: a window without it). Pulumi.yaml sets the same for
+            # `pulumi up` with the default provider.
+            enable_config_map_mutable=True,
             opts=pulumi.ResourceOptions(version=tools.provider().reports),
         )
         main(provider)

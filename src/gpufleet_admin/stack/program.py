@@ -66,7 +66,7 @@ def file_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """
     import yaml
 
-    from gpufleet_admin.files import yaml_problem
+    from gpufleet.componentconfig import yaml_problem
 
     if not path.is_file():
         return {}, []

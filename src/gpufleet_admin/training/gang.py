@@ -11,18 +11,28 @@ Kubernetes    API version            objects                                    
 1.35 (alpha)  ``v1alpha1``           Workload (``spec.podGroups[].policy.gang``)     ``spec.workloadRef``
 1.36 (alpha)  ``v1alpha2``           Workload (``spec.podGroupTemplates[]``) and a   ``spec.schedulingGroup``
                                      PodGroup per gang (``spec.podGroupTemplateRef``)
-1.37 (beta)   ``v1beta1``            as 1.36                                         ``spec.schedulingGroup``
+1.37 (alpha)  ``v1alpha3``           as 1.36, the PodGroup names its template by     ``spec.schedulingGroup``
+                                     ``spec.workloadRef: {workloadName, templateName}``
+1.37 (beta)   ``v1beta1``            as ``v1alpha3`` (the storage version)           ``spec.schedulingGroup``
 ============  =====================  ==============================================  ==========================
 
-Sources: 1.35 and 1.36 from the ``k8s.io/api`` module source
-(``scheduling/v1alpha1/types.go`` and ``core/v1/types.go`` of v0.35.4, the
-pinned staging version; ``scheduling/v1alpha2/types.go`` and
-``core/v1/types.go`` of v0.36.1); 1.37 from kubernetes/kubernetes#140184
-("Promote WAS APIs to beta": the v1alpha2 types as ``v1beta1``), whose
-release note also says the upgrade rule: objects of an alpha version are not
-converted, so every ``v1alpha1`` (1.35 -> 1.36) or ``v1alpha2`` (1.36 ->
-1.37) Workload and PodGroup must be deleted before the control plane is
-upgraded, and pods that name them recreated.
+Sources, all from the ``k8s.io/api`` module source: ``scheduling/v1alpha1``
+and ``core/v1`` of v0.35.4; ``scheduling/v1alpha2`` and ``core/v1`` of
+v0.36.3; ``scheduling/v1alpha3``, ``scheduling/v1beta1`` and ``core/v1`` of
+v0.37.2 (``PodGroupSpec.WorkloadRef``, kubernetes/kubernetes#140080; the
+promotion to ``v1beta1``, #140184). The enabling flags come from
+``pkg/features/kube_features.go`` and ``pkg/controlplane/instance.go`` of
+``k8s.io/kubernetes`` at each release: 1.37 removed the ``GangScheduling``
+gate (#139520; ``GenericWorkload``, beta and off by default, now turns on
+the scheduler's gang plugin and the controller manager's PodGroup
+protection) and serves ``v1beta1`` only with its runtime config (a beta
+group version added after 1.24 is off by default).
+
+Alpha objects are never converted: 1.36 stops serving ``v1alpha1`` and
+1.37 ``v1alpha2`` (the 1.37 release notes: "remove all v1alpha2 objects from
+the kube-apiserver before upgrading"), so every Workload and PodGroup of
+the old version must be deleted before the control plane is upgraded, and
+pods that name them recreated (``templates/training/README.md``).
 
 An old group version can linger in discovery (``scheduling.k8s.io/v1beta1``
 served PriorityClass until 1.22), so a shape counts as served only when its
@@ -31,7 +41,7 @@ version lists the ``workloads`` resource (and ``podgroups`` where it has them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
 from gpufleet.kube import Kube, NotFound, api_path
@@ -46,45 +56,90 @@ class GangApi:
     """One served shape of the native gang API.
 
     Attributes:
-        version: ``scheduling.k8s.io`` version (``v1alpha1``, ``v1alpha2``, ``v1beta1``).
-        kubernetes: the first Kubernetes minor release serving it.
+        version: ``scheduling.k8s.io`` version (``v1alpha1``, ``v1alpha2``, ``v1alpha3``, ``v1beta1``).
+        kubernetes: the first Kubernetes minor release serving it (``"1.37"``).
         pod_group_object: a separate PodGroup object (1.36 on) rather than groups inside the Workload.
         pod_field: the pod spec field naming the gang (``workloadRef`` or ``schedulingGroup``).
-        enable: what the cluster needs for it (feature gates, runtime config).
+        template_ref: how a PodGroup names its Workload's template: ``podGroupTemplateRef``
+            (1.36) or ``workloadRef`` (1.37); ``""`` without PodGroup objects.
+        feature_gates: component (``kube-apiserver``, ``kube-controller-manager``,
+            ``kube-scheduler``) -> the ``--feature-gates`` value that serves this shape there.
+        runtime_config: the kube-apiserver ``--runtime-config`` value that serves it.
     """
 
     version: str
     kubernetes: str
     pod_group_object: bool
     pod_field: str
-    enable: str
+    template_ref: str
+    feature_gates: Mapping[str, str] = field(default_factory=dict, hash=False)
+    runtime_config: str = ""
 
     @property
     def api_version(self) -> str:
         """``scheduling.k8s.io/<version>``."""
         return f"{GROUP}/{self.version}"
 
+    @property
+    def enable(self) -> str:
+        """The flags that serve this shape, as one line for messages (``kube-apiserver --feature-gates=...; ...``)."""
+        parts = []
+        for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            flags = []
+            if self.feature_gates.get(component):
+                flags.append(f"--feature-gates={self.feature_gates[component]}")
+            if component == "kube-apiserver":
+                flags.append(f"--runtime-config={self.runtime_config}")
+            if flags:
+                parts.append(f"{component} {' '.join(flags)}")
+        return "; ".join(parts)
+
+
+def _alpha_gates(version: str) -> tuple[dict[str, str], str]:
+    """1.35 and 1.36: GenericWorkload on the API server, GenericWorkload and GangScheduling on the scheduler."""
+    return ({"kube-apiserver": "GenericWorkload=true", "kube-scheduler": "GenericWorkload=true,GangScheduling=true"},
+            f"{GROUP}/{version}=true")
+
+
+#: 1.37: one gate on the three components (GangScheduling is gone), the group version by runtime config.
+_GATES_1_37 = {c: "GenericWorkload=true" for c in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")}
 
 SHAPES: dict[str, GangApi] = {
     s.version: s
     for s in (
-        GangApi("v1alpha1", "1.35", False, "workloadRef",
-                "kube-apiserver --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha1=true; "
-                "kube-scheduler --feature-gates=GenericWorkload=true,GangScheduling=true"),
-        GangApi("v1alpha2", "1.36", True, "schedulingGroup",
-                "kube-apiserver --feature-gates=GenericWorkload=true --runtime-config=scheduling.k8s.io/v1alpha2=true; "
-                "kube-scheduler --feature-gates=GenericWorkload=true,GangScheduling=true"),
-        GangApi("v1beta1", "1.37", True, "schedulingGroup",
-                "--feature-gates=GenericWorkload=true on kube-apiserver, kube-controller-manager and kube-scheduler "
-                "(beta, off by default; GangScheduling was merged into it)"),
+        GangApi("v1alpha1", "1.35", False, "workloadRef", "", *_alpha_gates("v1alpha1")),
+        GangApi("v1alpha2", "1.36", True, "schedulingGroup", "podGroupTemplateRef", *_alpha_gates("v1alpha2")),
+        GangApi("v1alpha3", "1.37", True, "schedulingGroup", "workloadRef", _GATES_1_37, f"{GROUP}/v1alpha3=true"),
+        GangApi("v1beta1", "1.37", True, "schedulingGroup", "workloadRef", _GATES_1_37, f"{GROUP}/v1beta1=true"),
     )
 }
-#: Newest first: a cluster serving two versions (an upgrade in progress) gets the newer shape.
-PREFERENCE = ("v1beta1", "v1alpha2", "v1alpha1")
+#: Newest first: a cluster serving two versions (an upgrade in progress, or 1.37's beta and alpha) gets the newer.
+PREFERENCE = ("v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
 
 
 class NativeGangUnavailable(LookupError):
     """The cluster serves no shape of the native gang API gpufleet knows; the message says how to enable one."""
+
+
+def for_release(kubernetes_version: str) -> GangApi:
+    """The shape a control plane of ``kubernetes_version`` should be started to serve (its most stable one).
+
+    Used to start a cluster (its flags: :attr:`GangApi.feature_gates`,
+    :attr:`GangApi.runtime_config`); what a running cluster serves is found
+    by :func:`discover` and :func:`choose`.
+
+    Args:
+        kubernetes_version: ``"v1.37.2"``, ``"1.37"`` or the like.
+
+    Raises:
+        KeyError: a release with no known shape (the message lists the known releases).
+    """
+    minor = ".".join(kubernetes_version.lstrip("v").split(".")[:2])
+    for version in PREFERENCE:
+        if SHAPES[version].kubernetes == minor:
+            return SHAPES[version]
+    known = sorted({s.kubernetes for s in SHAPES.values()})
+    raise KeyError(f"Kubernetes {kubernetes_version!r}: no known {GROUP} gang shape (known releases: {', '.join(known)})")
 
 
 def choose(served: Mapping[str, Collection[str]]) -> GangApi:
@@ -112,7 +167,7 @@ def choose(served: Mapping[str, Collection[str]]) -> GangApi:
 
 
 def by_version(version: str) -> GangApi:
-    """The shape of ``version`` (``v1alpha1``, ``v1alpha2`` or ``v1beta1``).
+    """The shape of ``version`` (``v1alpha1``, ``v1alpha2``, ``v1alpha3`` or ``v1beta1``).
 
     Raises:
         KeyError: an unknown version (the message lists the known ones).
@@ -163,7 +218,7 @@ def pod_reference(shape: GangApi, job: str) -> tuple[str, dict[str, str]]:
 
 
 def objects(shape: GangApi, job: str, namespace: str, pods: int, controller: tuple[str, str],
-            labels: Mapping[str, str]) -> list[dict[str, Any]]:
+            labels: Mapping[str, str], priority_class: str | None = None) -> list[dict[str, Any]]:
     """The Workload (and PodGroup) that make the ``pods`` pods of ``job`` one gang (``minCount`` = ``pods``).
 
     Args:
@@ -173,6 +228,12 @@ def objects(shape: GangApi, job: str, namespace: str, pods: int, controller: tup
         pods: pods in the gang; the scheduler binds all of them or none.
         controller: ``(apiGroup, kind)`` of the job object (``spec.controllerRef``).
         labels: labels of the objects (the job label, so they are found with the job's pods).
+        priority_class: the pods' PriorityClass. From 1.36 a pod group has a
+            priority of its own (``priorityClassName`` on the template and the
+            PodGroup, resolved by the Priority admission plugin), and the 1.37
+            scheduler refuses to schedule a pod whose priority differs from its
+            group's ("all pods in a single pod group should have the same
+            priority"), so it is set there too; 1.35 has no such field.
     """
     gang = {"gang": {"minCount": pods}}
     ref = {"apiGroup": controller[0], "kind": controller[1], "name": job}
@@ -180,14 +241,31 @@ def objects(shape: GangApi, job: str, namespace: str, pods: int, controller: tup
     if not shape.pod_group_object:
         return [{"apiVersion": shape.api_version, "kind": "Workload", "metadata": meta,
                  "spec": {"controllerRef": ref, "podGroups": [{"name": POD_GROUP, "policy": gang}]}}]
+    priority = {"priorityClassName": priority_class} if priority_class else {}
     return [
         {"apiVersion": shape.api_version, "kind": "Workload", "metadata": meta,
-         "spec": {"controllerRef": ref, "podGroupTemplates": [{"name": POD_GROUP, "schedulingPolicy": gang}]}},
+         "spec": {"controllerRef": ref,
+                  "podGroupTemplates": [{"name": POD_GROUP, "schedulingPolicy": gang, **priority}]}},
         {"apiVersion": shape.api_version, "kind": "PodGroup",
          "metadata": {**meta, "name": pod_group_name(job)},
-         "spec": {"podGroupTemplateRef": {"workload": {"workloadName": job, "podGroupTemplateName": POD_GROUP}},
-                  "schedulingPolicy": gang}},
+         "spec": {**template_reference(shape, job), "schedulingPolicy": gang, **priority}},
     ]
+
+
+def template_reference(shape: GangApi, job: str) -> dict[str, Any]:
+    """The PodGroup spec field naming its Workload's pod group template (1.36 and 1.37 differ).
+
+    1.36 (``v1alpha2``): ``podGroupTemplateRef: {workload: {workloadName, podGroupTemplateName}}``;
+    1.37 (``v1alpha3``, ``v1beta1``): ``workloadRef: {workloadName, templateName}``.
+
+    Raises:
+        ValueError: ``shape`` has no PodGroup objects (1.35).
+    """
+    if shape.template_ref == "podGroupTemplateRef":
+        return {"podGroupTemplateRef": {"workload": {"workloadName": job, "podGroupTemplateName": POD_GROUP}}}
+    if shape.template_ref == "workloadRef":
+        return {"workloadRef": {"workloadName": job, "templateName": POD_GROUP}}
+    raise ValueError(f"{shape.api_version} has no PodGroup objects")
 
 
 def crd_pod_spec_has(crd: Mapping[str, Any], version: str, field: str) -> bool | None:

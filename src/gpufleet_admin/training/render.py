@@ -25,9 +25,9 @@ from gpufleet_admin.inventory import Host, Inventory
 from gpufleet_admin.inventory.inventory import GPU_RESOURCE, LABEL_FLAVOR, LABEL_RACK
 from gpufleet_admin.inventory.models import Hca
 from gpufleet.kube.quantity import parse_quantity
-from gpufleet.names import (CHECKPOINT_MARKER, CHECKPOINT_STARTS_DIR, JOB_LABEL, KUEUE_PODSET_GROUP,
-                            KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT,
-                            SIMULATED_DURATION_ANNOTATION)
+from gpufleet.names import (CHECKPOINT_MARKER, CHECKPOINT_STARTS_DIR, GPU_DEVICE_CLASS, JOB_LABEL,
+                            KUEUE_PODSET_GROUP, KUEUE_PREFERRED_TOPOLOGY, KUEUE_REQUIRED_TOPOLOGY, RESERVED_TAINT,
+                            RESOURCE_API, SIMULATED_DURATION_ANNOTATION)
 from roles.registry import load
 
 from . import gang as native
@@ -295,6 +295,7 @@ def build_context(
     gang_mode = gang if gang is not None else training.training_gang
     _check_placement(inv, nodes, flavor_name, hosts, gpn, topo, mode, gang_mode, problems)
     _check_gang(tpl, gang_mode, gang_api, problems)
+    _check_claims(inv, tpl, flavor_name, problems)
     parsed = _parse_settings(inv, values, problems)
     _check_roles(inv, problems)
     if problems:
@@ -388,6 +389,10 @@ def _check_placement(inv: Inventory, nodes: int, flavor_name: str | None, hosts:
     elif topo != "none" and topo not in levels:
         problems.append(f"--topology {topo}: expected {' or '.join(levels + ['none'])} (the hosts of "
                         f"inventories/{inv.env} carry no node_{topo})")
+    elif topo != "none" and gang_mode != "native" and flavor_name in inv.flavors() and inv.flavors()[flavor_name].dra:
+        problems.append(f"--topology {topo}: expected none: flavor {flavor_name} allocates its GPUs through DRA, "
+                        "and Kueue's topology-aware scheduling does not place pods that ask for DRA devices "
+                        "(Kueue v0.19)")
     elif topo != "none" and gang_mode != "native" and not kueue.kueue_topology_enabled:
         problems.append(f"--topology {topo}: expected none: kueue_topology_enabled is false in inventories/{inv.env}, "
                         "so Kueue has no Topology to place the gang in")
@@ -419,6 +424,18 @@ def _check_gang(tpl: Template | None, gang_mode: str, gang_api: native.GangApi |
                 problems.append(f"--gang {gang_mode} --template {tpl.name}: the pinned {tpl.kind} CRD has no pod "
                                 f"spec.{gang_api.pod_field}, and the API server would drop it (pods outside the "
                                 f"gang): expected --template job, or a {tpl.kind} release whose CRD has it")
+
+
+def _check_claims(inv: Inventory, tpl: Template | None, flavor_name: str | None, problems: list[str]) -> None:
+    """Add a problem when a DRA flavor's pods would lose their GPU claim: the template's pinned CRD has no
+    pod ``spec.resourceClaims`` (its API server would prune it, and the pods would get no GPU)."""
+    flavors = inv.flavors()
+    if tpl is None or flavor_name not in flavors or not flavors[flavor_name].dra or tpl.group in ("", "batch"):
+        return
+    if _pinned_crd_keeps(tpl, "resourceClaims") is False:
+        problems.append(f"--template {tpl.name} --flavor {flavor_name}: the pinned {tpl.kind} CRD has no pod "
+                        f"spec.resourceClaims, and flavor {flavor_name} allocates its GPUs through DRA: expected "
+                        "--template job or jobset")
 
 
 def _parse_settings(inv: Inventory, values: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
@@ -501,7 +518,35 @@ def _variables(inv: Inventory, tpl: Template, name: str, nodes: int, lq: Any, fl
         "nccl_env": nccl_env(hcas, parsed.get("socket_ifname", "eth0"), training.training_nccl_env),
         "simulated_duration_seconds": parsed.get("simulated_duration_seconds"),
         "annotation_simulated_duration": SIMULATED_DURATION_ANNOTATION,
+        **gpu_claims(inv, flavor_name, name, lq.namespace, gpn),
     }
+
+
+#: Name of the GPU claim in a DRA training pod (``spec.resourceClaims[].name``, ``resources.claims[].name``).
+GPU_CLAIM = "gpus"
+
+
+def gpu_claims(inv: Inventory, flavor: str, name: str, namespace: str, gpus_per_node: int) -> dict[str, Any]:
+    """Template variables of how pods get their GPUs: ``gpu_claim`` and ``claim_objects``.
+
+    Device plugin flavors: ``gpu_claim`` is None and pods request ``nvidia.com/gpu``.
+    DRA flavors: one ResourceClaimTemplate ``<job>-gpus`` asking for exactly
+    ``gpus_per_node`` devices of NVIDIA's DeviceClass (each pod gets a claim of
+    its own from it: the whole node's GPUs); ``gpu_claim`` is
+    ``{"name": "gpus", "template": "<job>-gpus"}``. The claim tolerates no
+    device taint: a GPU node health took out (``gpufleet.io/gpu-unhealthy``)
+    or degraded (``gpufleet.io/gpu-degraded``) never goes to training. Kueue
+    counts the claims' devices as ``nvidia.com/gpu`` quota (the kueue role's
+    ``deviceClassMappings``).
+    """
+    if not inv.flavors()[flavor].dra:
+        return {"gpu_claim": None, "claim_objects": []}
+    template = f"{name}-{GPU_CLAIM}"
+    obj = {"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+           "metadata": {"name": template, "namespace": namespace, "labels": {JOB_LABEL: name}},
+           "spec": {"spec": {"devices": {"requests": [{"name": GPU_CLAIM, "exactly": {
+               "deviceClassName": GPU_DEVICE_CLASS, "allocationMode": "ExactCount", "count": gpus_per_node}}]}}}}
+    return {"gpu_claim": {"name": GPU_CLAIM, "template": template}, "claim_objects": [obj]}
 
 
 def start_record_command(job: str) -> str:
@@ -569,7 +614,7 @@ def _placement(inv: Inventory, tpl: Template, name: str, namespace: str, nodes: 
     if gang_mode != "kueue" and gang_api is not None:
         out["gang_field"], out["gang_ref"] = native.pod_reference(gang_api, name)
         out["gang_objects"] = native.objects(gang_api, name, namespace, nodes, (tpl.group, tpl.kind),
-                                             {JOB_LABEL: name})
+                                             {JOB_LABEL: name}, POD_PRIORITY_CLASS)
     return out
 
 

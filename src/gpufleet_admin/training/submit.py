@@ -143,7 +143,9 @@ def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, A
     """Create ``objects`` in order (any kind, CRDs included); returns the created job object.
 
     Objects after the job object (a native gang's Workload and PodGroup) are
-    owned by it (``ownerReferences``), so they go when the job is deleted.
+    owned by it (``ownerReferences``), so they go when the job is deleted; so
+    is a GPU ResourceClaimTemplate, created before the job (its pods need it
+    from the start) and given the job as owner once the job exists.
     All or nothing: when one object fails, those created before it are deleted again.
 
     Raises:
@@ -176,6 +178,12 @@ def create_objects(kube: Kube, objects: Sequence[dict[str, Any]]) -> dict[str, A
             if obj is main:
                 created_main = out
                 created_main.setdefault("apiVersion", main["apiVersion"])
+                owner = {"apiVersion": main["apiVersion"], "kind": main["kind"], "name": out["metadata"]["name"],
+                         "uid": out["metadata"]["uid"]}
+                for earlier in done[:-1]:
+                    if earlier["kind"] == "ResourceClaimTemplate":
+                        kube.request("PATCH", kube.path_of(earlier), body={"metadata": {"ownerReferences": [owner]}},
+                                     patch="merge")
     except SubmitError:
         for obj in reversed(done):
             try:

@@ -450,9 +450,56 @@ def _write_node_configs(c: Cluster) -> tuple[realnode.NodePaths, set[str]]:
     return npaths, changed
 
 
+#: The real node's DRA driver (``gpufleet-dra-driver``): a process of its own, run when the fleet allocates GPUs
+#: through DRA (:mod:`gpufleet_workshop.local.dra`), started after the kubelet and stopped before it.
+DRA_DRIVER = "dra-driver"
+
+
+def dra_driver_spec(c: Cluster) -> ProcessSpec:
+    """The DRA driver's process: the kubelet's kubeconfig and root folder, the fixture GPUs' devices file."""
+    from gpufleet_workshop.local import dra
+    from gpufleet_workshop.local.components import binary
+
+    npaths = realnode.NodePaths.of(c.layout)
+    argv = dra.driver_argv(binary("dra_driver"), realnode.node_name(c.name), npaths.config / "kubelet.kubeconfig",
+                           npaths.config / "gpu-devices.json", npaths.kubelet_root)
+    return ProcessSpec(DRA_DRIVER, tuple(argv), c.layout.log(DRA_DRIVER), c.layout.pid(DRA_DRIVER), None, {})
+
+
+def _dra_driver(c: Cluster, k: Kube, timeout: float, log: Callable[[str], None]) -> None:
+    """Start (or keep) the real node's DRA driver; wait until its ResourceSlice is published.
+
+    Raises:
+        ComponentFailed: the driver exited.
+        TimeoutError: no slice in time.
+    """
+    from gpufleet_workshop.fixtures.node import healthy_node
+    from gpufleet_workshop.local import dra
+    from gpufleet_workshop.local import processes
+
+    node = realnode.node_name(c.name)
+    spec = dra_driver_spec(c)
+    changed = dra.devices_file(realnode.NodePaths.of(c.layout).config / "gpu-devices.json", healthy_node(node))
+    pid = running(spec.pidfile)
+    if pid is not None and (changed or processes.recorded_argv(spec.pidfile) != list(spec.argv)):
+        log("restarting the DRA driver (its devices or command line changed)")
+        processes.stop(spec.pidfile)
+    if running(spec.pidfile) is None:
+        pid = processes.start(spec)
+        realnode.join_runtime_cgroup(c.name, pid)
+
+    def published() -> bool:
+        if running(spec.pidfile) is None:
+            raise ComponentFailed(DRA_DRIVER, "exited", spec.log)
+        return bool(k.list("resource.k8s.io/v1", "resourceslices", fieldSelector=f"spec.nodeName={node}")["items"])
+
+    wait_for(f"the DRA driver's ResourceSlice of {node}", published, timeout=timeout)
+
+
 def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: float, phase: Callable[[str], None],
-               log: Callable[[str], None]) -> None:
-    """Start the real node: containerd, images imported, the kubelet; wait until its Node is Ready.
+               log: Callable[[str], None], *, dra_driver: bool = False) -> None:
+    """Start the real node: containerd, images imported, the kubelet (and the DRA driver when ``dra_driver``);
+    wait until its Node is Ready.
 
     Raises:
         gpufleet_workshop.local.node.NodeError: containerd, an import or the host setup failed.
@@ -497,6 +544,13 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
     name = realnode.node_name(c.name)
     wait_for(f"node {name} Ready", lambda: _node_ready(k.get_or_none("v1", "nodes", name) or {}), timeout=timeout)
     phase(f"real node {name} Ready")
+    if dra_driver:
+        _dra_driver(c, k, timeout, log)
+        phase("DRA driver")
+    else:
+        from gpufleet_workshop.local import processes
+
+        processes.stop(c.layout.pid(DRA_DRIVER))
 
 
 def up(
@@ -640,10 +694,16 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
         t = phase(f"nodes (+{created} -{deleted})", t)
         wait_nodes_ready(k, {s.name for s in specs}, timeout)
         t = phase(f"{len(specs)} nodes Ready", t)
+        dra_nodes = [s for s in specs if getattr(s, "gpu_allocation", "device_plugin") == "dra"]
+        if dra_nodes or k.list("resource.k8s.io/v1", "resourceslices", limit=1)["items"]:
+            from gpufleet_workshop.local import dra
+
+            applied, removed = dra.apply_slices(k, specs)
+            t = phase(f"ResourceSlices (+{applied} -{removed})", t)
         _prometheus_token(c, k)
         if real_node:
             marks = [t]
-            _real_node(c, k, all_specs, timeout, sub, log)
+            _real_node(c, k, all_specs, timeout, sub, log, dra_driver=bool(dra_nodes))
             t = marks[-1]
     # A component can answer its health check and exit a moment later (bad config).
     for spec in all_specs.values():
@@ -656,6 +716,7 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
         "env": env,
         "nodes": len(specs),
         "real_node": realnode.node_name(name) if real_node else None,
+        "dra_driver": bool(real_node and dra_nodes),
         "kubeconfig": str(c.kubeconfig),
         "server": c.server,
         "ports": c.ports.all(),
@@ -700,6 +761,8 @@ def _down_node(name: str, lay: Layout, timeout: float) -> list[str]:
 
     stopped = []
     npaths = realnode.NodePaths.of(lay)
+    if processes.stop(lay.pid(DRA_DRIVER), timeout):
+        stopped.append(DRA_DRIVER)
     if processes.stop(lay.pid("kubelet"), timeout):
         stopped.append("kubelet")
     for forward in ("api-forward", "prometheus-forward"):

@@ -19,6 +19,12 @@ Three ways to obtain a component:
     replace: Kubernetes' staging modules go to ``staging_version``, sibling
     modules of a multi-module repository (etcd) to the component's version;
     version replaces are copied as they are.
+``go-local``
+    A Go main package kept in this repository (:data:`DRA_DRIVER_SOURCE`, the
+    local real node's DRA driver): its sources are copied into a build
+    module whose ``go.mod`` requires the pinned modules (``requires``) and is
+    tidied there, so its versions too live in ``versions.yaml`` alone. The
+    version in the cache key carries a digest of the sources: an edit rebuilds.
 ``apt``
     Debian packages (Prometheus; mmdebstrap, umoci and skopeo, which build
     gpufleet's image), installed with ``apt-get`` only if a binary is missing.
@@ -26,6 +32,7 @@ Three ways to obtain a component:
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,7 +41,9 @@ from typing import Literal
 from gpufleet_admin.build.gobuild import Cached
 from gpufleet_admin.versions import pin, versions
 
-Method = Literal["go-install", "go-module", "apt"]
+Method = Literal["go-install", "go-module", "go-local", "apt"]
+#: The local real node's DRA driver (Go, on k8s.io/dynamic-resource-allocation/kubeletplugin).
+DRA_DRIVER_SOURCE = Path(__file__).with_name("dra_driver")
 #: What the local cluster runs of k8s.io/kubernetes: the control plane, the real node's kubelet and the
 #: Service data plane's kube-proxy (confined to a network namespace, :mod:`gpufleet_workshop.local.dataplane`).
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
@@ -61,6 +70,10 @@ class Component(Cached):
         extra_requires: further modules the generated ``go.mod`` requires at
             :attr:`version` (etcd's sibling modules).
         apt_dir: folder of an apt component's binaries (``/usr/bin``).
+        source: ``go-local``: the folder of its Go sources.
+        requires: ``go-local``: ``module version`` lines its ``go.mod`` requires.
+        verify_version: the version ``go version -m`` must list for :attr:`module`
+            (default :attr:`version`; a ``go-local`` version also carries a source digest).
     """
 
     name: str
@@ -75,6 +88,9 @@ class Component(Cached):
     staging_version: str = ""
     extra_requires: tuple[str, ...] = ()
     apt_dir: str = "/usr/bin"
+    source: str = ""
+    requires: tuple[str, ...] = ()
+    verify_version: str = ""
 
     @property
     def bin_dir(self) -> Path:
@@ -119,7 +135,7 @@ def components() -> dict[str, Component]:
         KeyError: a needed pin is missing from ``versions.yaml``.
     """
     items = [*_go_components(), *_debian_components()]
-    missing = {"kubernetes", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
+    missing = {"kubernetes", "dynamic_resource_allocation", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
                "node_runtime", "cni_plugins"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
@@ -205,7 +221,33 @@ def _go_components() -> list[Component]:
             version_text=f"Kubernetes {k8s}",
             staging_version=pin("kubernetes", "staging_version"),
         ),
+        _dra_driver(),
     ]
+
+
+def source_digest(folder: Path) -> str:
+    """Digest (12 hex) of the ``*.go`` files of ``folder``: names and contents, in name order."""
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.go")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def _dra_driver() -> Component:
+    """The local real node's DRA driver: built after Kubernetes, whose staging modules it shares (build cache)."""
+    dra, staging = pin("dynamic_resource_allocation"), pin("kubernetes", "staging_version")
+    module = pin("dynamic_resource_allocation", "module")
+    return Component(
+        name="dra_driver",
+        version=f"{dra}-{source_digest(DRA_DRIVER_SOURCE)}",
+        method="go-local",
+        module=module,
+        packages=("gpufleet_workshop.local/dra-driver",),
+        binaries=("gpufleet-dra-driver",),
+        source=str(DRA_DRIVER_SOURCE),
+        requires=(f"{module} {dra}", *(f"k8s.io/{m} {staging}" for m in ("api", "apimachinery", "client-go"))),
+        verify_version=dra,
+    )
 
 
 def _debian_components() -> list[Component]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet_admin.training import gang
+from gpufleet_admin.training.gang import GangApi
 from gpufleet_workshop.local.certs import Pki
 from gpufleet_workshop.local.components import component
 from gpufleet_workshop.local.kwok import NODE_MONITOR_GRACE
@@ -21,12 +23,23 @@ from gpufleet_workshop.local.ports import Ports
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-#: Kubernetes' own gang scheduling (KEP-4671, alpha in 1.35): the Workload API
-#: (``scheduling.k8s.io/v1alpha1``, pod ``spec.workloadRef``) on the API
-#: server, the GangScheduling plugin in the scheduler (which needs
-#: GenericWorkload). Alpha APIs are off by default, hence the runtime config.
-FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
-RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha1=true"
+
+
+def gang_shape() -> GangApi:
+    """The native gang API (KEP-4671) the local control plane serves: the pinned release's most stable shape.
+
+    1.35: ``v1alpha1`` (GenericWorkload, GangScheduling, alpha runtime config);
+    1.37: ``v1beta1`` (GenericWorkload on the API server, controller manager
+    and scheduler; beta runtime config). Its flags are data of
+    :mod:`gpufleet_admin.training.gang`, which also renders the objects.
+    """
+    return gang.for_release(component("kubernetes").version)
+
+
+def feature_gates(binary: str) -> list[str]:
+    """``--feature-gates=...`` of ``binary`` (``kube-apiserver``, ...) for the gang API; empty when none."""
+    gates = gang_shape().feature_gates.get(binary)
+    return [f"--feature-gates={gates}"] if gates else []
 
 
 def etcd_argv(name: str, data_dir: Path, ports: Ports, *, unsafe_no_fsync: bool = True) -> list[str]:
@@ -97,8 +110,8 @@ def apiserver_argv(pki: Pki, ports: Ports, *, max_inflight: int = 800) -> list[s
         "--enable-priority-and-fairness=true",
         f"--max-requests-inflight={max_inflight}",
         f"--max-mutating-requests-inflight={max_inflight // 2}",
-        f"--feature-gates={FEATURE_GATES}",
-        f"--runtime-config={RUNTIME_CONFIG}",
+        *feature_gates("kube-apiserver"),
+        f"--runtime-config={gang_shape().runtime_config}",
         "--profiling=false",
         "--v=1",
     ]
@@ -140,13 +153,14 @@ def controller_manager_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[st
         f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
         "--kube-api-qps=100",
         "--kube-api-burst=200",
+        *feature_gates("kube-controller-manager"),
         "--profiling=false",
         "--v=1",
     ]
 
 
 def scheduler_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
-    """kube-scheduler (default profile, with the GangScheduling plugin), serving on ``127.0.0.1:<ports.scheduler>``.
+    """kube-scheduler (default profile, with the gang scheduling plugin), serving on ``127.0.0.1:<ports.scheduler>``.
 
     Args:
         kubeconfig: its own kubeconfig (``CN=system:kube-scheduler``).
@@ -157,7 +171,7 @@ def scheduler_argv(pki: Pki, ports: Ports, kubeconfig: Path) -> list[str]:
         "--leader-elect=false",
         "--kube-api-qps=200",
         "--kube-api-burst=400",
-        f"--feature-gates={FEATURE_GATES}",
+        *feature_gates("kube-scheduler"),
         "--profiling=false",
         "--v=1",
     ]

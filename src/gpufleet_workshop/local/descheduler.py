@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.names import FREE_GPUS_TAINT
-from gpufleet_admin.files import yaml_problem
+from gpufleet.componentconfig import yaml_problem
 from gpufleet_workshop.local.certs import Pki
 from gpufleet_workshop.local.components import component
 

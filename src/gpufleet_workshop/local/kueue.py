@@ -11,7 +11,7 @@ Upstream manifests come from the pinned modules in the Go module cache
 (``config/components/{crd,webhook}``), so schemas and webhook rules are
 exactly those of the pinned versions.
 
-Kueue 0.17 reads its metrics serving certificate from the fixed path
+Kueue (0.17 to 0.19) reads its metrics serving certificate from the fixed path
 ``/etc/kueue/metrics/certs`` when internal cert management is off; the
 process therefore runs in a private mount namespace (``unshare -m``) where
 that path is a bind mount of the cluster's cert folder, leaving the host's
@@ -29,6 +29,7 @@ from gpufleet_workshop.local.components import component
 from gpufleet_admin.build.gobuild import module_dir
 from gpufleet_workshop.local.ports import Ports
 from gpufleet.names import KUEUE_GROUP
+from roles.kueue.manifests import DEVICE_CLASS_MAPPINGS, DRA_FEATURE_GATES
 
 #: Kueue integrations the local cluster enables.
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
@@ -99,8 +100,10 @@ def kueue_configuration(
         "manageJobsWithoutQueueName": False,
         "clientConnection": {"qps": 100, "burst": 200},
         "integrations": {"frameworks": list(frameworks)},
+        # DRA: claims of NVIDIA's DeviceClass count as nvidia.com/gpu quota, as the kueue role configures it.
+        "resources": {"deviceClassMappings": DEVICE_CLASS_MAPPINGS},
         # The visibility API is an aggregated apiserver; the local cluster runs no aggregation layer.
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": {"VisibilityOnDemand": False, **DRA_FEATURE_GATES},
     }
 
 

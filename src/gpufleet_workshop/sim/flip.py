@@ -703,8 +703,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
         transitions = incluster.transitions(list(incluster.logs(kube, tc_ns, "taint-controller").values()), wall_t0,
                                             since=began)
-        mode = next((_flip_mode(o) for o in objs if o["kind"] == "Deployment"
-                     and o["metadata"]["name"] == "taint-controller"), "")
+        mode = _flip_mode(_config_map(objs))
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
                                          mode=mode, requests=reqs, wall_t0=wall_t0,
@@ -719,10 +718,24 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     return summary
 
 
-def _flip_mode(deployment: dict) -> str:
-    """The ``--flip-mode`` a taint-controller Deployment runs with ("" when it has none)."""
-    args = deployment["spec"]["template"]["spec"]["containers"][0].get("args") or []
-    return args[args.index("--flip-mode") + 1] if "--flip-mode" in args[:-1] else ""
+#: The taint controller's ConfigMap (its configuration file, roles/taint_controller): where its flip mode is.
+TC_CONFIG = "taint-controller-config"
+
+
+def _flip_mode(config_map: dict | None) -> str:
+    """The ``flip_mode`` of a taint controller's configuration, from its ConfigMap ("" without one)."""
+    if config_map is None:
+        return ""
+    from gpufleet.componentconfig import parse
+    from gpufleet.taint_controller.config import KIND, Configuration
+    from gpufleet_admin.manifests import CONFIG_FILE
+
+    return parse(config_map["data"][CONFIG_FILE], Configuration, KIND, TC_CONFIG).flip_mode
+
+
+def _config_map(objs: list[dict]) -> dict | None:
+    """The taint controller's ConfigMap among ``objs`` (None when the role declares none)."""
+    return next((o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == TC_CONFIG), None)
 
 
 def _check_mode(kube: Kube, objs: list[dict]) -> None:
@@ -732,11 +745,14 @@ def _check_mode(kube: Kube, objs: list[dict]) -> None:
         ValueError: names the mode asked for, the one running, and what to do.
     """
     want = next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "taint-controller")
-    live = kube.get_or_none("apps/v1", "deployments", "taint-controller", want["metadata"]["namespace"])
-    if live is not None and not live["metadata"].get("deletionTimestamp") and _flip_mode(live) != _flip_mode(want):
-        raise ValueError(f"--mode {_flip_mode(want)}: the taint controller deployed in "
-                         f"{want['metadata']['namespace']} runs --flip-mode {_flip_mode(live) or '(none)'}; run "
-                         f"`invoke up` with taint_controller_flip_mode={_flip_mode(want)} or leave --mode out")
+    ns = want["metadata"]["namespace"]
+    live = kube.get_or_none("apps/v1", "deployments", "taint-controller", ns)
+    if live is None or live["metadata"].get("deletionTimestamp"):
+        return
+    running, asked = _flip_mode(kube.get_or_none("v1", "configmaps", TC_CONFIG, ns)), _flip_mode(_config_map(objs))
+    if running != asked:
+        raise ValueError(f"--mode {asked}: the taint controller deployed in {ns} runs flip_mode {running or '(none)'}; "
+                         f"run `invoke up` with taint_controller_flip_mode={asked} or leave --mode out")
 
 
 def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,

@@ -298,7 +298,8 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
     if problems:
         raise ValueError("\n".join(problems))
     from gpufleet.prom.client import PromClient
-    from gpufleet.node_health.remediate import Remediator, Settings
+    from gpufleet.node_health.remediate import Remediator
+    from roles.node_health.config import configuration as node_health_configuration
     from gpufleet_workshop.local import cluster as local
     from gpufleet.ops import swap as swapper
     from gpufleet.prom.server import running_prometheus
@@ -344,9 +345,10 @@ def run(opts: Options, *, say: Callable[[str], None] = lambda _m: None) -> dict[
         with running_prometheus([scrape_config(list(sims.values()), interval=interval)],
                                 global_config={"scrape_interval": interval, "evaluation_interval": interval}) as prom:
             prom.wait_for_targets_up(len(sims), timeout=60 + 3 * scrape)
-            settings = Settings.from_inventory(inv, degraded_faults=frozenset(), max_nodes_out=len(opts.faults) + 1,
-                                               drain_timeout_seconds=60.0, interval_seconds=step,
-                                               scrape_interval_seconds=scrape)
+            base = node_health_configuration(inv)  # what the role configures node health with, then the replay's
+            settings = base.replace(degraded_faults=frozenset(), max_nodes_out=len(opts.faults) + 1,
+                                    drain_timeout_seconds=60.0, interval_seconds=step,
+                                    rules=base.rules.model_copy(update={"scrape_interval_seconds": scrape}))
             rem = Remediator(api, PromClient(prom.url), settings)
             return _replay(opts, api, rem, sims, nodes, name, ckpt, work, out, stop, say)
     finally:

@@ -153,9 +153,13 @@ def deploy(kube: Kube, objs: list[dict]) -> list[tuple[str, str]]:
     created = [d for d in deployments(objs) if kube.get_or_none("apps/v1", "deployments", d[1], d[0]) is None]
     if not created:
         return []
+    # Only the created controllers' objects (a controller's carry its name as app.kubernetes.io/name): a stack's
+    # configuration file, ServiceAccount and RBAC stay as the stack declared them.
+    mine = {name for _, name in created}
     order = {"Namespace": 0, "Deployment": 2}
     for obj in sorted(objs, key=lambda o: order.get(o["kind"], 1)):
-        kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
+        if obj["kind"] == "Namespace" or (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/name") in mine:
+            kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
     return created
 
 
@@ -200,10 +204,15 @@ def pod_states(kube: Kube, namespace: str, name: str) -> str:
 
 
 def remove(kube: Kube, deps: list[tuple[str, str]], timeout: float = 60.0) -> None:
-    """Delete Deployments ``deps`` and wait until they and their pods are gone (best effort)."""
+    """Delete Deployments ``deps`` and their configuration files (ConfigMap ``<name>-config``: a later ``pulumi up``
+    must not meet fields this run's field manager owns), and wait until they and their pods are gone (best effort)."""
     for ns, name in deps:
         try:
             kube.delete("apps/v1", "deployments", name, ns, propagation="Foreground")
+        except KubeError:
+            pass
+        try:
+            kube.delete("v1", "configmaps", f"{name}-config", ns)
         except KubeError:
             pass
     # Foreground deletion: the Deployment object stays until its ReplicaSets and pods are gone.

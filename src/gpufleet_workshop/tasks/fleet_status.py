@@ -149,6 +149,19 @@ class BreakerRow:
         return max(max_out(self.total, self.limit) - self.out, 0)
 
 
+@dataclass(frozen=True)
+class GpuOutRow:
+    """One GPU out of service on a DRA node: its device, index, UUID, the taint and who put it there."""
+
+    node: str
+    device: str
+    index: int | None
+    uuid: str | None
+    taint: str
+    by: str
+    lemon: bool
+
+
 @dataclass
 class FleetStatus:
     """The figures :func:`render` shows (see the module docstring). GPUs are counts of ``nvidia.com/gpu``."""
@@ -180,6 +193,8 @@ class FleetStatus:
     gangs: list[topology.GangSpan] = field(default_factory=list)
     #: node health's circuit breaker; None when the node_health role is off.
     breaker: BreakerRow | None = None
+    #: GPUs out of service one by one on DRA nodes (device taints), by node then device.
+    gpus_out: list[GpuOutRow] = field(default_factory=list)
 
     @property
     def spanning(self) -> list[topology.GangSpan]:
@@ -210,16 +225,21 @@ def classify(pod: Obj, training_pc: str, inference_pc: str) -> str:
 
 
 def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: list[Obj],
-          breaker_cm: Obj | None = None, ledger: dict[str, Any] | None = None) -> FleetStatus:
+          breaker_cm: Obj | None = None, ledger: dict[str, Any] | None = None,
+          gpus: dict[str, list[Any]] | None = None, device_rules: list[Obj] | None = None) -> FleetStatus:
     """The :class:`FleetStatus` from objects already read (pure); ``breaker_cm``: node health's breaker ConfigMap;
-    ``ledger``: ``{pool: gpufleet.virtual_kubelet.ledger.PoolTotals}`` read from Prometheus (None: not read)."""
+    ``ledger``: ``{pool: gpufleet.virtual_kubelet.ledger.PoolTotals}`` read from Prometheus (None: not read);
+    ``gpus``: node -> its DRA GPUs (:func:`gpufleet.ops.reads.list_gpus`), counted per device;
+    ``device_rules``: the DeviceTaintRules (who took a GPU out)."""
     from gpufleet.fleet.capacity import quota_capacity
     from gpufleet.quota_sync.resync import capacity_of, quota_of, reserved_gpus
+    from roles.kueue.config import configuration as quota_configuration
 
     v = inv.role("kueue")
+    policy = quota_configuration(inv)  # what quota sync is configured with: the same quotas, the same classifier
     pcs = sorted(v.kueue_priority_classes, key=lambda p: p.value)
     training_pc, inference_pc = pcs[-1].name, pcs[0].name
-    classes = default_classes(partial_nodes_train=v.kueue_partial_gpu_nodes_count)
+    classes = default_classes(partial_nodes_train=policy.partial_gpu_nodes_count)
     st = FleetStatus(env=inv.env, flip_mode=inv.role("taint_controller").taint_controller_flip_mode)
     by_name = {nodeutil.name(n): n for n in nodes}
     virtual = {n for n, obj in by_name.items() if nodeutil.is_virtual(obj)}
@@ -233,7 +253,7 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
             continue
         if not nodeutil.is_fleet_node(obj):
             continue  # a system node (no GPUs, no ResourceFlavor): not part of the GPU fleet
-        nc = classify_node(obj, classes)
+        nc = classify_node(obj, classes, (gpus or {}).get(n))
         if nc.facts.allocatable and not nc.facts.problem:
             training_gpus[n] = nc.gpus_for(TRAINING)
         s = nodeutil.NodeSummary(n, nodeutil.flavor(obj), nc.facts.allocatable or 0, False, nc.reasons[TRAINING],
@@ -276,9 +296,10 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
         st.virtual_nodes.append(VirtualNodeRow(n, nodeutil.labels(obj).get(POOL_LABEL, "-"),
                                                nodeutil.has_free_gpus_taint(obj), nodeutil.gpus(obj), used_on.get(n, 0)))
     st.outside_cost = outside_cost_rows({n: by_name[n] for n in sorted(virtual)}, running_on, ledger)
-    capacity = capacity_of(inv, nodes, pods)
+    capacity = capacity_of(policy, nodes, pods, gpus)
+    st.gpus_out = gpus_out_rows(gpus or {}, device_rules or [])
     st.unmanaged = sum(c.unmanaged_gpus for c in capacity.values())
-    real = quotas(inv, capacity=quota_capacity(capacity))
+    real = quotas(policy, quota_capacity(capacity))
     cqs = {cq["metadata"]["name"]: cq for cq in cluster_queues}
     for q, flavors in real.items():
         cq = cqs.get(q)
@@ -292,6 +313,30 @@ def build(inv: Inventory, nodes: list[Obj], pods: list[Obj], cluster_queues: lis
     st.gangs = topology.gang_spans(placements, {n: nodeutil.labels(o) for n, o in by_name.items()}, levels)
     st.breaker = breaker_row(inv, by_name, classes, breaker_cm)
     return st
+
+
+def gpus_out_rows(gpus: dict[str, list[Any]], device_rules: list[Obj]) -> list[GpuOutRow]:
+    """One row per DRA GPU with a NoSchedule or NoExecute taint (pure), by node then index."""
+    from gpufleet.names import ANN_GPU_LEMON, ANN_GPU_REMOVED_BY
+
+    by_name = {(r.get("metadata") or {}).get("name", ""): r for r in device_rules}
+    rows = []
+    for node in sorted(gpus):
+        for g in gpus[node]:
+            blocking = g.blocking()
+            if not blocking:
+                continue
+            taints, by, lemon = [], [], False
+            for t_, src in blocking:
+                taints.append(f"{t_.get('key')}={t_.get('value', '')}:{t_.get('effect')}")
+                if src.startswith("rule:"):
+                    ann = ((by_name.get(src[5:]) or {}).get("metadata") or {}).get("annotations") or {}
+                    by.append(ann.get(ANN_GPU_REMOVED_BY) or src)
+                    lemon = lemon or bool(ann.get(ANN_GPU_LEMON))
+                else:
+                    by.append("driver")
+            rows.append(GpuOutRow(node, g.device, g.index, g.uuid, ", ".join(taints), ", ".join(dict.fromkeys(by)), lemon))
+    return rows
 
 
 def outside_cost_rows(virtual: dict[str, Obj], running_on: dict[str, int],
@@ -364,7 +409,11 @@ def gather(kube: Kube, inv: Inventory, prometheus_url: str | None = None) -> Fle
             error = str(exc)
         finally:
             prom.close()
-    st = build(inv, nodes, pods, cqs, cm, ledger)
+    from gpufleet.ops.gpus import rules as device_rules
+    from gpufleet.ops.reads import list_gpus
+
+    gpus = list_gpus(kube)
+    st = build(inv, nodes, pods, cqs, cm, ledger, gpus, device_rules(kube) if gpus else [])
     st.prometheus_url, st.prometheus_error = prometheus_url or "", error
     return st
 
@@ -402,7 +451,24 @@ def render(st: FleetStatus) -> Group:
                      Text("tainted: inference stays in", style="cyan") if r.free_gpus_taint else Text("untainted: inference may flip out", style="magenta"))
     if not st.virtual_nodes:
         virt.add_row("(none)", "", "", "", "")
-    return Group(gpus, queues, out, virt, _cost_table(st), *_breaker_tables(st), *_topology_tables(st))
+    return Group(gpus, queues, out, *_gpus_out_tables(st), virt, _cost_table(st), *_breaker_tables(st),
+                 *_topology_tables(st))
+
+
+def _gpus_out_tables(st: FleetStatus) -> list[Table]:
+    """GPUs out one by one (DRA nodes), per node; no table on a fleet without any."""
+    if not st.gpus_out:
+        return []
+    per_node: dict[str, int] = {}
+    for r in st.gpus_out:
+        per_node[r.node] = per_node.get(r.node, 0) + 1
+    t = Table(title=f"GPUs out ({len(st.gpus_out)} on {len(per_node)} nodes; the nodes and their other GPUs in service)")
+    for col in ("node", "out", "GPU", "index", "uuid", "taint", "by", "lemon"):
+        t.add_column(col)
+    for r in st.gpus_out:
+        t.add_row(r.node, str(per_node[r.node]), r.device, "-" if r.index is None else str(r.index), r.uuid or "-",
+                  r.taint, r.by, "LEMON" if r.lemon else "")
+    return [t]
 
 
 def _cost_table(st: FleetStatus) -> Table:

@@ -18,7 +18,7 @@ from invoke.exceptions import Exit
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet_admin.files import yaml_problem
+from gpufleet.componentconfig import yaml_problem
 from gpufleet.ops.nodechecks import NODE_CHECKS, CheckResult, NodeCheckRun, run_node_checks  # noqa: F401 (re-exported)
 from gpufleet.paths import INVENTORIES
 

@@ -34,13 +34,14 @@ def resync(env: str, *, apply: bool = False, allow_zero: bool = False, kubeconfi
     from gpufleet_workshop.tasks.common import kube_for
     from gpufleet.quota_sync import resync as rs
     from gpufleet.quota_sync.report import render
+    from roles.kueue.config import configuration
     from roles.registry import load
 
     console = console or Console()
-    inv = load(env)
+    config = configuration(load(env))  # what the quota-sync controller is configured with
     kube = kube_for(env, kubeconfig, context)
     try:
-        plan = rs.compute(kube, inv)
+        plan = rs.compute(kube, config, env=env)
         applied = rs.apply(kube, plan, allow_zero=allow_zero) if apply and plan.changes else None
         if apply and not plan.changes:
             applied = rs.ApplyResult()

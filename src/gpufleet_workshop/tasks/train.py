@@ -49,7 +49,7 @@ _JOB_HELP = {
                      "the smallest that fits, else spread (default: training_topology_mode)",
     "gang": f"who schedules the gang all-or-nothing: {', '.join(GANG_MODES)} (Kueue, Kubernetes' own Workload API, "
             "or both; default: training_gang)",
-    "scheduling_api": f"native gang API version, {', '.join(native.SHAPES)} (Kubernetes 1.35, 1.36, 1.37), or auto: "
+    "scheduling_api": f"native gang API version, {', '.join(native.SHAPES)} (Kubernetes 1.35, 1.36, 1.37 alpha, 1.37 beta), or auto: "
                       "discover it from the cluster (default auto; --gang native and both only)",
     "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
     "context": "kubeconfig context (default: the current one)",

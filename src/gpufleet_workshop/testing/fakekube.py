@@ -93,7 +93,7 @@ from urllib.parse import unquote
 from gpufleet.kube import Kube, KubeError, Unreachable
 from gpufleet.kube.client import KNOWN_KINDS
 from gpufleet.kube.times import parse_time
-from gpufleet.names import FIELD_MANAGER, KUEUE_API
+from gpufleet.names import FIELD_MANAGER, KUEUE_API, RESOURCE_API
 
 from . import disruption, patches, selectors
 
@@ -126,7 +126,7 @@ _STATUS = {"pods", "nodes", "services", "namespaces", "deployments", "replicaset
            "jobs", "poddisruptionbudgets", "horizontalpodautoscalers", "customresourcedefinitions"}
 
 #: The kinds served without registration: those :data:`gpufleet.kube.client.KNOWN_KINDS` names, and the others
-#: gpufleet reads or writes (ReplicaSets, EndpointSlices, Kueue's and JobSet's custom resources).
+#: gpufleet reads or writes (ReplicaSets, EndpointSlices, Kueue's and JobSet's custom resources, DRA's kinds).
 KINDS: list[Kind] = [Kind(av, kind, plural, ns, plural in _STATUS) for (av, kind), (plural, ns) in KNOWN_KINDS.items()] + [
     Kind("apps/v1", "ReplicaSet", "replicasets", True, True),
     Kind("apps/v1", "StatefulSet", "statefulsets", True, True),
@@ -139,6 +139,12 @@ KINDS: list[Kind] = [Kind(av, kind, plural, ns, plural in _STATUS) for (av, kind
     Kind(KUEUE_API, "WorkloadPriorityClass", "workloadpriorityclasses", False, False, True),
     Kind(KUEUE_API, "Topology", "topologies", False, False, True),
     Kind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", True, True, True),
+    # Dynamic Resource Allocation (GPUs published per device; one GPU out of service by a DeviceTaintRule).
+    Kind(RESOURCE_API, "ResourceSlice", "resourceslices", False),
+    Kind(RESOURCE_API, "DeviceClass", "deviceclasses", False),
+    Kind(RESOURCE_API, "DeviceTaintRule", "devicetaintrules", False, True),
+    Kind(RESOURCE_API, "ResourceClaim", "resourceclaims", True, True),
+    Kind(RESOURCE_API, "ResourceClaimTemplate", "resourceclaimtemplates", True),
 ]
 
 

@@ -62,6 +62,8 @@ FIELDS: dict[str, dict[str, Callable[[Obj], str]]] = {
     "namespaces": {"status.phase": _path("status.phase")},
     "replicasets": {"status.replicas": lambda o: _str(_get(o, "status.replicas") or 0)},
     "jobs": {"status.successful": lambda o: _str(_get(o, "status.successful") or 0)},
+    # resource.k8s.io: the fields the API server indexes for ResourceSlices (pkg/registry/resource/resourceslice).
+    "resourceslices": {f: _path(f) for f in ("spec.nodeName", "spec.driver")},
 }
 
 _LABEL_KEY = re.compile(r"^([a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?/)?[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?$")

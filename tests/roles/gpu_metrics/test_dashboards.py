@@ -10,14 +10,16 @@ import pytest
 
 from gpufleet.prom.server import running_prometheus
 from roles.gpu_metrics.dashboards import build_dashboards
-from roles.gpu_metrics.rules import build_rules
 
 EXPOSITIONS = Path(__file__).parents[2] / "exporter" / "fixtures"
 
 
 @pytest.fixture(scope="module")
 def dashboards() -> dict[str, dict]:
-    return build_dashboards()
+    from roles.gpu_metrics.manifests import dashboard_rules
+    from roles.registry import load
+
+    return build_dashboards(dashboard_rules(load("local")))
 
 
 def panels(board: dict) -> list[dict]:
@@ -102,7 +104,7 @@ def test_references_the_series(dashboards, name, needles):
     assert not missing, f"{name} does not query {missing}"
 
 
-def test_temperature_panels_draw_the_alert_threshold(dashboards):
+def test_temperature_panels_draw_node_healths_threshold(dashboards):
     by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
     steps = by_title["GPU temperature"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert steps[-1]["value"] == 78
@@ -168,7 +170,10 @@ def test_rules_and_dashboards_only_use_metrics_the_exporter_exports(dashboards):
     exported = (_exported_metric_names() | _goodput_metric_names() | _node_health_metric_names() | COLLECTOR_STATUS
                 | _ledger_metric_names())
     texts = [e for board in dashboards.values() for e in exprs(board)]
-    texts += [r["expr"] for g in build_rules()["groups"] for r in g["rules"]]
+    from roles.gpu_metrics.manifests import rule_file
+    from roles.registry import load
+
+    texts += [r["expr"] for g in rule_file(load("local"))["groups"] for r in g["rules"]]
     # a name ending in "_" is a prefix inside a regex matcher ({__name__=~"gpufleet_gpu_.+"})
     used = {m for t in texts for m in re.findall(r"\bgpufleet_[a-z0-9_]+", t) if not m.endswith("_")}
     assert used, "no gpufleet_ metric referenced at all?"
@@ -201,13 +206,41 @@ def test_saturated_error_counters_are_plotted_not_a_flat_zero(dashboards):
     assert sat["gridPos"]["y"] == by_title["Link errors (per 5m)"]["gridPos"]["y"]  # same row, side by side
 
 
-def test_gpu_telemetry_panels_use_the_roles_stale_default(dashboards):
-    import yaml
-
-    from roles.gpu_metrics.dashboards import TELEMETRY_STALE_SECONDS
-
-    defaults = yaml.safe_load((Path(__file__).parents[3] / "roles" / "gpu_metrics" / "defaults.yaml").read_text())
-    assert TELEMETRY_STALE_SECONDS == defaults["gpu_metrics_telemetry_stale_seconds"]
+def test_gpu_telemetry_panels_use_the_inventorys_stale_bound(dashboards):
     by_title = {p["title"]: p for p in panels(dashboards["gpufleet-gpus"])}
-    assert f"> {TELEMETRY_STALE_SECONDS}" in by_title["GPU telemetry failing or stale"]["targets"][0]["expr"]
+    assert "> 60))" in by_title["GPU telemetry failing or stale"]["targets"][0]["expr"]  # the local inventory's
     assert "gpufleet_node_health_expected_gpus" in by_title["GPU nodes without GPU telemetry"]["targets"][0]["expr"]
+
+
+def _gpu_panels(**overrides) -> dict[str, dict]:
+    from roles.gpu_metrics.manifests import objects
+    from roles.registry import load
+
+    cm = next(o for o in objects(load("local", overrides=overrides))
+              if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "dashboard-gpufleet-gpus")
+    return {p["title"]: p for p in panels(json.loads(cm["data"]["gpufleet-gpus.json"]))}
+
+
+def test_the_thresholds_drawn_and_stated_are_the_inventorys():
+    by_title = _gpu_panels(gpu_metrics_gpu_temp_threshold_celsius=72.5, gpu_metrics_memory_temp_threshold_celsius=90,
+                           gpu_metrics_telemetry_stale_seconds=120)
+    for title, value in (("GPU temperature", 72.5), ("GPU temperature (dcgm-exporter)", 72.5), ("HBM temperature", 90)):
+        assert by_title[title]["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"] == value, title
+    assert "above 72.5 C" in by_title["GPU temperature"]["description"]
+    assert "above 90 C" in by_title["HBM temperature"]["description"]
+    assert "> 120))" in by_title["GPU telemetry failing or stale"]["targets"][0]["expr"]
+
+
+def test_the_panel_text_states_the_rule_node_health_applies():
+    text = _gpu_panels()["GPU temperature"]["description"]
+    # node health's rule: the last node_health_hot_samples samples of one GPU above the threshold; gpu_temp is a
+    # degraded-tier fault by default; the alert waits gpu_metrics_alert_for_seconds.
+    assert "Once 3 samples in a row of one GPU (15 s apart) are above 78 C" in text
+    assert "degraded tier (inference only)" in text and "GpufleetGPUTemperatureHigh alert fires after 60 s" in text
+    assert "for 1 minute the node is pulled" not in text
+    swapped = _gpu_panels(node_health_hot_samples=5, node_health_degraded_faults=["telemetry"])
+    assert "Once 5 samples in a row" in swapped["GPU temperature"]["description"]
+    assert "out for swap" in swapped["GPU temperature"]["description"]
+    assert "out for swap" in swapped["HBM temperature"]["description"]
+    off = _gpu_panels(node_health_enabled=False)["GPU temperature"]["description"]
+    assert "node health is not deployed here" in off

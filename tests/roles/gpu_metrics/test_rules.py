@@ -46,9 +46,23 @@ def run_checked_in_tests(tmp_path: Path, rules: dict, test_file: Path) -> subpro
     return promtool("test", "rules", test_file.name, cwd=tmp_path)
 
 
-def test_default_signature_and_shape():
-    rules = build_rules()
-    assert rules == build_rules(gpu_temp_threshold_celsius=78, memory_temp_threshold_celsius=85, for_seconds=60)
+def role_rules(**changes) -> dict:
+    """The rule file as the role builds it from the local inventory (78 C, 85 C, 60 s, 60 s), with ``changes``."""
+    from roles.registry import load
+
+    v = load("local").role("gpu_metrics")
+    return build_rules(**{"gpu_temp_threshold_celsius": v.gpu_metrics_gpu_temp_threshold_celsius,
+                          "memory_temp_threshold_celsius": v.gpu_metrics_memory_temp_threshold_celsius,
+                          "for_seconds": v.gpu_metrics_alert_for_seconds,
+                          "telemetry_stale_seconds": v.gpu_metrics_telemetry_stale_seconds, **changes})
+
+
+def test_role_signature_and_shape():
+    from roles.gpu_metrics.manifests import rule_file
+    from roles.registry import load
+
+    rules = role_rules()
+    assert rules == rule_file(load("local"))
     assert [g["name"] for g in rules["groups"]] == ["gpufleet-gpu", "gpufleet-nvlink", "gpufleet-fabric", "gpufleet-telemetry"]
     exprs = {r["expr"] for g in rules["groups"] for r in g["rules"]}
     assert "gpufleet_gpu_temperature_celsius > 78" in exprs
@@ -63,18 +77,18 @@ def test_default_signature_and_shape():
 
 @pytest.mark.parametrize("kwargs", [{}, {"gpu_temp_threshold_celsius": 72.5, "memory_temp_threshold_celsius": 90, "for_seconds": 0}])
 def test_promtool_check_rules_accepts_generated_file(tmp_path, kwargs):
-    write_rules(tmp_path, build_rules(**kwargs))
+    write_rules(tmp_path, role_rules(**kwargs))
     result = promtool("check", "rules", "gpu_metrics.rules.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_each_alert_fires_on_bad_series_and_stays_quiet_on_healthy_ones(tmp_path):
-    result = run_checked_in_tests(tmp_path, build_rules(), ALERTS_TEST)
+    result = run_checked_in_tests(tmp_path, role_rules(), ALERTS_TEST)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_alert_texts(tmp_path):
-    result = run_checked_in_tests(tmp_path, build_rules(), ANNOTATIONS_TEST)
+    result = run_checked_in_tests(tmp_path, role_rules(), ANNOTATIONS_TEST)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -84,7 +98,7 @@ def test_every_alert_has_a_firing_case_and_a_quiet_case():
     for case in spec["tests"]:
         for check in case["alert_rule_test"]:
             (firing if check.get("exp_alerts") else quiet).add(check["alertname"])
-    names = set(alert_names(build_rules()))
+    names = set(alert_names(role_rules()))
     assert names - firing == set(), "alerts without a firing test"
     assert names - quiet == set(), "alerts without a quiet test"
     assert (firing | quiet) - names == set(), "tests for alerts that do not exist"
@@ -92,7 +106,7 @@ def test_every_alert_has_a_firing_case_and_a_quiet_case():
 
 def test_checked_in_tests_catch_a_wrong_threshold(tmp_path):
     """The behaviour tests are not vacuous: rules at 80 C instead of 78 C fail them."""
-    result = run_checked_in_tests(tmp_path, build_rules(gpu_temp_threshold_celsius=80), ALERTS_TEST)
+    result = run_checked_in_tests(tmp_path, role_rules(gpu_temp_threshold_celsius=80), ALERTS_TEST)
     assert result.returncode != 0
     assert "GpufleetGPUTemperatureHigh" in result.stdout + result.stderr
 
@@ -135,17 +149,22 @@ def test_custom_thresholds_and_hold_time(tmp_path):
             }
         ],
     }
-    write_rules(tmp_path, build_rules(gpu_temp_threshold_celsius=70, memory_temp_threshold_celsius=80, for_seconds=120))
+    write_rules(tmp_path, role_rules(gpu_temp_threshold_celsius=70, memory_temp_threshold_celsius=80, for_seconds=120))
     (tmp_path / "custom.test.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     result = promtool("test", "rules", "custom.test.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"gpu_temp_threshold_celsius": 0}, {"memory_temp_threshold_celsius": -5}, {"for_seconds": -1},
-     {"telemetry_stale_seconds": 0}],
-)
-def test_rejects_nonsense_parameters(kwargs):
-    with pytest.raises(ValueError):
-        build_rules(**kwargs)
+@pytest.mark.parametrize("variable, value, expected", [
+    ("gpu_metrics_gpu_temp_threshold_celsius", 0, "greater than or equal to 30"),
+    ("gpu_metrics_memory_temp_threshold_celsius", -5, "greater than or equal to 30"),
+    ("gpu_metrics_alert_for_seconds", -1, "greater than 0"),
+    ("gpu_metrics_telemetry_stale_seconds", 0, "a finite number of seconds > 0"),
+])
+def test_nonsense_parameters_are_refused_by_the_inventory(variable, value, expected):
+    # The rule file is built from checked variables (of node health's kinds): the inventory refuses these first.
+    from gpufleet_admin.inventory import InventoryError
+    from roles.registry import load
+
+    with pytest.raises(InventoryError, match=rf"{variable}: {value}: expected {expected}"):
+        load("local", overrides={variable: value})

@@ -1,4 +1,4 @@
-"""Providers behind a virtual node, and how a pool of the inventory becomes one.
+"""Providers behind a virtual node, and how a configured pool (:class:`gpufleet.virtual_kubelet.config.Pool`) becomes one.
 
 * ``kubernetes`` (:class:`~gpufleet.virtual_kubelet.providers.kubernetes.KubernetesProvider`):
   another cluster, reached with the kubeconfig in the pool's Secret
@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from gpufleet_admin.inventory.catalog import GPU_MODELS
+from gpufleet.fleet.catalog import GPU_MODELS
 from gpufleet.kube import ConfigError, Kube, KubeError
 from gpufleet.kube.config import from_kubeconfig, from_text
 
@@ -71,7 +71,7 @@ def remote_kubeconfig_text(pool: Any, kube: Kube | None, namespace: str, path: s
 
 def build(pool: Any, *, node_name: str, kube: Kube | None = None, namespace: str = "gpufleet-system",
           remote_kubeconfig: str | None = None, start: bool = True, **overrides: Any):
-    """The provider for inventory pool ``pool`` (``roles.virtual_kubelet.vars.PoolVars``).
+    """The provider for pool ``pool`` (:class:`gpufleet.virtual_kubelet.config.Pool`).
 
     Args:
         pool: the pool's variables (name, provider, gpu_model, capacity_gpus,

@@ -9,7 +9,9 @@ fourth-generation links; A100 SXM: 12 third-generation links).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
 class GpuModel(BaseModel):
@@ -33,3 +35,18 @@ GPU_MODELS: dict[str, GpuModel] = {
         GpuModel(name="L40S-48GB", flavor="l40s-48gb", product="NVIDIA-L40S", memory_gib=48, nvlinks=0),
     )
 }
+
+
+def known_gpu_model(value: str) -> str:
+    """``value`` if it names a model of :data:`GPU_MODELS`.
+
+    Raises:
+        ValueError: it does not (the message lists the known ones).
+    """
+    if value not in GPU_MODELS:
+        raise ValueError(f"one of {', '.join(sorted(GPU_MODELS))}")
+    return value
+
+
+#: A GPU model gpufleet knows (``H100-SXM-80GB``, ...): the key into the catalog.
+KnownGpuModel = Annotated[str, AfterValidator(known_gpu_model)]

@@ -1,0 +1,57 @@
+"""What ``gpufleet taint-controller`` is configured with, from the inventory: the variable behind each field.
+
+The model, its defaults and its checks are the component's
+(:mod:`gpufleet.taint_controller.config`); this declaration is the road from
+the inventory (and stack config, which overrides it) to it.
+:func:`gpufleet_admin.configs.build` makes the configuration from it; the
+role renders that into the controller's ConfigMap ``taint-controller-config``.
+"""
+
+from __future__ import annotations
+
+from gpufleet.taint_controller.config import Configuration
+from gpufleet_admin import configs
+from gpufleet_admin.inventory import Inventory, Problem
+
+#: Configuration field -> the inventory variable that feeds it (None: no variable, the model's default).
+VARIABLES: configs.Variables = {
+    "high_water_gpus": "taint_controller_high_water_gpus",
+    "low_water_gpus": "taint_controller_low_water_gpus",
+    "hold_seconds": "taint_controller_hold_seconds",
+    "add_hold_seconds": "taint_controller_add_hold_seconds",
+    "remove_hold_seconds": "taint_controller_remove_hold_seconds",
+    "signal": "taint_controller_signal",
+    "promql": "taint_controller_promql",
+    "prometheus_url": "taint_controller_prometheus_url",
+    "flip_mode": "taint_controller_flip_mode",
+    "surge_max_wait_seconds": "taint_controller_surge_max_wait_seconds",
+    "pools": "virtual_kubelet_pools",
+    "flip_out_priority_classes": "kueue_priority_classes",
+    "flip_back_pods_per_minute": "descheduler_migration_pods_per_minute",
+    "flip_out": None,
+    "flip_out_max_wait_seconds": None,
+    "flip_back": None,
+    "flip_back_max_in_flight": None,
+    "tick_seconds": None,
+}
+
+#: Fields computed from their variable: the pools' names; the highest PriorityClass (training's) is the
+#: flip-out's preemptor.
+DERIVED: configs.Derived = {
+    "pools": lambda inv: tuple(p.name for p in inv.role("virtual_kubelet").virtual_kubelet_pools),
+    "flip_out_priority_classes": lambda inv: (configs.highest_priority_class(inv).name,),
+}
+
+
+def configuration(inv: Inventory) -> Configuration:
+    """The taint controller's configuration for ``inv``.
+
+    Raises:
+        gpufleet_admin.inventory.InventoryError: a value the configuration refuses, named by variable.
+    """
+    return configs.build(inv, Configuration, VARIABLES, DERIVED)
+
+
+def problems(inv: Inventory) -> list[Problem]:
+    """What the configuration refuses of ``inv`` (an inventory check: nothing is declared then)."""
+    return configs.check(lambda: configuration(inv))
