@@ -42,6 +42,6 @@ def objects(inv: Inventory) -> list[Obj]:
         # ReplicaSets is running pods, so it stops at that namespace.
         surge = namespaced_rbac("taint-controller", inv.role("inference").inference_namespace,
                                 [rule(["apps"], ["replicasets"], ["get", "create", "delete"]),
-                                 rule(["apps"], ["deployments"], ["get"])], account_namespace=NAMESPACE)
+                                 rule(["apps"], ["deployments"], ["get", "list", "watch"])], account_namespace=NAMESPACE)
     return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, ["taint-controller"], rules,
                                               fleet=inv.fleet, config=dump(configuration(inv))), *surge]

@@ -44,7 +44,8 @@ NEEDED: dict[str, list[Ask]] = {
                          _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS,
                          # flip/surge.py: make-before-break replacements, only where inference runs.
                          *(_ask(v, "replicasets", "inference", group="apps") for v in ("get", "create", "delete")),
-                         _ask("get", "deployments", "inference", group="apps"),
+                         # flip/surge.py Deployments: a watch cache per inference namespace.
+                         *(_ask(v, "deployments", "inference", group="apps") for v in ("get", "list", "watch")),
                          # vk/orphans.py: gpufleet's EndpointSlices and the node Leases watched, a silent
                          # publisher's slices marked not ready, a deleted node's removed.
                          *(_ask(v, "endpointslices", group="discovery.k8s.io") for v in ("list", "watch")),

@@ -69,6 +69,57 @@ def test_informer_events_keep_the_cache_and_call_handlers():
     assert seen == [("ADDED", "P", None), ("MODIFIED", "P", "P"), ("DELETED", "P", "P")]
 
 
+def _on_node(p: dict) -> tuple[str, ...]:
+    node = (p.get("spec") or {}).get("nodeName")
+    return (node,) if node else ()
+
+
+def _pod(name: str, node: str | None) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": node} if node else {}}
+
+
+def test_an_index_follows_every_event_and_answers_by_key():
+    inf = Informer(None, "/api/v1/pods", indexers={"node": _on_node})
+    inf.apply("ADDED", _pod("a", "n1"))
+    inf.apply("ADDED", _pod("b", "n1"))
+    inf.apply("ADDED", _pod("c", None))  # filed nowhere
+    assert sorted(p["metadata"]["name"] for p in inf.by_index("node", "n1")) == ["a", "b"]
+    inf.apply("MODIFIED", _pod("a", "n2"))  # moved: out of n1's entry, into n2's
+    assert [p["metadata"]["name"] for p in inf.by_index("node", "n1")] == ["b"]
+    assert [p["metadata"]["name"] for p in inf.by_index("node", "n2")] == ["a"]
+    inf.apply("DELETED", _pod("b", "n1"))
+    assert inf.by_index("node", "n1") == [] and "n1" not in inf._indices["node"], "an empty entry is dropped"
+    with pytest.raises(KeyError, match="informer informer: no index 'zone' \\(have: node\\)"):
+        inf.by_index("zone", "a")
+
+
+def test_a_relist_rebuilds_the_indexes():
+    class Lister:
+        def __init__(self, items):
+            self.items = items
+
+        def request(self, method, path, params=None):
+            return {"items": self.items, "metadata": {"resourceVersion": "7"}}
+
+    lister = Lister([_pod("a", "n1"), _pod("b", "n2")])
+    inf = Informer(lister, "/api/v1/pods", indexers={"node": _on_node})
+    inf.relist()
+    lister.items = [_pod("b", "n1")]  # a gone, b moved while the watch was down
+    inf.relist()
+    assert [p["metadata"]["name"] for p in inf.by_index("node", "n1")] == ["b"]
+    assert inf.by_index("node", "n2") == []
+
+
+def test_an_index_added_later_is_filled_and_added_twice_is_one_index():
+    inf = Informer(None, "/api/v1/pods")
+    inf.apply("ADDED", _pod("a", "n1"))
+    inf.add_indexers({"node": _on_node})
+    inf.add_indexers({"node": _on_node})  # the same function: nothing to do
+    assert [p["metadata"]["name"] for p in inf.by_index("node", "n1")] == ["a"]
+    with pytest.raises(ValueError, match="index 'node' exists with another function"):
+        inf.add_indexers({"node": lambda p: ()})
+
+
 def test_lease_timings_must_nest():
     assert Timings() == Timings(15, 10, 2)
     with pytest.raises(ValueError, match=r"lease duration \(10 s\) > renew deadline \(10 s\)"):

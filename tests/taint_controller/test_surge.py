@@ -9,7 +9,9 @@ from gpufleet.taint_controller.budget import MigrationBudget
 from gpufleet.taint_controller.flipback import FlipBack
 from gpufleet import cli
 from gpufleet.taint_controller import main
-from gpufleet.taint_controller.surge import Surges, surge_name, surge_replicaset
+from gpufleet.kube.informer import Informer
+from gpufleet.taint_controller.signal import POD_INDEXES
+from gpufleet.taint_controller.surge import Surge, Surges, surge_name, surge_replicaset
 from gpufleet_workshop.testing import FakeKube
 from gpufleet.names import (
     FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT,
@@ -109,12 +111,20 @@ def calls(kube: FakeKube) -> list[tuple]:
     return out
 
 
-class Pods:
-    def __init__(self, *pods):
-        self.pods = list(pods)
+class Nodes:
+    def __init__(self, *nodes):
+        self.nodes = list(nodes)
 
     def items(self):
-        return list(self.pods)
+        return list(self.nodes)
+
+
+def cache(*views) -> Informer:
+    """An informer of pod views holding ``views`` as if listed (its thread is never started)."""
+    pods = Informer(FakeKube(), "/api/v1/pods", name="pods", indexers=POD_INDEXES)
+    for v in views:
+        pods.apply("ADDED", v)
+    return pods
 
 
 def view(name: str, uid: str, labels: dict, owner: str, *, ready=True, published=True, node="vk-rental") -> dict:
@@ -129,7 +139,7 @@ def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset()
     surge_pod = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
                                                   "gpufleet.io/surge-direction": "out"}, surge_rs, published=False)
     kube = cluster(victim, surge_pod)
-    surges = Surges(kube, Pods(victim, surge_pod), direction="out")
+    surges = Surges(kube, cache(victim, surge_pod), direction="out")
     assert not surges.ready(victim) and calls(kube) == [("create", "replicasets", surge_rs)]
     assert not surges.ready(victim), "Ready but not yet published: not a replacement yet"
     assert surges.hand_over(victim) is False
@@ -151,7 +161,7 @@ def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset()
 
 def test_the_way_back_needs_a_test_of_in_cluster_publication():
     with pytest.raises(ValueError, match="surge direction 'back': expected a test of in-cluster publication"):
-        Surges(FakeKube(), Pods(), direction="back")
+        Surges(FakeKube(), cache(), direction="back")
 
 
 def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
@@ -168,10 +178,10 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
                                               "gpufleet.io/surge-direction": "back"},
                  surge_name(VICTIM["name"], VICTIM["uid"]), node="n1")
     kube, now = cluster(outside, surge), [0.0]
-    back = FlipBack(kube, Pods(node), Pods(outside), MigrationBudget(600), mode="release", make_before_break=True,
+    back = FlipBack(kube, Nodes(node), cache(outside), MigrationBudget(600), mode="release", make_before_break=True,
                     endpoints=Endpoints(), clock=lambda: now[0])
     assert back.tick() == [] and [c[0] for c in calls(kube)] == ["create"]  # the replacement starts; the pod stays
-    back.pods.pods.append(surge)
+    back.pods.apply("ADDED", surge)
     now[0] = 1.0
     kube.actions.clear()
     assert [c.name for c in back.tick()] == [VICTIM["name"]]
@@ -181,4 +191,32 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
     kube.actions.clear()
     assert back.tick() == [] and calls(kube) == [], "chosen again while its ReplicaSet removes it"
     with pytest.raises(ValueError, match="make_before_break: expected the Service and EndpointSlice caches"):
-        FlipBack(kube, Pods(), Pods(), MigrationBudget(600), make_before_break=True)
+        FlipBack(kube, Nodes(), cache(), MigrationBudget(600), make_before_break=True)
+
+
+def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a_get_per_tick():
+    """The surge waits for its Deployment to be available again; the Deployment comes from a watch cache of
+    its namespace (one list, then events), so a thousand ticks are not a thousand GETs."""
+    kube = FakeKube(bookmark_seconds=0.02)
+    try:
+        kube.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "srv", "namespace": "inference"},
+                  "spec": {"replicas": 1, "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+                  "status": {"availableReplicas": 0}})
+        surges = Surges(kube, cache(), direction="out")
+        surges.live["gone-uid"] = Surge("gone-uid", "inference", "srv-surge-gone", "srv", 0.0)
+        surges.reconcile([])  # starts the namespace's cache (a GET while it lists)
+        deployments = surges.deployments.caches["inference"]
+        assert deployments.wait_synced(5)
+        kube.actions.clear()
+        for _ in range(5):
+            surges.reconcile([])
+        assert "gone-uid" in surges.live, "not available yet: the surge stays"
+        assert not [a for a in kube.actions if a.resource == "deployments" and a.verb != "watch"]
+        kube.modify("deployments", "srv", "inference", lambda d: d["status"].update(availableReplicas=1))
+        kube.sync(deployments)
+        surges.reconcile([])
+        assert "gone-uid" not in surges.live
+        assert [(a.verb, a.name) for a in kube.writes()] == [("delete", "srv-surge-gone")]
+    finally:
+        surges.deployments.stop()
+        kube.close()

@@ -6,13 +6,22 @@ does: no periodic full lists. Every controller loop that needs to see a
 collection uses it (the virtual kubelet's pods, the taint controller's
 nodes and pods, quota sync's nodes and ClusterQueues); its work queue is
 :class:`gpufleet.kube.workqueue.RateLimitingQueue`.
+
+**Indexes.** A loop that asks "the pods on node N" or "the surge pod of
+victim U" on every tick must not scan the whole cache for it: at a
+thousand nodes that is tens of thousands of pods per question. An
+informer keeps named indexes, as client-go's ``cache.Indexer`` does: an
+index function maps each cached value to the keys it is filed under
+(none, one or several), the informer updates every index under its lock
+with each event and relist, and :meth:`Informer.by_index` answers in the
+size of the answer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .client import Kube
@@ -27,6 +36,10 @@ T = TypeVar("T")
 #: types ``ADDED``, ``MODIFIED``, ``DELETED``; values as returned by the
 #: informer's ``transform``; ``old_value`` is None for ADDED.
 Handler = Callable[[str, Any, Any], None]
+
+#: An index function (client-go's ``IndexFunc``): a cached value (after ``transform``) -> the index
+#: keys it is filed under; an empty iterable files it nowhere.
+IndexFunc = Callable[[Any], Iterable[str]]
 
 
 def object_key(obj: dict) -> str:
@@ -49,6 +62,8 @@ class Informer(Generic[T]):
             informer's thread (keep them short: queue work elsewhere).
         name: for logs and thread names.
         watch_timeout: seconds each watch request lasts before it is renewed.
+        indexers: index name -> :data:`IndexFunc` (module docstring); more can be added
+            later with :meth:`add_indexers`.
 
     Attributes:
         synced: set once the first list is in the cache.
@@ -56,7 +71,7 @@ class Informer(Generic[T]):
 
     def __init__(self, kube: Kube, path: str, *, params: dict[str, Any] | None = None,
                  transform: Callable[[dict], T] | None = None, handlers: list[Handler] | None = None,
-                 name: str = "informer", watch_timeout: int = 300):
+                 name: str = "informer", watch_timeout: int = 300, indexers: dict[str, IndexFunc] | None = None):
         self.kube = kube
         self.path = path
         self.params = dict(params or {})
@@ -67,11 +82,65 @@ class Informer(Generic[T]):
         self.synced = threading.Event()
         self.lock = threading.RLock()
         self._items: dict[str, T] = {}
+        self._indexers: dict[str, IndexFunc] = {}
+        self._indices: dict[str, dict[str, set[str]]] = {}  # index name -> index key -> cache keys
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resource_version = ""
         self.relists = 0
         self.errors = 0
+        self.add_indexers(indexers or {})
+
+    # ---------------------------------------------------------------- indexes
+
+    def add_indexers(self, indexers: dict[str, IndexFunc]) -> None:
+        """Add named indexes, filled at once from what is cached; adding the same function again is a no-op.
+
+        Raises:
+            ValueError: a name already indexes with another function.
+        """
+        with self.lock:
+            for name, fn in indexers.items():
+                have = self._indexers.get(name)
+                if have is fn:
+                    continue
+                if have is not None:
+                    raise ValueError(f"informer {self.name}: index {name!r} exists with another function")
+                self._indexers[name] = fn
+                index: dict[str, set[str]] = {}
+                for key, value in self._items.items():
+                    for k in fn(value):
+                        index.setdefault(k, set()).add(key)
+                self._indices[name] = index
+
+    def by_index(self, name: str, key: str) -> list[T]:
+        """The cached values filed under ``key`` in index ``name`` (empty when none), in no particular order.
+
+        Raises:
+            KeyError: no index called ``name``.
+        """
+        with self.lock:
+            try:
+                keys = self._indices[name].get(key, ())
+            except KeyError:
+                raise KeyError(f"informer {self.name}: no index {name!r} (have: {', '.join(self._indices) or 'none'})") \
+                    from None
+            return [self._items[k] for k in keys]
+
+    def _reindex(self, key: str, new: Any, old: Any) -> None:
+        """Move cache key ``key`` from ``old``'s index keys to ``new``'s (either may be None); under the lock."""
+        for name, fn in self._indexers.items():
+            index = self._indices[name]
+            before = set(fn(old)) if old is not None else set()
+            after = set(fn(new)) if new is not None else set()
+            for k in before - after:
+                keys = index.get(k)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[k]
+            for k in after - before:
+                index.setdefault(k, set()).add(key)
 
     # ---------------------------------------------------------------- reading
 
@@ -129,6 +198,9 @@ class Informer(Generic[T]):
         with self.lock:
             old = self._items
             self._items = fresh
+            self._indices = {name: {} for name in self._indexers}
+            for key, value in fresh.items():
+                self._reindex(key, value, None)
             self.resource_version = listed.get("metadata", {}).get("resourceVersion", "")
         for key, value in fresh.items():
             self._emit("MODIFIED" if key in old else "ADDED", value, old.get(key))
@@ -150,8 +222,10 @@ class Informer(Generic[T]):
             old = self._items.get(key)
             if kind == "DELETED":
                 self._items.pop(key, None)
+                self._reindex(key, None, old)
             else:
                 self._items[key] = value
+                self._reindex(key, value, old)
         self._emit(kind if kind != "ADDED" or old is None else "MODIFIED", value, old)
 
     def _run(self) -> None:

@@ -44,7 +44,8 @@ from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests
 from .budget import Candidate, MigrationBudget, workload_of
 from .config import DEFAULTS, FlipBackMode
 from .published import ServiceEndpoints
-from .surge import Surges
+from .signal import BY_NODE, POD_INDEXES, pod_by_uid
+from .surge import Deployments, Surges
 from gpufleet.fleet.classify import tolerated
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RELEASE_LABEL, SURGE_FOR_LABEL
 
@@ -89,6 +90,7 @@ class FlipBack:
         endpoints: with ``make_before_break``, the Service and EndpointSlice caches that say whether an
             in-cluster pod is published (started by the caller).
         surge_max_wait_seconds: release or evict anyway this long after the replacement was started.
+        deployments: Deployment caches shared with the flip-out (:class:`gpufleet.taint_controller.surge.Deployments`).
         clock: monotonic seconds (the budget's time base).
 
     Raises:
@@ -98,12 +100,13 @@ class FlipBack:
     def __init__(self, kube: Kube, nodes, pods, budget: MigrationBudget, *, mode: str = DEFAULTS.flip_back,
                  make_before_break: bool = False, endpoints: ServiceEndpoints | None = None,
                  surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
-                 clock: Callable[[], float] = time.monotonic):
+                 deployments: Deployments | None = None, clock: Callable[[], float] = time.monotonic):
         if mode not in MODES:
             raise ValueError(f"flip-back mode {mode!r}: expected one of {', '.join(MODES)}")
         if make_before_break and endpoints is None:
             raise ValueError("flip-back make_before_break: expected the Service and EndpointSlice caches (endpoints=)")
         self.kube = kube
+        pods.add_indexers(POD_INDEXES)
         self.nodes = nodes
         self.pods = pods
         self.budget = budget
@@ -111,7 +114,7 @@ class FlipBack:
         self.clock = clock
         self.attempted: dict[str, float] = {}  # UID -> when evicted (evict mode) or replaced
         self.endpoints = endpoints
-        self.surges = Surges(kube, pods, direction="back", published=endpoints.published,
+        self.surges = Surges(kube, pods, direction="back", published=endpoints.published, deployments=deployments,
                              clock=clock) if make_before_break else None
         self.surge_max_wait = surge_max_wait_seconds
         self._recovered = False
@@ -123,7 +126,10 @@ class FlipBack:
         now = self.clock()
         # An evicted pod normally leaves the cache within a second; forget attempts after a minute.
         self.attempted = {u: t for u, t in self.attempted.items() if now - t < 60}
-        cands = candidates(self.nodes.items(), self.pods.items(), set(self.attempted))
+        nodes = self.nodes.items()
+        # Only the pods on virtual nodes can be candidates: read them by node, not the whole pod cache.
+        outside = [p for n in nodes if n["virtual"] for p in self.pods.by_index(BY_NODE, n["name"])]
+        cands = candidates(nodes, outside, set(self.attempted))
         CANDIDATES.set(len(cands))
         chosen = self.budget.plan(cands, now)
         replaced: list[Candidate] = []
@@ -165,10 +171,9 @@ class FlipBack:
         if not self._recovered:
             self.surges.recover()
             self._recovered = True
-        by_uid = {p["metadata"]["uid"]: p for p in self.pods.items()}
         go, replaced = [], []
         for c in chosen:
-            pod = by_uid.get(c.uid)
+            pod = pod_by_uid(self.pods, c.uid)
             if pod is not None and self.surges.ready(pod):
                 handed = self.surges.hand_over(pod)
                 if handed:

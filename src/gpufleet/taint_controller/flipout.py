@@ -52,7 +52,8 @@ from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
-from .surge import Surges
+from .signal import BY_NODE, POD_INDEXES, pod_by_uid
+from .surge import Deployments, Surges
 
 log = logging.getLogger(__name__)
 
@@ -174,12 +175,14 @@ class FlipOut:
 
     Args:
         kube: client.
-        nodes / pods: informers of node and pod views (shared with the signal).
+        nodes / pods: informers of node and pod views (shared with the signal): nodes keyed by name; the pods'
+            :data:`~gpufleet.taint_controller.signal.POD_INDEXES` are added when missing.
         priority_classes: PriorityClass names of preemptors.
         max_wait_seconds: after this long, victims are deleted instead of evicted.
         mode: ``make_before_break`` (a replacement outside is Ready before each eviction) or ``evict_first``.
         surge_max_wait_seconds: in ``make_before_break``, evict anyway this long after the reservation
             (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
+        deployments: Deployment caches shared with the flip-back (:class:`gpufleet.taint_controller.surge.Deployments`).
         clock: monotonic seconds.
 
     The values are checked once, by :class:`gpufleet.taint_controller.config.Configuration`, whose defaults these are.
@@ -188,8 +191,9 @@ class FlipOut:
     def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *,
                  max_wait_seconds: float = DEFAULTS.flip_out_max_wait_seconds, mode: str = DEFAULTS.flip_mode,
                  surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
-                 clock: Callable[[], float] = time.monotonic):
+                 deployments: Deployments | None = None, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
+        pods.add_indexers(POD_INDEXES)
         self.nodes = nodes
         self.pods = pods
         self.classes = set(priority_classes)
@@ -198,7 +202,8 @@ class FlipOut:
         self.surge_max_wait = surge_max_wait_seconds
         self.clock = clock
         self.reserved_at: dict[str, float] = {}
-        self.surges = Surges(kube, pods, direction="out", clock=clock) if mode == "make_before_break" else None
+        self.surges = Surges(kube, pods, direction="out", deployments=deployments,
+                             clock=clock) if mode == "make_before_break" else None
         self._recovered = False
         self.wanted: set[str] = set()
 
@@ -208,21 +213,20 @@ class FlipOut:
         if self.surges is not None and not self._recovered:
             self.surges.recover()
             self._recovered = True
-        by_uid = {p["metadata"]["uid"]: p for p in pods}
         reserved = reservations_of(nodes)
         self.wanted = set()
         for uid, node in reserved.items():
-            pod = by_uid.get(uid)
+            pod = pod_by_uid(self.pods, uid)
             if pod is None or pod["node"] or pod["metadata"].get("deletionTimestamp"):
                 self._guard(self._untaint, node, uid)
                 self.reserved_at.pop(uid, None)
                 continue
             self.reserved_at.setdefault(uid, self.clock())
-            self._push(pod, node, pods)
+            self._push(pod, node)
         for r in plan(nodes, pods, self.classes):
             if self._guard(self._reserve, r) is not None:
                 self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
-                self._push(r.pod, r.node, pods)
+                self._push(r.pod, r.node)
         if self.surges is not None:
             self.surges.reconcile(self.wanted)
         RESERVATIONS.set(len(reservations_of(self.nodes.items())))
@@ -234,15 +238,15 @@ class FlipOut:
             log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
             return None
 
-    def _push(self, pod: dict, node: str, pods: list[dict]) -> None:
+    def _push(self, pod: dict, node: str) -> None:
         """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone."""
         waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
         late = waited > self.max_wait
         # Only the pods the preemptor needs gone (the same choice as plan()): the others keep serving, and
         # get no replacement outside. Pods already terminating count as gone (their GPUs are on the way).
-        staying = [p for p in pods if p["node"] == node and p["gpus"] and p["phase"] not in ("Succeeded", "Failed")
-                   and not p["metadata"].get("deletionTimestamp")]
-        view = next((n for n in self.nodes.items() if n["name"] == node), None)
+        staying = [p for p in self.pods.by_index(BY_NODE, node) if p["gpus"]
+                   and p["phase"] not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")]
+        view = self.nodes.get(node)
         needed = victims_for(pod, view, staying) if view is not None else None
         if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
             needed = [p for p in staying if p["priority"] < pod["priority"]]

@@ -35,6 +35,7 @@ from .flipout import FlipOut
 from .published import ServiceEndpoints
 from .constants import LEASE_NAME
 from .signal import ApiServerSignal, PrometheusSignal
+from .surge import Deployments
 
 log = logging.getLogger("gpufleet.taint_controller")
 
@@ -101,16 +102,18 @@ def build(kube: Kube, s: Configuration, *, clock=time.monotonic) -> tuple[TaintC
     sig = caches if s.signal == "apiserver" else PrometheusSignal(s.prometheus_url, s.promql)
     machine = Hysteresis(s.high_water_gpus, s.low_water_gpus, s.hold_seconds, add_hold=s.add_hold_seconds,
                          remove_hold=s.remove_hold_seconds)
+    deployments = Deployments(kube)  # one cache per inference namespace, for both directions' surges
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_priority_classes,
                   max_wait_seconds=s.flip_out_max_wait_seconds, mode=s.flip_mode,
-                  surge_max_wait_seconds=s.surge_max_wait_seconds, clock=clock) if s.flip_out else None
+                  surge_max_wait_seconds=s.surge_max_wait_seconds, deployments=deployments,
+                  clock=clock) if s.flip_out else None
     back = None
     if s.flip_back != "off":
         mbb = s.flip_mode == "make_before_break"
         back = FlipBack(kube, caches.nodes, caches.pods,
                         MigrationBudget(s.flip_back_pods_per_minute, max_in_flight=s.flip_back_max_in_flight),
                         mode=s.flip_back, make_before_break=mbb, endpoints=ServiceEndpoints(kube) if mbb else None,
-                        surge_max_wait_seconds=s.surge_max_wait_seconds, clock=clock)
+                        surge_max_wait_seconds=s.surge_max_wait_seconds, deployments=deployments, clock=clock)
     orphans = OrphanedEndpoints(kube, caches.nodes, clock=clock)
     ctl = TaintController(kube, sig, caches, machine, pools=s.pools, flip_out=out, flip_back=back, orphans=orphans,
                           clock=clock)

@@ -12,7 +12,8 @@ one test, :func:`gpufleet.virtual_kubelet.endpoints.published_in`.
 How: two watches of every namespace, Services (the fields that decide
 selection) and EndpointSlices (each endpoint's addresses, conditions and
 ``targetRef`` UID, whoever manages the slice), so a check is a look at the
-caches, not a request.
+caches, not a request; both are indexed by namespace, and the slices by
+their Service, so a check reads what concerns its pod's namespace only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,18 @@ from gpufleet.names import SERVICE_NAME_LABEL
 from gpufleet.virtual_kubelet.endpoints import SLICES_API, published_in, slim_service
 
 Obj = dict[str, Any]
+
+#: Index of both caches by namespace, and of the slice cache by ``namespace/service``.
+BY_NAMESPACE = "namespace"
+BY_SERVICE = "service"
+
+
+def _by_namespace(o: Obj) -> tuple[str, ...]:
+    return (o["metadata"].get("namespace") or "",)
+
+
+def _by_service(s: Obj) -> tuple[str, ...]:
+    return (f'{s["metadata"].get("namespace")}/{s["metadata"]["labels"][SERVICE_NAME_LABEL]}',)
 
 
 def slim_slice(s: Obj) -> Obj:
@@ -45,9 +58,9 @@ class ServiceEndpoints:
 
     def __init__(self, kube: Kube):
         self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=slim_service,
-                                                name="services")
+                                                name="services", indexers={BY_NAMESPACE: _by_namespace})
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"), transform=slim_slice,
-                                              name="endpointslices")
+                                              name="endpointslices", indexers={BY_SERVICE: _by_service})
 
     def start(self, timeout: float = 60.0) -> "ServiceEndpoints":
         """Start both watches and wait for their first lists.
@@ -72,10 +85,9 @@ class ServiceEndpoints:
         if not (self.services.synced.is_set() and self.slices.synced.is_set()):
             return False
         namespace = pod["metadata"]["namespace"]
-        services = [s for s in self.services.items() if s["metadata"].get("namespace") == namespace]
-        slices = [s for s in self.slices.items() if s["metadata"].get("namespace") == namespace]
+        services = self.services.by_index(BY_NAMESPACE, namespace)
 
         def slices_of(ns: str, service: str) -> list[Obj]:
-            return [s for s in slices if s["metadata"]["labels"][SERVICE_NAME_LABEL] == service]
+            return self.slices.by_index(BY_SERVICE, f"{ns}/{service}")
 
         return published_in(pod, services, slices_of, pod.get("ip") or None)

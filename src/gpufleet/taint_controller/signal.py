@@ -33,7 +33,7 @@ from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
-from gpufleet.names import PUBLISHED_CONDITION
+from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
 from gpufleet.prom.client import PromClient, PromError
 
 #: The classes the signal classifies nodes for: it counts room for inference.
@@ -85,6 +85,46 @@ def pod_view(pod: dict) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------- indexes of the pod cache
+# (gpufleet.kube.informer: what a tick asks about one node or one victim is answered without a scan)
+
+#: Index of pod views by ``uid``.
+BY_UID = "uid"
+#: Index of pod views by the node they are bound to (unbound pods are in no entry).
+BY_NODE = "node"
+#: Index of pod views by ``namespace``.
+BY_NAMESPACE = "namespace"
+#: Index of surge pods by the UID of the pod they replace (:data:`gpufleet.names.SURGE_FOR_LABEL`).
+BY_SURGE_FOR = "surge-for"
+
+
+def _by_uid(p: dict[str, Any]) -> tuple[str, ...]:
+    return (p["metadata"]["uid"],) if p["metadata"].get("uid") else ()
+
+
+def _by_node(p: dict[str, Any]) -> tuple[str, ...]:
+    return (p["node"],) if p["node"] else ()
+
+
+def _by_namespace(p: dict[str, Any]) -> tuple[str, ...]:
+    return (p["metadata"].get("namespace") or "",)
+
+
+def _by_surge_for(p: dict[str, Any]) -> tuple[str, ...]:
+    victim = (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL)
+    return (victim,) if victim else ()
+
+
+#: Every index of the pod cache, for :class:`gpufleet.kube.informer.Informer`'s ``indexers``.
+POD_INDEXES = {BY_UID: _by_uid, BY_NODE: _by_node, BY_NAMESPACE: _by_namespace, BY_SURGE_FOR: _by_surge_for}
+
+
+def pod_by_uid(pods: Informer, uid: str) -> dict[str, Any] | None:
+    """The cached pod view with ``uid``, or None (``pods`` indexed with :data:`POD_INDEXES`)."""
+    found = pods.by_index(BY_UID, uid)
+    return found[0] if found else None
+
+
 def _pod_gpus(pod: dict) -> int:
     """GPUs a pod requests (:func:`gpufleet.fleet.capacity.pod_gpus`). A fraction (the API server refuses
     them for extended resources) is refused as :func:`node_view` refuses one: logged naming the pod and
@@ -123,7 +163,8 @@ class ApiServerSignal:
     """Free GPUs from watch-maintained caches of Nodes and non-terminal Pods.
 
     Attributes:
-        nodes / pods: the informers (shared with the flip-out and flip-back loops).
+        nodes / pods: the informers (shared with the flip-out and flip-back loops); nodes keyed by name,
+            pods indexed by :data:`POD_INDEXES`.
     """
 
     name = "apiserver"
@@ -131,7 +172,8 @@ class ApiServerSignal:
     def __init__(self, kube: Kube):
         self.nodes: Informer[dict] = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes")
         self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"), transform=pod_view, name="pods",
-                                             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"})
+                                             params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
+                                             indexers=POD_INDEXES)
 
     def start(self, timeout: float = 60.0) -> "ApiServerSignal":
         """Start both watches and wait for their first lists (raises TimeoutError)."""

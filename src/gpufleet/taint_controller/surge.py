@@ -63,6 +63,14 @@ Deployment is back to its available replicas after the eviction (its own
 replacement runs), when the victim needs no eviction any more (training
 ended, reservation gone), or ``cleanup_seconds`` after the victim left.
 
+Per-tick work follows what changed, not the fleet's size: a victim's surge
+pod is looked up in the pod cache's index by :data:`gpufleet.names.SURGE_FOR_LABEL`,
+a victim by its UID, a workload's pods by namespace
+(:data:`gpufleet.taint_controller.signal.POD_INDEXES`), and the Deployments
+whose availability ends a surge are read from a watch cache of their
+namespace (started with that namespace's first surge; a GET until it is
+listed) instead of one GET per surge per tick.
+
 The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
 """
 
@@ -76,9 +84,13 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from gpufleet.kube import Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable
+from gpufleet.kube import (Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable,
+                          api_path)
+from gpufleet.kube.informer import Informer
 from gpufleet.names import (POD_DELETION_COST_ANNOTATION, SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION,
                             VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT)
+
+from .signal import BY_NAMESPACE, BY_SURGE_FOR, POD_INDEXES, pod_by_uid
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +105,54 @@ LOWEST_DELETION_COST = str(-2**31)
 #: Seconds a handed-over victim is left to its ReplicaSet (which deletes it within a sync) before it counts
 #: as a victim again (its ReplicaSet deleted another pod: one not Ready, say).
 HANDED_OVER_SECONDS = 60.0
+
+
+def slim_deployment(d: dict[str, Any]) -> dict[str, Any]:
+    """What the Deployment cache keeps: name, namespace, ``spec.replicas``, ``spec.selector``, ``status.availableReplicas``."""
+    meta, spec = d.get("metadata") or {}, d.get("spec") or {}
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+            "spec": {"replicas": spec.get("replicas", 1), "selector": spec.get("selector") or {}},
+            "status": {"availableReplicas": (d.get("status") or {}).get("availableReplicas") or 0}}
+
+
+class Deployments:
+    """Deployments by namespace and name, from one watch cache per namespace a surge was made in.
+
+    The surge Role grants get/list/watch on Deployments in each inference
+    namespace only (``roles/taint_controller``), so the caches are per
+    namespace, started on first use; until one is listed, :meth:`get` reads
+    the object with a GET.
+
+    Args:
+        kube: client.
+    """
+
+    def __init__(self, kube: Kube):
+        self.kube = kube
+        self.caches: dict[str, Informer[dict[str, Any]]] = {}
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Deployment (:func:`slim_deployment` once cached), or None when it does not exist.
+
+        Raises:
+            KubeError: only before the namespace's cache is listed (the GET failed).
+        """
+        cache = self.caches.get(namespace)
+        if cache is None:
+            cache = self.caches[namespace] = Informer(
+                self.kube, api_path("apps/v1", "deployments", namespace), transform=slim_deployment,
+                name=f"deployments-{namespace}").start()
+        if cache.synced.is_set():
+            return cache.get(f"{namespace}/{name}")
+        try:
+            return self.kube.get("apps/v1", "deployments", name, namespace)
+        except NotFound:
+            return None
+
+    def stop(self) -> None:
+        """Stop every cache's watch."""
+        for cache in self.caches.values():
+            cache.stop()
 
 
 def surge_name(victim_name: str, victim_uid: str) -> str:
@@ -195,12 +255,14 @@ class Surges:
 
     Args:
         kube: client.
-        pods: informer of pod views (:func:`gpufleet.taint_controller.signal.pod_view`); surge pods are found there.
+        pods: informer of pod views (:func:`gpufleet.taint_controller.signal.pod_view`); surge pods are found there
+            (its :data:`~gpufleet.taint_controller.signal.POD_INDEXES` are added when missing).
         direction: ``out`` (flip-out: replacements on virtual nodes) or ``back`` (flip-back: in-cluster).
         published: pod view -> whether it is published (module docstring); default: the virtual kubelet's
             condition (``out``); ``back`` needs the EndpointSlices' test
             (:meth:`gpufleet.taint_controller.published.ServiceEndpoints.published`).
         cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
+        deployments: the Deployment caches (shared by the flip-out's and flip-back's surges); default: its own.
         clock: monotonic seconds.
 
     Raises:
@@ -208,7 +270,8 @@ class Surges:
     """
 
     def __init__(self, kube: Kube, pods, *, direction: str = "out", published: Callable[[dict], bool] | None = None,
-                 cleanup_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic):
+                 cleanup_seconds: float = 300.0, deployments: Deployments | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if direction not in DIRECTIONS:
             raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
         if published is None and direction == "back":
@@ -217,7 +280,9 @@ class Surges:
         self.handed: dict[str, float] = {}  # victim UID -> when its surge pod took its place
         self.direction = direction
         self.kube = kube
+        pods.add_indexers(POD_INDEXES)
         self.pods = pods
+        self.deployments = deployments or Deployments(kube)
         self.cleanup_seconds = cleanup_seconds
         self.clock = clock
         self.live: dict[str, Surge] = {}
@@ -264,8 +329,8 @@ class Surges:
 
     def _surge_pod(self, uid: str) -> dict[str, Any] | None:
         """The surge pod of victim ``uid`` that is bound, Ready, published and not terminating, or None."""
-        return next((p for p in self.pods.items() if (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL) == uid
-                     and p["ready"] and p["node"] and not p["metadata"].get("deletionTimestamp") and self.published(p)),
+        return next((p for p in self.pods.by_index(BY_SURGE_FOR, uid)
+                     if p["ready"] and p["node"] and not p["metadata"].get("deletionTimestamp") and self.published(p)),
                     None)
 
     def hand_over(self, victim: dict[str, Any]) -> bool | None:
@@ -376,10 +441,14 @@ class Surges:
     def reconcile(self, wanted: Iterable[str]) -> None:
         """Remove surges no longer needed; ``wanted``: UIDs of victims a reservation still has to move."""
         wanted = set(wanted)
-        live_uids = {p["metadata"]["uid"] for p in self.pods.items() if not p["metadata"].get("deletionTimestamp")}
         now = self.clock()
+
+        def alive(uid: str) -> bool:
+            p = pod_by_uid(self.pods, uid)
+            return p is not None and not p["metadata"].get("deletionTimestamp")
+
         for uid, s in list(self.live.items()):
-            if uid in live_uids:
+            if alive(uid):
                 if uid not in wanted:
                     self._remove(s, "its pod needs no eviction any more")
                 continue
@@ -387,18 +456,18 @@ class Surges:
                 s.victim_gone_at = now
             if now - s.victim_gone_at >= self.cleanup_seconds or self._deployment_available(s):
                 self._remove(s, "the workload is back to its available replicas")
-        self.unsurgeable &= live_uids
-        self.handed = {u: t for u, t in self.handed.items() if u in live_uids and now - t < HANDED_OVER_SECONDS}
+        self.unsurgeable = {u for u in self.unsurgeable if alive(u)}
+        self.handed = {u: t for u, t in self.handed.items() if alive(u) and now - t < HANDED_OVER_SECONDS}
 
     def _deployment_available(self, s: Surge) -> bool:
         if not s.deployment:
             return True  # recovered without its owner: its replacement had time to start
         try:
-            d = self.kube.get("apps/v1", "deployments", s.deployment, s.namespace)
-        except NotFound:
-            return True
+            d = self.deployments.get(s.namespace, s.deployment)
         except KubeError:
             return False
+        if d is None:
+            return True
         want = (d.get("spec") or {}).get("replicas", 1)
         if ((d.get("status") or {}).get("availableReplicas") or 0) < want:
             return False
@@ -410,10 +479,10 @@ class Surges:
         if selector.get("matchExpressions") or not match:
             return True
         ready = 0
-        for p in self.pods.items():
+        for p in self.pods.by_index(BY_NAMESPACE, s.namespace):
             meta = p["metadata"]
             labels = meta.get("labels") or {}
-            if (meta["namespace"] == s.namespace and SURGE_FOR_LABEL not in labels and p["ready"] and p["node"]
+            if (SURGE_FOR_LABEL not in labels and p["ready"] and p["node"]
                     and not meta.get("deletionTimestamp") and all(labels.get(k) == v for k, v in match.items())):
                 ready += 1
         return ready >= want
