@@ -133,6 +133,7 @@ def main() -> int:
         began = time.process_time()
         ctl.tick()
         cpu.append((time.process_time() - began) * 1000)
+    out.close()
     caches.stop()
     endpoints.stop()
     kube.close()

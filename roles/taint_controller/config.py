@@ -30,6 +30,7 @@ VARIABLES: configs.Variables = {
     "flip_back_pods_per_minute": "descheduler_migration_pods_per_minute",
     "flip_out": None,
     "flip_out_max_wait_seconds": None,
+    "flip_out_concurrent_syncs": None,
     "flip_back": None,
     "flip_back_max_in_flight": None,
     "tick_seconds": None,

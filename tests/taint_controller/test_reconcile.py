@@ -5,6 +5,8 @@ fake plays the scheduler, the ReplicaSet controller, the kubelet and the virtual
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from gpufleet.kube import api_path
@@ -207,6 +209,34 @@ def test_evict_first_reserves_the_node_and_evicts_within_the_budget(kube, caches
     sync(kube, sig)
     out.tick()
     assert not any(t["key"] == RESERVED_TAINT for t in taints(kube, "gpu-0"))
+
+
+def test_preemptors_are_served_side_by_side_not_one_after_another(kube, caches):
+    """Four training pods each need a node held by inference: the four reservations are made at once (each
+    one's toleration patch waits at a barrier that only opens when all four are in flight), and every victim
+    is evicted in the same tick, each through its PDB."""
+    rs = deployment(kube, replicas=4)
+    kube.add(*(node(f"gpu-{i}") for i in range(4)), *(trainer(f"train-{i}", gpus=8) for i in range(4)),
+             *(inference(f"chat-{i}", f"gpu-{i}", gpus=8, rs=rs) for i in range(4)),
+             {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": NS},
+              "spec": {"maxUnavailable": 4, "selector": {"matchLabels": {"app": "chat"}}}})
+    together = threading.Barrier(4, timeout=5)
+
+    def all_in_flight(a):
+        if (a.name or "").startswith("train-"):
+            together.wait()  # BrokenBarrierError (the test fails) if the reservations come one at a time
+        return None
+
+    kube.prepend_reactor("patch", "pods", all_in_flight)
+    sig = caches()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", concurrent_syncs=4, clock=Clock())
+    try:
+        out.tick()
+    finally:
+        out.close()
+    reserved = sorted(t["value"] for i in range(4) for t in taints(kube, f"gpu-{i}") if t["key"] == RESERVED_TAINT)
+    assert reserved == sorted(kube.get("v1", "pods", f"train-{i}", "team-pretrain")["metadata"]["uid"] for i in range(4))
+    assert sorted(a.name for a in kube.writes() if a.subresource == "eviction") == [f"chat-{i}" for i in range(4)]
 
 
 def test_past_the_deadline_the_victims_are_deleted(kube, caches):

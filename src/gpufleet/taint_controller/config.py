@@ -43,6 +43,11 @@ PROMQL = ('sum(kube_node_status_allocatable{resource="nvidia_com_gpu",node!~"vk-
           '- sum(kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!~"vk-.*"})')
 
 
+#: The most reservations worked on at once: the client's pool holds 32 connections, of which the watches
+#: (nodes, pods, Services, EndpointSlices, Deployments, Leases) hold some for as long as they last.
+MAX_CONCURRENT_SYNCS = 24
+
+
 class Configuration(BaseModel):
     """Everything ``gpufleet taint-controller`` is configured with.
 
@@ -64,6 +69,8 @@ class Configuration(BaseModel):
         flip_out: make room for pending training pods (reserve a node, evict inference there).
         flip_out_priority_classes: PriorityClasses of the pods the flip-out makes room for.
         flip_out_max_wait_seconds: seconds of PDB refusals after which the flip-out deletes victims.
+        flip_out_concurrent_syncs: reservations the flip-out works on at once (their requests in parallel;
+            kube-controller-manager's ``--concurrent-*-syncs``), within the client's connection pool.
         flip_back: ``release`` (label pods for the descheduler), ``evict`` (the Eviction API here) or ``off``.
         flip_back_pods_per_minute: the flip-back budget per workload
             (:class:`gpufleet.taint_controller.budget.MigrationBudget`).
@@ -87,6 +94,7 @@ class Configuration(BaseModel):
     flip_out: bool = True
     flip_out_priority_classes: tuple[cc.DnsLabel, ...] = Field(default=("gpufleet-training",), min_length=1)
     flip_out_max_wait_seconds: cc.Seconds = 300.0
+    flip_out_concurrent_syncs: cc.PositiveCount = Field(default=16, le=MAX_CONCURRENT_SYNCS)
     flip_back: FlipBackMode = "release"
     flip_back_pods_per_minute: cc.PositiveNumber = 10.0
     flip_back_max_in_flight: cc.PositiveCount = 1

@@ -33,13 +33,20 @@ preempts for them, PDB-respecting:
    remaining victims are deleted (training always wins, just not at once).
 5. When the preemptor is bound (or gone) the reservation taint is removed.
 
+Reservations are served side by side (``concurrent_syncs`` at once, each
+one's requests in order), so a gang of preemptors waits for the slowest of
+its nodes to be cleared, not for the sum of the clearings; the victims are
+disjoint (one node each), and each is still evicted through its PDB.
+
 Pure planning (:func:`plan`) is separate from the I/O (:class:`FlipOut`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +190,7 @@ class FlipOut:
         surge_max_wait_seconds: in ``make_before_break``, evict anyway this long after the reservation
             (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
         deployments: Deployment caches shared with the flip-back (:class:`gpufleet.taint_controller.surge.Deployments`).
+        concurrent_syncs: reservations worked on at once (each one's requests in order).
         clock: monotonic seconds.
 
     The values are checked once, by :class:`gpufleet.taint_controller.config.Configuration`, whose defaults these are.
@@ -191,8 +199,11 @@ class FlipOut:
     def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *,
                  max_wait_seconds: float = DEFAULTS.flip_out_max_wait_seconds, mode: str = DEFAULTS.flip_mode,
                  surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
-                 deployments: Deployments | None = None, clock: Callable[[], float] = time.monotonic):
+                 deployments: Deployments | None = None,
+                 concurrent_syncs: int = DEFAULTS.flip_out_concurrent_syncs, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
+        self.concurrent_syncs = concurrent_syncs
+        self._pool: ThreadPoolExecutor | None = None
         pods.add_indexers(POD_INDEXES)
         self.nodes = nodes
         self.pods = pods
@@ -214,22 +225,50 @@ class FlipOut:
             self.surges.recover()
             self._recovered = True
         reserved = reservations_of(nodes)
-        self.wanted = set()
+        work: list[Callable[[], set[str]]] = []
         for uid, node in reserved.items():
             pod = pod_by_uid(self.pods, uid)
             if pod is None or pod["node"] or pod["metadata"].get("deletionTimestamp"):
-                self._guard(self._untaint, node, uid)
-                self.reserved_at.pop(uid, None)
+                work.append(functools.partial(self._release, node, uid))
                 continue
             self.reserved_at.setdefault(uid, self.clock())
-            self._push(pod, node)
-        for r in plan(nodes, pods, self.classes):
-            if self._guard(self._reserve, r) is not None:
-                self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
-                self._push(r.pod, r.node)
+            work.append(functools.partial(self._push, pod, node))
+        work += [functools.partial(self._reserve_and_push, r) for r in plan(nodes, pods, self.classes)]
+        # Each reservation's requests stay in order; reservations are served side by side, so training waits
+        # for the slowest one, not for the sum of all of them (their victims are disjoint: one node each).
+        self.wanted = set()
+        for wanted in self._each(work):
+            self.wanted |= wanted
         if self.surges is not None:
             self.surges.reconcile(self.wanted)
         RESERVATIONS.set(len(reservations_of(self.nodes.items())))
+
+    def _each(self, work: list[Callable[[], set[str]]]) -> list[set[str]]:
+        """Run ``work`` (one callable per reservation), up to ``concurrent_syncs`` at once; their results in order."""
+        if len(work) <= 1 or self.concurrent_syncs == 1:
+            return [w() for w in work]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrent_syncs, thread_name_prefix="flip-out")
+        return list(self._pool.map(lambda w: w(), work))
+
+    def _release(self, node: str, uid: str) -> set[str]:
+        """The preemptor ``uid`` is bound or gone: remove its reservation of ``node``."""
+        self._guard(self._untaint, node, uid)
+        self.reserved_at.pop(uid, None)
+        return set()
+
+    def _reserve_and_push(self, r: Reservation) -> set[str]:
+        """Make a new reservation, then start moving its victims; the UIDs of the victims still to move."""
+        if self._guard(self._reserve, r) is None:
+            return set()
+        self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
+        return self._push(r.pod, r.node)
+
+    def close(self) -> None:
+        """Stop the worker threads (after the tick in progress)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _guard(self, fn, *args):
         try:
@@ -238,8 +277,9 @@ class FlipOut:
             log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
             return None
 
-    def _push(self, pod: dict, node: str) -> None:
-        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone."""
+    def _push(self, pod: dict, node: str) -> set[str]:
+        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone;
+        returns their UIDs (the victims a surge may still be wanted for)."""
         waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
         late = waited > self.max_wait
         # Only the pods the preemptor needs gone (the same choice as plan()): the others keep serving, and
@@ -251,7 +291,7 @@ class FlipOut:
         if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
             needed = [p for p in staying if p["priority"] < pod["priority"]]
         victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"]))
-        self.wanted.update(v["metadata"]["uid"] for v in victims)
+        wanted = {v["metadata"]["uid"] for v in victims}
         if self.surges is not None and waited > self.surge_max_wait:
             self.surges.give_up(victims)
         for v in victims:
@@ -272,12 +312,13 @@ class FlipOut:
                     log.info("flip-out: evicted %s/%s from %s for %s", ns, name, node, pod["metadata"]["name"])
             except TooManyRequests:
                 EVICTIONS.labels("blocked").inc()
-                return  # the PDB allows nothing more now; the next tick tries again
+                return wanted  # the PDB allows nothing more now; the next tick tries again
             except (NotFound, Conflict):
                 EVICTIONS.labels("gone").inc()
             except KubeError as exc:
                 log.warning("flip-out: evicting %s/%s: %s", ns, name, exc)
-                return
+                return wanted
+        return wanted
 
     def _reserve(self, r: Reservation) -> None:
         """Tolerate on the pod, then taint the node."""

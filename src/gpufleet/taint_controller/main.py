@@ -106,7 +106,7 @@ def build(kube: Kube, s: Configuration, *, clock=time.monotonic) -> tuple[TaintC
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_priority_classes,
                   max_wait_seconds=s.flip_out_max_wait_seconds, mode=s.flip_mode,
                   surge_max_wait_seconds=s.surge_max_wait_seconds, deployments=deployments,
-                  clock=clock) if s.flip_out else None
+                  concurrent_syncs=s.flip_out_concurrent_syncs, clock=clock) if s.flip_out else None
     back = None
     if s.flip_back != "off":
         mbb = s.flip_mode == "make_before_break"
