@@ -5,7 +5,9 @@ CPU-only pods on each: kube-proxy, the exporter, node health's agent and the
 like) runs ``--replicas`` inference replicas of 8 GPUs (one node each) and
 training on every other node; ``--replicas`` training pods are Pending, so the
 flip-out reserves one node per preemptor and starts a make-before-break
-surge for each victim. The surges' pods are Pending outside (the provider is
+surge for each victim; ``--unplaceable`` more training pods of the same
+gang wait for nodes nothing can free (training runs there), which each
+tick's plan looks at again. The surges' pods are Pending outside (the provider is
 still starting them): the state in which every tick has to look up each
 victim's surge, which is where a per-tick scan of the pod cache costs most.
 The controller (signal, hysteresis, flip-out, flip-back, orphaned endpoints)
@@ -18,7 +20,7 @@ controller's caches.
 
 Usage::
 
-    .venv/bin/python bench/flip_tick.py [--nodes 1024] [--replicas 256] [--ticks 30] [--json]
+    .venv/bin/python bench/flip_tick.py [--nodes 1024] [--replicas 256] [--unplaceable 256] [--ticks 30] [--json]
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _pod(name: str, ns: str, node: str | None, *, gpus: int = 0, priority: int =
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int) -> None:
+def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int, unplaceable: int) -> None:
     """Nodes, daemon pods, the inference Deployment (ReplicaSet, Service, replicas), training running and pending."""
     if replicas > nodes:
         raise SystemExit(f"--replicas {replicas}: expected at most --nodes ({nodes})")
@@ -101,7 +103,7 @@ def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int) -> None:
     pods += [_pod(f"train-run-{i:04d}", "team-pretrain", f"gpu-{i:04d}", gpus=GPUS, priority=1000,
                   priority_class=TRAINING) for i in range(replicas, nodes)]
     pods += [_pod(f"train-wait-{i:04d}", "team-pretrain", None, gpus=GPUS, priority=1000, priority_class=TRAINING,
-                  pending=True) for i in range(replicas)]
+                  pending=True) for i in range(replicas + unplaceable)]
     kube.add(*pods)
 
 
@@ -110,11 +112,12 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=1024)
     ap.add_argument("--replicas", type=int, default=256)
     ap.add_argument("--daemon-pods", type=int, default=8, help="CPU-only pods per node (default 8)")
+    ap.add_argument("--unplaceable", type=int, default=256, help="pending training pods no node can take")
     ap.add_argument("--ticks", type=int, default=30)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kube = FakeKube(bookmark_seconds=0.5)
-    fleet(kube, args.nodes, args.replicas, args.daemon_pods)
+    fleet(kube, args.nodes, args.replicas, args.daemon_pods, args.unplaceable)
     tracemalloc.start()
     caches = ApiServerSignal(kube).start(timeout=120)
     endpoints = ServiceEndpoints(kube).start(timeout=120)
@@ -138,7 +141,8 @@ def main() -> int:
     endpoints.stop()
     kube.close()
     cpu.sort()
-    result = {"nodes": args.nodes, "replicas": args.replicas, "pods": len(caches.pods), "ticks": args.ticks,
+    result = {"nodes": args.nodes, "replicas": args.replicas, "unplaceable": args.unplaceable,
+              "pods": len(caches.pods), "ticks": args.ticks,
               "surges": len(out.surges.live) if out.surges else 0,
               "cpu_ms_per_tick_p50": round(statistics.median(cpu), 1),
               "cpu_ms_per_tick_p99": round(cpu[min(len(cpu) - 1, int(len(cpu) * 0.99))], 1),

@@ -96,6 +96,25 @@ def test_flip_out_respects_existing_reservations_and_node_selectors():
     assert plan([reserved, other], pods, ["gpufleet-training"]) == []  # t1 has n0; t2 wants h100, n1 is a100
 
 
+def test_preemptors_of_one_shape_are_not_searched_again_once_one_found_no_node(monkeypatch):
+    from gpufleet.taint_controller import flipout
+
+    searched = []
+    real = flipout.victims_for
+    monkeypatch.setattr(flipout, "victims_for", lambda p, n, b: searched.append((p["metadata"]["name"], n["name"]))
+                        or real(p, n, b))
+    nodes = [node("n0"), node("n1")]
+    gang = [pod(f"t{i}", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True,
+                created=f"2026-01-01T00:00:0{i}Z") for i in range(1, 5)]
+    other = pod("t5", gpus=4, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True,
+                created="2026-01-01T00:00:09Z")
+    pods = [pod("i1", "n0", 1), pod("t0", "n1", 8, 100000, pc="gpufleet-training"), *gang, other]
+    out = plan(nodes, pods, ["gpufleet-training"])
+    assert [(r.pod["metadata"]["name"], r.node) for r in out] == [("t1", "n0")]
+    assert searched == [("t1", "n0"), ("t1", "n1"), ("t2", "n1"), ("t5", "n1")], \
+        "t3 and t4 have t2's shape: no node for them; t5 has its own"
+
+
 def test_the_flip_out_moves_only_the_pods_the_preemptor_needs_gone():
     trainer = pod("t", gpus=4, priority=1000000, pc="gpufleet-training", unschedulable=True)
     n = node("a", gpus=8)

@@ -44,6 +44,7 @@ Pure planning (:func:`plan`) is separate from the I/O (:class:`FlipOut`).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -155,7 +156,14 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved),
                         key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
     out = []
+    # A gang's pods share one shape: once a shape found no node to reserve, the next pod of that shape finds
+    # none either (reservations only take nodes away), so it is not searched again (kube-scheduler's
+    # equivalence classes). Without this, a gang larger than what can be freed costs pods x nodes every tick.
+    hopeless: set[tuple] = set()
     for pod in preemptors:
+        shape = _shape(pod)
+        if shape in hopeless:
+            continue
         best: tuple | None = None
         for node in nodes:
             if node["name"] in taken or not _fits_node(pod, node):
@@ -174,7 +182,15 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
                 _, node, victims = best
                 taken.add(node["name"])
                 out.append(Reservation(pod, node["name"], tuple(victims)))
+                continue
+        hopeless.add(shape)
     return out
+
+
+def _shape(pod: dict[str, Any]) -> tuple:
+    """What decides where a preemptor may go and what it must evict: GPUs, priority, node selector, tolerations."""
+    return (pod["gpus"], pod["priority"], tuple(sorted(pod["nodeSelector"].items())),
+            json.dumps(pod["tolerations"], sort_keys=True))
 
 
 class FlipOut:
