@@ -23,21 +23,10 @@ from typing import Any
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.names import SERVICE_NAME_LABEL
-from gpufleet.virtual_kubelet.endpoints import SLICES_API, published_in, slim_service
+from gpufleet.virtual_kubelet.endpoints import (BY_NAMESPACE, BY_SERVICE, SLICES_API, by_namespace, by_service,
+                                                published_in, slim_service)
 
 Obj = dict[str, Any]
-
-#: Index of both caches by namespace, and of the slice cache by ``namespace/service``.
-BY_NAMESPACE = "namespace"
-BY_SERVICE = "service"
-
-
-def _by_namespace(o: Obj) -> tuple[str, ...]:
-    return (o["metadata"].get("namespace") or "",)
-
-
-def _by_service(s: Obj) -> tuple[str, ...]:
-    return (f'{s["metadata"].get("namespace")}/{s["metadata"]["labels"][SERVICE_NAME_LABEL]}',)
 
 
 def slim_slice(s: Obj) -> Obj:
@@ -58,9 +47,9 @@ class ServiceEndpoints:
 
     def __init__(self, kube: Kube):
         self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=slim_service,
-                                                name="services", indexers={BY_NAMESPACE: _by_namespace})
+                                                name="services", indexers={BY_NAMESPACE: by_namespace})
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"), transform=slim_slice,
-                                              name="endpointslices", indexers={BY_SERVICE: _by_service})
+                                              name="endpointslices", indexers={BY_SERVICE: by_service})
 
     def start(self, timeout: float = 60.0) -> "ServiceEndpoints":
         """Start both watches and wait for their first lists.

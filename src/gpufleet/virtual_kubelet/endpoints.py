@@ -268,6 +268,23 @@ def holds(slices: Iterable[Obj], uid: str, ip: str | None) -> bool:
     return False
 
 
+#: Index (:class:`gpufleet.kube.informer.Informer`) of Services or EndpointSlices by namespace.
+BY_NAMESPACE = "namespace"
+#: Index of EndpointSlices by ``namespace/service`` (their ``kubernetes.io/service-name`` label).
+BY_SERVICE = "service"
+
+
+def by_namespace(obj: Obj) -> tuple[str, ...]:
+    """Index function of :data:`BY_NAMESPACE`."""
+    return ((obj.get("metadata") or {}).get("namespace") or "",)
+
+
+def by_service(slice_: Obj) -> tuple[str, ...]:
+    """Index function of :data:`BY_SERVICE`."""
+    meta = slice_.get("metadata") or {}
+    return (f'{meta.get("namespace")}/{(meta.get("labels") or {}).get(SERVICE_NAME_LABEL, "")}',)
+
+
 def published_in(pod: Obj, services: Iterable[Obj], slices_of: Callable[[str, str], Iterable[Obj]],
                  ip: str | None) -> bool:
     """Whether ``pod`` is published (module docstring: Published): a ready, serving endpoint in the slices of
@@ -336,18 +353,18 @@ class EndpointPublisher:
         self.node = node_name
         self.pods = pods
         self.address_of = address_of
+        # Indexed so that a pod's candidate Services and a Service's slices are read, not scanned for.
         self.services: Informer[Obj] = Informer(kube, api_path("v1", "services"), transform=slim_service,
-                                                handlers=[self._on_service], name=f"services-{node_name}")
+                                                handlers=[self._on_service], name=f"services-{node_name}",
+                                                indexers={BY_NAMESPACE: by_namespace})
         selector = f"{ENDPOINTSLICE_MANAGED_BY_LABEL}={ENDPOINTSLICE_MANAGED_BY},{REMOTE_NODE_LABEL}={node_name}"
         self.slices: Informer[Obj] = Informer(kube, api_path(SLICES_API, "endpointslices"),
                                               params={"labelSelector": selector}, handlers=[self._on_slice],
-                                              name=f"endpointslices-{node_name}")
+                                              name=f"endpointslices-{node_name}",
+                                              indexers={BY_NAMESPACE: by_namespace, BY_SERVICE: by_service})
         #: Service keys; a failed publish comes back at the Service's own pace (:mod:`gpufleet.kube.ratelimit`).
         self.queue: RateLimitingQueue[str] = RateLimitingQueue()
         self._lock = threading.Lock()
-        #: namespace -> names of its Services (a pod's candidates, without scanning every Service of the cluster).
-        self._by_namespace: dict[str, set[str]] = {}
-        self._index_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.writes = 0
@@ -399,30 +416,21 @@ class EndpointPublisher:
 
     def _on_service(self, kind: str, new: Any, old: Any) -> None:
         meta = (new or old)["metadata"]
-        with self._index_lock:
-            names = self._by_namespace.setdefault(meta["namespace"], set())
-            if kind == "DELETED":
-                names.discard(meta["name"])
-            else:
-                names.add(meta["name"])
         self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
     def _selecting(self, namespace: str, pod: Obj) -> list[Obj]:
         """The Services of ``namespace`` that select ``pod`` now."""
-        with self._index_lock:
-            names = sorted(self._by_namespace.get(namespace, ()))
-        return [svc for svc in (self.services.get(f"{namespace}/{n}") for n in names)
-                if svc is not None and selects(svc, pod)]
+        return sorted((svc for svc in self.services.by_index(BY_NAMESPACE, namespace) if selects(svc, pod)),
+                      key=lambda svc: svc["metadata"]["name"])
 
     def services_of(self, namespace: str, name: str, pod: Obj | None) -> set[str]:
         """Keys of the Services that select ``pod`` now, or whose slices here name it (its labels may have changed)."""
         keys = set()
         if pod is not None:
             keys = {f"{namespace}/{svc['metadata']['name']}" for svc in self._selecting(namespace, pod)}
-        for s in self.slices.items():
+        for s in self.slices.by_index(BY_NAMESPACE, namespace):
             meta = s["metadata"]
-            if meta.get("namespace") == namespace and (
-                    pod is None or any((e.get("targetRef") or {}).get("name") == name for e in s.get("endpoints") or [])):
+            if pod is None or any((e.get("targetRef") or {}).get("name") == name for e in s.get("endpoints") or []):
                 keys.add(f"{namespace}/{(meta.get('labels') or {}).get(SERVICE_NAME_LABEL, '')}")
         return keys
 
@@ -447,11 +455,8 @@ class EndpointPublisher:
         address = self.address_of(pod)
         if address is None:
             return False
-        slices = self.slices.items()
-
         def slices_of(namespace: str, service: str) -> list[Obj]:
-            return [s for s in slices if s["metadata"].get("namespace") == namespace
-                    and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == service]
+            return self.slices.by_index(BY_SERVICE, f"{namespace}/{service}")
 
         return published_in(pod, selecting, slices_of, address.ip)
 
@@ -511,8 +516,7 @@ class EndpointPublisher:
         namespace, name = key.split("/", 1)
         with self._lock:
             service = self.services.get(key)
-            existing = [s for s in self.slices.items() if s["metadata"].get("namespace") == namespace
-                        and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == name]
+            existing = self.slices.by_index(BY_SERVICE, key)
             desired: list[Obj] = []
             pods: list[Obj] = []
             if service is not None:
