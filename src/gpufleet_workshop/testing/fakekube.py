@@ -382,14 +382,23 @@ class FakeKube(Kube):
         Raises:
             KeyError: no such object.
         """
-        kind = self._plural(plural)
         with self._lock:
-            key = self._key(kind, namespace, name)
-            if key not in self._store:
-                raise KeyError(f"{plural} {namespace}/{name} is not stored")
+            kind, key = self._stored(plural, name, namespace)
             out = self._remove(kind, key)
             self._controllers()
             return out
+
+    def _stored(self, plural: str, name: str, namespace: str | None) -> tuple[Kind, tuple[str, str, str]]:
+        """The kind and store key of a stored object (under the lock).
+
+        Raises:
+            KeyError: no such object.
+        """
+        kind = self._plural(plural)
+        key = self._key(kind, namespace, name)
+        if key not in self._store:
+            raise KeyError(f"{plural} {namespace}/{name} is not stored")
+        return kind, key
 
     def _ensure_namespace(self, name: str) -> None:
         kind = self._plural("namespaces")
@@ -421,11 +430,8 @@ class FakeKube(Kube):
         Raises:
             KeyError: no such object.
         """
-        kind = self._plural(plural)
         with self._lock:
-            key = self._key(kind, namespace, name)
-            if key not in self._store:
-                raise KeyError(f"{plural} {namespace}/{name} is not stored")
+            kind, key = self._stored(plural, name, namespace)
             new = copy.deepcopy(self._store[key])
             change(new)
             out = self._put(kind, key, new, self._store[key])

@@ -26,6 +26,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jsonpatch
+import jsonpointer
+
 Obj = dict[str, Any]
 
 
@@ -96,110 +99,27 @@ def merge_patch(target: Any, patch: Any) -> Any:
 # ------------------------------------------------------------------ RFC 6902
 
 
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(400, f"invalid JSON pointer {path!r}: must start with '/'")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _parent(doc: Any, parts: list[str], op: str, path: str) -> tuple[Any, str]:
-    cur = doc
-    for p in parts[:-1]:
-        if isinstance(cur, dict) and p in cur:
-            cur = cur[p]
-        elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
-            cur = cur[int(p)]
-        else:
-            raise PatchError(422, f"{op} operation does not apply: doc is missing path: {path}")
-    return cur, parts[-1]
-
-
-def _index(container: list, key: str, op: str, path: str, *, insert: bool) -> int:
-    if key == "-" and insert:
-        return len(container)
-    if not key.isdigit():
-        raise PatchError(422, f"{op} operation does not apply: invalid index {key!r} in {path}")
-    i = int(key)
-    if i > len(container) or (not insert and i == len(container)):
-        raise PatchError(422, f"{op} operation does not apply: index out of range: {path}")
-    return i
-
-
-def _read(doc: Any, path: str, op: str) -> Any:
-    cur = doc
-    for p in _pointer(path):
-        if isinstance(cur, dict) and p in cur:
-            cur = cur[p]
-        elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
-            cur = cur[int(p)]
-        else:
-            raise PatchError(422, f"{op} operation does not apply: doc is missing path: {path}")
-    return cur
-
-
-def _remove(doc: Any, path: str, op: str) -> Any:
-    parts = _pointer(path)
-    if not parts:
-        raise PatchError(422, f"{op}: cannot remove the whole document")
-    parent, key = _parent(doc, parts, op, path)
-    if isinstance(parent, dict):
-        if key not in parent:
-            raise PatchError(422, f"{op} operation does not apply: doc is missing key: {path}")
-        return parent.pop(key)
-    return parent.pop(_index(parent, key, op, path, insert=False))
-
-
-def _add(doc: Any, path: str, value: Any, op: str, *, replace: bool = False) -> Any:
-    parts = _pointer(path)
-    if not parts:
-        return copy.deepcopy(value)
-    parent, key = _parent(doc, parts, op, path)
-    if isinstance(parent, dict):
-        if replace and key not in parent:
-            raise PatchError(422, f"{op} operation does not apply: doc is missing key: {path}")
-        parent[key] = copy.deepcopy(value)
-    elif isinstance(parent, list):
-        i = _index(parent, key, op, path, insert=not replace)
-        if replace:
-            parent[i] = copy.deepcopy(value)
-        else:
-            parent.insert(i, copy.deepcopy(value))
-    else:
-        raise PatchError(422, f"{op} operation does not apply: {path}: parent is not a map or list")
-    return doc
-
-
 def json_patch(target: Any, ops: Any) -> Any:
     """``target`` with the RFC 6902 operations ``ops`` applied (all or nothing); ``target`` is not changed.
 
+    Each operation is applied by the ``jsonpatch`` library, one at a time so that an error names its
+    operation; the library's errors become the API server's answers.
+
     Raises:
-        PatchError: a malformed operation (400), a path that does not apply or a failed ``test`` (422).
+        PatchError: a malformed patch or operation (400), a path that does not apply or a failed ``test`` (422).
     """
     if not isinstance(ops, list):
         raise PatchError(400, "json patch: expected a list of operations")
     doc = copy.deepcopy(target)
     for o in ops:
-        if not isinstance(o, dict) or "op" not in o or "path" not in o:
-            raise PatchError(400, f"json patch: malformed operation {o!r}")
-        op, path = o["op"], o["path"]
-        if op == "add":
-            doc = _add(doc, path, o.get("value"), op)
-        elif op == "remove":
-            _remove(doc, path, op)
-        elif op == "replace":
-            doc = _add(doc, path, o.get("value"), op, replace=True)
-        elif op in ("move", "copy"):
-            value = _read(doc, o["from"], op)
-            if op == "move":
-                value = _remove(doc, o["from"], op)
-            doc = _add(doc, path, value, op)
-        elif op == "test":
-            if _read(doc, path, op) != o.get("value"):
-                raise PatchError(422, f"testing value {path} failed")
-        else:
-            raise PatchError(400, f"json patch: unknown op {op!r}")
+        try:
+            doc = jsonpatch.JsonPatch([o]).apply(doc, in_place=True)
+        except jsonpatch.JsonPatchTestFailed:
+            raise PatchError(422, f"testing value {o.get('path')} failed") from None
+        except jsonpatch.InvalidJsonPatch as exc:
+            raise PatchError(400, f"json patch: malformed operation {o!r}: {exc}") from None
+        except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException, KeyError, IndexError, TypeError) as exc:
+            raise PatchError(422, f"{o.get('op')} operation does not apply: {o.get('path')}: {exc}") from None
     return doc
 
 
