@@ -58,6 +58,28 @@ class EngineError(RuntimeError):
     """A preview, update or destroy failed; the message carries the engine's own words."""
 
 
+#: gpufleet's Pulumi project file: its project-level ``config`` is what ``pulumi up``'s default provider reads.
+PROJECT_FILE = paths.REPO_ROOT / "Pulumi.yaml"
+
+
+def project_setting(key: str, project_file: Path = PROJECT_FILE) -> Any:
+    """The value of ``key`` (``kubernetes:enableConfigMapMutable``) in the project file's ``config``.
+
+    The engine's explicit provider reads the project's provider settings from
+    here, so ``pulumi up`` and the engine take them from one place.
+
+    Raises:
+        EngineError: the file cannot be read, or holds no ``config.<key>.value``.
+    """
+    import yaml
+
+    try:
+        config = (yaml.safe_load(project_file.read_text()) or {}).get("config") or {}
+        return config[key]["value"]
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError) as exc:
+        raise EngineError(f"{project_file}: expected config.{key}.value ({type(exc).__name__}: {exc})") from None
+
+
 def default_backend() -> Path:
     """The file backend's folder: ``state_dir()/pulumi/backend``."""
     return paths.state_dir() / "pulumi" / "backend"
@@ -195,9 +217,9 @@ def program(target: Target) -> Callable[[], None]:
             kubeconfig=str(target.kubeconfig),
             # A component's configuration ConfigMap keeps its name (its Deployment mounts it) and is updated in
             # place; the Deployment's checksum annotation rolls its pods. The provider's default replaces a
-            # changed ConfigMap (delete, then create: a window without it). Pulumi.yaml sets the same for
-            # `pulumi up` with the default provider.
-            enable_config_map_mutable=True,
+            # changed ConfigMap (delete, then create: a window without it). Set in Pulumi.yaml, for `pulumi up`'s
+            # default provider and this one alike.
+            enable_config_map_mutable=project_setting("kubernetes:enableConfigMapMutable"),
             opts=pulumi.ResourceOptions(version=tools.provider().reports),
         )
         main(provider)
