@@ -80,3 +80,14 @@ def test_kwok_completion_without_a_start_time_keeps_the_run():
     # merged with an earlier view, and alone (the one-shot view)
     assert h.pod_record(done_json, running).runs == ((T0 + 20, T0 + 800),)
     assert h.pod_record(done_json).runs == ((T0 + 20, T0 + 800),)
+
+
+def test_admitted_windows_follow_the_admissions_up_to_the_end():
+    readmitted = workload_json(conditions=[("Admitted", "True", "Admitted", 420),
+                                           ("Evicted", "False", "QuotaReserved", 420)])
+    events = [{"reason": "Admitted", "lastTimestamp": ts(10)}, {"reason": "EvictedDueToPodsReadyTimeout", "lastTimestamp": ts(300)},
+              {"reason": "Admitted", "lastTimestamp": ts(420)}]
+    w = h.workload_record(readmitted, events=events)
+    assert w.admitted_windows(T0 + 1000) == [(T0 + 10, T0 + 300), (T0 + 420, T0 + 1000)]
+    assert w.admitted_windows(T0 + 350) == [(T0 + 10, T0 + 300)], "an admission after the end is not counted"
+    assert h.workload_record(workload_json(conditions=[])).admitted_windows(T0 + 1000) == []

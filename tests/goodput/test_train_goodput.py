@@ -36,3 +36,30 @@ def test_table_and_timeline(tmp_path):
     assert "JobSet team-a/llm" in text and "68.0%" in text and "interruption 1" in text and "lost 1.2 min" in text
     png = plot_timeline(a, tmp_path / "timeline.png")
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
+
+
+def test_a_bad_prometheus_url_exits_2(cli):
+    code, _, err = cli("train.goodput", "llm", "--prometheus-url", "prometheus:9090", "--kubeconfig", "/nonexistent")
+    assert code == 2 and "--prometheus-url" in err
+
+
+def test_what_the_admission_cost_outside_is_read_per_window_and_an_unreachable_prometheus_is_said():
+    from gpufleet_workshop.tasks.goodput import outside_table, outside_while_admitted
+    from gpufleet_workshop.testing.fakeprom import FakeProm
+
+    prom = FakeProm()
+    prom.set("sum by (pool) (increase(gpufleet_flip_external_gpu_seconds_total[600s]))",
+             [{"metric": {"pool": "rental"}, "value": [0, "7200"]}])
+    prom.set("sum by (pool, currency) (increase(gpufleet_flip_external_gpu_cost_total[600s]))",
+             [{"metric": {"pool": "rental", "currency": "USD"}, "value": [0, "14.4"]}])
+    doc = outside_while_admitted(prom, [(T0, T0 + 600)])
+    assert doc["pools"] == {"rental": {"gpu_seconds": 7200.0, "cost": 14.4, "currency": "USD"}}
+    console = Console(width=120, record=True)
+    console.print(outside_table(doc))
+    text = console.export_text()
+    assert "rental" in text and "2.00" in text and "14.40 USD" in text
+    prom.fail(error="connection refused")
+    failed = outside_while_admitted(prom, [(T0, T0 + 600)])
+    assert "connection refused" in failed["error"] and "pools" not in failed
+    console.print(outside_table(failed))
+    assert "not read" in console.export_text()

@@ -172,3 +172,22 @@ def test_read_totals_sums_the_counters_by_pool_from_a_real_prometheus(tmp_path):
         server.server_close()
     assert totals["a"].gpu_seconds == pytest.approx(3600) and totals["a"].cost == pytest.approx(3.6)
     assert totals["a"].currency == "USD" and totals["b"].gpu_seconds == 0
+
+
+def test_read_windows_sums_each_windows_increase_at_its_end():
+    from gpufleet.prom.client import PromError
+    from gpufleet.virtual_kubelet.ledger import read_windows
+    from gpufleet_workshop.testing.fakeprom import FakeProm
+
+    prom = FakeProm()
+    for span, seconds, cost in (("[600s]", "1200", "2.4"), ("[30s]", "60", "0.12")):
+        prom.set(f"sum by (pool) (increase(gpufleet_flip_external_gpu_seconds_total{span}))",
+                 [{"metric": {"pool": "rental"}, "value": [0, seconds]}])
+        prom.set(f"sum by (pool, currency) (increase(gpufleet_flip_external_gpu_cost_total{span}))",
+                 [{"metric": {"pool": "rental", "currency": "USD"}, "value": [0, cost]}])
+    totals = read_windows(prom, [(1000.0, 1600.0), (2000.0, 2000.0), (3000.0, 3030.0)])
+    assert totals["rental"].gpu_seconds == pytest.approx(1260) and totals["rental"].cost == pytest.approx(2.52)
+    assert [at for _, at in prom.queries] == [1600.0, 1600.0, 3030.0, 3030.0], "each at its window's end; empty ones skipped"
+    prom.fail()
+    with pytest.raises(PromError):
+        read_windows(prom, [(1000.0, 1600.0)])

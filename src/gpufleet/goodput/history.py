@@ -62,6 +62,23 @@ class WorkloadRecord:
     checkpoint_dir: str | None = None
     job_uid: str = ""
 
+    def admitted_windows(self, end: float) -> list[tuple[float, float]]:
+        """The ``(start, end)`` intervals (Unix seconds) during which the Workload was admitted, up to
+        ``end`` (an admission still in force ends there); empty when it never was."""
+        out: list[tuple[float, float]] = []
+        since: float | None = None
+        for when, admitted in self.admissions:
+            if when >= end:
+                break
+            if admitted and since is None:
+                since = when
+            elif not admitted and since is not None:
+                out.append((since, when))
+                since = None
+        if since is not None:
+            out.append((since, end))
+        return out
+
     def admitted_at(self, t: float) -> bool:
         """Whether the Workload was admitted at time ``t`` (the last transition at or before it)."""
         state = False

@@ -219,11 +219,36 @@ def read_totals(prom: PromClient) -> dict[str, PoolTotals]:
     Raises:
         gpufleet.prom.client.PromError: Prometheus unreachable or answering an error.
     """
+    return _read(prom, GPU_SECONDS_METRIC, COST_METRIC, None)
+
+
+def read_windows(prom: PromClient, windows: Iterable[tuple[float, float]]) -> dict[str, PoolTotals]:
+    """``{pool: PoolTotals}`` held outside during ``windows`` (``(start, end)``, Unix seconds), summed: each
+    window is the counters' PromQL ``increase`` over it, evaluated at its end (``increase`` spans a
+    virtual kubelet's restart). Prometheus' extrapolation makes a window's figure approximate to a scrape
+    interval's worth at each edge.
+
+    Raises:
+        gpufleet.prom.client.PromError: Prometheus unreachable or answering an error.
+    """
     out: dict[str, PoolTotals] = {}
-    for s in prom.query(f"sum by (pool) ({GPU_SECONDS_METRIC})"):
+    for start, end in windows:
+        if end <= start:
+            continue
+        span = f"[{max(1, round(end - start))}s]"
+        for pool, t in _read(prom, f"increase({GPU_SECONDS_METRIC}{span})", f"increase({COST_METRIC}{span})",
+                             end).items():
+            out[pool] = out[pool] + t if pool in out else t
+    return out
+
+
+def _read(prom: PromClient, seconds: str, cost: str, at: float | None) -> dict[str, PoolTotals]:
+    """The two series summed by pool (and currency), read at ``at`` (None: now)."""
+    out: dict[str, PoolTotals] = {}
+    for s in prom.query(f"sum by (pool) ({seconds})", at=at):
         pool = s["metric"].get("pool", "")
         out[pool] = PoolTotals(float(s["value"][1]), 0.0)
-    for s in prom.query(f"sum by (pool, currency) ({COST_METRIC})"):
+    for s in prom.query(f"sum by (pool, currency) ({cost})", at=at):
         pool = s["metric"].get("pool", "")
         t = out.get(pool, PoolTotals())
         out[pool] = PoolTotals(t.gpu_seconds, t.cost + float(s["value"][1]), s["metric"].get("currency", CURRENCY))

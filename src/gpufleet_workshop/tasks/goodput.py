@@ -12,6 +12,8 @@ from pathlib import Path
 from invoke import Context, task
 from invoke.exceptions import Exit
 
+from gpufleet import cliargs
+
 #: Where ``sim.goodput`` looks for a fault replay's measured latencies when --latencies is not given.
 REPLAY_LATENCIES = Path("out/goodput-replay/latencies.json")
 
@@ -99,6 +101,8 @@ ACCOUNT_HELP = {
     "kubeconfig": "kubeconfig file (default: $KUBECONFIG or ~/.kube/config; for --env local, the local cluster's)",
     "context": "kubeconfig context (default: the current one)",
     "checkpoint_dir": "where to read the job's checkpoints here (default: the CHECKPOINT_DIR its pods were given)",
+    "prometheus_url": "Prometheus base URL, http(s)://host[:port]: adds what inference held outside while the job was "
+                      "admitted (GPU-seconds and cost by pool, from the virtual kubelets' counters)",
 }
 
 
@@ -108,14 +112,18 @@ def account_task():
 
 
 def account(c: Context, name: str, namespace: str = "", out: str = "", env: str = "local", kubeconfig: str = "",
-            context: str = "", checkpoint_dir: str = "") -> None:
+            context: str = "", checkpoint_dir: str = "", prometheus_url: str = "") -> None:
     """Show one training job's goodput: ETTR, lost time by cause, interruptions, and a timeline PNG.
 
     Reads the job's Kueue Workload (conditions and Events), its pods and
     the checkpoints it wrote ($CHECKPOINT_DIR/step-<N>/ with a completion
     marker, templates/training/README.md), as the gpufleet goodput
     accountant does, but once: pods deleted before now and Events older
-    than the API server keeps (1 h by default) are not seen. Example:
+    than the API server keeps (1 h by default) are not seen. With
+    --prometheus-url, also what the job's admission cost outside: the
+    GPU-seconds and cost inference held on virtual nodes while the job was
+    admitted, by pool (every job admitted at the same time sees the same
+    outside capacity: training's priority as a whole moved it). Example:
     invoke train.goodput llm-8b-run1 --namespace team-pretrain
     """
     from rich.console import Console
@@ -145,6 +153,11 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
         problems.append(f"--out {out!r}: expected a folder path (it is created if missing)")
     if checkpoint_dir and not Path(checkpoint_dir).is_dir():
         problems.append(f"--checkpoint-dir {checkpoint_dir!r}: expected an existing folder")
+    if prometheus_url:
+        try:
+            cliargs.check("--prometheus-url", cliargs.http_url, prometheus_url)
+        except ValueError as exc:
+            problems.append(str(exc))
     if problems:
         raise Exit("\n".join(problems), code=2)
     try:
@@ -171,13 +184,67 @@ def account(c: Context, name: str, namespace: str = "", out: str = "", env: str 
             result = tracker.account_of(jobs[-1], now, checkpoint_dir or None)
     finally:
         kube.close()
+    outside = None
+    if prometheus_url:
+        from gpufleet.prom.client import PromClient
+
+        prom = PromClient(prometheus_url)
+        try:
+            outside = outside_while_admitted(prom, jobs[-1].admitted_windows(result.end))
+        finally:
+            prom.close()
     out_dir.mkdir(parents=True, exist_ok=True)
     import json
 
-    (out_dir / "account.json").write_text(json.dumps(account_json(result), indent=2) + "\n")
+    doc = account_json(result)
+    if outside is not None:
+        doc["outside_while_admitted"] = outside
+    (out_dir / "account.json").write_text(json.dumps(doc, indent=2) + "\n")
     png = plot_timeline(result, out_dir / "timeline.png")
     Console().print(table(result))
+    if outside is not None:
+        Console().print(outside_table(outside))
     Console(stderr=True).print(f"wrote {out_dir / 'account.json'}, {png}")
+
+
+def outside_while_admitted(prom, windows: list[tuple[float, float]]) -> dict:
+    """What inference held outside while the job was admitted (``windows``, Unix seconds), for account.json.
+
+    Args:
+        prom: a :class:`gpufleet.prom.client.PromClient` where the virtual kubelets' counters are scraped.
+        windows: the job's admissions (:meth:`gpufleet.goodput.history.WorkloadRecord.admitted_windows`).
+
+    Returns:
+        ``{"windows": [[start, end], ...], "pools": {pool: {"gpu_seconds", "cost", "currency"}}}``, or
+        ``{"windows": ..., "error": why}`` when Prometheus cannot be read (the account is written anyway).
+    """
+    from gpufleet.prom.client import PromError
+    from gpufleet.virtual_kubelet.ledger import read_windows
+
+    doc: dict = {"windows": [[round(s, 3), round(e, 3)] for s, e in windows]}
+    try:
+        totals = read_windows(prom, windows)
+    except PromError as exc:
+        return {**doc, "error": str(exc)}
+    doc["pools"] = {pool: {"gpu_seconds": round(t.gpu_seconds, 1), "cost": round(t.cost, 4), "currency": t.currency}
+                    for pool, t in sorted(totals.items())}
+    return doc
+
+
+def outside_table(outside: dict):
+    """A rich Table of :func:`outside_while_admitted`'s figures (or why there are none)."""
+    from rich.table import Table
+
+    t = Table(title="outside capacity while the job was admitted (virtual kubelets' counters)")
+    for col, justify in (("pool", "left"), ("GPU-hours", "right"), ("cost", "right")):
+        t.add_column(col, justify=justify)
+    if "error" in outside:
+        t.add_row("-", "-", f"not read: {outside['error']}")
+    for pool, p in outside.get("pools", {}).items():
+        t.add_row(pool, f"{p['gpu_seconds'] / 3600:,.2f}", f"{p['cost']:,.2f} {p['currency']}")
+    if not outside.get("error") and not outside.get("pools"):
+        t.add_row("-", "0", "nothing ran outside" if outside["windows"] else "never admitted")
+    return t
 
 
 @task(help={
