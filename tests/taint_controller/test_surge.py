@@ -220,3 +220,30 @@ def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a
     finally:
         surges.deployments.stop()
         kube.close()
+
+
+def test_a_surge_pod_orphaned_by_an_interrupted_hand_over_is_adopted_or_removed_on_recovery():
+    """An instance stopped between the surge ReplicaSet's Orphan delete and the relabel: the next one
+    relabels the pod into its victim's ReplicaSet, or, the victim gone, deletes the pod left over."""
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    orphan = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                               "gpufleet.io/surge-direction": "out"}, "unused")
+    orphan["metadata"].pop("ownerReferences")
+    kube = cluster(victim, orphan)
+    surges = Surges(kube, cache(victim, orphan), direction="out")
+    surges.recover()
+    assert calls(kube) == [("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {
+        SURGE_FOR_LABEL: None, "gpufleet.io/surge-direction": None, "pod-template-hash": "7d9f"}}})]
+    assert surges.ready(victim), "handed over: the victim goes with its ReplicaSet, no second surge"
+    assert [c[0] for c in calls(kube)] == ["patch"]
+
+    gone = view("srv-surge-x2", "surge-uid-2", {"app": "srv", SURGE_FOR_LABEL: "victim-gone",
+                                               "gpufleet.io/surge-direction": "out"}, "unused")
+    gone["metadata"].pop("ownerReferences")
+    back = view("srv-surge-x3", "surge-uid-3", {"app": "srv", SURGE_FOR_LABEL: "other",
+                                               "gpufleet.io/surge-direction": "back"}, "unused")
+    back["metadata"].pop("ownerReferences")
+    kube = cluster(gone, back)
+    Surges(kube, cache(gone, back), direction="out").recover()
+    assert calls(kube) == [("delete", "pods", "srv-surge-x2", None)], "the way back's orphan is the other's"
+    assert kube.object("pods", "srv-surge-x2", "inference")["metadata"]["deletionTimestamp"], "graceful: it drains"

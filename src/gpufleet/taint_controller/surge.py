@@ -289,13 +289,52 @@ class Surges:
         self.unsurgeable: set[str] = set()
 
     def recover(self) -> None:
-        """Take over surges an earlier instance created (from their pods' labels and owners)."""
+        """Take over surges an earlier instance created (from their pods' labels and owners), and finish the
+        hand-overs it left half done.
+
+        A surge pod without an owner was orphaned by a hand-over (:meth:`hand_over`: its ReplicaSet deleted
+        with ``Orphan``) that stopped before the relabel, an instance gone between the two writes: nothing
+        else would ever adopt or remove it. It is relabelled into its victim's ReplicaSet when the victim is
+        still there (the hand-over's last step; the victim already carries the lowest deletion cost), and
+        deleted when the victim is gone (its ReplicaSet replaced it: this pod is one too many, and outside
+        it costs money while it runs).
+        """
         for p in self.pods.items():
             labels = p["metadata"].get("labels") or {}
             uid = labels.get(SURGE_FOR_LABEL)
+            if not uid or labels.get(SURGE_DIRECTION_LABEL, "out") != self.direction:
+                continue
             rs = owner_of(p["metadata"], "ReplicaSet")
-            if uid and rs and uid not in self.live and labels.get(SURGE_DIRECTION_LABEL, "out") == self.direction:
+            if rs is None:
+                self._finish_orphan(p, uid)
+            elif uid not in self.live:
                 self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
+
+    def _finish_orphan(self, pod: dict[str, Any], victim_uid: str) -> None:
+        """Relabel or delete an ownerless surge pod (:meth:`recover`); a failed write is logged (the pod stays
+        as it is until the next instance's recovery)."""
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        victim = pod_by_uid(self.pods, victim_uid)
+        template_hash = ((victim or {}).get("metadata", {}).get("labels") or {}).get(TEMPLATE_HASH_LABEL)
+        try:
+            if victim is not None and template_hash and not victim["metadata"].get("deletionTimestamp"):
+                self.kube.patch("v1", "pods", name, {"metadata": {"labels": {
+                    SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None, TEMPLATE_HASH_LABEL: template_hash}}}, ns)
+                self.handed[victim_uid] = self.clock()
+                SURGES.labels("handed over").inc()
+                log.info("flip-%s: %s/%s, orphaned by an interrupted hand-over, took the place of %s",
+                         self.direction, ns, name, victim["metadata"]["name"])
+            else:
+                self.kube.delete("v1", "pods", name, ns, uid=meta["uid"])
+                SURGES.labels("removed").inc()
+                log.info("flip-%s: %s/%s, orphaned by an interrupted hand-over whose pod is gone, removed",
+                         self.direction, ns, name)
+        except NotFound:
+            pass
+        except KubeError as exc:
+            log.warning("flip-%s: finishing the hand-over of orphaned surge pod %s/%s: %s", self.direction, ns,
+                        name, exc)
 
     def ready(self, victim: dict[str, Any]) -> bool:
         """Whether ``victim`` (a pod view) may go now: its surge pod is Ready and published (then
