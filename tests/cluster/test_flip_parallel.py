@@ -1,0 +1,115 @@
+"""The flip-out serves several training pods side by side: every node reserved in one pass, every victim moved
+in the same rounds, make before break, on a real API server.
+
+Three marked kwok nodes each run one inference replica of 8 GPUs (PDB
+maxUnavailable 1); three training pods each need a whole marked node. A
+real virtual kubelet (the simulated rental, a 2 s start) is the outside. The
+flip-out runs in the test process on real watches (as ``test_flip_failures.py``).
+Served one after another, the second and third reservations would wait for
+the first node's replacement to start outside; side by side, the first pass
+reserves all three nodes and starts all three replacements at once.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.kube import Kube, NotFound
+from gpufleet.names import RESERVED_TAINT, SURGE_FOR_LABEL
+from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.signal import ApiServerSignal
+from gpufleet.virtual_kubelet.main import VirtualKubelet
+from gpufleet_workshop.rental.provider import SimulatedProvider
+
+from .helpers import busy_nodes, wait
+from .test_flip_failures import _free_gpus_taint, min_ready
+from .test_flip_surge import MARK, TRAINING_CLASS, _exists, record, trainer
+from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
+
+pytestmark = pytest.mark.cluster
+
+POOL = "flip-parallel"
+NODES = 3
+
+
+@pytest.fixture
+def setup(local_cluster):
+    """Three marked free kwok nodes, the training PriorityClass, a namespace, the flip-out's caches, and a
+    virtual kubelet (pool :data:`POOL`, marked, closed by the free-GPU taint) on the simulated rental."""
+    kube = local_cluster.kube
+    free = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
+                   ["items"]} - busy_nodes(kube))
+    if len(free) < NODES:
+        pytest.fail(f"{NODES} free simulated GPU nodes needed, {len(free)} free: {free}")
+    nodes = free[:NODES]
+    for node in nodes:
+        kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
+    if not _exists(kube, TRAINING_CLASS):
+        kube.create("scheduling.k8s.io/v1", "priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
+            "value": 1000000, "preemptionPolicy": "Never"})
+    prov = SimulatedProvider(POOL, gpu_product=H100, price_per_gpu_hour=2.85, node_name=f"vk-{POOL}", gpus=32,
+                             start_latency_seconds=2.0).start()
+    vk = VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0).start()
+    kube.patch("v1", "nodes", vk.node_name, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
+    _free_gpus_taint(kube, vk.node_name, on=True)
+    ns = namespace(kube, "flippar")
+    caches = ApiServerSignal(kube).start()
+    yield kube, ns, nodes, caches, vk
+    caches.stop()
+    vk.close()
+    delete_namespace(kube, ns)
+    try:
+        kube.delete("v1", "nodes", vk.node_name)
+    except NotFound:
+        pass
+    for node in nodes:
+        kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
+        live = kube.get("v1", "nodes", node)
+        taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
+        kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
+
+
+def reserved_nodes(kube: Kube, nodes: list[str]) -> set[str]:
+    return {n for n in nodes if any(t.get("key") == RESERVED_TAINT for t in kube.get("v1", "nodes", n)["spec"]
+                                    .get("taints") or [])}
+
+
+def test_several_training_pods_are_served_side_by_side_and_every_replica_keeps_serving(setup):
+    kube, ns, nodes, caches, vk = setup
+    kube.create("apps/v1", "deployments", deployment("srv", ns, NODES, node_selector=dict([MARK]), gpus=8), ns)
+    kube.create("policy/v1", "poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "srv", "namespace": ns},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "srv"}}}}, ns)
+    wait(f"{NODES} inference pods Ready on the marked nodes", lambda: sorted(
+        p["spec"].get("nodeName") for p in pods(kube, ns, "app=srv") if ready(p)) == nodes)
+    before = pods(kube, ns, "app=srv")
+    events = record(kube, ns)
+    for i in range(NODES):
+        t = trainer(ns)
+        t["metadata"]["name"] = f"trainer-{i}"
+        kube.create("v1", "pods", t, ns)
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+                  mode="make_before_break", surge_max_wait_seconds=120, concurrent_syncs=NODES)
+    try:
+        wait("the trainers unschedulable in the flip-out's cache", lambda: len(
+            [p for p in caches.pods.items() if p["metadata"]["name"].startswith("trainer-") and p["unschedulable"]])
+            == NODES)
+        out.tick()
+        assert reserved_nodes(kube, nodes) == set(nodes), "one pass reserves every node the trainers need"
+        surge_sets = kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+        assert len(surge_sets) == NODES, "and starts every replacement outside in that same pass"
+        _free_gpus_taint(kube, vk.node_name, on=False)  # the reservations took the free GPUs: the outside opens
+
+        def bound() -> bool:
+            out.tick()
+            return all(p["spec"].get("nodeName") in nodes for p in pods(kube, ns)
+                       if p["metadata"]["name"].startswith("trainer-"))
+
+        wait("every trainer bound to a marked node", bound, timeout=120, interval=0.5)
+    finally:
+        out.close()
+    low = min_ready(events, before)
+    assert low >= NODES, f"Ready inference pods went down to {low}: a victim went before its replacement served"
+    outside = [p for p in pods(kube, ns, "app=srv") if p["spec"].get("nodeName") == vk.node_name and ready(p)]
+    assert len(outside) == NODES, "every replica serves outside"
