@@ -207,7 +207,10 @@ def controller(name: str, namespace: str, args: list[str], rules: list[Obj], *, 
         + api_server_env(fleet.gpufleet_api_server)
         + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
+        # /healthz fails on a stale heartbeat (a stuck loop); a slow answer on a busy node is not one: the
+        # kubelet's 1 s default timeout restarted controllers that were working, under load.
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 3},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
     }
     # The root filesystem is read-only; the Kubernetes client writes a kubeconfig's embedded

@@ -121,6 +121,7 @@ def test_controllers_have_least_privilege_rbac_requests_and_probes(name: str) ->
     dep = find(r, "Deployment", name, "gpufleet-system")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["requests"]["cpu"] and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["timeoutSeconds"] >= 5, "a busy node answers slowly; only a stale heartbeat is a hang"
     role = find(r, "ClusterRole", f"gpufleet:{name}")
     verbs = {v for rule in role["rules"] for v in rule["verbs"]}
     assert "*" not in verbs and not any("*" in rule["resources"] for rule in role["rules"])
