@@ -14,7 +14,7 @@ def test_defaults():
         "remove_hold_seconds": None, "signal": "apiserver", "promql": PROMQL,
         "prometheus_url": "http://prometheus.monitoring:9090", "flip_mode": "make_before_break",
         "surge_max_wait_seconds": 180.0, "pools": (), "flip_out": True, "flip_out_priority_classes": ("gpufleet-training",),
-        "flip_out_max_wait_seconds": 300.0, "flip_out_concurrent_syncs": 16, "flip_back": "release",
+        "flip_out_max_wait_seconds": 300.0, "flip_out_concurrent_syncs": 8, "flip_back": "release",
         "flip_back_pods_per_minute": 10.0,
         "flip_back_max_in_flight": 1, "tick_seconds": 1.0,
     }

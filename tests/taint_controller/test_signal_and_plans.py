@@ -115,6 +115,18 @@ def test_preemptors_of_one_shape_are_not_searched_again_once_one_found_no_node(m
         "t3 and t4 have t2's shape: no node for them; t5 has its own"
 
 
+def test_a_pod_that_fits_as_is_says_nothing_of_the_next_pod_of_its_shape():
+    """A fits on n0 as it is (the scheduler's job); C then reserves n0; B, of A's shape, is still planned."""
+    nodes = [node("n0"), node("n1")]
+    training = {"priority": 100000, "phase": "Pending", "pc": "gpufleet-training", "unschedulable": True}
+    pods = [pod("i0", "n0", 4), pod("i1", "n1", 8),
+            pod("a", gpus=4, created="2026-01-01T00:00:01Z", **training),
+            pod("c", gpus=8, created="2026-01-01T00:00:02Z", **training),
+            pod("b", gpus=4, created="2026-01-01T00:00:03Z", **training)]
+    assert [(r.pod["metadata"]["name"], r.node) for r in plan(nodes, pods, ["gpufleet-training"])] == [
+        ("c", "n0"), ("b", "n1")]
+
+
 def test_the_flip_out_moves_only_the_pods_the_preemptor_needs_gone():
     trainer = pod("t", gpus=4, priority=1000000, pc="gpufleet-training", unschedulable=True)
     n = node("a", gpus=8)

@@ -247,3 +247,23 @@ def test_a_surge_pod_orphaned_by_an_interrupted_hand_over_is_adopted_or_removed_
     Surges(kube, cache(gone, back), direction="out").recover()
     assert calls(kube) == [("delete", "pods", "srv-surge-x2", None)], "the way back's orphan is the other's"
     assert kube.object("pods", "srv-surge-x2", "inference")["metadata"]["deletionTimestamp"], "graceful: it drains"
+
+
+def test_a_hand_over_cut_after_its_orphan_delete_leaves_no_pod_behind_when_the_surge_is_removed():
+    """The relabel fails after the surge ReplicaSet was deleted with Orphan; the victim then needs no move
+    any more: removing the surge finds its ReplicaSet gone and deletes the pod it left."""
+    from gpufleet.kube import ServerError
+
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+    surge_pod = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                                  "gpufleet.io/surge-direction": "out"}, surge_rs)
+    kube = cluster(victim, surge_pod)
+    surges = Surges(kube, cache(victim, surge_pod), direction="out")
+    assert not surges.ready(victim) and surges.ready(victim)
+    kube.fail("patch", "pods", ServerError(500, "InternalError", "etcd leader changed"), name="srv-surge-x1")
+    assert surges.hand_over(victim) is None, "the relabel failed: tried again next tick"
+    kube.actions.clear()
+    surges.reconcile([])  # the preemptor went: the victim stays, the surge goes
+    assert calls(kube) == [("delete", "replicasets", surge_rs, "Background"), ("delete", "pods", "srv-surge-x1", None)]
+    assert VICTIM["uid"] not in surges.live

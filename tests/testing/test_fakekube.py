@@ -379,3 +379,20 @@ def test_fake_prometheus_answers_the_real_clients_methods():
     prom.fail("up")
     with pytest.raises(PromError, match="connection refused"):
         prom.query("up")
+
+
+def test_json_patch_answers_as_the_api_server_does():
+    """400 only for a patch that does not decode; an operation that does not apply, unknown or incomplete
+    ones included, is 422 (kube-apiserver's patch handler)."""
+    from gpufleet_workshop.testing.patches import PatchError, json_patch
+
+    doc = {"a": {"b": [1, 2]}}
+    assert json_patch(doc, [{"op": "add", "path": "/a/b/-", "value": 3}, {"op": "move", "from": "/a/b/0",
+                                                                         "path": "/c"}]) == {"a": {"b": [2, 3]}, "c": 1}
+    assert doc == {"a": {"b": [1, 2]}}, "the target is not changed"
+    for ops, status in (({"op": "add"}, 400), (["add"], 400), ([{"op": "bogus", "path": "/a"}], 422),
+                        ([{"op": "remove", "path": "/x"}], 422), ([{"op": "copy", "path": "/x"}], 422),
+                        ([{"op": "test", "path": "/a/b/0", "value": 9}], 422)):
+        with pytest.raises(PatchError) as exc:
+            json_patch(doc, ops)
+        assert exc.value.status == status, (ops, exc.value)

@@ -43,9 +43,10 @@ PROMQL = ('sum(kube_node_status_allocatable{resource="nvidia_com_gpu",node!~"vk-
           '- sum(kube_pod_container_resource_requests{resource="nvidia_com_gpu",node!~"vk-.*"})')
 
 
-#: The most reservations worked on at once: the client's pool holds 32 connections, of which the watches
-#: (nodes, pods, Services, EndpointSlices, Deployments, Leases) hold some for as long as they last.
-MAX_CONCURRENT_SYNCS = 24
+#: The most reservations worked on at once: the client's pool holds 32 connections, of which each watch
+#: (nodes, pods, Services, EndpointSlices, gpufleet's slices, node Leases, the Deployments of each
+#: inference namespace) holds one for as long as it lasts.
+MAX_CONCURRENT_SYNCS = 16
 
 
 class Configuration(BaseModel):
@@ -94,7 +95,7 @@ class Configuration(BaseModel):
     flip_out: bool = True
     flip_out_priority_classes: tuple[cc.DnsLabel, ...] = Field(default=("gpufleet-training",), min_length=1)
     flip_out_max_wait_seconds: cc.Seconds = 300.0
-    flip_out_concurrent_syncs: cc.PositiveCount = Field(default=16, le=MAX_CONCURRENT_SYNCS)
+    flip_out_concurrent_syncs: cc.PositiveCount = Field(default=8, le=MAX_CONCURRENT_SYNCS)
     flip_back: FlipBackMode = "release"
     flip_back_pods_per_minute: cc.PositiveNumber = 10.0
     flip_back_max_in_flight: cc.PositiveCount = 1

@@ -127,8 +127,10 @@ def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[
     free = node["gpus"] - sum(p["gpus"] for p in bound)
     if free >= pod["gpus"]:
         return []
+    # Namespace and UID last: the same choice on every tick, whatever order the pods come in.
     lower = sorted((p for p in bound if p["priority"] < pod["priority"] and not p["metadata"].get("deletionTimestamp")),
-                   key=lambda p: (p["priority"], -p["gpus"], p["metadata"]["name"]))
+                   key=lambda p: (p["priority"], -p["gpus"], p["metadata"]["name"], p["metadata"].get("namespace", ""),
+                                  p["metadata"].get("uid", "")))
     victims = []
     for v in lower:
         if free >= pod["gpus"]:
@@ -178,19 +180,19 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
             if best is None or score < best[0]:
                 best = (score, node, victims)
         else:
-            if best is not None:
-                _, node, victims = best
-                taken.add(node["name"])
-                out.append(Reservation(pod, node["name"], tuple(victims)))
+            if best is None:
+                hopeless.add(shape)  # no node at all: not "fits as is", which says nothing of the next pod
                 continue
-        hopeless.add(shape)
+            _, node, victims = best
+            taken.add(node["name"])
+            out.append(Reservation(pod, node["name"], tuple(victims)))
     return out
 
 
 def _shape(pod: dict[str, Any]) -> tuple:
     """What decides where a preemptor may go and what it must evict: GPUs, priority, node selector, tolerations."""
     return (pod["gpus"], pod["priority"], tuple(sorted(pod["nodeSelector"].items())),
-            json.dumps(pod["tolerations"], sort_keys=True))
+            tuple(sorted(json.dumps(t, sort_keys=True) for t in pod["tolerations"])))
 
 
 class FlipOut:
@@ -260,12 +262,25 @@ class FlipOut:
         RESERVATIONS.set(len(reservations_of(self.nodes.items())))
 
     def _each(self, work: list[Callable[[], set[str]]]) -> list[set[str]]:
-        """Run ``work`` (one callable per reservation), up to ``concurrent_syncs`` at once; their results in order."""
+        """Run ``work`` (one callable per reservation), up to ``concurrent_syncs`` at once; their results in order.
+
+        Every item runs to its end before the tick goes on, even when one raises (logged, its result empty):
+        the next tick must not find this one's work on a reservation still running.
+        """
         if len(work) <= 1 or self.concurrent_syncs == 1:
-            return [w() for w in work]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrent_syncs, thread_name_prefix="flip-out")
-        return list(self._pool.map(lambda w: w(), work))
+            futures = None
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrent_syncs, thread_name_prefix="flip-out")
+            futures = [self._pool.submit(w) for w in work]
+        out: list[set[str]] = []
+        for i, w in enumerate(work):
+            try:
+                out.append(w() if futures is None else futures[i].result())
+            except Exception:
+                log.exception("flip-out: a reservation's pass failed")
+                out.append(set())
+        return out
 
     def _release(self, node: str, uid: str) -> set[str]:
         """The preemptor ``uid`` is bound or gone: remove its reservation of ``node``."""
@@ -281,10 +296,12 @@ class FlipOut:
         return self._push(r.pod, r.node)
 
     def close(self) -> None:
-        """Stop the worker threads (after the tick in progress)."""
+        """Stop the worker threads (after the tick in progress) and the surges' Deployment watches."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self.surges is not None:
+            self.surges.deployments.stop()
 
     def _guard(self, fn, *args):
         try:
@@ -306,7 +323,7 @@ class FlipOut:
         needed = victims_for(pod, view, staying) if view is not None else None
         if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
             needed = [p for p in staying if p["priority"] < pod["priority"]]
-        victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"]))
+        victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"], p["metadata"].get("namespace", "")))
         wanted = {v["metadata"]["uid"] for v in victims}
         if self.surges is not None and waited > self.surge_max_wait:
             self.surges.give_up(victims)

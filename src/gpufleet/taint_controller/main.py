@@ -210,7 +210,11 @@ def run(args: argparse.Namespace) -> int:
 
     def loop(stop: threading.Event) -> None:
         threading.Thread(target=lambda: (stop.wait(), ctl.stop()), daemon=True, name="taint-controller-stop").start()
-        ctl.run(s.tick_seconds, liveness.beat)
+        try:
+            ctl.run(s.tick_seconds, liveness.beat)
+        finally:
+            if ctl.flip_out is not None:
+                ctl.flip_out.close()
 
     return runtime.run("taint-controller", loop, metrics_port=args.metrics_port, liveness=liveness, kube=kube,
                        lease=(LEASE_NAME, args.namespace) if args.leader_elect else None, timings=timings)

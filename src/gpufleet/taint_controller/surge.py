@@ -295,9 +295,10 @@ class Surges:
         A surge pod without an owner was orphaned by a hand-over (:meth:`hand_over`: its ReplicaSet deleted
         with ``Orphan``) that stopped before the relabel, an instance gone between the two writes: nothing
         else would ever adopt or remove it. It is relabelled into its victim's ReplicaSet when the victim is
-        still there (the hand-over's last step; the victim already carries the lowest deletion cost), and
-        deleted when the victim is gone (its ReplicaSet replaced it: this pod is one too many, and outside
-        it costs money while it runs).
+        still there, terminating or not (the hand-over's last step; the victim already carries the lowest
+        deletion cost), and deleted when the victim is gone (its ReplicaSet replaced it: this pod is one too
+        many, and outside it costs money while it runs). A running instance removes such a pod with its
+        surge (:meth:`reconcile`).
         """
         for p in self.pods.items():
             labels = p["metadata"].get("labels") or {}
@@ -318,7 +319,9 @@ class Surges:
         victim = pod_by_uid(self.pods, victim_uid)
         template_hash = ((victim or {}).get("metadata", {}).get("labels") or {}).get(TEMPLATE_HASH_LABEL)
         try:
-            if victim is not None and template_hash and not victim["metadata"].get("deletionTimestamp"):
+            # A terminating victim still names the ReplicaSet to join: adopted, the pod stands in for the
+            # replacement that ReplicaSet starts (it removes one of the two, the one not yet Ready first).
+            if victim is not None and template_hash:
                 self.kube.patch("v1", "pods", name, {"metadata": {"labels": {
                     SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None, TEMPLATE_HASH_LABEL: template_hash}}}, ns)
                 self.handed[victim_uid] = self.clock()
@@ -530,10 +533,33 @@ class Surges:
         try:
             self.kube.delete("apps/v1", "replicasets", s.name, s.namespace, propagation="Background")
         except NotFound:
-            pass
+            # Gone already: by an earlier removal (its pods go with it), or by a hand-over interrupted after
+            # its Orphan delete, whose pod nothing else would ever remove: remove what still carries the label.
+            if not self._remove_pods(s):
+                return
         except KubeError as exc:
             log.warning("flip-%s: removing surge %s/%s: %s", self.direction, s.namespace, s.name, exc)
             return
         self.live.pop(s.victim_uid, None)
         SURGES.labels("removed").inc()
         log.info("flip-%s: surge %s/%s removed: %s", self.direction, s.namespace, s.name, why)
+
+    def _remove_pods(self, s: Surge) -> bool:
+        """Delete the pods still labelled as ``s``'s surge (UID-preconditioned); False when a delete failed
+        (the next tick tries again)."""
+        for p in self.pods.by_index(BY_SURGE_FOR, s.victim_uid):
+            meta = p["metadata"]
+            if ((meta.get("labels") or {}).get(SURGE_DIRECTION_LABEL, "out") != self.direction
+                    or meta.get("deletionTimestamp")):
+                continue
+            try:
+                self.kube.delete("v1", "pods", meta["name"], meta["namespace"], uid=meta["uid"])
+            except NotFound:
+                continue
+            except KubeError as exc:
+                log.warning("flip-%s: removing pod %s/%s of surge %s: %s", self.direction, meta["namespace"],
+                            meta["name"], s.name, exc)
+                return False
+            log.info("flip-%s: pod %s/%s of surge %s (its ReplicaSet gone) removed", self.direction,
+                     meta["namespace"], meta["name"], s.name)
+        return True

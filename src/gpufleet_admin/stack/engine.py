@@ -63,21 +63,24 @@ PROJECT_FILE = paths.REPO_ROOT / "Pulumi.yaml"
 
 
 def project_setting(key: str, project_file: Path = PROJECT_FILE) -> Any:
-    """The value of ``key`` (``kubernetes:enableConfigMapMutable``) in the project file's ``config``.
-
-    The engine's explicit provider reads the project's provider settings from
-    here, so ``pulumi up`` and the engine take them from one place.
+    """The value of ``key`` (``kubernetes:enableConfigMapMutable``) in the project file's ``config``, in
+    either of the forms Pulumi accepts: ``key: value``, or ``key: {value: ...}`` / ``{default: ...}``.
 
     Raises:
-        EngineError: the file cannot be read, or holds no ``config.<key>.value``.
+        EngineError: the file cannot be read, or sets no value for ``key``.
     """
     import yaml
 
     try:
-        config = (yaml.safe_load(project_file.read_text()) or {}).get("config") or {}
-        return config[key]["value"]
+        entry = ((yaml.safe_load(project_file.read_text()) or {}).get("config") or {})[key]
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError) as exc:
-        raise EngineError(f"{project_file}: expected config.{key}.value ({type(exc).__name__}: {exc})") from None
+        raise EngineError(f"{project_file}: expected config.{key} ({type(exc).__name__}: {exc})") from None
+    if not isinstance(entry, dict):
+        return entry
+    for field_ in ("value", "default"):
+        if field_ in entry:
+            return entry[field_]
+    raise EngineError(f"{project_file}: config.{key}: expected a value (or value:/default:), got {entry!r}")
 
 
 def default_backend() -> Path:
@@ -202,6 +205,13 @@ def install_provider(cli: Path, provider: Path, version: str, printer: Printer =
     return plugin_dir
 
 
+def _config_map_mutable(pulumi) -> bool:
+    """``kubernetes:enableConfigMapMutable`` as the stack sees it (Pulumi.yaml's value, or a stack's own in
+    ``Pulumi.<stack>.yaml``), else Pulumi.yaml's read directly (a work folder without the project file)."""
+    value = pulumi.Config("kubernetes").get_bool("enableConfigMapMutable")
+    return bool(project_setting("kubernetes:enableConfigMapMutable")) if value is None else value
+
+
 def program(target: Target) -> Callable[[], None]:
     """The inline program: an explicit Kubernetes provider for ``target``, then the stack program."""
 
@@ -219,7 +229,7 @@ def program(target: Target) -> Callable[[], None]:
             # place; the Deployment's checksum annotation rolls its pods. The provider's default replaces a
             # changed ConfigMap (delete, then create: a window without it). Set in Pulumi.yaml, for `pulumi up`'s
             # default provider and this one alike.
-            enable_config_map_mutable=project_setting("kubernetes:enableConfigMapMutable"),
+            enable_config_map_mutable=_config_map_mutable(pulumi),
             opts=pulumi.ResourceOptions(version=tools.provider().reports),
         )
         main(provider)

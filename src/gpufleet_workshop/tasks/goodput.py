@@ -243,7 +243,8 @@ def outside_table(outside: dict):
     for pool, p in outside.get("pools", {}).items():
         t.add_row(pool, f"{p['gpu_seconds'] / 3600:,.2f}", f"{p['cost']:,.2f} {p['currency']}")
     if not outside.get("error") and not outside.get("pools"):
-        t.add_row("-", "0", "nothing ran outside" if outside["windows"] else "never admitted")
+        t.add_row("-", "-", "no series for these windows: nothing ran outside, or a window is shorter than two "
+                  "scrapes or older than Prometheus keeps" if outside["windows"] else "never admitted")
     return t
 
 

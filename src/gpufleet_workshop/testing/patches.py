@@ -103,22 +103,23 @@ def json_patch(target: Any, ops: Any) -> Any:
     """``target`` with the RFC 6902 operations ``ops`` applied (all or nothing); ``target`` is not changed.
 
     Each operation is applied by the ``jsonpatch`` library, one at a time so that an error names its
-    operation; the library's errors become the API server's answers.
+    operation. As kube-apiserver answers (``staging/.../handlers/patch.go``): a patch that does not decode
+    (not a list of objects) is 400; any operation that fails to apply, an unknown or incomplete one
+    included, is 422.
 
     Raises:
-        PatchError: a malformed patch or operation (400), a path that does not apply or a failed ``test`` (422).
+        PatchError: 400 or 422, as above.
     """
-    if not isinstance(ops, list):
-        raise PatchError(400, "json patch: expected a list of operations")
+    if not isinstance(ops, list) or not all(isinstance(o, dict) for o in ops):
+        raise PatchError(400, "json patch: expected a list of operations (objects)")
     doc = copy.deepcopy(target)
     for o in ops:
         try:
             doc = jsonpatch.JsonPatch([o]).apply(doc, in_place=True)
         except jsonpatch.JsonPatchTestFailed:
             raise PatchError(422, f"testing value {o.get('path')} failed") from None
-        except jsonpatch.InvalidJsonPatch as exc:
-            raise PatchError(400, f"json patch: malformed operation {o!r}: {exc}") from None
-        except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException, KeyError, IndexError, TypeError) as exc:
+        except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException, KeyError, IndexError,
+                TypeError) as exc:
             raise PatchError(422, f"{o.get('op')} operation does not apply: {o.get('path')}: {exc}") from None
     return doc
 
