@@ -1,13 +1,13 @@
-"""The flip-out serves several training pods side by side: every node reserved in one pass, every victim moved
-in the same rounds, make before break, on a real API server.
+"""The flip-out serves several training pods side by side against a real API server: every node reserved and
+every replacement started in one pass, make before break, every replica serving throughout.
 
 Three marked kwok nodes each run one inference replica of 8 GPUs (PDB
 maxUnavailable 1); three training pods each need a whole marked node. A
 real virtual kubelet (the simulated rental, a 2 s start) is the outside. The
-flip-out runs in the test process on real watches (as ``test_flip_failures.py``).
-Served one after another, the second and third reservations would wait for
-the first node's replacement to start outside; side by side, the first pass
-reserves all three nodes and starts all three replacements at once.
+flip-out runs in the test process on real watches (as ``test_flip_failures.py``),
+its reservations worked on by its pool of workers sharing one client. That
+they are in flight together is shown by the unit test
+(``tests/taint_controller/test_reconcile.py``, a barrier only all of them open).
 """
 
 from __future__ import annotations
