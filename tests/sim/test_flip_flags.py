@@ -38,3 +38,22 @@ def test_the_flip_mode_is_read_from_the_taint_controllers_configuration_file():
         objs = incluster.controller_objects(load("local", overrides={"taint_controller_flip_mode": mode}), ["rental"])
         assert _flip_mode(_config_map(objs)) == mode
     assert _flip_mode(None) == ""
+
+
+def test_both_modes_are_refused_before_the_first_run_when_a_stack_runs_one():
+    """A stack's taint controller runs one flip mode: `--mode both` says so at once, not after a first run."""
+    from gpufleet_workshop.sim import incluster
+    from gpufleet_workshop.sim.flip import Options, check_both
+    from gpufleet_workshop.testing import FakeKube
+    from roles.registry import load
+
+    kube = FakeKube()
+    objs = incluster.controller_objects(load("local", overrides={"taint_controller_flip_mode": "make_before_break"}), [])
+    check_both(Options(), kube)  # nothing deployed: both runs can go
+    for o in objs:
+        if o["kind"] in ("Deployment", "ConfigMap") and (o["kind"] == "ConfigMap" or o["metadata"]["name"] ==
+                                                          "taint-controller"):
+            kube.add(o)
+    with pytest.raises(ValueError, match="--mode both: --mode evict_first: the taint controller deployed in "
+                                         "gpufleet-system runs flip_mode make_before_break"):
+        check_both(Options(), kube)

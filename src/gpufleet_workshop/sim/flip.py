@@ -78,8 +78,9 @@ from typing import Any
 from gpufleet.taint_controller.controller import Transition
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError
-from gpufleet.names import (FIELD_MANAGER_SIM, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL,
-                            RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION, WORKLOAD_LABEL, WORKLOAD_TRAINING)
+from gpufleet.names import (FIELD_MANAGER_SIM, FLIP_MODES, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL,
+                            KUEUE_QUEUE_LABEL, RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION,
+                            WORKLOAD_LABEL, WORKLOAD_TRAINING)
 from gpufleet_workshop.local.dataplane import netns_name as dataplane_name
 from gpufleet_workshop.local.node import node_name as real_node_name
 from gpufleet_workshop.local import workshop_image
@@ -753,6 +754,33 @@ def _check_mode(kube: Kube, objs: list[dict]) -> None:
     if running != asked:
         raise ValueError(f"--mode {asked}: the taint controller deployed in {ns} runs flip_mode {running or '(none)'}; "
                          f"run `invoke up` with taint_controller_flip_mode={asked} or leave --mode out")
+
+
+def check_both(opts: Options, kube: Kube | None = None) -> None:
+    """Refuse ``--mode both`` before its first run when a taint controller a stack deployed runs one flip mode:
+    the other run would stop at :func:`_check_mode` after the first one took its minutes.
+
+    Args:
+        kube: the cluster's client (default: local cluster ``opts.cluster``'s when it runs; none running,
+            nothing is deployed there and both runs can go).
+
+    Raises:
+        ValueError: names the mode the deployed controller runs and what to do.
+    """
+    from roles.registry import load
+
+    if kube is None:
+        from gpufleet_workshop.local import cluster as local
+
+        if not local.main_pids(opts.cluster):
+            return
+        kube = Kube.from_kubeconfig(local.get(opts.cluster).kubeconfig, user_agent="gpufleet-sim")
+    for mode in FLIP_MODES:
+        objs = incluster.controller_objects(load(opts.env, overrides={"taint_controller_flip_mode": mode}), [])
+        try:
+            _check_mode(kube, objs)
+        except ValueError as exc:
+            raise ValueError(f"--mode both: {exc}") from None
 
 
 def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,

@@ -123,8 +123,9 @@ def _both(opts) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    from gpufleet_workshop.sim.flip import SUMMARY_KEYS, run
+    from gpufleet_workshop.sim.flip import SUMMARY_KEYS, check_both, run
 
+    check_both(opts)
     summaries = {m: run(replace(opts, mode=m, out=Path(opts.out) / m)) for m in FLIP_MODES}
     (Path(opts.out) / "comparison.json").write_text(json.dumps(summaries, indent=1))
     table = Table(title="sim.flip, both modes")
