@@ -247,7 +247,14 @@ def test_quota_below_admitted_never_evicts(local_cluster, kueue_stack, nodes, jo
 
     take_out(api, nodes[:12])  # 4 nodes left: 32 GPUs -> training 24, research 8
     sync = QuotaSync(api, quota(kueue_stack))
-    sync.cache.informer.relist()
+
+    def cache_sees_the_taints():
+        # An informer's first list is served from the API server's watch cache
+        # (resourceVersion=0), which may trail the last taint written by a moment.
+        sync.cache.informer.relist()
+        return sum(any(t.get("key") == SWAP_TAINT for t in n["spec"]["taints"])
+                   for n in sync.cache.informer.items()) == 12
+    wait("the node cache sees the 12 nodes taken out", cache_sees_the_taints)
     outcome = sync.resync_once()
     assert outcome.error is None
     assert gpu_quota(api) == {"training": 24, "research": 8}
