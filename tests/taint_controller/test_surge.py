@@ -11,7 +11,9 @@ from gpufleet import cli
 from gpufleet.taint_controller import main
 from gpufleet.kube.informer import Informer
 from gpufleet.taint_controller.signal import POD_INDEXES
-from gpufleet.taint_controller.surge import Surge, Surges, surge_name, surge_replicaset
+from gpufleet.kube import Forbidden
+from gpufleet.wait import poll_until
+from gpufleet.taint_controller.surge import Deployments, Surge, Surges, surge_name, surge_replicaset
 from gpufleet_workshop.testing import FakeKube
 from gpufleet.names import (
     FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT,
@@ -219,6 +221,40 @@ def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a
         assert [(a.verb, a.name) for a in kube.writes()] == [("delete", "srv-surge-gone")]
     finally:
         surges.deployments.stop()
+        kube.close()
+
+
+def test_a_namespace_whose_deployment_list_is_forbidden_stays_on_gets_after_one_warning(caplog):
+    """An older surge Role grants ``get`` alone: the cache is stopped after its first Forbidden list, the
+    namespace is read with GETs (no list retried every few seconds), and a watch is tried again later."""
+    kube = FakeKube(bookmark_seconds=0.02)
+    now = [0.0]
+    deployments = Deployments(kube, forbidden_retry_seconds=300, clock=lambda: now[0])
+    try:
+        kube.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "srv", "namespace": "inference"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "srv"}}}, "status": {"availableReplicas": 1}})
+        forbidden = kube.fail("list", "deployments", Forbidden(403, "Forbidden", "deployments is forbidden"), times=None)
+        assert deployments.get("inference", "srv")["metadata"]["name"] == "srv"  # a GET while the cache lists
+        cache = deployments.caches["inference"]
+        poll_until(lambda: isinstance(cache.last_error, Forbidden), what="the list forbidden", timeout=5, interval=0.01)
+        with caplog.at_level("WARNING", logger="gpufleet.taint_controller.surge"):
+            for _ in range(3):
+                assert deployments.get("inference", "srv")["spec"]["replicas"] == 1
+        assert "inference" not in deployments.caches
+        assert len([r for r in caplog.records if r.name == "gpufleet.taint_controller.surge"]) == 1
+        kube.actions.clear()
+        assert deployments.get("inference", "missing") is None
+        assert [a.verb for a in kube.actions if a.resource == "deployments"] == ["get"]
+
+        kube.remove_reactor(forbidden)  # `pulumi up` brought the Role that grants list and watch
+        now[0] = 301.0
+        deployments.get("inference", "srv")
+        assert deployments.caches["inference"].wait_synced(5)
+        kube.actions.clear()
+        assert deployments.get("inference", "srv")["status"]["availableReplicas"] == 1
+        assert not [a for a in kube.actions if a.resource == "deployments" and a.verb != "watch"]
+    finally:
+        deployments.stop()
         kube.close()
 
 

@@ -67,6 +67,7 @@ class Informer(Generic[T]):
 
     Attributes:
         synced: set once the first list is in the cache.
+        last_error: the last list or watch error (None once a watch ran to its end).
     """
 
     def __init__(self, kube: Kube, path: str, *, params: dict[str, Any] | None = None,
@@ -89,6 +90,7 @@ class Informer(Generic[T]):
         self.resource_version = ""
         self.relists = 0
         self.errors = 0
+        self.last_error: KubeError | ValueError | None = None
         self.add_indexers(indexers or {})
 
     # ---------------------------------------------------------------- indexes
@@ -246,10 +248,12 @@ class Informer(Generic[T]):
                     if self._stop.is_set():
                         return
                 backoff.reset()
+                self.last_error = None
             except Expired:
                 need_list = True
             except (KubeError, ValueError) as exc:
                 self.errors += 1
+                self.last_error = exc
                 wait = backoff.next()
                 if isinstance(exc, (Unauthorized, Forbidden)):
                     wait = max(wait, 5.0)  # RBAC or credentials: someone has to act; do not hammer

@@ -121,28 +121,51 @@ class Deployments:
     The surge Role grants get/list/watch on Deployments in each inference
     namespace only (``roles/taint_controller``), so the caches are per
     namespace, started on first use; until one is listed, :meth:`get` reads
-    the object with a GET.
+    the object with a GET. A cache whose list is forbidden (a cluster still
+    running an older surge Role that grants ``get`` alone, until the next
+    ``pulumi up``) is stopped after one warning and the namespace stays on
+    GETs for ``forbidden_retry_seconds`` before a cache is tried again.
 
     Args:
         kube: client.
+        forbidden_retry_seconds: seconds a namespace whose list was forbidden stays on GETs.
+        clock: monotonic seconds (tests).
     """
 
-    def __init__(self, kube: Kube):
+    def __init__(self, kube: Kube, forbidden_retry_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
         self.caches: dict[str, Informer[dict[str, Any]]] = {}
+        self.forbidden_retry_seconds = forbidden_retry_seconds
+        self.clock = clock
+        self.on_gets_until: dict[str, float] = {}  # namespace -> clock time its cache is tried again
 
-    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The Deployment (:func:`slim_deployment` once cached), or None when it does not exist.
-
-        Raises:
-            KubeError: only before the namespace's cache is listed (the GET failed).
-        """
+    def _cache(self, namespace: str) -> Informer[dict[str, Any]] | None:
+        """The namespace's cache, started on first use; None while the namespace is on GETs (class doc)."""
+        if self.clock() < self.on_gets_until.get(namespace, float("-inf")):
+            return None
         cache = self.caches.get(namespace)
         if cache is None:
             cache = self.caches[namespace] = Informer(
                 self.kube, api_path("apps/v1", "deployments", namespace), transform=slim_deployment,
                 name=f"deployments-{namespace}").start()
-        if cache.synced.is_set():
+        elif not cache.synced.is_set() and isinstance(cache.last_error, Forbidden):
+            cache.stop()
+            del self.caches[namespace]
+            self.on_gets_until[namespace] = self.clock() + self.forbidden_retry_seconds
+            log.warning("Deployments in %s: list/watch forbidden (%s); reading them with GETs, trying a watch "
+                        "again in %.0fs (the surge Role grants list and watch since this release: run `pulumi up`)",
+                        namespace, cache.last_error, self.forbidden_retry_seconds)
+            return None
+        return cache
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Deployment (:func:`slim_deployment` once cached), or None when it does not exist.
+
+        Raises:
+            KubeError: only while the namespace's cache is not listed (the GET failed).
+        """
+        cache = self._cache(namespace)
+        if cache is not None and cache.synced.is_set():
             return cache.get(f"{namespace}/{name}")
         try:
             return self.kube.get("apps/v1", "deployments", name, namespace)
