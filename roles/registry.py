@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from gpufleet_admin.inventory import Inventory, NodeSpec, Problem
 from gpufleet_admin.inventory import load as load_inventory
+from gpufleet_admin import configs
 from gpufleet_admin.manifests import HelmRelease, Obj
 
 from gpufleet.goodput import config as goodput_component
@@ -155,7 +156,8 @@ class Component:
         dump: the configuration as its file's text; load: the component's own reader of that file.
         instances: ``instances(inv)``: the instances the role runs, each with its own file
             (a virtual kubelet per pool; ``[""]`` for one).
-        check: ``check(inv)``: what the configuration refuses of an inventory (run when it is loaded).
+        check: ``check(inv)``: what the configuration refuses of an inventory, where the role says more
+            than building each instance's configuration does (None: :meth:`problems` builds them).
     """
 
     command: str
@@ -165,27 +167,35 @@ class Component:
     build: Callable[[Inventory, str], BaseModel]
     dump: Callable[[Any], str]
     load: Callable[[str], BaseModel]
-    check: Callable[[Inventory], list[Problem]]
+    check: Callable[[Inventory], list[Problem]] | None = None
     instances: Callable[[Inventory], list[str]] = _single
+
+    def problems(self, inv: Inventory) -> list[Problem]:
+        """What the configuration refuses of ``inv`` (an inventory check, run when it is loaded: nothing is
+        declared then): ``check``'s, else every instance's refusals, each once."""
+        if self.check is not None:
+            return self.check(inv)
+        out: list[Problem] = []
+        for instance in self.instances(inv):
+            out += [p for p in configs.check(lambda: self.build(inv, instance)) if p not in out]
+        return out
 
 
 #: Every component that takes a configuration file, with the role that renders it.
 COMPONENTS: tuple[Component, ...] = (
     Component("taint-controller", "taint_controller", taint_controller_component.Configuration,
               taint_controller_config.VARIABLES, lambda inv, _: taint_controller_config.configuration(inv),
-              taint_controller_component.dump, taint_controller_component.load, taint_controller_config.problems),
+              taint_controller_component.dump, taint_controller_component.load),
     Component("quota-sync", "kueue", quota_sync_component.Configuration, kueue_config.VARIABLES,
-              lambda inv, _: kueue_config.configuration(inv), quota_sync_component.dump, quota_sync_component.load,
-              kueue_config.problems),
+              lambda inv, _: kueue_config.configuration(inv), quota_sync_component.dump, quota_sync_component.load),
     Component("node-health", "node_health", node_health_component.Configuration, node_health_config.VARIABLES,
               lambda inv, _: node_health_config.configuration(inv), node_health_component.dump,
-              node_health_component.load, node_health_config.problems),
+              node_health_component.load),
     Component("virtual-kubelet", "virtual_kubelet", virtual_kubelet_component.Configuration,
               virtual_kubelet_config.VARIABLES, virtual_kubelet_config.configuration, virtual_kubelet_component.dump,
-              virtual_kubelet_component.load, virtual_kubelet_config.problems, instances=virtual_kubelet_config.pools),
+              virtual_kubelet_component.load, check=virtual_kubelet_config.problems, instances=virtual_kubelet_config.pools),
     Component("goodput", "goodput", goodput_component.Configuration, goodput_config.VARIABLES,
-              lambda inv, _: goodput_config.configuration(inv), goodput_component.dump, goodput_component.load,
-              goodput_config.problems),
+              lambda inv, _: goodput_config.configuration(inv), goodput_component.dump, goodput_component.load),
 )
 
 
@@ -222,7 +232,7 @@ def load(
         gpufleet_admin.inventory.InventoryError: listing every problem (file, key, value, expected).
     """
     return load_inventory(env, ROLE_MODELS, overrides=overrides, overrides_file=overrides_file, nodes=nodes,
-                          root=root, checks=[c.check for c in COMPONENTS])
+                          root=root, checks=[c.problems for c in COMPONENTS])
 
 
 def node_specs(env: str, nodes: int | None = None) -> list[NodeSpec]:

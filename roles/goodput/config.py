@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gpufleet.goodput.config import Configuration
 from gpufleet_admin import configs
-from gpufleet_admin.inventory import Inventory, Problem
+from gpufleet_admin.inventory import Inventory
 
 #: Configuration field -> the inventory variable that feeds it.
 VARIABLES: configs.Variables = {
@@ -25,8 +25,3 @@ def configuration(inv: Inventory) -> Configuration:
         gpufleet_admin.inventory.InventoryError: a value the configuration refuses, named by variable.
     """
     return configs.build(inv, Configuration, VARIABLES)
-
-
-def problems(inv: Inventory) -> list[Problem]:
-    """What the configuration refuses of ``inv`` (an inventory check: nothing is declared then)."""
-    return configs.check(lambda: configuration(inv))

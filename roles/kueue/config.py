@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpufleet.quota_sync.config import Configuration
 from gpufleet_admin import configs
-from gpufleet_admin.inventory import Inventory, Problem
+from gpufleet_admin.inventory import Inventory
 
 #: Configuration field -> the inventory variable that feeds it (None: no variable, the model's default).
 #: ``gpu_model`` is a host variable: the flavors are the GPU models of the inventory's hosts.
@@ -47,10 +47,6 @@ def configuration(inv: Inventory) -> Configuration:
     """
     return configs.build(inv, Configuration, VARIABLES, DERIVED)
 
-
-def problems(inv: Inventory) -> list[Problem]:
-    """What the configuration refuses of ``inv`` (an inventory check: nothing is declared then)."""
-    return configs.check(lambda: configuration(inv))
 
 
 def inventory_capacity(inv: Inventory) -> dict[str, dict[str, int]]:
