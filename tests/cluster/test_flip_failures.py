@@ -16,15 +16,12 @@ import time
 import pytest
 
 from gpufleet.taint_controller.flipout import FlipOut
-from gpufleet.taint_controller.signal import ApiServerSignal
-from gpufleet.kube import Kube, NotFound
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL
-from gpufleet.virtual_kubelet.main import VirtualKubelet
-from gpufleet_workshop.rental.provider import SimulatedProvider
+from gpufleet.kube import Kube
+from gpufleet.names import RESERVED_TAINT, SURGE_FOR_LABEL
 
-from .helpers import busy_nodes, wait
-from .test_flip_surge import MARK, TRAINING_CLASS, _exists, record, trainer
-from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
+from .helpers import wait
+from .test_flip_surge import record, trainer
+from .vk_helpers import MARK, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -38,44 +35,11 @@ MARGIN = 30.0
 
 @pytest.fixture
 def setup(local_cluster, request):
-    """A marked free kwok node, the training PriorityClass, a namespace, the flip-out's caches, and a virtual
-    kubelet (pool :data:`POOL`, marked too, closed by the taint controller's taint) whose simulated rental has
+    """:func:`~tests.cluster.vk_helpers.flip_stage` with one marked node, its simulated rental with
     ``request.param``'s settings (start latency, failure rate; 32 GPUs unless ``gpus`` is given)."""
     kube = local_cluster.kube
-    node = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
-                   ["items"]} - busy_nodes(kube))[0]
-    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
-    if not _exists(kube, TRAINING_CLASS):
-        kube.create("scheduling.k8s.io/v1", "priorityclasses", {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
-            "value": 1000000, "preemptionPolicy": "Never"})
-    prov = SimulatedProvider(POOL, gpu_product=H100, price_per_gpu_hour=2.85, node_name=f"vk-{POOL}",
-                             **{"gpus": 32, **request.param}).start()
-    vk = VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0).start()
-    kube.patch("v1", "nodes", vk.node_name, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
-    _free_gpus_taint(kube, vk.node_name, on=True)
-    ns = namespace(kube, "flipfail")
-    caches = ApiServerSignal(kube).start()
-    yield kube, ns, node, caches, vk
-    caches.stop()
-    vk.close()
-    delete_namespace(kube, ns)
-    try:
-        kube.delete("v1", "nodes", vk.node_name)
-    except NotFound:
-        pass
-    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
-    live = kube.get("v1", "nodes", node)
-    taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
-    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
-
-
-def _free_gpus_taint(kube: Kube, node: str, *, on: bool) -> None:
-    """Add or remove the taint controller's taint on ``node`` (other taints stay)."""
-    taints = [t for t in kube.get("v1", "nodes", node)["spec"].get("taints") or [] if t.get("key") != FREE_GPUS_TAINT]
-    if on:
-        taints.append({"key": FREE_GPUS_TAINT, "value": "true", "effect": FREE_GPUS_EFFECT})
-    kube.patch("v1", "nodes", node, {"spec": {"taints": taints}})
+    with flip_stage(kube, POOL, "flipfail", **request.param) as stage:
+        yield kube, stage.ns, stage.nodes[0], stage.caches, stage.vk
 
 
 def serve(kube: Kube, ns: str, node: str) -> set[str]:
@@ -139,7 +103,7 @@ def test_training_wins_by_the_bound_and_serving_stays_above_the_pdb_when_the_pro
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     started = time.monotonic()
     # The reservation took the free GPUs: the taint controller opens the virtual node.
-    _free_gpus_taint(kube, vk.node_name, on=False)
+    free_gpus_taint(kube, vk.node_name, on=False)
     wait("surges started outside", lambda: (out.tick(), surges(kube, ns))[1])
     early = []
 
@@ -173,7 +137,7 @@ def test_training_that_ends_while_replacements_start_evicts_nothing_and_leaves_n
     out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=60)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
-    _free_gpus_taint(kube, vk.node_name, on=False)
+    free_gpus_taint(kube, vk.node_name, on=False)
     wait("surge pods starting outside", lambda: (out.tick(), surges(kube, ns), [
         p for p in pods(kube, ns, SURGE_FOR_LABEL) if p["spec"].get("nodeName") == vk.node_name])[2])
     out.tick()
@@ -182,7 +146,7 @@ def test_training_that_ends_while_replacements_start_evicts_nothing_and_leaves_n
     kube.delete("v1", "pods", "trainer", ns, grace_seconds=0)
     wait("the reservation lifted and the surges removed",
          lambda: (out.tick(), not reserved(kube, node) and not surges(kube, ns))[1], timeout=30)
-    _free_gpus_taint(kube, vk.node_name, on=True)  # free GPUs again: the taint controller closes the virtual node
+    free_gpus_taint(kube, vk.node_name, on=True)  # free GPUs again: the taint controller closes the virtual node
     wait("nothing left outside", lambda: not [p for p in pods(kube, ns) if p["spec"].get("nodeName") == vk.node_name],
          timeout=30)
     assert not vk.pods.providers[POOL].get_pods(), "a rental left running"

@@ -24,9 +24,9 @@ from gpufleet.kube import Kube
 from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
 
 from .helpers import wait
-from .test_flip_failures import _free_gpus_taint, half_trainer, min_ready, reserved, setup, surges  # noqa: F401
-from .test_flip_surge import MARK, TRAINING_CLASS, record
-from .vk_helpers import deployment, pods, ready
+from .test_flip_failures import half_trainer, min_ready, reserved, setup, surges  # noqa: F401
+from .test_flip_surge import record
+from .vk_helpers import MARK, TRAINING_CLASS, deployment, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -82,7 +82,7 @@ def flip_out(kube: Kube, ns: str, node: str, caches, vk, bound: float) -> tuple[
                   mode="make_before_break", surge_max_wait_seconds=bound)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     started = time.monotonic()
-    _free_gpus_taint(kube, vk.node_name, on=False)
+    free_gpus_taint(kube, vk.node_name, on=False)
     return out, started
 
 

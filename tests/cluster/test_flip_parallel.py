@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.kube import Kube, NotFound
+from gpufleet.kube import Kube
 from gpufleet.names import RESERVED_TAINT, SURGE_FOR_LABEL
 from gpufleet.taint_controller.flipout import FlipOut
-from gpufleet.taint_controller.signal import ApiServerSignal
-from gpufleet.virtual_kubelet.main import VirtualKubelet
-from gpufleet_workshop.rental.provider import SimulatedProvider
 
-from .helpers import busy_nodes, wait
-from .test_flip_failures import _free_gpus_taint, min_ready
-from .test_flip_surge import MARK, TRAINING_CLASS, _exists, record, trainer
-from .vk_helpers import H100, delete_namespace, deployment, namespace, pods, ready
+from .helpers import wait
+from .test_flip_failures import min_ready
+from .test_flip_surge import record, trainer
+from .vk_helpers import MARK, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -34,40 +31,10 @@ NODES = 3
 
 @pytest.fixture
 def setup(local_cluster):
-    """Three marked free kwok nodes, the training PriorityClass, a namespace, the flip-out's caches, and a
-    virtual kubelet (pool :data:`POOL`, marked, closed by the free-GPU taint) on the simulated rental."""
+    """:func:`~tests.cluster.vk_helpers.flip_stage` with three marked nodes (pool :data:`POOL`)."""
     kube = local_cluster.kube
-    free = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
-                   ["items"]} - busy_nodes(kube))
-    if len(free) < NODES:
-        pytest.fail(f"{NODES} free simulated GPU nodes needed, {len(free)} free: {free}")
-    nodes = free[:NODES]
-    for node in nodes:
-        kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
-    if not _exists(kube, TRAINING_CLASS):
-        kube.create("scheduling.k8s.io/v1", "priorityclasses", {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
-            "value": 1000000, "preemptionPolicy": "Never"})
-    prov = SimulatedProvider(POOL, gpu_product=H100, price_per_gpu_hour=2.85, node_name=f"vk-{POOL}", gpus=32,
-                             start_latency_seconds=2.0).start()
-    vk = VirtualKubelet(Kube(kube.config), POOL, "simulated", {POOL: prov}, resync_seconds=2.0).start()
-    kube.patch("v1", "nodes", vk.node_name, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
-    _free_gpus_taint(kube, vk.node_name, on=True)
-    ns = namespace(kube, "flippar")
-    caches = ApiServerSignal(kube).start()
-    yield kube, ns, nodes, caches, vk
-    caches.stop()
-    vk.close()
-    delete_namespace(kube, ns)
-    try:
-        kube.delete("v1", "nodes", vk.node_name)
-    except NotFound:
-        pass
-    for node in nodes:
-        kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
-        live = kube.get("v1", "nodes", node)
-        taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
-        kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
+    with flip_stage(kube, POOL, "flippar", nodes=NODES, start_latency_seconds=2.0) as stage:
+        yield kube, stage.ns, stage.nodes, stage.caches, stage.vk
 
 
 def reserved_nodes(kube: Kube, nodes: list[str]) -> set[str]:
@@ -99,7 +66,7 @@ def test_several_training_pods_are_served_side_by_side_and_every_replica_keeps_s
         assert reserved_nodes(kube, nodes) == set(nodes), "one pass reserves every node the trainers need"
         surge_sets = kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
         assert len(surge_sets) == NODES, "and starts every replacement outside in that same pass"
-        _free_gpus_taint(kube, vk.node_name, on=False)  # the reservations took the free GPUs: the outside opens
+        free_gpus_taint(kube, vk.node_name, on=False)  # the reservations took the free GPUs: the outside opens
 
         def bound() -> bool:
             out.tick()

@@ -23,17 +23,16 @@ from gpufleet.taint_controller.published import ServiceEndpoints
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet_workshop.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
 from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from roles.registry import load
 
-from .helpers import busy_nodes, wait
-from .vk_helpers import delete_namespace, deployment, namespace, pods, ready
+from .helpers import wait
+from .vk_helpers import (MARK, TRAINING_CLASS, delete_namespace, deployment, free_nodes, mark, namespace, pods, ready,
+                         release, training_class)
 
 pytestmark = pytest.mark.cluster
 
-MARK = ("gpufleet.io/surge-test", "yes")
-TRAINING_CLASS = "surge-test-training"
 VNODE = "vk-surge-test"
 
 
@@ -52,32 +51,27 @@ def virtual_node() -> dict:
 
 @pytest.fixture
 def setup(local_cluster):
+    """A marked free kwok node, the kwok virtual node :data:`VNODE` (marked, closed by the free-GPU taint), the
+    training PriorityClass, a namespace and the flip's caches; undone after."""
     kube = local_cluster.kube
-    node = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
-                   ["items"]} - busy_nodes(kube))[0]
-    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
+    node = free_nodes(kube, 1)[0]
+    mark(kube, node)
     try:
         kube.delete("v1", "nodes", VNODE)
     except NotFound:
         pass
     kube.create("v1", "nodes", virtual_node())
-    kube.create("scheduling.k8s.io/v1", "priorityclasses", {
-        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
-        "value": 1000000, "preemptionPolicy": "Never"}) if not _exists(kube, TRAINING_CLASS) else None
+    training_class(kube)
     ns = namespace(kube, "surge")
     caches = ApiServerSignal(kube).start()
     yield kube, ns, node, caches
     caches.stop()
     delete_namespace(kube, ns)
-    for name in (VNODE,):
-        try:
-            kube.delete("v1", "nodes", name)
-        except NotFound:
-            pass
-    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
-    live = kube.get("v1", "nodes", node)
-    taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
-    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
+    try:
+        kube.delete("v1", "nodes", VNODE)
+    except NotFound:
+        pass
+    release(kube, node)
 
 
 def record(kube: Kube, ns: str) -> list[tuple[str, dict]]:
@@ -130,14 +124,6 @@ def replaced_before_evicted(events: list[tuple[str, dict]], victims: set[str]) -
     assert set(evicted) == victims, trail
     assert all(surge_ready.get(uid, len(events)) < evicted[uid] for uid in victims), \
         f"evicted before its replacement was Ready (event index): ready {surge_ready}, evicted {evicted}: {trail}"
-
-
-def _exists(kube: Kube, name: str) -> bool:
-    try:
-        kube.get("scheduling.k8s.io/v1", "priorityclasses", name)
-        return True
-    except NotFound:
-        return False
 
 
 def in_cluster_published(kube: Kube, ns: str, service: str, uid: str) -> bool:

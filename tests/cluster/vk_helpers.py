@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from gpufleet.kube import Kube, KubeError, NotFound
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT
+from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet_workshop.rental.provider import SimulatedProvider
 
+from .helpers import busy_nodes
+
 H100 = "NVIDIA-H100-80GB-HBM3"
+#: The label that marks the nodes a flip test may use (its Deployments and trainers select it).
+MARK = ("gpufleet.io/surge-test", "yes")
+#: The flip tests' training PriorityClass (preemptionPolicy Never: the flip-out, not the scheduler, makes room).
+TRAINING_CLASS = "surge-test-training"
 
 
 def simulated_provider(pool: str, node: str) -> SimulatedProvider:
@@ -95,3 +108,80 @@ def ready(pod: dict) -> bool:
 def keep() -> bool:
     """Whether to leave clusters running after the session (GPUFLEET_KEEP_CLUSTER=1)."""
     return os.environ.get("GPUFLEET_KEEP_CLUSTER") == "1"
+
+
+def training_class(kube: Kube) -> None:
+    """Create :data:`TRAINING_CLASS` when absent (it is left for the session's other tests)."""
+    try:
+        kube.get("scheduling.k8s.io/v1", "priorityclasses", TRAINING_CLASS)
+    except NotFound:
+        kube.create("scheduling.k8s.io/v1", "priorityclasses", {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
+            "value": 1000000, "preemptionPolicy": "Never"})
+
+
+def free_nodes(kube: Kube, count: int) -> list[str]:
+    """The first ``count`` simulated GPU nodes that run no pod (by name); fails the test when fewer are free."""
+    free = sorted({n["metadata"]["name"] for n in kube.list("v1", "nodes", labelSelector="gpufleet.io/simulated=true")
+                   ["items"]} - busy_nodes(kube))
+    if len(free) < count:
+        pytest.fail(f"{count} free simulated GPU nodes needed, {len(free)} free: {free}")
+    return free[:count]
+
+
+def mark(kube: Kube, node: str) -> None:
+    """Label ``node`` with :data:`MARK`."""
+    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: MARK[1]}}})
+
+
+def release(kube: Kube, node: str) -> None:
+    """Undo a flip test on ``node``: :data:`MARK` off, the flip-out's reservation taint off, uncordoned."""
+    kube.patch("v1", "nodes", node, {"metadata": {"labels": {MARK[0]: None}}})
+    live = kube.get("v1", "nodes", node)
+    taints = [t for t in live["spec"].get("taints") or [] if t.get("key") != RESERVED_TAINT]
+    kube.patch("v1", "nodes", node, {"spec": {"taints": taints or None, "unschedulable": None}})
+
+
+def free_gpus_taint(kube: Kube, node: str, *, on: bool) -> None:
+    """Add or remove the taint controller's free-GPU taint on ``node`` (other taints stay)."""
+    taints = [t for t in kube.get("v1", "nodes", node)["spec"].get("taints") or [] if t.get("key") != FREE_GPUS_TAINT]
+    if on:
+        taints.append({"key": FREE_GPUS_TAINT, "value": "true", "effect": FREE_GPUS_EFFECT})
+    kube.patch("v1", "nodes", node, {"spec": {"taints": taints}})
+
+
+@dataclass
+class FlipStage:
+    """What a flip test with a real outside works on: its namespace, its marked in-cluster nodes, the flip's
+    caches (on real watches) and the virtual kubelet of the simulated rental."""
+
+    ns: str
+    nodes: list[str]
+    caches: ApiServerSignal
+    vk: VirtualKubelet
+
+
+@contextmanager
+def flip_stage(kube: Kube, pool: str, prefix: str, nodes: int = 1, **provider: Any) -> Iterator[FlipStage]:
+    """``nodes`` free kwok nodes marked, the training PriorityClass, a namespace ``<prefix>-<random>``, the
+    flip-out's caches, and a virtual kubelet (pool ``pool``, marked, closed by the free-GPU taint) on a
+    simulated rental of 32 H100s at 2.85 per GPU-hour with ``provider``'s settings over those
+    (``start_latency_seconds``, ``failure_rate``, ``gpus``); everything undone after."""
+    chosen = free_nodes(kube, nodes)
+    for node in chosen:
+        mark(kube, node)
+    training_class(kube)
+    prov = SimulatedProvider(pool, **{"gpus": 32, "gpu_product": H100, "price_per_gpu_hour": 2.85,
+                                      "node_name": f"vk-{pool}", **provider}).start()
+    vk = start_virtual_kubelet(kube, pool, prov)
+    mark(kube, vk.node_name)
+    free_gpus_taint(kube, vk.node_name, on=True)
+    ns = namespace(kube, prefix)
+    caches = ApiServerSignal(kube).start()
+    try:
+        yield FlipStage(ns, chosen, caches, vk)
+    finally:
+        caches.stop()
+        close_virtual_kubelet(kube, vk, ns, vk.node_name)
+        for node in chosen:
+            release(kube, node)
