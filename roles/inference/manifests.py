@@ -24,6 +24,18 @@ out of that count (sigs.k8s.io/kueue v0.17
 TAS pods): Kueue places the gang, pins its pods to nodes, and the flip-out
 evicts inference from exactly those nodes.
 
+The Deployment's selector (its ``matchLabels`` and ``surge-for
+DoesNotExist``) leaves out the taint controller's make-before-break
+surge pods, which carry the workload's labels (the Service and the
+PodDisruptionBudget select them: they serve and count as healthy while
+their victim leaves) and the ``gpufleet.io/surge-for`` label: the
+HorizontalPodAutoscaler lists the pods it averages over by the scale
+subresource's selector, which is the Deployment's, so a surge pod is never
+counted as a replica of its own. A Deployment's selector is immutable; one
+created by an earlier release keeps its selector (the stack ignores the
+field after creation, ``gpufleet_admin.stack.role.declare``) until it is
+replaced on purpose (roles/inference/README.md).
+
 Where every GPU node of the inventory allocates its GPUs through DRA
 (``gpu_allocation: dra``), a pod gets its GPUs from a ResourceClaim of the
 Deployment's ResourceClaimTemplate (``<name>-gpus``, NVIDIA's DeviceClass)
@@ -45,6 +57,7 @@ from gpufleet.names import (
     GPU_DEVICE_CLASS,
     KUEUE_UNCONSTRAINED_TOPOLOGY,
     RESOURCE_API,
+    SURGE_FOR_LABEL,
     WORKLOAD_INFERENCE,
     WORKLOAD_LABEL,
 )
@@ -52,6 +65,9 @@ from gpufleet_admin.manifests import Obj, meta
 
 VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 
+
+#: The selector requirement that leaves make-before-break surge pods out of a Deployment (module doc).
+NOT_A_SURGE = {"key": SURGE_FOR_LABEL, "operator": "DoesNotExist"}
 
 #: Name of the GPU claim of a DRA inference pod.
 GPU_CLAIM = "gpus"
@@ -148,7 +164,8 @@ def objects(inv: Inventory) -> list[Obj]:
         if spec.get("resourceClaims"):
             out.append(claim_template(d.name, ns, d.gpus_per_pod))
         out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta(d.name, ns, component="inference"),
-                    "spec": {"replicas": d.replicas, "selector": {"matchLabels": sel},
+                    "spec": {"replicas": d.replicas,
+                             "selector": {"matchLabels": sel, "matchExpressions": [dict(NOT_A_SURGE)]},
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
                              "template": {"metadata": pod_metadata(inv, sel), "spec": spec}}})
         out.append(service(d.name, ns, sel, spec))

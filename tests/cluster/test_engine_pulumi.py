@@ -7,7 +7,8 @@ touched). The tests share one stack and run in file order:
 
 1. ``up`` creates exactly what the stack declares (the render under mocks
    is the reference), and the objects are on the cluster;
-2. a second ``preview`` shows no changes;
+2. a second ``preview`` shows no changes, nor one whose Deployment selector
+   differs from the one the object was created with (immutable: kept, not replaced);
 3. ``gpufleet:kueue_reserve_gpus`` in stack config updates only the
    objects that depend on it (the ClusterQueues), in place;
 4. after quota-sync rewrote a queue's quota, the next such change still applies;
@@ -207,6 +208,28 @@ def test_second_preview_shows_no_changes(deployed):
     deployed.seconds["preview"] = time.monotonic() - started
     assert result.changes == {}
     assert set(result.summary) == {"same"}
+
+
+def test_a_selector_declared_differently_later_is_kept_not_replaced(deployed, monkeypatch):
+    """A Deployment's selector is immutable: a release that declares another one (the inference role's,
+    which leaves surge pods out, over an earlier release's matchLabels alone) must not make the engine
+    delete and recreate the Deployment, every replica at once. The declared selector is ignored after
+    creation (``gpufleet_admin.stack.role.declare``)."""
+    from gpufleet_admin.stack import program
+    from roles.inference import manifests as inference
+
+    def earlier(inv):
+        out = inference.objects(inv)
+        for o in out:
+            if o["kind"] == "Deployment":
+                o["spec"]["selector"] = {"matchLabels": o["spec"]["selector"]["matchLabels"]}
+        return out
+
+    assert any(o["kind"] == "Deployment" for o in inference.objects(load(ENV, overrides=BASE)))
+    monkeypatch.setattr(program, "ROLES", tuple(dataclasses.replace(r, objects=earlier) if r.name == "inference"
+                                                else r for r in program.ROLES))
+    result = engine.preview(deployed.target, printer=print)
+    assert result.changes == {}
 
 
 def test_one_variable_updates_only_its_dependents(deployed, local_cluster):

@@ -10,7 +10,9 @@ replacement outside takes its pod's place only then, adopted by the pod's
 own ReplicaSet, which removes the pod and starts nothing else; so with room
 outside for one pod fewer than the flip needs, the replacement that runs
 still takes its place at once, and only the pod without one waits for the
-bound.
+bound. The Deployment selects its pods as the inference role declares
+(surge pods left out), and its scale subresource, which an HPA lists the
+pods it averages over by, never lists a surge pod.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.kube import Kube
 from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
+from roles.inference.manifests import NOT_A_SURGE
 
 from .helpers import wait
 from .test_flip_failures import half_trainer, min_ready, reserved, setup, surges  # noqa: F401
@@ -41,6 +44,7 @@ def serve(kube: Kube, ns: str, node: str, pdb: dict) -> set[str]:
     ``pdb`` (its spec, less the selector), all Ready; their UIDs."""
     dep = deployment("srv", ns, 4, node_selector=dict([MARK]), gpus=2)
     dep["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 8000}]
+    dep["spec"]["selector"]["matchExpressions"] = [dict(NOT_A_SURGE)]  # as the inference role declares it
     kube.create("v1", "services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "srv", "namespace": ns},
                                    "spec": {"selector": {"app": "srv"},
                                             "ports": [{"name": "http", "port": 80, "targetPort": "http"}]}}, ns)
@@ -53,6 +57,12 @@ def serve(kube: Kube, ns: str, node: str, pdb: dict) -> set[str]:
     wait("the PDB observed", lambda: (kube.get("policy/v1", "poddisruptionbudgets", "srv", ns).get("status") or {})
          .get("disruptionsAllowed", 0) >= 1)
     return {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
+
+
+def scale_selection(kube: Kube, ns: str, name: str) -> list[dict]:
+    """The pods an HPA of Deployment ``name`` averages over: those its scale subresource's selector lists."""
+    selector = kube.request("GET", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale")["status"]["selector"]
+    return pods(kube, ns, selector)
 
 
 def published(pod: dict) -> bool:
@@ -99,13 +109,21 @@ def test_each_replacement_outside_takes_its_pods_place_once_ready_and_published(
     before = pods(kube, ns, "app=srv")
     events = record(kube, ns)
     out, _ = flip_out(kube, ns, node, caches, vk, 300.0)
-    wait("the trainer bound", lambda: (out.tick(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName")
+    counted: set[str] = set()  # surge pods an HPA would have averaged over
+
+    def tick() -> None:
+        out.tick()
+        counted.update(p["metadata"]["name"] for p in scale_selection(kube, ns, "srv")
+                       if SURGE_FOR_LABEL in p["metadata"]["labels"])
+
+    wait("the trainer bound", lambda: (tick(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName")
                                        == node)[1], timeout=120, interval=0.5)
-    wait("no surge ReplicaSet left", lambda: (out.tick(), not surges(kube, ns))[1], timeout=30)
+    wait("no surge ReplicaSet left", lambda: (tick(), not surges(kube, ns))[1], timeout=30)
     now, rs = place_of(kube, ns)
     gone = victims - {p["metadata"]["uid"] for p in now}
     assert len(gone) == 2, "exactly the two victims the trainer needs left"
     assert replaced_once_published(events, gone) == gone, "a pod left before its replacement was Ready and published"
+    assert not counted, f"the Deployment's scale selector listed surge pods (an HPA counts them): {sorted(counted)}"
     low = min_ready(events, before)
     assert low >= 4, f"Ready inference pods went down to {low}: a pod left before its replacement served"
     # The replacements are the Deployment's own pods now; nothing else was started, nothing of gpufleet's is left.

@@ -204,17 +204,6 @@ def test_an_empty_selector_selects_every_pod_and_two_budgets_are_refused():
     assert block.permanent and "more than one PodDisruptionBudget selects it (everything, x)" in block.reason
 
 
-@pytest.mark.parametrize(("selector", "labels", "expected"), [
-    ({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, {"tier": "b"}, True),
-    ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}, {}, True),
-    ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, {}, False),
-    ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, {"tier": "x"}, False),
-    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1", "b": ""}, True),
-])
-def test_label_selectors(selector, labels, expected):
-    assert drain.selector_matches(selector, labels) is expected
-
-
 def test_refusals_back_off_exponentially_with_jitter_up_to_a_cap():
     b = drain.refusal_backoff()
     delays = [b.next() for _ in range(11)]

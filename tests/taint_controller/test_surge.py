@@ -198,13 +198,22 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
 
 def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a_get_per_tick():
     """The surge waits for its Deployment to be available again; the Deployment comes from a watch cache of
-    its namespace (one list, then events), so a thousand ticks are not a thousand GETs."""
+    its namespace (one list, then events), so a thousand ticks are not a thousand GETs. Available is the
+    status and the Deployment's own Ready pods by its selector (matchExpressions too), the surge not counted."""
     kube = FakeKube(bookmark_seconds=0.02)
+    own = view("srv-7d9f-new", "new-uid", {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", ready=False,
+               node="n1")
+    surge_pod = view("srv-surge-gone-x", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: "gone-uid"}, "srv-surge-gone")
+    pods = cache(own, surge_pod)
     try:
         kube.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "srv", "namespace": "inference"},
-                  "spec": {"replicas": 1, "selector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}},
+                  "spec": {"replicas": 1, "selector": {
+                      "matchLabels": {"app": "srv"},
+                      "matchExpressions": [{"key": SURGE_FOR_LABEL, "operator": "DoesNotExist"}]}},
                   "status": {"availableReplicas": 0}})
-        surges = Surges(kube, cache(), direction="out")
+        kube.add({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                  "metadata": {"name": "srv-surge-gone", "namespace": "inference"}, "spec": {"replicas": 1}})
+        surges = Surges(kube, pods, direction="out")
         surges.live["gone-uid"] = Surge("gone-uid", "inference", "srv-surge-gone", "srv", 0.0)
         surges.reconcile([])  # starts the namespace's cache (a GET while it lists)
         deployments = surges.deployments.caches["inference"]
@@ -216,6 +225,9 @@ def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a
         assert not [a for a in kube.actions if a.resource == "deployments" and a.verb != "watch"]
         kube.modify("deployments", "srv", "inference", lambda d: d["status"].update(availableReplicas=1))
         kube.sync(deployments)
+        surges.reconcile([])
+        assert "gone-uid" in surges.live, "the status counts a pod the selector does not show Ready: it lags"
+        pods.apply("MODIFIED", {**own, "ready": True})
         surges.reconcile([])
         assert "gone-uid" not in surges.live
         assert [(a.verb, a.name) for a in kube.writes()] == [("delete", "srv-surge-gone")]

@@ -49,7 +49,7 @@ class LabelSelector(BaseModel):
     match_expressions: list[SelectorRequirement] = Field(default_factory=list, alias="matchExpressions")
 
     def api(self) -> dict[str, Any]:
-        """The selector as the API writes it (what :func:`gpufleet.ops.drain.selector_matches` takes)."""
+        """The selector as the API writes it (what :func:`gpufleet.kube.selectors.selector_matches` takes)."""
         return self.model_dump(by_alias=True)
 
 

@@ -79,7 +79,7 @@ from gpufleet.kube import Kube
 from gpufleet.kube.events import record_event
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.kube.times import now_rfc3339, parse_time
-from gpufleet.ops.drain import selector_matches
+from gpufleet.kube.selectors import selector_matches
 from gpufleet.ops.reads import OpsError, list_nodes
 from gpufleet.ops.nodechecks import ChecksFailed, NodeChecks
 from gpufleet.names import (ANN_DEGRADED_AT, ANN_HEALTH_HISTORY, ANN_LEMON_REASON, ANN_RETURNED_AT, BREAKER_CONFIGMAP,

@@ -51,6 +51,7 @@ from gpufleet.kube import (
     Conflict, Forbidden, Kube, KubeError, LeadershipLost, NotFound, TooManyRequests, Unreachable, api_path, intstr,
 )
 from gpufleet.kube.retry import Backoff
+from gpufleet.kube.selectors import selector_matches
 from gpufleet.ops.reads import pods_on_node
 
 Pod = dict[str, Any]
@@ -67,32 +68,6 @@ def refusal_backoff() -> Backoff:
     """A fresh :class:`gpufleet.kube.retry.Backoff` for one pod's refused evictions (:data:`REFUSAL_BACKOFF`, ±10 % jitter)."""
     initial, cap = REFUSAL_BACKOFF
     return Backoff(initial=initial, cap=cap)
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether a ``metav1.LabelSelector`` selects ``labels`` (matchLabels and matchExpressions).
-
-    A PodDisruptionBudget's empty selector (``{}``) selects every pod of its
-    namespace (policy/v1); a missing (null) one selects none.
-    """
-    if selector is None:
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            return False
-    return True
 
 
 def _scaled(value: Any, total: int) -> int | None:

@@ -87,6 +87,7 @@ from prometheus_client import Counter
 from gpufleet.kube import (Conflict, Forbidden, Kube, KubeError, NotFound, ServerError, TooManyRequests, Unreachable,
                           api_path)
 from gpufleet.kube.informer import Informer
+from gpufleet.kube.selectors import selector_matches
 from gpufleet.names import (POD_DELETION_COST_ANNOTATION, SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION,
                             VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT)
 
@@ -539,16 +540,15 @@ class Surges:
         # The Deployment's status lags its pods: right after the victim's eviction it still counts the victim,
         # and removing the surge then would leave one replica short until the ReplicaSet's replacement is Ready.
         # So its own Ready pods are counted too, from the cache (surges excluded).
-        selector = (d.get("spec") or {}).get("selector") or {}
-        match = selector.get("matchLabels") or {}
-        if selector.get("matchExpressions") or not match:
+        selector = (d.get("spec") or {}).get("selector")
+        if not selector:
             return True
         ready = 0
         for p in self.pods.by_index(BY_NAMESPACE, s.namespace):
             meta = p["metadata"]
             labels = meta.get("labels") or {}
             if (SURGE_FOR_LABEL not in labels and p["ready"] and p["node"]
-                    and not meta.get("deletionTimestamp") and all(labels.get(k) == v for k, v in match.items())):
+                    and not meta.get("deletionTimestamp") and selector_matches(selector, labels)):
                 ready += 1
         return ready >= want
 

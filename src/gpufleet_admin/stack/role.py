@@ -87,6 +87,11 @@ def type_token(obj: dict[str, Any]) -> str:
     return f"kubernetes:{api_version if '/' in api_version else 'core/' + api_version}:{obj['kind']}"
 
 
+#: Workload kinds whose ``spec.selector`` the API server refuses to change (apps/v1).
+IMMUTABLE_SELECTOR_KINDS = {("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet"),
+                            ("apps/v1", "DaemonSet")}
+
+
 def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     """Declare one manifest as a pulumi-kubernetes resource (any kind, built-in or custom).
 
@@ -94,9 +99,19 @@ def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomR
     do underneath: a resource of the kind's type token whose inputs are the
     manifest. Going through it directly keeps fields that ``CustomResource``
     would drop (a WorkloadPriorityClass's top-level ``value``).
+
+    A workload of :data:`IMMUTABLE_SELECTOR_KINDS` keeps the selector it was
+    created with: the API server refuses a changed one, so the engine would
+    replace the object, deleting every pod at once (a serving Deployment's
+    replicas all together). A release that declares another selector
+    applies to new objects; an existing one takes it only when replaced on
+    purpose (``pulumi up --replace <urn>``).
     """
     props = copy.deepcopy(obj)
-    opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_version()))
+    extra = pulumi.ResourceOptions(version=k8s_version())
+    if (obj["apiVersion"], obj["kind"]) in IMMUTABLE_SELECTOR_KINDS:
+        extra = pulumi.ResourceOptions(version=k8s_version(), ignore_changes=["spec.selector"])
+    opts = pulumi.ResourceOptions.merge(opts, extra)
     return pulumi.CustomResource(type_token(obj), object_id(obj), props, opts)
 
 

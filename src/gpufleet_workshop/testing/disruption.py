@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpufleet.kube.intstr import scaled
-from gpufleet.ops.drain import selector_matches
+from gpufleet.kube.selectors import selector_matches
 
 Obj = dict[str, Any]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.kube.selectors import selector_matches
+from gpufleet.names import SURGE_FOR_LABEL
 from gpufleet_admin.stack.render import render
 from roles.inference.manifests import service
 from roles.registry import load
@@ -19,8 +21,14 @@ def test_every_inference_deployment_has_a_service_selecting_its_pods_on_its_port
         svc = services[d["metadata"]["name"]]
         template = d["spec"]["template"]
         assert svc["spec"]["type"] == "ClusterIP"
-        # Selector = the Deployment's pod labels (what it selects), which its pods carry.
+        # Selector = the Deployment's pod labels (what it selects), which its pods carry; the Deployment
+        # leaves out make-before-break surge pods (which the Service selects: they serve).
         assert svc["spec"]["selector"] == d["spec"]["selector"]["matchLabels"]
+        assert d["spec"]["selector"]["matchExpressions"] == [{"key": SURGE_FOR_LABEL, "operator": "DoesNotExist"}]
+        surge_labels = {**template["metadata"]["labels"], SURGE_FOR_LABEL: "victim-uid"}
+        assert not selector_matches(d["spec"]["selector"], surge_labels)
+        assert selector_matches({"matchLabels": svc["spec"]["selector"]}, surge_labels)
+        assert selector_matches(d["spec"]["selector"], template["metadata"]["labels"])
         assert svc["spec"]["selector"].items() <= template["metadata"]["labels"].items()
         declared = [p for c in template["spec"]["containers"] for p in c.get("ports") or []]
         assert svc["spec"]["ports"] == [{"name": p["name"], "protocol": "TCP", "port": p["containerPort"],
