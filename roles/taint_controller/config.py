@@ -32,7 +32,7 @@ VARIABLES: configs.Variables = {
     "flip_out_max_wait_seconds": None,
     "flip_out_concurrent_syncs": None,
     "flip_back": None,
-    "flip_back_max_in_flight": None,
+    "flip_back_max_in_flight": "taint_controller_flip_back_max_in_flight",
     "tick_seconds": None,
 }
 

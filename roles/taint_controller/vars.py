@@ -33,3 +33,4 @@ class Vars(BaseModel):
     taint_controller_prometheus_url: cc.HttpUrl
     taint_controller_flip_mode: FlipMode
     taint_controller_surge_max_wait_seconds: cc.Seconds
+    taint_controller_flip_back_max_in_flight: cc.PositiveCount
