@@ -18,6 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import HelmRelease, labels
 from roles.registry import Role
@@ -87,11 +88,6 @@ def type_token(obj: dict[str, Any]) -> str:
     return f"kubernetes:{api_version if '/' in api_version else 'core/' + api_version}:{obj['kind']}"
 
 
-#: Workload kinds whose ``spec.selector`` the API server refuses to change (apps/v1).
-IMMUTABLE_SELECTOR_KINDS = {("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet"),
-                            ("apps/v1", "DaemonSet")}
-
-
 def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     """Declare one manifest as a pulumi-kubernetes resource (any kind, built-in or custom).
 
@@ -100,7 +96,7 @@ def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomR
     manifest. Going through it directly keeps fields that ``CustomResource``
     would drop (a WorkloadPriorityClass's top-level ``value``).
 
-    A workload of :data:`IMMUTABLE_SELECTOR_KINDS` keeps the selector it was
+    A workload of :data:`gpufleet.kube.selectors.IMMUTABLE_SELECTOR_KINDS` keeps the selector it was
     created with: the API server refuses a changed one, so the engine would
     replace the object, deleting every pod at once (a serving Deployment's
     replicas all together). A release that declares another selector

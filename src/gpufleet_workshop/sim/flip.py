@@ -77,7 +77,8 @@ from typing import Any
 
 from gpufleet.taint_controller.controller import Transition
 from gpufleet.taint_controller.signal import ApiServerSignal
-from gpufleet.kube import Kube, KubeError
+from gpufleet.kube import Kube, KubeError, NotFound
+from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
 from gpufleet.names import (FIELD_MANAGER_SIM, FLIP_MODES, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL,
                             KUEUE_QUEUE_LABEL, RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION,
                             WORKLOAD_LABEL, WORKLOAD_TRAINING)
@@ -533,7 +534,24 @@ def _apply_objects(kube: Kube, inv, pod_template: Callable[[dict], dict] | None 
     for obj in inference_objects(inv):
         if pod_template is not None and obj["kind"] == "Deployment":
             obj["spec"]["template"] = pod_template(obj["spec"]["template"])
-        apply(kube, obj)
+        apply(kube, keep_live_selector(kube, obj))
+
+
+def keep_live_selector(kube: Kube, obj: dict) -> dict:
+    """``obj`` with the selector of the live object of that name, where its kind's selector is immutable
+    (:data:`gpufleet.kube.selectors.IMMUTABLE_SELECTOR_KINDS`) and one exists: a Deployment an earlier
+    release created keeps its selector, as the stack keeps it (``gpufleet_admin.stack.role.declare``),
+    instead of the apply being refused."""
+    if (obj["apiVersion"], obj["kind"]) not in IMMUTABLE_SELECTOR_KINDS:
+        return obj
+    try:
+        live = kube.request("GET", kube.path_of(obj))
+    except NotFound:
+        return obj
+    selector = (live.get("spec") or {}).get("selector")
+    if not selector or selector == obj["spec"].get("selector"):
+        return obj
+    return {**obj, "spec": {**obj["spec"], "selector": selector}}
 
 
 def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
