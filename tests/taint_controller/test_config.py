@@ -16,7 +16,7 @@ def test_defaults():
         "surge_max_wait_seconds": 180.0, "pools": (), "flip_out": True, "flip_out_priority_classes": ("gpufleet-training",),
         "flip_out_max_wait_seconds": 300.0, "flip_out_concurrent_syncs": 8, "flip_back": "release",
         "flip_back_pods_per_minute": 10.0,
-        "flip_back_max_in_flight": 1, "tick_seconds": 1.0,
+        "flip_back_max_in_flight": 2, "tick_seconds": 1.0,
     }
 
 

@@ -98,7 +98,7 @@ class Configuration(BaseModel):
     flip_out_concurrent_syncs: cc.PositiveCount = Field(default=8, le=MAX_CONCURRENT_SYNCS)
     flip_back: FlipBackMode = "release"
     flip_back_pods_per_minute: cc.PositiveNumber = 10.0
-    flip_back_max_in_flight: cc.PositiveCount = 1
+    flip_back_max_in_flight: cc.PositiveCount = 2
     tick_seconds: cc.PositiveSeconds = TICK_SECONDS
 
     @model_validator(mode="after")
