@@ -16,6 +16,8 @@ from gpufleet_workshop.tasks.sim import flip
     # A stand-in slower than the stream's timeout would fail every request.
     ({"latency_ms": 2000}, "--latency-ms 2000: expected milliseconds below 2000"),
     ({"pdb_max_unavailable": "10.5%"}, "--pdb-max-unavailable: '10.5%' is not a number of pods or a percentage"),
+    ({"pool_gpus": -8}, "--pool-gpus -8: expected a number >= 0"),
+    ({"migration_pods_per_minute": -1.5}, "--migration-pods-per-minute -1.5: expected a number >= 0"),
 ])
 def test_a_bad_flag_exits_2_naming_it(flags, message):
     # --pools nope: should a flag pass, the run stops at the pool check, before any cluster starts.
@@ -57,3 +59,21 @@ def test_both_modes_are_refused_before_the_first_run_when_a_stack_runs_one():
     with pytest.raises(ValueError, match="--mode both: --mode evict_first: the taint controller deployed in "
                                          "gpufleet-system runs flip_mode make_before_break"):
         check_both(Options(), kube)
+
+
+def test_fleet_size_flags_reach_the_pools_and_the_way_backs_pace():
+    from gpufleet_workshop.sim import incluster
+    from gpufleet_workshop.sim.flip import Options
+    from roles.registry import load
+
+    import yaml
+
+    opts = Options(pool_gpus=160, migration_pods_per_minute=60)
+    inv = load("local", overrides=opts.overrides(load("local")))
+    assert {p.capacity_gpus for p in inv.role("virtual_kubelet").virtual_kubelet_pools} == {160}
+    configs = {o["metadata"]["name"]: yaml.safe_load(o["data"]["config.yaml"])
+               for o in incluster.controller_objects(inv, ["other", "rental"]) if o["kind"] == "ConfigMap"}
+    assert configs["vk-rental-config"]["pool"]["capacity_gpus"] == 160
+    assert configs["taint-controller-config"]["flip_back_pods_per_minute"] == 60
+    # Left out, the inventory's own values stay.
+    assert Options().overrides(inv) == {}

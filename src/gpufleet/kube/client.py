@@ -365,10 +365,24 @@ class Kube:
         Raises:
             KubeError: (a subclass) on any non-2xx status; Unreachable without an answer.
         """
-        path = api_path("v1", "pods", namespace, name, "log")
-        # The log subresource refuses Accept: text/plain; it answers */* with text, as it does kubectl.
         params = {"container": container, "tailLines": tail_lines, "previous": "true" if previous else None}
-        resp = self._send("GET", path, params, None, None, "*/*", None)
+        return self._get_text(api_path("v1", "pods", namespace, name, "log"), params)
+
+    def pod_proxy_text(self, namespace: str, name: str, port: int, path: str = "metrics", *,
+                       timeout: float | None = None) -> str:
+        """What ``GET http://POD:PORT/PATH`` answers, through the API server's pod proxy, as text (a
+        Prometheus ``/metrics`` page, say); needs ``get`` on ``pods/proxy``.
+
+        Raises:
+            KubeError: (a subclass) on any non-2xx status (503 when the API server cannot reach the pod);
+            Unreachable without an answer.
+        """
+        pod = f"{api_path('v1', 'pods', namespace)}/{quote(name)}:{int(port)}"
+        return self._get_text(f"{pod}/proxy/{path.lstrip('/')}", None, timeout)
+
+    def _get_text(self, path: str, params: Mapping[str, Any] | None, timeout: float | None = None) -> str:
+        # Subresources that answer text refuse Accept: text/plain; they answer */* with text, as they do kubectl.
+        resp = self._send("GET", path, params, None, None, "*/*", timeout)
         try:
             data = resp.read()
         except _NETWORK_ERRORS as exc:

@@ -82,6 +82,13 @@ RESTORED = Counter("gpufleet_taint_controller_taint_restored_total",
 HONOURED = Counter("gpufleet_taint_controller_taint_removals_honoured_total",
                    "Free-GPU taints removed again by another actor after a restore: left off until the next decision.",
                    ["node"])
+TICK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5)
+TICK_CPU = Histogram("gpufleet_taint_controller_tick_cpu_seconds",
+                     "CPU seconds the process spent during one tick (signal, decision, flip-out, flip-back, orphaned "
+                     "endpoints; its watch threads' decoding in that time included): what grows with the fleet.",
+                     buckets=TICK_BUCKETS)
+TICK_WALL = Histogram("gpufleet_taint_controller_tick_seconds",
+                      "Wall seconds of one tick (API requests included).", buckets=TICK_BUCKETS)
 EVENT_COMPONENT = "gpufleet-taint-controller"
 VNODES = Gauge("gpufleet_taint_controller_virtual_nodes", "Virtual nodes of the configured pools, by taint.", ["tainted"])
 FREE_TAINT = {"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}
@@ -260,12 +267,14 @@ class TaintController:
         """Tick every ``tick_seconds`` until :meth:`stop`; ``beat`` is called after each tick (liveness)."""
         self.start()
         while not self._stop.is_set():
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.process_time()
             try:
                 self.tick()
                 beat()
             except Exception:
                 log.exception("taint controller: tick failed")
+            TICK_CPU.observe(time.process_time() - cpu)
+            TICK_WALL.observe(time.monotonic() - began)
             self._stop.wait(max(0.0, tick_seconds - (time.monotonic() - began)))
 
     def stop(self) -> None:

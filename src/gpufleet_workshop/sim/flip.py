@@ -54,6 +54,15 @@ Summary (``summary.json``, exactly these keys):
   ``{pool: cost}``; the virtual kubelets count the same in production
   (``gpufleet_flip_external_gpu_cost_total``, :mod:`gpufleet.virtual_kubelet.ledger`).
 
+* ``controllers``: what gpufleet's own controllers cost while the run was
+  metered (from the controllers' Available to the end,
+  :mod:`gpufleet_workshop.sim.meter`): per Deployment (``taint-controller``,
+  ``vk-<pool>``) ``rss_max_mib`` and ``cpu_seconds``, and the taint
+  controller's ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99`` and ``ticks``; with
+  the three figures the fleet-size goals name flat beside it:
+  ``taint_controller_tick_cpu_ms_p99``, ``taint_controller_rss_max_mib``
+  and ``virtual_kubelet_rss_max_mib`` (the largest of the pools').
+
 The other keys (``flip_mode``, ``serving_capacity_min_ratio``,
 ``seconds_training_waited_for_flip``, the request figures) are described at
 :func:`summarize` and :func:`gpufleet_workshop.sim.serving.summarize`.
@@ -86,6 +95,7 @@ from gpufleet_workshop.local.dataplane import netns_name as dataplane_name
 from gpufleet_workshop.local.node import node_name as real_node_name
 from gpufleet_workshop.local import workshop_image
 from gpufleet_workshop.sim import incluster, serving
+from gpufleet_workshop.sim.meter import ControllerMeter
 from gpufleet.virtual_kubelet.node import node_name_for
 from gpufleet.wait import PollTimeout, poll_until
 
@@ -96,7 +106,10 @@ REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "l
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
                 "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
                 "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
-                "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS)
+                "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
+                "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib", "controllers")
+#: The keys of the summary tables (``controllers``, a nested figure, has lines of its own).
+TABLE_KEYS = tuple(k for k in SUMMARY_KEYS if k != "controllers")
 JOBSET_NAME = "gpufleet-sim-flip"
 
 #: What the simulation applies of the kueue role.
@@ -453,6 +466,10 @@ class Options:
         latency_ms: milliseconds the inference stand-in takes per request.
         pdb_max_unavailable: the PodDisruptionBudget's maxUnavailable (pods or ``"10%"``) instead of the
             inventory's budget (None: the inventory's).
+        pool_gpus: every pool's ``capacity_gpus`` instead of the inventory's (None: the inventory's): outside
+            capacity for as many replicas as a fleet-size run moves.
+        migration_pods_per_minute: ``descheduler_migration_pods_per_minute`` instead of the inventory's (the
+            way back's pace; None: the inventory's).
     """
 
     env: str = "local"
@@ -469,6 +486,20 @@ class Options:
     rate: float = 20.0
     latency_ms: float = 20.0
     pdb_max_unavailable: int | str | None = None
+    pool_gpus: int | None = None
+    migration_pods_per_minute: float | None = None
+
+    def overrides(self, base) -> dict[str, Any]:
+        """Inventory overrides of these options (``load(env, overrides=...)``), from ``base``, the inventory
+        without them."""
+        out: dict[str, Any] = {}
+        if self.pool_gpus is not None:
+            out["virtual_kubelet_pools"] = [
+                {**p.model_dump(mode="json", exclude_unset=True), "capacity_gpus": self.pool_gpus}
+                for p in base.role("virtual_kubelet").virtual_kubelet_pools]
+        if self.migration_pods_per_minute is not None:
+            out["descheduler_migration_pods_per_minute"] = self.migration_pods_per_minute
+        return out
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
@@ -564,6 +595,7 @@ def _start_controllers(kube: Kube, cluster, opts: Options, pools: list, say):
     from roles.registry import load
 
     overrides = incluster.overrides(incluster.stack_config(cluster))
+    overrides.update(opts.overrides(load(opts.env)))
     if opts.mode:
         overrides["taint_controller_flip_mode"] = opts.mode
     objs = incluster.controller_objects(load(opts.env, overrides=overrides), [p.name for p in pools])
@@ -595,6 +627,9 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     console = console or Console(stderr=True, highlight=False)
     say = console.print
     inv = load(opts.env, nodes=opts.nodes) if opts.nodes else load(opts.env)
+    extra = opts.overrides(inv)
+    if extra:
+        inv = load(opts.env, nodes=opts.nodes, overrides=extra)
     nodes = len(inv.hosts)
     gpus_per_node = max(h.vars.gpu_count for h in inv.hosts.values())
     vk_vars = inv.role("virtual_kubelet")
@@ -676,6 +711,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                 incluster.remove(kube, created)
             raise
     vnodes = [node_name_for(p.name) for p in pools]
+    meter = ControllerMeter(kube, incluster.deployments(objs)).start()
     rec = Recorder(caches, inf.inference_namespace, lq.namespace, vnodes).start()
     wall_t0 = time.time() - (time.monotonic() - rec.t0)
     transitions: list[Transition] = []
@@ -718,6 +754,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     finally:
         reqs = serving.finish(setup) if setup is not None else None
         rec.stop()
+        meter.stop()
         caches.stop()
         tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
         transitions = incluster.transitions(list(incluster.logs(kube, tc_ns, "taint-controller").values()), wall_t0,
@@ -725,7 +762,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         mode = _flip_mode(_config_map(objs))
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
-                                         mode=mode, requests=reqs, wall_t0=wall_t0,
+                                         mode=mode, requests=reqs, wall_t0=wall_t0, controllers=meter.figures(),
                                          in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
@@ -804,7 +841,8 @@ def check_both(opts: Options, kube: Kube | None = None) -> None:
 def _write_results(out: Path, opts: Options, samples: list, transitions: list, submitted: float | None, *, nodes: int,
                    gpus_per_node: int, replicas: int, pdb: int, pools: list, mode: str = "",
                    requests: list | None = None, wall_t0: float = 0.0,
-                   in_cluster_nodes: set[str] = frozenset()) -> tuple[dict[str, Any], dict[str, float | None]]:
+                   in_cluster_nodes: set[str] = frozenset(),
+                   controllers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were);
     write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
 
@@ -822,6 +860,7 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
         rps = serving.per_second(requests, wall_t0=wall_t0, in_cluster_nodes=in_cluster_nodes)
     else:
         summary.update(dict.fromkeys(REQUEST_KEYS))
+    summary.update(controller_keys(controllers or {}))
     summary = {k: summary[k] for k in SUMMARY_KEYS}
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
@@ -834,6 +873,15 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
              f"{replicas} inference replicas", requests_per_second=rps)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, phases
+
+
+def controller_keys(controllers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The summary's controller keys (module docstring) from :meth:`ControllerMeter.figures` (Deployment -> figures)."""
+    tc = controllers.get("taint-controller") or {}
+    vks = [f["rss_max_mib"] for n, f in controllers.items() if n.startswith("vk-") and f.get("rss_max_mib") is not None]
+    return {"taint_controller_tick_cpu_ms_p99": tc.get("tick_cpu_ms_p99"),
+            "taint_controller_rss_max_mib": tc.get("rss_max_mib"),
+            "virtual_kubelet_rss_max_mib": max(vks) if vks else None, "controllers": controllers}
 
 
 def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, vnodes: list[str], *,
@@ -882,9 +930,11 @@ def _print_summary(console, summary: dict, phases: dict, transitions: list[Trans
     table = Table(title="sim.flip summary")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for k in SUMMARY_KEYS:
+    for k in TABLE_KEYS:
         table.add_row(k, "-" if summary[k] is None else str(summary[k]))
     console.print(table)
+    for name, figures in (summary.get("controllers") or {}).items():
+        console.print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in figures.items()))
     phase_line = ", ".join(f"{k} {v:.0f}s" for k, v in phases.items() if v is not None)
     console.print(f"phases: {phase_line}")
     for t in transitions:

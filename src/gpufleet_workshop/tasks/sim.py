@@ -61,11 +61,14 @@ def flip_errors() -> Iterator[None]:
                   "stream's 2000 ms timeout)",
     "pdb_max_unavailable": "the inference PodDisruptionBudget's maxUnavailable, pods or a percentage such as 10% "
                            "(default: the inventory's budget)",
+    "pool_gpus": "every pool's capacity_gpus (default: the inventory's): outside capacity for a fleet-size run",
+    "migration_pods_per_minute": "the way back's pace, descheduler_migration_pods_per_minute (default: the "
+                                 "inventory's)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
          keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20,
-         pdb_max_unavailable: str = "") -> None:
+         pdb_max_unavailable: str = "", pool_gpus: int = 0, migration_pods_per_minute: float = 0.0) -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
@@ -80,6 +83,9 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
 
     problems = [f"--{flag} {value:g}: expected a number >= 0 (0: the inventory's)"
                 for flag, value in (("nodes", nodes), ("replicas", replicas)) if value < 0]
+    problems += [f"--{flag} {value:g}: expected a number >= 0 (0: the inventory's)"
+                 for flag, value in (("pool-gpus", pool_gpus), ("migration-pods-per-minute", migration_pods_per_minute))
+                 if value < 0]
     problems += [f"--{flag} {value:g}: expected seconds > 0" for flag, value in (("duration", duration), ("timeout", timeout))
                  if value <= 0]
     if pools and not pools.strip(", "):
@@ -106,7 +112,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
-                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms, pdb_max_unavailable=budget)
+                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms, pdb_max_unavailable=budget,
+                   pool_gpus=pool_gpus or None, migration_pods_per_minute=migration_pods_per_minute or None)
     with flip_errors():
         if mode == "both":
             summary = _both(opts)
@@ -123,7 +130,7 @@ def _both(opts) -> dict:
     from rich.console import Console
     from rich.table import Table
 
-    from gpufleet_workshop.sim.flip import SUMMARY_KEYS, check_both, run
+    from gpufleet_workshop.sim.flip import TABLE_KEYS, check_both, run
 
     check_both(opts)
     summaries = {m: run(replace(opts, mode=m, out=Path(opts.out) / m)) for m in FLIP_MODES}
@@ -132,7 +139,7 @@ def _both(opts) -> dict:
     table.add_column("figure")
     for m in FLIP_MODES:
         table.add_column(m, justify="right")
-    for k in SUMMARY_KEYS:
+    for k in TABLE_KEYS:
         table.add_row(k, *("-" if summaries[m][k] is None else str(summaries[m][k]) for m in FLIP_MODES))
     Console(stderr=True).print(table)
     return summaries
