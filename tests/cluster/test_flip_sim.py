@@ -43,5 +43,6 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     # The controllers were metered through the API server's pod proxy, the taint controller's ticks among them.
     assert summary["taint_controller_rss_max_mib"] > 0 and summary["virtual_kubelet_rss_max_mib"] > 0
     assert summary["taint_controller_tick_cpu_ms_p99"] is not None and summary["controllers"]["taint-controller"]["ticks"] > 0
+    assert any(f.name.startswith("taint-controller-") and f.stat().st_size for f in (tmp_path / "logs").iterdir())
     rps = timeline["requests_per_second"]
     assert sum(rps["in_cluster"]) > 0 and sum(rps["outside"]) > 0

@@ -49,7 +49,9 @@ class PagesKube:
 
     def list(self, api_version, plural, namespace=None, **params):
         assert params["labelSelector"] == "app.kubernetes.io/name=taint-controller"
-        return {"items": [{"metadata": {"name": "taint-controller-1"}, "status": {"phase": "Running"}}]}
+        return {"items": [{"metadata": {"name": "taint-controller-1"},
+                           "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1}]}},
+                          {"metadata": {"name": "taint-controller-2"}, "status": {"phase": "Pending"}}]}
 
     def pod_proxy_text(self, namespace, name, port, path="metrics", *, timeout=None):
         return next(self.pages)
@@ -62,6 +64,17 @@ def test_figures_count_what_happened_while_metered_only():
     meter.sample()
     fig = meter.figures()["taint-controller"]
     # 100 ticks while metered: 90 under 10 ms, 10 between 10 and 50 ms.
-    assert fig["ticks"] == 100 and fig["cpu_seconds"] == 2.5 and fig["rss_max_mib"] == 100.0
+    assert fig["ticks"] == 100 and fig["cpu_seconds"] == 2.5 and fig["rss_max_mib"] == 100.0 and fig["restarts"] == 1
     assert fig["tick_cpu_ms_p50"] == pytest.approx(10 * 50 / 90, abs=0.1)
     assert fig["tick_cpu_ms_p99"] == pytest.approx(10 + 40 * 9 / 10, abs=0.1)
+
+
+def test_a_deployment_whose_pods_never_answered_has_no_figures():
+    class Silent(PagesKube):
+        def pod_proxy_text(self, *args, **kwargs):
+            from gpufleet.kube import Unreachable
+            raise Unreachable("no route")
+
+    meter = ControllerMeter(Silent([]), [("gpufleet-system", "taint-controller")])
+    meter.sample()
+    assert meter.figures()["taint-controller"] == {"rss_max_mib": None, "cpu_seconds": None, "restarts": 1}

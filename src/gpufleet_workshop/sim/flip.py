@@ -31,7 +31,9 @@ What it does (:func:`run`):
    makes them Succeed.
 5. Samples the cluster every second until inference is back in-cluster
    (or ``timeout``), then writes ``timeline.json``, ``flip.png`` and
-   ``summary.json`` to ``out`` and returns the summary.
+   ``summary.json`` to ``out``, and the controllers' logs to ``out/logs/``
+   (``<pod>.log``: a restarted container's previous log first), and returns
+   the summary.
 
 Summary (``summary.json``, exactly these keys):
 
@@ -756,9 +758,8 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         rec.stop()
         meter.stop()
         caches.stop()
-        tc_ns = next(ns for ns, n in incluster.deployments(objs) if n == "taint-controller")
-        transitions = incluster.transitions(list(incluster.logs(kube, tc_ns, "taint-controller").values()), wall_t0,
-                                            since=began)
+        logs = save_logs(kube, incluster.deployments(objs), out / "logs")
+        transitions = incluster.transitions(list(logs.get("taint-controller", {}).values()), wall_t0, since=began)
         mode = _flip_mode(_config_map(objs))
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
@@ -873,6 +874,18 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
              f"{replicas} inference replicas", requests_per_second=rps)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary, phases
+
+
+def save_logs(kube: Kube, deployments: list[tuple[str, str]], folder: Path) -> dict[str, dict[str, str]]:
+    """Write the log of each pod of ``deployments`` (``(namespace, name)``, the controllers) to
+    ``folder/<pod>.log`` before the run removes them; returns Deployment name -> pod -> log."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for ns, name in deployments:
+        out[name] = incluster.logs(kube, ns, name)
+        for pod, text in out[name].items():
+            (folder / f"{pod}.log").write_text(text)
+    return out
 
 
 def controller_keys(controllers: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ figures per Deployment (:meth:`ControllerMeter.figures`):
 * ``rss_max_mib``: the highest resident set of any of its pods, MiB;
 * ``cpu_seconds``: CPU seconds its pods used while metered (the counter's
   last value minus its first, per pod, summed);
+* ``restarts``: its pods' container restarts as last seen (a liveness
+  probe that killed a controller under load shows here);
 * for the taint controller, ``tick_cpu_ms_p50`` / ``tick_cpu_ms_p99``: the
   quantiles of its ticks' CPU while metered (the histogram's increase over
   the run, interpolated inside a bucket as PromQL's ``histogram_quantile``
@@ -74,6 +76,7 @@ class _Pod:
     first: dict[str, Any] = field(default_factory=dict)
     last: dict[str, Any] = field(default_factory=dict)
     rss_max: float = 0.0
+    restarts: int = 0
 
 
 def read(text: str) -> dict[str, Any]:
@@ -127,30 +130,32 @@ class ControllerMeter:
                 continue
             for p in pods:
                 pod = p["metadata"]["name"]
-                if (p.get("status") or {}).get("phase") != "Running":
+                status = p.get("status") or {}
+                restarts = sum(c.get("restartCount", 0) for c in status.get("containerStatuses") or [])
+                self.pods[(ns, name)].setdefault(pod, _Pod()).restarts = restarts
+                if status.get("phase") != "Running":
                     continue
                 try:
                     values = read(self.kube.pod_proxy_text(ns, pod, self.port, "metrics", timeout=5))
                 except (KubeError, ValueError) as exc:
                     log.info("meter: %s/%s metrics: %s", ns, pod, exc)
                     continue
-                seen = self.pods[(ns, name)].setdefault(pod, _Pod())
+                seen = self.pods[(ns, name)][pod]
                 if not seen.first:
                     seen.first = values
                 seen.last = values
                 seen.rss_max = max(seen.rss_max, values.get(RSS, 0.0))
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds`` and, where ticks were metered,
+        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts`` and, where ticks were metered,
         ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99`` and ``ticks`` (module docstring); None where no pod answered."""
         out: dict[str, dict[str, Any]] = {}
         for (_, name), pods in self.pods.items():
-            if not pods:
-                out[name] = {"rss_max_mib": None, "cpu_seconds": None}
-                continue
+            read_ = [p for p in pods.values() if p.first]
             fig: dict[str, Any] = {
-                "rss_max_mib": round(max(p.rss_max for p in pods.values()) / MIB, 1),
-                "cpu_seconds": round(sum(p.last.get(CPU, 0.0) - p.first.get(CPU, 0.0) for p in pods.values()), 2)}
+                "rss_max_mib": round(max(p.rss_max for p in read_) / MIB, 1) if read_ else None,
+                "cpu_seconds": round(sum(p.last.get(CPU, 0.0) - p.first.get(CPU, 0.0) for p in read_), 2) if read_ else None,
+                "restarts": sum(p.restarts for p in pods.values())}
             ticks: dict[float, float] = {}
             for p in pods.values():
                 for le, count in (p.last.get(TICK_CPU) or {}).items():
