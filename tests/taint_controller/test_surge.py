@@ -196,6 +196,32 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
         FlipBack(kube, Nodes(), cache(), MigrationBudget(600), make_before_break=True)
 
 
+@pytest.mark.parametrize("max_in_flight, started", [(2, ["a", "b"]), (1, ["a"])])
+def test_on_the_way_back_replacements_start_at_the_budgets_pace_up_to_max_in_flight(max_in_flight, started):
+    """A move spends its token when its replacement starts and stays in flight until its pod is gone: a
+    replacement still starting never holds the next one back by taking the token again each tick."""
+    class Endpoints:
+        def published(self, pod):
+            return False  # no replacement becomes Ready and published here
+
+    node = {"name": "vk-rental", "virtual": True, "taints": [{"key": FREE_GPUS_TAINT, "effect": FREE_GPUS_EFFECT}]}
+    outside = [{**view(f"srv-7d9f-{n}", f"uid-{n}", {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f"),
+                "phase": "Running", "tolerations": [], "priority": 0, "created": float(i)}
+               for i, n in enumerate("abc")]
+    kube, now = cluster(*outside), [0.0]
+    back = FlipBack(kube, Nodes(node), cache(*outside), MigrationBudget(10, max_in_flight=max_in_flight),
+                    mode="release", make_before_break=True, endpoints=Endpoints(), clock=lambda: now[0])
+    created = []
+    for t in (0.0, 1.0, 6.0, 12.0, 18.0):  # ticks; a token every 6 s (10 a minute)
+        now[0] = t
+        kube.actions.clear()
+        assert back.tick() == []  # nothing released or replaced: every replacement is still starting
+        created += [c[2] for c in calls(kube) if c[0] == "create"]
+    # One replacement per token, the oldest pod first, never more than max_in_flight starting at once.
+    assert [name.split("-surge")[0].removeprefix("srv-7d9f-") for name in created] == started
+    assert not any("gpufleet.io/flip-back" in str(a.body) for a in kube.writes()), "nothing released meanwhile"
+
+
 def test_a_surge_whose_victim_left_reads_its_deployment_from_a_watch_cache_not_a_get_per_tick():
     """The surge waits for its Deployment to be available again; the Deployment comes from a watch cache of
     its namespace (one list, then events), so a thousand ticks are not a thousand GETs. Available is the

@@ -22,15 +22,18 @@ published (a ready endpoint of every Service selecting it:
 :mod:`gpufleet.taint_controller.published`) it takes the pod's place: the pod's own
 ReplicaSet removes the pod outside, neither released nor evicted, and
 starts no other replacement, so a fleet whose free GPUs are exactly what
-inference needs back moves every pod. Until then the pod's token is given
-back; after ``surge_max_wait_seconds`` without it, the pod is released or
-evicted as above.
+inference needs back moves every pod. A move spends its token when its
+replacement starts and counts in flight until its pod is gone, so up to
+``max_in_flight`` replacements start at the budget's pace side by side;
+after ``surge_max_wait_seconds`` without a Ready and published
+replacement, the pod is released or evicted as above.
 
 See README.md in this folder for the split with the descheduler.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import typing
@@ -131,10 +134,14 @@ class FlipBack:
         outside = [p for n in nodes if n["virtual"] for p in self.pods.by_index(BY_NODE, n["name"])]
         cands = candidates(nodes, outside, set(self.attempted))
         CANDIDATES.set(len(cands))
-        chosen = self.budget.plan(cands, now)
-        replaced: list[Candidate] = []
-        if self.surges is not None:
-            chosen, replaced = self._replaced_first(cands, chosen, now)
+        if self.surges is None:
+            chosen, replaced = self.budget.plan(cands, now), []
+        else:
+            # A pod whose replacement already started is moving: in flight (max_in_flight counts it), its token
+            # spent when the replacement started; it is looked at again without taking another.
+            moving = [c for c in cands if c.uid in self.surges.live]
+            planned = [dataclasses.replace(c, released=True) if c.uid in self.surges.live else c for c in cands]
+            chosen, replaced = self._replaced_first(cands, moving, self.budget.plan(planned, now), now)
         for c in replaced:  # its ReplicaSet deletes it; counted in flight until it is gone, as an eviction
             self.attempted[c.uid] = now
             RELEASES.labels(self.mode, "replaced").inc()
@@ -163,16 +170,19 @@ class FlipBack:
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)
         return replaced + chosen
 
-    def _replaced_first(self, cands: list[Candidate], chosen: list[Candidate],
+    def _replaced_first(self, cands: list[Candidate], moving: list[Candidate], chosen: list[Candidate],
                         now: float) -> tuple[list[Candidate], list[Candidate]]:
-        """``(to release or evict, replaced)`` of ``chosen``: those that waited for their in-cluster replacement
+        """``(to release or evict, replaced)`` of ``moving`` (their replacement started earlier) and ``chosen``
+        (a token just taken: their replacement starts now): those that waited for their in-cluster replacement
         long enough or can have none, and those whose replacement took their place (Ready and published,
-        :meth:`Surges.hand_over`); the others' tokens go back. Surges no candidate needs any more are removed."""
+        :meth:`Surges.hand_over`). A chosen pod whose replacement could not start yet gets its token back; a
+        started one keeps it spent. Surges no candidate needs any more are removed."""
         if not self._recovered:
             self.surges.recover()
             self._recovered = True
+        fresh = {c.uid for c in chosen}
         go, replaced = [], []
-        for c in chosen:
+        for c in moving + chosen:
             pod = pod_by_uid(self.pods, c.uid)
             if pod is not None and self.surges.ready(pod):
                 handed = self.surges.hand_over(pod)
@@ -181,13 +191,16 @@ class FlipBack:
                     log.info("flip-back: %s/%s (%s) replaced in-cluster", c.namespace, c.name, c.workload)
                     continue
                 if handed is None:  # a request failed: the next tick tries again
-                    self.budget.refund(c)
+                    if c.uid in fresh and c.uid not in self.surges.live:
+                        self.budget.refund(c)
                     continue
             elif pod is not None:
-                started = self.surges.live[c.uid].created if c.uid in self.surges.live else now
-                if now - started <= self.surge_max_wait:
-                    self.budget.refund(c)
+                if c.uid not in self.surges.live:  # its replacement could not be created yet: not moving
+                    if c.uid in fresh:
+                        self.budget.refund(c)
                     continue
+                if now - self.surges.live[c.uid].created <= self.surge_max_wait:
+                    continue  # moving: its replacement is starting
                 self.surges.abandon(pod)
             go.append(c)
         self.surges.reconcile({c.uid for c in cands})
