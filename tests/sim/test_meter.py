@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpufleet_workshop.sim.meter import CPU, RSS, TICK_CPU, ControllerMeter, histogram_quantile, read
+from gpufleet_workshop.sim.meter import CPU, RSS, TICK_CPU, TICK_PROCESS_CPU, ControllerMeter, histogram_quantile, read
 
 PAGE = """# HELP process_resident_memory_bytes Resident memory size in bytes.
 # TYPE process_resident_memory_bytes gauge
@@ -21,6 +21,13 @@ gpufleet_taint_controller_tick_cpu_seconds_bucket{{le="0.05"}} {b}
 gpufleet_taint_controller_tick_cpu_seconds_bucket{{le="+Inf"}} {b}
 gpufleet_taint_controller_tick_cpu_seconds_count {b}
 gpufleet_taint_controller_tick_cpu_seconds_sum 0.5
+# HELP gpufleet_taint_controller_tick_process_cpu_seconds CPU seconds of the process during one tick.
+# TYPE gpufleet_taint_controller_tick_process_cpu_seconds histogram
+gpufleet_taint_controller_tick_process_cpu_seconds_bucket{{le="0.01"}} 0
+gpufleet_taint_controller_tick_process_cpu_seconds_bucket{{le="0.05"}} {a}
+gpufleet_taint_controller_tick_process_cpu_seconds_bucket{{le="+Inf"}} {b}
+gpufleet_taint_controller_tick_process_cpu_seconds_count {b}
+gpufleet_taint_controller_tick_process_cpu_seconds_sum 5.0
 """
 
 
@@ -39,6 +46,7 @@ def test_a_page_is_read_into_the_metered_values():
     values = read(PAGE.format(cpu=3.5, a=10, b=20))
     assert values[RSS] == 104857600 and values[CPU] == 3.5
     assert values[TICK_CPU] == {0.01: 10.0, 0.05: 20.0, math.inf: 20.0}
+    assert values[TICK_PROCESS_CPU] == {0.01: 0.0, 0.05: 10.0, math.inf: 20.0}
 
 
 class PagesKube:
@@ -67,6 +75,9 @@ def test_figures_count_what_happened_while_metered_only():
     assert fig["ticks"] == 100 and fig["cpu_seconds"] == 2.5 and fig["rss_max_mib"] == 100.0 and fig["restarts"] == 1
     assert fig["tick_cpu_ms_p50"] == pytest.approx(10 * 50 / 90, abs=0.1)
     assert fig["tick_cpu_ms_p99"] == pytest.approx(10 + 40 * 9 / 10, abs=0.1)
+    # The process's CPU during the same ticks: 90 between 10 and 50 ms, 10 above (the highest finite bound).
+    assert fig["tick_process_cpu_ms_p50"] == pytest.approx(10 + 40 * 50 / 90, abs=0.1)
+    assert fig["tick_process_cpu_ms_p99"] == 50.0
 
 
 def test_a_deployment_whose_pods_never_answered_has_no_figures():

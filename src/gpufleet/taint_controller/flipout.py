@@ -64,6 +64,8 @@ from .signal import BY_NODE, POD_INDEXES, pod_by_uid
 from .surge import Deployments, Surges
 
 log = logging.getLogger(__name__)
+#: Name prefix of the worker threads that serve reservations side by side (the tick's CPU counts theirs).
+WORKER_THREAD_PREFIX = "flip-out"
 
 RESERVATIONS = Gauge("gpufleet_flip_out_reservations", "In-cluster nodes reserved for a pending training pod.")
 EVICTIONS = Counter("gpufleet_flip_out_evictions_total",
@@ -271,7 +273,7 @@ class FlipOut:
             futures = None
         else:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrent_syncs, thread_name_prefix="flip-out")
+                self._pool = ThreadPoolExecutor(self.concurrent_syncs, thread_name_prefix=WORKER_THREAD_PREFIX)
             futures = [self._pool.submit(w) for w in work]
         out: list[set[str]] = []
         for i, w in enumerate(work):

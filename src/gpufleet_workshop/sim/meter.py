@@ -11,7 +11,9 @@ at its ``/metrics`` through the API server's pod proxy
 would, parsed with ``prometheus_client``'s parser: the standard process
 collector's ``process_resident_memory_bytes`` and
 ``process_cpu_seconds_total``, and the taint controller's
-``gpufleet_taint_controller_tick_cpu_seconds`` histogram. A pod that does
+``gpufleet_taint_controller_tick_cpu_seconds`` (its tick's own threads)
+and ``gpufleet_taint_controller_tick_process_cpu_seconds`` (the whole
+process during the tick, watch decoding included) histograms. A pod that does
 not answer (restarting, a proxy error) is skipped for that round. The
 figures per Deployment (:meth:`ControllerMeter.figures`):
 
@@ -21,9 +23,11 @@ figures per Deployment (:meth:`ControllerMeter.figures`):
 * ``restarts``: its pods' container restarts as last seen (a liveness
   probe that killed a controller under load shows here);
 * for the taint controller, ``tick_cpu_ms_p50`` / ``tick_cpu_ms_p99``: the
-  quantiles of its ticks' CPU while metered (the histogram's increase over
-  the run, interpolated inside a bucket as PromQL's ``histogram_quantile``
-  does), and ``ticks``.
+  quantiles of its ticks' own CPU while metered (the histogram's increase
+  over the run, interpolated inside a bucket as PromQL's
+  ``histogram_quantile`` does), ``tick_process_cpu_ms_p50`` /
+  ``tick_process_cpu_ms_p99`` the same of the process's CPU during a tick,
+  and ``ticks``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,9 @@ log = logging.getLogger(__name__)
 RSS = "process_resident_memory_bytes"
 CPU = "process_cpu_seconds_total"
 TICK_CPU = "gpufleet_taint_controller_tick_cpu_seconds"
+TICK_PROCESS_CPU = "gpufleet_taint_controller_tick_process_cpu_seconds"
+#: The metered histograms and the figure each gives (``<prefix>_p50``, ``<prefix>_p99``, milliseconds).
+HISTOGRAMS = {TICK_CPU: "tick_cpu_ms", TICK_PROCESS_CPU: "tick_process_cpu_ms"}
 MIB = 1024 * 1024
 
 
@@ -80,14 +87,16 @@ class _Pod:
 
 
 def read(text: str) -> dict[str, Any]:
-    """The metered values of one ``/metrics`` page: ``{RSS: bytes, CPU: seconds, TICK_CPU: {le: count}}`` (those present)."""
+    """The metered values of one ``/metrics`` page: ``{RSS: bytes, CPU: seconds, <histogram>: {le: count}}``
+    (those present; the histograms of :data:`HISTOGRAMS`)."""
     out: dict[str, Any] = {}
+    buckets = {h + "_bucket": h for h in HISTOGRAMS}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name in (RSS, CPU):
                 out[s.name] = s.value
-            elif s.name == TICK_CPU + "_bucket":
-                out.setdefault(TICK_CPU, {})[float(s.labels["le"])] = s.value
+            elif s.name in buckets:
+                out.setdefault(buckets[s.name], {})[float(s.labels["le"])] = s.value
     return out
 
 
@@ -148,7 +157,8 @@ class ControllerMeter:
 
     def figures(self) -> dict[str, dict[str, Any]]:
         """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts`` and, where ticks were metered,
-        ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99`` and ``ticks`` (module docstring); None where no pod answered."""
+        ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99``, ``tick_process_cpu_ms_p50``, ``tick_process_cpu_ms_p99``
+        and ``ticks`` (module docstring); None where no pod answered."""
         out: dict[str, dict[str, Any]] = {}
         for (_, name), pods in self.pods.items():
             read_ = [p for p in pods.values() if p.first]
@@ -156,15 +166,17 @@ class ControllerMeter:
                 "rss_max_mib": round(max(p.rss_max for p in read_) / MIB, 1) if read_ else None,
                 "cpu_seconds": round(sum(p.last.get(CPU, 0.0) - p.first.get(CPU, 0.0) for p in read_), 2) if read_ else None,
                 "restarts": sum(p.restarts for p in pods.values())}
-            ticks: dict[float, float] = {}
-            for p in pods.values():
-                for le, count in (p.last.get(TICK_CPU) or {}).items():
-                    ticks[le] = ticks.get(le, 0.0) + count - (p.first.get(TICK_CPU) or {}).get(le, 0.0)
-            if ticks:
+            for histogram, prefix in HISTOGRAMS.items():
+                ticks: dict[float, float] = {}
+                for p in pods.values():
+                    for le, count in (p.last.get(histogram) or {}).items():
+                        ticks[le] = ticks.get(le, 0.0) + count - (p.first.get(histogram) or {}).get(le, 0.0)
+                if not ticks:
+                    continue
                 pairs = sorted(ticks.items())
                 fig["ticks"] = int(pairs[-1][1])
                 for q in (0.5, 0.99):
                     v = histogram_quantile(q, pairs)
-                    fig[f"tick_cpu_ms_p{int(q * 100)}"] = None if v is None else round(v * 1000, 1)
+                    fig[f"{prefix}_p{int(q * 100)}"] = None if v is None else round(v * 1000, 1)
             out[name] = fig
         return out
