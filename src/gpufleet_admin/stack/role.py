@@ -104,10 +104,9 @@ def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomR
     purpose (``pulumi up --replace <urn>``).
     """
     props = copy.deepcopy(obj)
-    extra = pulumi.ResourceOptions(version=k8s_version())
-    if (obj["apiVersion"], obj["kind"]) in IMMUTABLE_SELECTOR_KINDS:
-        extra = pulumi.ResourceOptions(version=k8s_version(), ignore_changes=["spec.selector"])
-    opts = pulumi.ResourceOptions.merge(opts, extra)
+    immutable = (obj["apiVersion"], obj["kind"]) in IMMUTABLE_SELECTOR_KINDS
+    opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+        version=k8s_version(), ignore_changes=["spec.selector"] if immutable else None))
     return pulumi.CustomResource(type_token(obj), object_id(obj), props, opts)
 
 
