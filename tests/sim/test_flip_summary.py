@@ -61,3 +61,21 @@ def test_summary_json_has_the_cost_keys(tmp_path):
     assert list(written) == list(SUMMARY_KEYS) == list(summary)
     assert written["external_gpu_cost_during_flip"] == pytest.approx(0.08)
     assert set(written["external_gpu_cost_during_flip_by_pool"]) == {"rental", "other"}
+
+
+def test_the_training_wait_splits_into_pod_creation_and_each_pods_wait_for_a_node():
+    from gpufleet_workshop.sim.flip import training_pod_times
+
+    def pod(created, scheduled=None):
+        conditions = [{"type": "PodScheduled", "status": "False", "lastTransitionTime": created}]
+        if scheduled:
+            conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
+        return {"metadata": {"creationTimestamp": created}, "status": {"conditions": conditions}}
+
+    submitted = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    pods = [pod("2027-01-15T08:00:10Z", "2027-01-15T08:00:12Z"), pod("2027-01-15T08:01:40Z", "2027-01-15T08:02:30Z"),
+            pod("2027-01-15T08:01:50Z")]  # not bound yet: created counts, no wait
+    assert training_pod_times(pods, submitted) == {"seconds_training_pods_created": 110.0,
+                                                   "seconds_training_pod_waited_max": 50.0}
+    assert training_pod_times([], submitted) == {"seconds_training_pods_created": None,
+                                                 "seconds_training_pod_waited_max": None}

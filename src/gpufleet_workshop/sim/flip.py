@@ -69,6 +69,11 @@ Summary (``summary.json``, exactly these keys):
   ``taint_controller_rss_max_mib`` and ``virtual_kubelet_rss_max_mib`` (the
   largest of the pools').
 
+* ``seconds_training_pods_created`` and ``seconds_training_pod_waited_max``
+  (:func:`training_pod_times`): how ``seconds_training_waited_for_flip``
+  splits between the Job controller creating the training pods and the
+  flip freeing nodes for them.
+
 The other keys (``flip_mode``, ``serving_capacity_min_ratio``,
 ``seconds_training_waited_for_flip``, the request figures) are described at
 :func:`summarize` and :func:`gpufleet_workshop.sim.serving.summarize`.
@@ -94,6 +99,7 @@ from gpufleet.taint_controller.controller import Transition
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.kube import Kube, KubeError, NotFound
 from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
+from gpufleet.kube.times import parse_time
 from gpufleet.names import (FIELD_MANAGER_SIM, FLIP_MODES, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL,
                             KUEUE_QUEUE_LABEL, RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION,
                             WORKLOAD_LABEL, WORKLOAD_TRAINING)
@@ -111,12 +117,15 @@ log = logging.getLogger(__name__)
 REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "latency_p99_ms_flip")
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
                 "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
-                "seconds_training_waited_for_flip", "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
+                "seconds_training_waited_for_flip", "seconds_training_pods_created", "seconds_training_pod_waited_max",
+                "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
                 "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib", "controllers")
 #: The keys of the summary tables (``controllers``, a nested figure, has lines of its own).
 TABLE_KEYS = tuple(k for k in SUMMARY_KEYS if k != "controllers")
 JOBSET_NAME = "gpufleet-sim-flip"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_SELECTOR = f"{JOBSET_NAME_LABEL}={JOBSET_NAME}"
 
 #: What the simulation applies of the kueue role.
 QUEUE_KINDS = {"Namespace", "PriorityClass", "WorkloadPriorityClass", "Topology", "ResourceFlavor", "ClusterQueue",
@@ -195,11 +204,35 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
                 "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
 
 
+def training_pod_times(pods: list[dict], submitted: float) -> dict[str, float | None]:
+    """How the training's wait splits, from its pods (``[Pod]``) and the submission (``submitted``, Unix seconds).
+
+    ``seconds_training_pods_created``: the submission to the last pod's
+    creation (Kueue's admission, JobSet's Jobs and the Job controller's
+    pace: not the flip's). ``seconds_training_pod_waited_max``: the longest
+    any pod waited from its creation to its binding (its ``PodScheduled``
+    condition True): what the flip cost a pod once it existed. The API's
+    times have a resolution of one second. None for a figure no pod gives.
+    """
+    created, waited = [], []
+    for p in pods:
+        born = parse_time(p["metadata"].get("creationTimestamp"))
+        if born is None:
+            continue
+        created.append(born)
+        bound = next((parse_time(c.get("lastTransitionTime")) for c in (p.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+        if bound is not None:
+            waited.append(max(0.0, bound - born))
+    return {"seconds_training_pods_created": round(max(created) - submitted, 1) if created else None,
+            "seconds_training_pod_waited_max": round(max(waited), 1) if waited else None}
+
+
 def finish_training(kube: Kube, namespace: str, name: str = JOBSET_NAME) -> int:
     """End every running pod of JobSet ``name`` now (duration annotation 0: kwok makes them Succeed); returns how many."""
     from concurrent.futures import ThreadPoolExecutor
 
-    items = kube.list("v1", "pods", namespace, labelSelector=f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+    items = kube.list("v1", "pods", namespace, labelSelector=f"{JOBSET_NAME_LABEL}={name}")["items"]
     running = [p["metadata"]["name"] for p in items if (p.get("status") or {}).get("phase") == "Running"]
 
     def end(pod: str) -> None:
@@ -726,6 +759,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     wall_t0 = time.time() - (time.monotonic() - rec.t0)
     transitions: list[Transition] = []
     submitted = None
+    pod_times: dict[str, float | None] | None = None
     try:
         say("waiting for inference Ready in-cluster and the virtual nodes tainted")
         _wait("inference Ready in-cluster with the virtual nodes tainted",
@@ -749,6 +783,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             pod["spec"]["volumes"] = [volume]
         apply(kube, js)
         _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
+        try:
+            pod_times = training_pod_times(kube.list("v1", "pods", lq.namespace, labelSelector=JOBSET_SELECTOR)["items"],
+                                           wall_t0 + submitted)
+        except KubeError as exc:  # a figure lost, not the run
+            log.warning("training pods' times: %s", exc)
         say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
             f"inference Ready outside: {rec.last().inference_ready_outside}")
         time.sleep(opts.duration)
@@ -772,6 +811,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
                                          mode=mode, requests=reqs, wall_t0=wall_t0, controllers=meter.figures(),
+                                         pod_times=pod_times,
                                          in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
@@ -851,7 +891,8 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
                    gpus_per_node: int, replicas: int, pdb: int, pools: list, mode: str = "",
                    requests: list | None = None, wall_t0: float = 0.0,
                    in_cluster_nodes: set[str] = frozenset(),
-                   controllers: dict[str, dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
+                   controllers: dict[str, dict[str, Any]] | None = None,
+                   pod_times: dict[str, float | None] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were);
     write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
 
@@ -870,6 +911,7 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
     else:
         summary.update(dict.fromkeys(REQUEST_KEYS))
     summary.update(controller_keys(controllers or {}))
+    summary.update(pod_times or training_pod_times([], 0.0))
     summary = {k: summary[k] for k in SUMMARY_KEYS}
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
