@@ -22,6 +22,7 @@ VARIABLES: configs.Variables = {
     "endpoint_health.timeout_seconds": "virtual_kubelet_endpoint_health_timeout_seconds",
     "endpoint_health.unhealthy_threshold": "virtual_kubelet_endpoint_health_unhealthy_threshold",
     "register_with_taints": "taint_controller_enabled",
+    "kubelet_port": "virtual_kubelet_kubelet_port",
 }
 
 

@@ -18,6 +18,14 @@ runs, the node registers closed: with its free-GPU taint (the file's
 controller has decided the cluster is short of GPUs. Without a taint
 controller nothing would ever open it, so the node registers open.
 
+With ``virtual_kubelet_kubelet_port`` (default 10250) each virtual kubelet
+serves the kubelet API for what its pods use
+(:mod:`gpufleet.virtual_kubelet.kubelet_api`) on that container port: it may
+create TokenReviews and SubjectAccessReviews (webhook authentication and
+authorization of its callers) and read ConfigMap
+``kube-system/extension-apiserver-authentication`` (the cluster's client CA),
+nothing else in ``kube-system``.
+
 Each pool's virtual kubelet runs the image its provider ships in
 (``PoolVars.image_or``): gpufleet's image for ``kubernetes`` pools, gpufleet's
 workshop image for the ``simulated`` rental, a plugin of the workshop.
@@ -28,6 +36,7 @@ from __future__ import annotations
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import EVENT_RULE, Obj, controller, namespace, namespaced_rbac, rule
 from gpufleet.virtual_kubelet.config import dump
+from gpufleet.virtual_kubelet.kubelet_api import CLIENT_CA_CONFIGMAP
 
 from .config import configuration
 
@@ -58,6 +67,11 @@ def objects(inv: Inventory) -> list[Obj]:
     # gpufleet.virtual_kubelet.reflect: the ConfigMaps and Secrets pods outside reference, where inference runs.
     reflect = ([rule([""], ["configmaps", "secrets"], ["get", "list", "watch"])]
                if inference.inference_enabled else [])
+    kubelet_port = v.virtual_kubelet_kubelet_port
+    if kubelet_port:
+        # gpufleet.virtual_kubelet.kubelet_api: webhook authentication and authorization of its callers.
+        rules = rules + [rule(["authentication.k8s.io"], ["tokenreviews"], ["create"]),
+                         rule(["authorization.k8s.io"], ["subjectaccessreviews"], ["create"])]
     for pool in v.virtual_kubelet_pools:
         name = f"vk-{pool.name}"
         volumes = mounts = own = None
@@ -74,6 +88,12 @@ def objects(inv: Inventory) -> list[Obj]:
         # The pod's IP is the virtual node's InternalIP.
         deployment["spec"]["template"]["spec"]["containers"][0]["env"].append(
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        if kubelet_port:
+            deployment["spec"]["template"]["spec"]["containers"][0]["ports"].append(
+                {"name": "kubelet", "containerPort": kubelet_port})
+            # The cluster's client CA (certificates of the API server and metrics-server), nothing else there.
+            out += namespaced_rbac(name, CLIENT_CA_CONFIGMAP[0], [
+                rule([""], ["configmaps"], ["get"], names=[CLIENT_CA_CONFIGMAP[1]])], account_namespace=ns)
         deployment["spec"]["replicas"] = 1
         deployment["spec"]["strategy"] = {"type": "Recreate"}
         out += objs[:-1]

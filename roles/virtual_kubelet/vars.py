@@ -48,3 +48,4 @@ class Vars(BaseModel):
     virtual_kubelet_endpoint_health_interval_seconds: cc.Seconds
     virtual_kubelet_endpoint_health_timeout_seconds: cc.PositiveSeconds
     virtual_kubelet_endpoint_health_unhealthy_threshold: cc.PositiveCount
+    virtual_kubelet_kubelet_port: cc.Port0

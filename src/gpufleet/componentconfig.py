@@ -93,6 +93,8 @@ PositiveNumber = checked(float, cliargs.positive_number)
 Count = checked(int, cliargs.integer_type(0))
 #: A whole number >= 1.
 PositiveCount = checked(int, cliargs.integer_type(1))
+#: A TCP port 1..65535, or 0 for "not served".
+Port0 = checked(int, cliargs.port_type(allow_zero=True))
 #: A share of a whole, 0..1.
 Share = checked(float, cliargs.share)
 #: A base URL ``http(s)://host[:port][/path]``.

@@ -27,6 +27,8 @@ from gpufleet_admin.stack import engine
 from gpufleet.wait import poll_until
 from roles.registry import load
 
+from .vk_helpers import direct_status, service_account_token
+
 pytestmark = pytest.mark.cluster
 
 #: Deployment -> the Lease its active replica holds (one replica leads; virtual kubelets run one replica).
@@ -112,3 +114,21 @@ def test_the_exporter_on_the_real_node_serves_the_fixture_gpus(stack):
     text = urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=10).read().decode()
     assert "gpufleet_gpu_nvml_available 1.0" in text
     assert text.count("gpufleet_gpu_temperature_celsius{") == 8
+
+
+def test_each_virtual_node_serves_the_kubelet_api_under_its_roles_rights(stack):
+    """The node proxy (the API server's client certificate: the role's read of the cluster's client CA) gets the
+    resource metrics; asked directly, a ServiceAccount's token is reviewed (the role's TokenReview and
+    SubjectAccessReview rights) and refused with the kubelet's 403, no token is 401."""
+    nodes = [n for n in stack.kube.list("v1", "nodes", labelSelector="type=virtual-kubelet")["items"]]
+    assert {n["metadata"]["name"] for n in nodes} >= {"vk-other", "vk-rental"}
+    token = service_account_token(stack.kube, "default", "default")
+    for node in nodes:
+        name = node["metadata"]["name"]
+        port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+        assert port == 10250, name
+        text = stack.kube.node_proxy_text(name, "metrics/resource")
+        assert "resource_scrape_error 0.0" in text, f"{name}:\n{text}"
+        assert direct_status(ip, port, "/metrics/resource") == 401, name
+        assert direct_status(ip, port, "/stats/summary", token) == 403, name

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import os
+import ssl
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -185,3 +187,23 @@ def flip_stage(kube: Kube, pool: str, prefix: str, nodes: int = 1, **provider: A
         close_virtual_kubelet(kube, vk, ns, vk.node_name)
         for node in chosen:
             release(kube, node)
+
+
+def direct_status(ip: str, port: int, path: str, token: str | None = None) -> int:
+    """The status a kubelet API at ``ip:port`` answers ``GET path`` with (a bearer ``token`` or no credentials)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the node's self-signed certificate, as a client without its CA
+    conn = http.client.HTTPSConnection(ip, port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def service_account_token(kube: Kube, ns: str, account: str) -> str:
+    """A bound token of ServiceAccount ``ns/account`` (TokenRequest, ten minutes)."""
+    path = f"/api/v1/namespaces/{ns}/serviceaccounts/{account}/token"
+    review = kube.request("POST", path, body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                              "spec": {"expirationSeconds": 600}})
+    return review["status"]["token"]

@@ -48,6 +48,7 @@ VALUES: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
     "virtual_kubelet_endpoint_health_interval_seconds": ("5", {}, {}),
     "virtual_kubelet_endpoint_health_timeout_seconds": ("0.5", {}, {}),
     "virtual_kubelet_endpoint_health_unhealthy_threshold": ("4", {}, {}),
+    "virtual_kubelet_kubelet_port": ("10251", {}, {}),
     "kueue_priority_classes": (json.dumps([TOP, {"name": "low", "value": 10}]),
                                {"flip_out_priority_classes": ("top",), "reclaim_below_priority": 5000}, {}),
     "descheduler_migration_pods_per_minute": ("5", {}, {}),

@@ -19,6 +19,7 @@ def test_defaults():
         "namespace": "gpufleet-system",
         "endpoint_health": {"interval_seconds": 2.0, "timeout_seconds": 1.0, "unhealthy_threshold": 2},
         "register_with_taints": ({"key": "gpufleet.io/cluster-has-free-gpus", "value": None, "effect": "NoSchedule"},),
+        "kubelet_port": 10250,
     }
     with pytest.raises(ValueError, match="pool"):
         Configuration()  # a virtual kubelet runs one pool: nothing to default it from
@@ -37,6 +38,7 @@ def test_the_file_round_trips(tmp_path):
     ("pool: {name: r, provider: gcp}\n", "vk.yaml: pool.provider: 'gcp': expected 'kubernetes' or 'simulated'"),
     ("{}\n", "vk.yaml: pool: (missing): expected a value (required, no default)"),
     ("register_with_taints: [{key: a, effect: Never}]\n", "vk.yaml: register_with_taints[0].effect: 'Never'"),
+    ("kubelet_port: 70000\n", "vk.yaml: kubelet_port: 70000: expected a TCP port, 0 (off) to 65535"),
 ])
 def test_a_bad_file_is_refused_naming_file_key_value_and_what_was_expected(tmp_path, monkeypatch, text, line):
     monkeypatch.chdir(tmp_path)

@@ -94,3 +94,19 @@ def test_a_rental_whose_second_process_cannot_start_leaves_no_process_behind(mon
         inst.start("u1", "chat-1", 2, [])
     # Killed and reaped (a zombie has no returncode yet); its ports are free again.
     assert started[0].returncode is not None and inst.ports("u1") is None and sorted(inst._free) == [47200, 47201]
+
+
+def test_a_running_rental_reports_what_its_instance_process_uses(provider):
+    provider.create_pod(_pod("chat-b", "u2"))
+    addr = _until(lambda: provider.pod_address("inference", "chat-b"))
+    port = addr.port_for("TCP", 8000)
+    for _ in range(20):  # some work for the process to account
+        _until(lambda: traffic.send("127.0.0.1", port, "/", 2).ok)
+    (stats,) = provider.pod_stats()
+    assert (stats.namespace, stats.name, stats.uid) == ("inference", "chat-b", "u2")
+    (c,) = stats.containers
+    # A Python process: some CPU spent, tens of MiB resident.
+    assert c.name == "server" and c.cpu_seconds > 0 and 5 << 20 < c.memory_working_set_bytes < 200 << 20
+    assert c.start_time <= c.timestamp
+    provider.delete_pod(_pod("chat-b", "u2"))
+    assert provider.pod_stats() == []

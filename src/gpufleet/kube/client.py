@@ -380,6 +380,16 @@ class Kube:
         pod = f"{api_path('v1', 'pods', namespace)}/{quote(name)}:{int(port)}"
         return self._get_text(f"{pod}/proxy/{path.lstrip('/')}", None, timeout)
 
+    def node_proxy_text(self, node: str, path: str, *, timeout: float | None = None) -> str:
+        """What the node's kubelet API answers for ``GET /PATH`` (``metrics/resource``, ``stats/summary``) through
+        the API server's node proxy, as text; needs ``get`` on ``nodes/proxy``.
+
+        Raises:
+            KubeError: (a subclass) on any non-2xx status (the kubelet's 401/403 pass through; 503 when the API
+            server cannot reach it); Unreachable without an answer.
+        """
+        return self._get_text(f"{api_path('v1', 'nodes', None, node, 'proxy')}/{path.lstrip('/')}", None, timeout)
+
     def _get_text(self, path: str, params: Mapping[str, Any] | None, timeout: float | None = None) -> str:
         # Subresources that answer text refuse Accept: text/plain; they answer */* with text, as they do kubectl.
         resp = self._send("GET", path, params, None, None, "*/*", timeout)

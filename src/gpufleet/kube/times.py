@@ -10,7 +10,12 @@ import time
 
 def now_rfc3339() -> str:
     """The current UTC time as the API's RFC 3339 timestamp, seconds precision (``2026-01-02T03:04:05Z``)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return rfc3339(time.time())
+
+
+def rfc3339(t: float) -> str:
+    """``t`` (Unix seconds) as the API's RFC 3339 timestamp in UTC, seconds precision (``metav1.Time``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def now_micro() -> str:

@@ -132,6 +132,8 @@ class Configuration(BaseModel):
             an existing Node keeps its own): closed with the free-GPU taint, so no inference goes
             outside before the taint controller has decided the cluster is short of GPUs; none where
             no taint controller runs (nothing would open it).
+        kubelet_port: the port of the kubelet API the node registers as its kubelet endpoint
+            (``/metrics/resource``, ``/stats/summary`` for metrics-server; the kubelet's 10250); 0: not served.
     """
 
     model_config = cc.STRICT
@@ -140,6 +142,7 @@ class Configuration(BaseModel):
     namespace: cc.DnsLabel = SYSTEM_NAMESPACE
     endpoint_health: HealthSettings = HealthSettings()
     register_with_taints: tuple[Taint, ...] = (FREE_GPUS,)
+    kubelet_port: cc.Port0 = 10250
 
 
 #: The file: ``load(path)`` reads and checks one, ``dump(config)`` writes one.

@@ -4,8 +4,10 @@ Wiring (:class:`VirtualKubelet`): the pool's provider
 (:func:`gpufleet.virtual_kubelet.providers.build`), the node side
 (:class:`~gpufleet.virtual_kubelet.node.NodeController` and
 :class:`~gpufleet.virtual_kubelet.lease.LeaseHeartbeat`), the pod side
-(:class:`~gpufleet.virtual_kubelet.pods.PodController`), and ``/metrics`` + ``/healthz``
-(:mod:`gpufleet.controllers.runtime`).
+(:class:`~gpufleet.virtual_kubelet.pods.PodController`), the kubelet API
+for what the pods use (:mod:`gpufleet.virtual_kubelet.kubelet_api`, on
+``kubelet_port``; the Node registers it as its kubelet endpoint), and
+``/metrics`` + ``/healthz`` (:mod:`gpufleet.controllers.runtime`).
 A node has one kubelet: the role runs one replica with ``Recreate``, so
 there is no leader election.
 
@@ -36,10 +38,12 @@ from gpufleet.controllers.serve import Liveness
 from gpufleet.kube import ConfigError, Kube, KubeError
 
 from .config import Configuration, HealthSettings, load
+from .kubelet_api import KubeletApi, KubeletApiError
 from .lease import LeaseHeartbeat
 from .node import NodeController, node_name_for
 from .pods import PodController
-from .provider import Provider, ProviderError
+from .provider import Provider, ProviderError, supports_stats
+from .stats import PodStats
 
 log = logging.getLogger("gpufleet.virtual_kubelet")
 
@@ -54,12 +58,13 @@ class VirtualKubelet:
         host_ip: the node's InternalIP.
         workers / resync_seconds / status_interval / lease_seconds: loop settings.
         register_taints: taints the Node is created with (:class:`~gpufleet.virtual_kubelet.node.NodeController`).
+        kubelet_port: the kubelet API's port (0: not served; the Node registers port 0).
     """
 
     def __init__(self, kube: Kube, pool: str, provider_kind: str, providers: dict[str, Provider], *,
                  host_ip: str = "127.0.0.1", workers: int = 8, resync_seconds: float = 10.0,
                  status_interval: float = 60.0, lease_seconds: int = 40,
-                 register_taints: list[dict[str, str]] | tuple = (), **pod_kwargs: Any):
+                 register_taints: list[dict[str, str]] | tuple = (), kubelet_port: int = 0, **pod_kwargs: Any):
         self.kube = kube
         self.pool = pool
         self.providers = providers
@@ -74,19 +79,38 @@ class VirtualKubelet:
                             memory_bytes=sum(c.memory_bytes for c in caps), pods=sum(c.pods for c in caps),
                             gpu_product=first.gpu_product, price_per_gpu_hour=min(c.price_per_gpu_hour for c in caps))
 
+        self.kubelet_api = KubeletApi(kube, self.node_name, self.pod_stats, port=kubelet_port,
+                                      host_ip=host_ip) if kubelet_port else None
         self.node = NodeController(kube, pool, provider_kind, capacity, internal_ip=host_ip,
-                                   status_interval=status_interval, register_taints=register_taints)
+                                   status_interval=status_interval, register_taints=register_taints,
+                                   kubelet_port=kubelet_port)
         self.lease = LeaseHeartbeat(kube, self.node_name, lambda: self.node.uid, duration=lease_seconds)
         self.pods = PodController(kube, self.node_name, providers, host_ip=host_ip, workers=workers,
                                   resync_seconds=resync_seconds, **pod_kwargs)
 
+    def pod_stats(self) -> tuple[list[PodStats], bool]:
+        """What the node's pods use, from every provider that reports it, and whether one failed to."""
+        out, failed = [], False
+        for name, p in self.providers.items():
+            if not supports_stats(p):
+                continue
+            try:
+                out += p.pod_stats()
+            except ProviderError as exc:
+                log.warning("kubelet API: provider %s: usage: %s", name, exc)
+                failed = True
+        return out, failed
+
     def start(self) -> "VirtualKubelet":
-        """Register the Node, start the Lease, the status loop and the pod loop.
+        """Start the kubelet API, register the Node, start the Lease, the status loop and the pod loop.
 
         Raises:
             KubeError: the API server refused or is unreachable.
             TimeoutError: the node's pods could not be listed.
+            KubeletApiError: the kubelet API could not serve (its port in use).
         """
+        if self.kubelet_api is not None:
+            self.kubelet_api.start()
         self.node.register()
         self.lease.renew()
         self.lease.start()
@@ -96,6 +120,8 @@ class VirtualKubelet:
 
     def stop(self) -> None:
         """Stop every loop (remote pods stay; a restarted virtual kubelet adopts them)."""
+        if self.kubelet_api is not None:
+            self.kubelet_api.stop()
         self.pods.stop()
         self.node.stop()
         self.lease.stop()
@@ -128,6 +154,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "else the pool's kubeconfig_secret read from the API)")
     parser.add_argument("--namespace-prefix", default="", help="kubernetes pools: remote namespace prefix")
     flags.add_metrics_port(parser)
+    parser.add_argument("--kubelet-port", type=kind("kubelet_port"), default=None,
+                        help="the kubelet API's port (/metrics/resource, /stats/summary; HTTPS, webhook "
+                             "authentication and authorization); 0: not served (default: the file's kubelet_port)")
     parser.add_argument("--workers", type=cliargs.integer_type(1), default=8, help="pod reconcile threads, >= 1 (default 8)")
     parser.add_argument("--host-ip", default=os.environ.get("POD_IP", "127.0.0.1"),
                         help="the node's InternalIP (default $POD_IP)")
@@ -170,6 +199,7 @@ def configuration(args: argparse.Namespace) -> Configuration:
         "endpoint_health.unhealthy_threshold": ("--endpoint-health-threshold", args.endpoint_health_threshold),
         "pool.endpoint_health_check": ("--endpoint-health-interval", True if interval else None),
         "register_with_taints": ("--register-with-taints", args.register_with_taints),
+        "kubelet_port": ("--kubelet-port", args.kubelet_port),
     }, source=args.config)
 
 
@@ -199,7 +229,8 @@ def build(args: argparse.Namespace) -> VirtualKubelet:
                               remote_kubeconfig=args.remote_kubeconfig, **overrides)
     return VirtualKubelet(kube, pool.name, pool.provider, {pool.name: provider}, host_ip=args.host_ip,
                           workers=args.workers, endpoint_health=health_settings(config),
-                          register_taints=[t.api() for t in config.register_with_taints])
+                          register_taints=[t.api() for t in config.register_with_taints],
+                          kubelet_port=config.kubelet_port)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,6 +250,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         vk.start()
+    except KubeletApiError as exc:
+        print(f"gpufleet virtual-kubelet: {exc} (--kubelet-port)", file=sys.stderr)
+        return 1
     except (KubeError, TimeoutError, OSError) as exc:
         print(f"gpufleet virtual-kubelet: cannot start on {vk.kube.server}: {exc}", file=sys.stderr)
         return 1

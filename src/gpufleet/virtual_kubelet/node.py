@@ -90,15 +90,16 @@ def conditions(ready: bool = True, message: str = "") -> list[dict[str, Any]]:
     ]
 
 
-def node_status(capacity: Capacity, internal_ip: str, ready: bool = True) -> dict[str, Any]:
-    """The Node ``status`` for ``capacity`` (capacity = allocatable)."""
+def node_status(capacity: Capacity, internal_ip: str, ready: bool = True, kubelet_port: int = 0) -> dict[str, Any]:
+    """The Node ``status`` for ``capacity`` (capacity = allocatable); ``kubelet_port``: where the kubelet API
+    answers on ``internal_ip`` (:mod:`gpufleet.virtual_kubelet.kubelet_api`; 0: not served)."""
     res = capacity.resources()
     return {
         "capacity": res,
         "allocatable": dict(res),
         "conditions": conditions(ready),
         "addresses": [{"type": "InternalIP", "address": internal_ip}],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {"kubeletVersion": VERSION, "kubeProxyVersion": "", "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": "gpufleet://provider",
                      "osImage": "gpufleet virtual node", "kernelVersion": "", "machineID": "", "systemUUID": "",
@@ -107,7 +108,7 @@ def node_status(capacity: Capacity, internal_ip: str, ready: bool = True) -> dic
 
 
 def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str = "127.0.0.1",
-                  register_taints: list[dict[str, str]] | tuple = ()) -> dict[str, Any]:
+                  register_taints: list[dict[str, str]] | tuple = (), kubelet_port: int = 0) -> dict[str, Any]:
     """The whole Node object a virtual kubelet registers for ``pool`` (``register_taints`` after the provider's)."""
     name = node_name_for(pool)
     return {
@@ -117,7 +118,7 @@ def node_manifest(pool: str, provider: str, capacity: Capacity, internal_ip: str
                      "annotations": {PRICE_ANNOTATION: f"{capacity.price_per_gpu_hour:g}"}},
         "spec": {"taints": [provider_taint(provider),
                             *(dict(t) for t in register_taints if t.get("key") != VIRTUAL_NODE_TAINT)]},
-        "status": node_status(capacity, internal_ip),
+        "status": node_status(capacity, internal_ip, kubelet_port=kubelet_port),
     }
 
 
@@ -131,14 +132,17 @@ class NodeController:
         internal_ip: the node's InternalIP (the pod IP of the virtual kubelet in-cluster).
         status_interval: seconds between status refreshes.
         register_taints: taints the Node is created with besides the provider's (module docstring).
+        kubelet_port: the kubelet API's port on ``internal_ip`` (0: not served).
 
     Attributes:
         name: the Node name; uid: its UID once registered.
     """
 
     def __init__(self, kube: Kube, pool: str, provider_kind: str, capacity, *, internal_ip: str = "127.0.0.1",
-                 status_interval: float = STATUS_INTERVAL, register_taints: list[dict[str, str]] | tuple = ()):
+                 status_interval: float = STATUS_INTERVAL, register_taints: list[dict[str, str]] | tuple = (),
+                 kubelet_port: int = 0):
         self.kube = kube
+        self.kubelet_port = kubelet_port
         self.register_taints = list(register_taints)
         self.pool = pool
         self.provider_kind = provider_kind
@@ -160,7 +164,8 @@ class NodeController:
             KubeError: the API server refused or is unreachable.
         """
         cap = self.capacity()
-        want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip, self.register_taints)
+        want = node_manifest(self.pool, self.provider_kind, cap, self.internal_ip, self.register_taints,
+                             self.kubelet_port)
         try:
             node = self.kube.create("v1", "nodes", want)
         except Conflict:
@@ -191,7 +196,7 @@ class NodeController:
             NotFound: the Node was deleted (call :meth:`register` again).
         """
         cap = cap or self.capacity()
-        body = {"status": node_status(cap, self.internal_ip, ready)}
+        body = {"status": node_status(cap, self.internal_ip, ready, self.kubelet_port)}
         node = self.kube.patch("v1", "nodes", self.name, body, subresource="status", patch="strategic")
         self._last_capacity = cap
         return node

@@ -20,6 +20,13 @@ side publishes it into the Services selecting the pod
 as the source pod's ``status.podIP``: outside a shared pod network nothing
 here reaches it.
 
+Usage (optional ``pod_stats()``, :func:`supports_stats`): what the pods
+use, CPU core-seconds and working set per container
+(:class:`gpufleet.virtual_kubelet.stats.PodStats`), as the backend reports
+it; the virtual node serves it on its kubelet API
+(:mod:`gpufleet.virtual_kubelet.kubelet_api`) for metrics-server and
+``kubectl top``.
+
 Objects (:meth:`Provider.put_object`, :meth:`Provider.delete_object`,
 :meth:`Provider.get_objects`): the ConfigMaps and Secrets a pod references
 (:func:`gpufleet.virtual_kubelet.translate.references`), put by the pod side before the
@@ -264,6 +271,12 @@ class Provider(Protocol):
 def supports_objects(provider: Any) -> bool:
     """Whether ``provider`` carries ConfigMaps and Secrets (``put_object``, ``delete_object``, ``get_objects``)."""
     return all(callable(getattr(provider, m, None)) for m in ("put_object", "delete_object", "get_objects"))
+
+
+def supports_stats(provider: Any) -> bool:
+    """Whether ``provider`` reports what its pods use: the optional ``pod_stats() -> list[PodStats]``
+    (:mod:`gpufleet.virtual_kubelet.stats`; raises :class:`ProviderError` when the backend cannot say)."""
+    return callable(getattr(provider, "pod_stats", None))
 
 
 def supports_notify(provider: Any) -> bool:

@@ -24,6 +24,11 @@ Each process is told the pod's name and the virtual node's name
 ``--latency-ms`` when the pod runs the stand-in too. Stopping sends
 SIGTERM: the stand-in drains as a pod's server does.
 
+What an instance uses (:meth:`LocalInstances.usage`) is its processes'
+own, read from ``/proc/<pid>/stat`` (user + system CPU, in clock ticks)
+and ``/proc/<pid>/statm`` (resident pages), as a rental's instance
+statistics would report them (proc(5)).
+
 Errors: :class:`OSError` from starting a process (the caller turns it into
 a failed rental).
 """
@@ -35,12 +40,27 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 
 from gpufleet_workshop.inference_standin import COMMAND
 
 #: The stand-in's flags a rented pod may set and the instance keeps.
 KEPT_FLAGS = ("--latency-ms", "--drain-seconds")
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_usage(pid: int) -> tuple[float, int] | None:
+    """Process ``pid``'s CPU (user + system, seconds) and resident set (bytes); None once it is gone (proc(5))."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 - two small reads
+        statm = open(f"/proc/{pid}/statm").read()  # noqa: SIM115
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: fields count from the last ")".
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS, int(statm.split()[1]) * _PAGE
 
 
 def runs_standin(container: dict) -> bool:
@@ -75,6 +95,7 @@ class LocalInstances:
     _procs: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
     _ports: dict[str, list[int]] = field(default_factory=dict)
     _specs: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    _started: dict[str, float] = field(default_factory=dict)
     _free: list[int] = field(default_factory=list)
     _next: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -101,6 +122,7 @@ class LocalInstances:
                 self._free += ports
                 raise
             self._procs[uid], self._ports[uid], self._specs[uid] = procs, ports, (name, list(args))
+            self._started[uid] = time.time()
             return list(ports)
 
     def _spawn(self, ports: list[int], name: str, args: list[str]) -> list[subprocess.Popen]:
@@ -133,6 +155,17 @@ class LocalInstances:
                 p.wait()
             name, args = self._specs[uid]
             self._procs[uid] = self._spawn(self._ports[uid], name, args)
+            self._started[uid] = time.time()
+
+    def usage(self, uid: str) -> tuple[float, int, float] | None:
+        """Pod ``uid``'s instance now: ``(CPU seconds, resident bytes, started at Unix seconds)``, summed over its
+        processes; None when it has no instance or none of its processes can be read."""
+        with self._lock:
+            pids, started = [p.pid for p in self._procs.get(uid, [])], self._started.get(uid)
+        read = [u for u in map(process_usage, pids) if u is not None]
+        if not read or started is None:
+            return None
+        return sum(u[0] for u in read), sum(u[1] for u in read), started
 
     def ports(self, uid: str) -> list[int] | None:
         """The ports of pod ``uid``'s instance (None when it has none)."""
@@ -154,6 +187,7 @@ class LocalInstances:
             procs = self._procs.pop(uid, [])
             ports = self._ports.pop(uid, [])
             self._specs.pop(uid, None)
+            self._started.pop(uid, None)
         for p in procs:
             p.send_signal(sig)
         if procs:

@@ -58,6 +58,7 @@ from gpufleet.virtual_kubelet.provider import (
     pod_requests,
 )
 from gpufleet_workshop.rental.instances import LocalInstances, runs_standin
+from gpufleet.virtual_kubelet.stats import ContainerStats, PodStats
 from gpufleet.virtual_kubelet.translate import Reference, references, translate
 from gpufleet.names import GPU_RESOURCE, SIMULATED_DURATION_ANNOTATION
 
@@ -284,6 +285,24 @@ class SimulatedProvider:
         now = self.clock()
         with self._lock:
             return [RemotePod(sp.uid, sp.namespace, sp.name, self._status(sp, now)) for sp in self._pods.values()]
+
+    def pod_stats(self) -> list[PodStats]:
+        """What each running rental's instance uses, as the rental's instance statistics report it: the instance's
+        processes (:meth:`LocalInstances.usage`) for its first container; rentals without a process report none."""
+        if self.instances is None:
+            return []
+        now = self.clock()
+        with self._lock:
+            running = [sp for sp in self._pods.values() if self._phase(sp, now) == "Running" and sp.containers]
+        out = []
+        for sp in running:
+            usage = self.instances.usage(sp.uid)
+            if usage is None:
+                continue
+            cpu, rss, started = usage
+            out.append(PodStats(sp.namespace, sp.name, sp.uid, (
+                ContainerStats(sp.containers[0][0], cpu, rss, started, self.wall()),)))
+        return out
 
     def pod_address(self, namespace: str, name: str) -> Address | None:
         """The instance's endpoint while it runs: its public IP and each container port's public port; else None."""

@@ -145,7 +145,12 @@ KINDS: list[Kind] = [Kind(av, kind, plural, ns, plural in _STATUS) for (av, kind
     Kind(RESOURCE_API, "DeviceTaintRule", "devicetaintrules", False, True),
     Kind(RESOURCE_API, "ResourceClaim", "resourceclaims", True, True),
     Kind(RESOURCE_API, "ResourceClaimTemplate", "resourceclaimtemplates", True),
+    # Reviews (create only, never stored): the fake has no authenticator or authorizer, a test answers them.
+    Kind("authentication.k8s.io/v1", "TokenReview", "tokenreviews", False),
+    Kind("authorization.k8s.io/v1", "SubjectAccessReview", "subjectaccessreviews", False),
 ]
+#: Kinds a test answers with a reactor (:meth:`FakeKube.prepend_reactor`); unanswered, the fake says 501.
+REVIEWS = ("tokenreviews", "subjectaccessreviews")
 
 
 @dataclass
@@ -721,6 +726,9 @@ class FakeKube(Kube):
     def _serve(self, a: Action, kind: Kind, params: Mapping[str, Any]) -> tuple[int, Obj]:
         dry = params.get("dryRun") == "All"
         manager = params.get("fieldManager") or ""
+        if kind.plural in REVIEWS:
+            raise _Status(501, "NotImplemented", f"{kind.kind}: the fake API server has no authenticator or "
+                          "authorizer; answer the review with a reactor")
         with self._lock:
             if a.verb == "list":
                 return 200, self._list(kind, a.namespace, params)

@@ -1,0 +1,192 @@
+"""What a virtual node's pods use, as the kubelet reports it: ``/metrics/resource`` and ``/stats/summary``.
+
+A kubelet reports its pods' CPU and memory from cAdvisor; a virtual node's
+pods run elsewhere, so their figures come from the provider
+(:meth:`gpufleet.virtual_kubelet.provider.Provider.pod_stats`: another
+cluster's metrics, a rental's instance statistics). This module turns them
+into the two documents consumers of the kubelet API read:
+
+* :func:`resource_metrics`: the kubelet's resource metrics endpoint, what
+  metrics-server scrapes for the resource metrics API (``kubectl top``, CPU
+  and memory HPAs). Families, labels and help as the kubelet's
+  ``pkg/kubelet/metrics/collectors/resource_metrics.go`` (Kubernetes 1.37):
+  ``container_cpu_usage_seconds_total``,
+  ``container_memory_working_set_bytes``, ``container_start_time_seconds``
+  (``container``, ``pod``, ``namespace``), ``pod_cpu_usage_seconds_total``,
+  ``pod_memory_working_set_bytes``, ``node_cpu_usage_seconds_total``,
+  ``node_memory_working_set_bytes`` and ``resource_scrape_error``; samples
+  carry the time they were taken, as the kubelet's do.
+* :func:`summary`: the Summary API (``/stats/summary``,
+  ``k8s.io/kubelet/pkg/apis/stats/v1alpha1``): the node and every pod with
+  its containers' ``cpu`` (``usageCoreNanoSeconds``, and ``usageNanoCores``
+  where two readings give a rate) and ``memory`` (``workingSetBytes``).
+
+The virtual node's own usage is the sum of its pods' (a virtual node has no
+system daemons of its own to count).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from gpufleet.kube.times import rfc3339
+
+
+@dataclass(frozen=True)
+class ContainerStats:
+    """One container's usage at one moment.
+
+    Attributes:
+        name: the container's name (the source pod's).
+        cpu_seconds: CPU the container used since it started, core-seconds (cumulative).
+        memory_working_set_bytes: its working set now, bytes (for a process: its resident set).
+        start_time: when it started, Unix seconds.
+        timestamp: when the figures were read, Unix seconds.
+    """
+
+    name: str
+    cpu_seconds: float
+    memory_working_set_bytes: int
+    start_time: float
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class PodStats:
+    """One pod's usage: the source pod's identity and its containers' :class:`ContainerStats`."""
+
+    namespace: str
+    name: str
+    uid: str
+    containers: tuple[ContainerStats, ...]
+
+    @property
+    def start_time(self) -> float:
+        """The earliest container start, Unix seconds."""
+        return min((c.start_time for c in self.containers), default=0.0)
+
+    @property
+    def timestamp(self) -> float:
+        """The latest reading, Unix seconds."""
+        return max((c.timestamp for c in self.containers), default=0.0)
+
+
+class _Families:
+    def __init__(self, pods: list[PodStats], error: bool):
+        self.pods, self.error = pods, error
+
+    def collect(self):
+        c_cpu = CounterMetricFamily("container_cpu_usage_seconds_total",
+                                    "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
+                                    labels=["container", "pod", "namespace"])
+        c_mem = GaugeMetricFamily("container_memory_working_set_bytes",
+                                  "[STABLE] Current working set of the container in bytes",
+                                  labels=["container", "pod", "namespace"])
+        c_start = GaugeMetricFamily("container_start_time_seconds",
+                                    "[STABLE] Start time of the container since unix epoch in seconds",
+                                    labels=["container", "pod", "namespace"])
+        p_cpu = CounterMetricFamily("pod_cpu_usage_seconds_total",
+                                    "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
+                                    labels=["pod", "namespace"])
+        p_mem = GaugeMetricFamily("pod_memory_working_set_bytes", "[STABLE] Current working set of the pod in bytes",
+                                  labels=["pod", "namespace"])
+        n_cpu = CounterMetricFamily("node_cpu_usage_seconds_total",
+                                    "[STABLE] Cumulative cpu time consumed by the node in core-seconds")
+        n_mem = GaugeMetricFamily("node_memory_working_set_bytes", "[STABLE] Current working set of the node in bytes")
+        for p in self.pods:
+            for c in p.containers:
+                labels = [c.name, p.name, p.namespace]
+                c_cpu.add_metric(labels, c.cpu_seconds, timestamp=c.timestamp)
+                c_mem.add_metric(labels, c.memory_working_set_bytes, timestamp=c.timestamp)
+                c_start.add_metric(labels, c.start_time)
+            p_cpu.add_metric([p.name, p.namespace], sum(c.cpu_seconds for c in p.containers), timestamp=p.timestamp)
+            p_mem.add_metric([p.name, p.namespace], sum(c.memory_working_set_bytes for c in p.containers),
+                             timestamp=p.timestamp)
+        now = max((p.timestamp for p in self.pods), default=None)
+        n_cpu.add_metric([], sum(c.cpu_seconds for p in self.pods for c in p.containers), timestamp=now)
+        n_mem.add_metric([], sum(c.memory_working_set_bytes for p in self.pods for c in p.containers), timestamp=now)
+        err = GaugeMetricFamily("resource_scrape_error",
+                                "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise")
+        err.add_metric([], 1.0 if self.error else 0.0)
+        return [c_cpu, c_mem, c_start, n_cpu, n_mem, p_cpu, p_mem, err]
+
+
+def resource_metrics(pods: Iterable[PodStats], *, error: bool = False) -> bytes:
+    """The kubelet's ``/metrics/resource`` page (Prometheus text 0.0.4) for ``pods``.
+
+    Args:
+        error: the provider could not report (``resource_scrape_error`` 1; the pods it did report are kept).
+    """
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(pods), error))
+    return generate_latest(registry)
+
+
+class Rates:
+    """CPU rates from successive readings: ``usageNanoCores`` of the Summary API, per (pod UID, container).
+
+    Thread-safe. A reading older than or equal to the last one gives no rate.
+    """
+
+    def __init__(self):
+        self._last: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def nano_cores(self, uid: str, c: ContainerStats) -> int | None:
+        """The container's CPU rate since its previous reading, nano-cores (None on the first)."""
+        key = (uid, c.name)
+        with self._lock:
+            prev = self._last.get(key)
+            if prev is None or c.timestamp > prev[0]:
+                self._last[key] = (c.timestamp, c.cpu_seconds)
+        if prev is None or c.timestamp <= prev[0] or c.cpu_seconds < prev[1]:
+            return None
+        return int((c.cpu_seconds - prev[1]) / (c.timestamp - prev[0]) * 1e9)
+
+    def forget(self, live_uids: set[str]) -> None:
+        """Drop the readings of pods not in ``live_uids``."""
+        with self._lock:
+            for key in [k for k in self._last if k[0] not in live_uids]:
+                del self._last[key]
+
+
+def _cpu_memory(cpu_seconds: float, memory: int, at: float, nano_cores: int | None) -> dict:
+    cpu = {"time": rfc3339(at), "usageCoreNanoSeconds": int(cpu_seconds * 1e9)}
+    if nano_cores is not None:
+        cpu["usageNanoCores"] = nano_cores
+    return {"cpu": cpu, "memory": {"time": rfc3339(at), "workingSetBytes": memory}}
+
+
+def summary(node_name: str, node_start: float, pods: Iterable[PodStats], rates: Rates | None = None) -> dict:
+    """The Summary API document (``stats/v1alpha1`` ``Summary``) of virtual node ``node_name`` for ``pods``.
+
+    Args:
+        node_start: when the virtual kubelet started, Unix seconds (the node's ``startTime``).
+        rates: keeps the previous readings to give ``usageNanoCores`` (None: cumulative figures only).
+    """
+    out_pods, node_cpu, node_mem, node_rate, now = [], 0.0, 0, 0, node_start
+    pods = list(pods)
+    for p in pods:
+        containers, pod_rate, rated = [], 0, True
+        for c in p.containers:
+            rate = rates.nano_cores(p.uid, c) if rates is not None else None
+            rated = rated and rate is not None
+            pod_rate += rate or 0
+            containers.append({"name": c.name, "startTime": rfc3339(c.start_time),
+                               **_cpu_memory(c.cpu_seconds, c.memory_working_set_bytes, c.timestamp, rate)})
+        cpu = sum(c.cpu_seconds for c in p.containers)
+        mem = sum(c.memory_working_set_bytes for c in p.containers)
+        out_pods.append({"podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
+                         "startTime": rfc3339(p.start_time), "containers": containers,
+                         **_cpu_memory(cpu, mem, p.timestamp, pod_rate if rated and containers else None)})
+        node_cpu, node_mem, node_rate, now = node_cpu + cpu, node_mem + mem, node_rate + pod_rate, max(now, p.timestamp)
+    if rates is not None:
+        rates.forget({p.uid for p in pods})
+    return {"node": {"nodeName": node_name, "startTime": rfc3339(node_start),
+                     **_cpu_memory(node_cpu, node_mem, now, node_rate if pods else None)},
+            "pods": out_pods}

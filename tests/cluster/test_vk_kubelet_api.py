@@ -1,0 +1,100 @@
+"""A virtual node serves the kubelet API for its pods, authenticated and authorized as a kubelet's.
+
+The virtual kubelet runs in-process on the host's address on the real
+node's bridge (a node's InternalIP must be one the API server may proxy to:
+it refuses loopback), with a simulated rental whose instances are local
+processes. Through the API server's node proxy (the API server's kubelet
+client certificate, signed by the cluster's client CA) the node answers
+``/metrics/resource`` and ``/stats/summary`` with the pod's CPU and memory;
+asked directly, a request without credentials is 401 and a ServiceAccount
+token without ``nodes/metrics`` is 403, the kubelet's answers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from gpufleet.kube import Kube, KubeError
+from gpufleet_workshop.inference_standin import COMMAND
+from gpufleet_workshop.local import node as realnode
+from gpufleet_workshop.rental.instances import LocalInstances
+from gpufleet_workshop.rental.provider import SimulatedProvider
+
+from .helpers import wait
+from .vk_helpers import (H100, close_virtual_kubelet, direct_status, namespace, service_account_token,
+                         start_virtual_kubelet)
+
+pytestmark = pytest.mark.cluster
+
+POOL = "vkapi-rental"
+NODE = f"vk-{POOL}"
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _pod() -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "chat", "labels": {"app": "chat"}},
+            "spec": {"nodeSelector": {"gpufleet.io/pool": POOL}, "terminationGracePeriodSeconds": 1,
+                     "tolerations": [{"key": "virtual-kubelet.io/provider", "operator": "Exists"},
+                                     {"key": "nvidia.com/gpu", "operator": "Exists"}],
+                     "containers": [{"name": "server", "image": "registry.invalid/inference:1", "command": [COMMAND],
+                                     "ports": [{"containerPort": 8000}],
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def test_the_virtual_node_serves_its_pods_usage_to_the_api_server_and_refuses_strangers(local_cluster):
+    kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
+    ip = realnode.gateway_ip(local_cluster.cluster.ports)
+    port = _free_port(ip)
+    prov = SimulatedProvider(POOL, gpus=8, gpu_product=H100, price_per_gpu_hour=2.85, node_name=NODE,
+                             instances=LocalInstances(ip, NODE, port_base=_free_port(ip))).start()
+    vk = start_virtual_kubelet(kube, POOL, prov, host_ip=ip, kubelet_port=port)
+    ns = namespace(kube, "vkapi")
+    try:
+        node = kube.get("v1", "nodes", NODE)
+        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port
+        kube.create("v1", "pods", _pod(), ns)
+        wait("the pod Running outside", lambda: kube.get("v1", "pods", "chat", ns).get("status", {})
+             .get("phase") == "Running", timeout=60)
+
+        series = f'container_memory_working_set_bytes{{container="server",namespace="{ns}",pod="chat"}}'
+
+        def served() -> str | None:
+            try:
+                text = kube.node_proxy_text(NODE, "metrics/resource")
+            except KubeError:
+                return None
+            return text if series in text else None
+
+        text = wait("the pod's series through the API server's node proxy", served, timeout=30)
+        assert f'container_cpu_usage_seconds_total{{container="server",namespace="{ns}",pod="chat"}}' in text
+        assert "resource_scrape_error 0.0" in text
+        doc = json.loads(kube.node_proxy_text(NODE, "stats/summary"))
+        assert doc["node"]["nodeName"] == NODE
+        pod = next(p for p in doc["pods"] if p["podRef"] == {"name": "chat", "namespace": ns,
+                                                              "uid": kube.get("v1", "pods", "chat", ns)["metadata"]["uid"]})
+        assert pod["containers"][0]["memory"]["workingSetBytes"] > 0
+
+        assert direct_status(ip, port, "/metrics/resource") == 401
+        kube.create("v1", "serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                              "metadata": {"name": "nobody"}}, ns)
+        token = service_account_token(kube, ns, "nobody")
+        assert direct_status(ip, port, "/metrics/resource", token) == 403
+        assert direct_status(ip, port, "/stats/summary", token) == 403
+    finally:
+        close_virtual_kubelet(kube, vk, ns, NODE)
+        prov.close()
+        kube.close()
+    with pytest.raises(KubeError):  # gone with its virtual kubelet
+        kube2 = Kube.from_kubeconfig(local_cluster.kubeconfig)
+        try:
+            kube2.node_proxy_text(NODE, "metrics/resource", timeout=5)
+        finally:
+            kube2.close()
