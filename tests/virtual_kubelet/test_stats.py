@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpufleet.virtual_kubelet.stats import ContainerStats, PodStats, Rates, resource_metrics, summary
+from gpufleet.virtual_kubelet.stats import ContainerStats, CpuCounters, PodStats, Rates, resource_metrics, summary
 
 T0 = 1_800_000_000.0
 
@@ -52,3 +52,17 @@ def test_summary_gives_cumulative_cpu_and_a_rate_from_the_second_reading():
     summary("vk-rental", T0 - 900, [], rates)
     third = summary("vk-rental", T0 - 900, [pod("a", 11.0, 1000, at=T0 + 20)], rates)
     assert "usageNanoCores" not in third["pods"][0]["containers"][0]["cpu"]
+
+
+def test_cpu_counters_sum_rates_back_into_the_counter_a_scraper_differentiates():
+    counters = CpuCounters()
+    # First reading: 2 cores over the 100 s since the container started.
+    assert counters.add("u1", "server", 2.0, T0, T0 - 100) == pytest.approx(200.0)
+    assert counters.add("u1", "server", 0.5, T0 + 15, T0 - 100) == pytest.approx(207.5)
+    # The same reading again (a scrape before the remote window moved) adds nothing; an older one neither.
+    assert counters.add("u1", "server", 9.0, T0 + 15, T0 - 100) == pytest.approx(207.5)
+    assert counters.add("u1", "server", 9.0, T0, T0 - 100) == pytest.approx(207.5)
+    # What metrics-server takes from two scrapes is the remote rate.
+    assert (counters.add("u1", "server", 1.25, T0 + 45, T0 - 100) - 207.5) / 30 == pytest.approx(1.25)
+    counters.forget({"u2"})
+    assert counters.add("u1", "server", 1.0, T0 + 60, T0 + 50) == pytest.approx(10.0)  # started over

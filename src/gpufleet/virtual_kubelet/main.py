@@ -79,6 +79,7 @@ class VirtualKubelet:
                             memory_bytes=sum(c.memory_bytes for c in caps), pods=sum(c.pods for c in caps),
                             gpu_product=first.gpu_product, price_per_gpu_hour=min(c.price_per_gpu_hour for c in caps))
 
+        self._stats_errors: dict[str, str] = {}
         self.kubelet_api = KubeletApi(kube, self.node_name, self.pod_stats, port=kubelet_port,
                                       host_ip=host_ip) if kubelet_port else None
         self.node = NodeController(kube, pool, provider_kind, capacity, internal_ip=host_ip,
@@ -97,8 +98,14 @@ class VirtualKubelet:
             try:
                 out += p.pod_stats()
             except ProviderError as exc:
-                log.warning("kubelet API: provider %s: usage: %s", name, exc)
                 failed = True
+                # Every scrape (15 s) would repeat it: said when it starts or changes, and when it ends.
+                if self._stats_errors.get(name) != str(exc):
+                    log.warning("kubelet API: provider %s: usage: %s", name, exc)
+                self._stats_errors[name] = str(exc)
+            else:
+                if self._stats_errors.pop(name, None) is not None:
+                    log.info("kubelet API: provider %s reports usage again", name)
         return out, failed
 
     def start(self) -> "VirtualKubelet":

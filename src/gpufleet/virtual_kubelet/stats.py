@@ -155,6 +155,45 @@ class Rates:
                 del self._last[key]
 
 
+class CpuCounters:
+    """Cumulative CPU counters rebuilt from rate readings, per (pod UID, container); the inverse of :class:`Rates`.
+
+    Why: the resource metrics API (``metrics.k8s.io`` PodMetrics, what another
+    cluster's metrics-server serves) gives a container's CPU as a rate over a
+    window, while the kubelet's endpoint carries a counter
+    (``container_cpu_usage_seconds_total``). Each reading adds ``rate x`` the
+    seconds since the previous one; the first starts at ``rate x`` the seconds
+    since the container started. A consumer that takes the counter's rate
+    (metrics-server: the difference of two scrapes over their interval) gets
+    the remote rates back. A reading not newer than the last adds nothing.
+    Thread-safe.
+    """
+
+    def __init__(self):
+        self._state: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, uid: str, container: str, cores: float, timestamp: float, start_time: float) -> float:
+        """The counter after a reading of ``cores`` (CPU cores, >= 0) at ``timestamp`` (Unix seconds), core-seconds."""
+        key = (uid, container)
+        with self._lock:
+            prev = self._state.get(key)
+            if prev is None:
+                total = cores * max(0.0, timestamp - start_time)
+            elif timestamp <= prev[1]:
+                return prev[0]
+            else:
+                total = prev[0] + cores * (timestamp - prev[1])
+            self._state[key] = (total, timestamp)
+            return total
+
+    def forget(self, live_uids: set[str]) -> None:
+        """Drop the counters of pods not in ``live_uids``."""
+        with self._lock:
+            for key in [k for k in self._state if k[0] not in live_uids]:
+                del self._state[key]
+
+
 def _cpu_memory(cpu_seconds: float, memory: int, at: float, nano_cores: int | None) -> dict:
     cpu = {"time": rfc3339(at), "usageCoreNanoSeconds": int(cpu_seconds * 1e9)}
     if nano_cores is not None:

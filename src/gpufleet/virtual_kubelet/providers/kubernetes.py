@@ -80,6 +80,17 @@ The remote kubeconfig then also needs get/list/create/patch/delete on
 configmaps and secrets. Errors about a Secret never quote its data
 (:func:`gpufleet.virtual_kubelet.provider.redact`).
 
+Usage (:meth:`KubernetesProvider.pod_stats`, for the virtual node's kubelet
+API): the remote cluster's resource metrics API, one list of
+``metrics.k8s.io/v1beta1`` PodMetrics labelled with this virtual node per
+call (its metrics-server's figures: CPU as a rate over a window, memory as
+the working set); the rates are summed back into the kubelet's cumulative
+counter (:class:`~gpufleet.virtual_kubelet.stats.CpuCounters`). The remote
+kubeconfig then also needs list on ``pods.metrics.k8s.io``; a cluster
+without the API (no metrics-server) or a refusal is a
+:class:`~gpufleet.virtual_kubelet.provider.ProviderError`, which the
+kubelet API reports as a scrape error.
+
 Capacity is the pool's (``capacity_gpus``; CPU and memory per GPU as in the
 simulated provider); the remote scheduler still decides where pods run, and
 a pod that stays unschedulable remotely stays Pending here too.
@@ -117,6 +128,9 @@ from gpufleet.virtual_kubelet.provider import (
     ObjectRef, Pod, PodNotFound, ProviderError, RemotePod, object_payload, pod_requests, redact, CPU_PER_GPU,
     MEMORY_PER_GPU,
 )
+from gpufleet.kube.quantity import number
+from gpufleet.kube.times import parse_time
+from gpufleet.virtual_kubelet.stats import ContainerStats, CpuCounters, PodStats
 from gpufleet.virtual_kubelet.translate import translate
 
 log = logging.getLogger(__name__)
@@ -225,6 +239,7 @@ class KubernetesProvider:
         #: remote Service key (namespace/name) -> monotonic time a create last needed it (the sweep spares it).
         self._service_needed: dict[str, float] = {}
         self._notifier: Notifier | None = None
+        self._cpu = CpuCounters()
         self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
         self.services: Informer[dict] | None = None
@@ -638,4 +653,53 @@ class KubernetesProvider:
             ann = meta.get("annotations") or {}
             out.append(RemotePod(ann.get(SOURCE_UID, ""), ann.get(SOURCE_NAMESPACE, ""), ann.get(SOURCE_NAME, meta["name"]),
                                  p.get("status") or {}))
+        return out
+
+    # ------------------------------------------------------------------ usage
+
+    def pod_stats(self) -> list[PodStats]:
+        """What the remote pods of this virtual node use, from the remote resource metrics API (module docstring).
+
+        Returns one :class:`~gpufleet.virtual_kubelet.stats.PodStats` per remote pod the metrics API reports and
+        the watch cache knows (named as its source pod); CPU in core-seconds (cumulative), memory in bytes.
+
+        Raises:
+            ProviderError: the remote metrics API is absent, refused or unreachable, or answered a value that is
+            not a quantity or a time (the message names the pod and field).
+        """
+        try:
+            listed = self.kube.list("metrics.k8s.io/v1beta1", "pods", None,
+                                    labelSelector=f"{REMOTE_NODE_LABEL}={self.node_name}")
+        except KubeError as exc:
+            raise ProviderError(f"{self.name}: the remote metrics API (metrics.k8s.io/v1beta1 pods) on "
+                                f"{self.kube.server}: {exc}", reason="ProviderUnavailable", retryable=True) from None
+        out, live = [], set()
+        for m in listed.get("items") or []:
+            meta = m.get("metadata") or {}
+            remote = self.pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
+            ann = ((remote or {}).get("metadata") or {}).get("annotations") or {}
+            uid = ann.get(SOURCE_UID)
+            if not uid:
+                continue  # not (or no longer) one of this node's pods
+            where = f"{self.name}: PodMetrics {meta.get('namespace')}/{meta.get('name')}"
+            try:
+                at = parse_time(m.get("timestamp")) or time.time()
+                status = (remote or {}).get("status") or {}
+                pod_start = parse_time(status.get("startTime")) or at
+                started = {cs.get("name"): parse_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+                           for cs in status.get("containerStatuses") or []}
+                containers = []
+                for c in m.get("containers") or []:
+                    if not c.get("name"):
+                        continue
+                    start, usage = started.get(c["name"]) or pod_start, c.get("usage") or {}
+                    containers.append(ContainerStats(
+                        c["name"], self._cpu.add(uid, c["name"], number(usage.get("cpu")), at, start),
+                        int(number(usage.get("memory"))), start, at))
+            except ValueError as exc:
+                raise ProviderError(f"{where}: {exc}", reason="ProviderUnavailable", retryable=True) from None
+            live.add(uid)
+            out.append(PodStats(ann.get(SOURCE_NAMESPACE, ""), ann.get(SOURCE_NAME, meta.get("name", "")), uid,
+                                tuple(containers)))
+        self._cpu.forget(live)
         return out
