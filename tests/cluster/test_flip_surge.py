@@ -20,10 +20,12 @@ from gpufleet.taint_controller.budget import MigrationBudget
 from gpufleet.taint_controller.flipback import FlipBack
 from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.taint_controller.published import ServiceEndpoints
-from gpufleet.taint_controller.signal import ApiServerSignal
+from gpufleet.taint_controller.controller import TaintController
+from gpufleet.taint_controller.decision import Hysteresis
+from gpufleet.taint_controller.signal import BY_NODE, ApiServerSignal, free_gpus
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
 from gpufleet_workshop.local.kwok import MANAGED_ANNOTATION as KWOK_MANAGED
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT
 from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from roles.registry import load
 
@@ -34,13 +36,14 @@ from .vk_helpers import (MARK, TRAINING_CLASS, delete_namespace, deployment, fre
 pytestmark = pytest.mark.cluster
 
 VNODE = "vk-surge-test"
+POOL = "surge-test"
 
 
 def virtual_node() -> dict:
     conditions = [{"type": "Ready", "status": "True", "reason": "Test", "message": "",
                    "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": VNODE, "labels": {"type": "virtual-kubelet", MARK[0]: MARK[1]},
+            "metadata": {"name": VNODE, "labels": {"type": "virtual-kubelet", MARK[0]: MARK[1], POOL_LABEL: POOL},
                          "annotations": {KWOK_MANAGED[0]: KWOK_MANAGED[1]}},
             "spec": {"taints": [{"key": VIRTUAL_NODE_TAINT, "value": "simulated", "effect": "NoSchedule"},
                                 {"key": FREE_GPUS_TAINT, "value": "true", "effect": FREE_GPUS_EFFECT}]},
@@ -134,12 +137,27 @@ def in_cluster_published(kube: Kube, ns: str, service: str, uid: str) -> bool:
                for e in s.get("endpoints") or [])
 
 
-def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its_pods_place(setup, local_cluster):
+class NodeFree:
+    """The free-GPU signal of one in-cluster node (the test's fleet), from the flip's caches."""
+
+    def __init__(self, caches: ApiServerSignal, node: str):
+        self.caches, self.node = caches, node
+
+    def value(self) -> float:
+        return float(free_gpus([self.caches.nodes.get(self.node)], self.caches.pods.by_index(BY_NODE, self.node)))
+
+
+@pytest.mark.parametrize("decided", [False, True], ids=["flip-back", "under-the-taint-decision"])
+def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its_pods_place(setup, local_cluster,
+                                                                                            decided):
     """The in-cluster node's 8 GPUs are exactly what the two 4-GPU pods outside need. Each pod's replacement
     starts in-cluster and, once Ready and published (a ready endpoint of the Service, by the standard
     EndpointSlice controller), takes the pod's place in the Deployment: its ReplicaSet removes the pod outside and
     starts no other replica, so the last replacement's GPUs are the last free ones and the move still ends.
-    Release mode: the descheduler (gated to released pods) has nothing to evict."""
+    Release mode: the descheduler (gated to released pods) has nothing to evict. Under the taint decision
+    (the taint controller ticking, low-water mark 2 GPUs, no hold), the last replacement taking the last free
+    GPUs does not reopen the virtual node while its pod is still outside: the GPUs returning pods take are not
+    a shortage."""
     kube, ns, node, caches = setup
     use_descheduler_policy(local_cluster.cluster, gated_policy(load("local")))
     kube.patch("v1", "nodes", node, {"spec": {"unschedulable": True}})
@@ -166,9 +184,21 @@ def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its
 
     back.surges.hand_over = spy
     serving: list[int] = []
+    ctl = TaintController(kube, NodeFree(caches, node), caches, Hysteresis(high=6, low=2, hold=0, tainted=True),
+                          pools=(POOL,), flip_back=back).start()
+    opened_with_pods_outside: list[int] = []
 
     def step() -> None:
-        back.tick()
+        if decided:
+            ctl.tick()
+            vnode = kube.get("v1", "nodes", VNODE)
+            if not any(t.get("key") == FREE_GPUS_TAINT for t in vnode["spec"].get("taints") or []):
+                left = [p for p in pods(kube, ns, "app=srv") if p["spec"].get("nodeName") == VNODE
+                        and not p["metadata"].get("deletionTimestamp")]
+                if left:
+                    opened_with_pods_outside.append(len(left))
+        else:
+            back.tick()
         serving.append(sum(ready(p) for p in pods(kube, ns, "app=srv")))
 
     try:
@@ -180,6 +210,7 @@ def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its
     finally:
         endpoints.stop()
     assert min(serving) >= 2, f"serving dropped below the 2 desired replicas: {serving}"
+    assert not opened_with_pods_outside, f"the virtual node reopened with pods outside: {opened_with_pods_outside}"
     assert published_then and all(published_then), f"a replacement took a place before it was published: {published_then}"
     replaced_before_evicted(events, outside)
     now = [p for p in pods(kube, ns, "app=srv") if not p["metadata"].get("deletionTimestamp")]

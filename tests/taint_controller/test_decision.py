@@ -112,3 +112,14 @@ def test_adding_and_removing_the_taint_have_their_own_hold_times():
     assert m.observe(1, 13).tainted is False  # 10 s below: untainted
     plain = Hysteresis(high=16, low=8, hold=5)
     assert plain.add_hold == plain.remove_hold == 5
+
+
+def test_below_low_while_inference_comes_back_is_no_evidence_until_nothing_is_returning():
+    m = Hysteresis(high=8, low=2, hold=10, tainted=True)
+    assert not m.observe(0, 0.0, returning=3).changed
+    assert not m.observe(0, 20.0, returning=1).changed and m.below_since is None
+    assert not m.observe(0, 21.0).changed, "the streak starts when nothing returns"
+    d = m.observe(0, 31.0)
+    assert d.changed and d.tainted is False and d.since == 21.0
+    # Untainted, nothing comes back: the argument is ignored.
+    assert not Hysteresis(high=8, low=2, hold=0, tainted=False).observe(0, 0.0, returning=2).changed

@@ -364,3 +364,34 @@ def test_a_controller_tick_runs_every_pass_and_survives_an_api_outage(kube, cach
     ctl.tick()
     assert has_free_taint(kube, "vk-rental"), "retried on the next tick"
     assert api_path("v1", "nodes", name="vk-rental") in {a.path for a in kube.writes()}
+
+
+def test_inference_coming_back_at_exact_capacity_does_not_reopen_the_virtual_nodes_a_waiting_trainer_does(kube, caches):
+    # The real node is full with two returned replicas; the third is still outside, its flip-back under way.
+    rs = deployment(kube, replicas=3)
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental", tainted=True), inference("chat-a", "gpu-0", rs=rs),
+             inference("chat-b", "gpu-0", rs=rs), inference("chat-c", "vk-rental", rs=rs))
+    sig = caches()
+    clock = Clock()
+    back = FlipBack(kube, sig.nodes, sig.pods, MigrationBudget(0.001), mode="release", clock=clock)
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock,
+                          flip_back=back).start()
+    decision = ctl.tick()  # 0 free < 2, but what takes the GPUs is inference coming back
+    assert has_free_taint(kube, "vk-rental") and not decision.changed, decision.reason
+    assert "1 pods are coming back in-cluster" in decision.reason
+    # A trainer that cannot be placed is a shortage: the virtual nodes open.
+    kube.add(trainer())
+    sync(kube, sig)
+    assert ctl.tick().changed and not has_free_taint(kube, "vk-rental")
+
+
+def test_without_a_flip_back_under_way_low_free_gpus_reopen_the_virtual_nodes(kube, caches):
+    rs = deployment(kube, replicas=2)
+    kube.add(node("gpu-0"), virtual("vk-rental", "rental", tainted=True), inference("chat-a", "gpu-0", rs=rs),
+             inference("chat-b", "gpu-0", rs=rs))
+    sig = caches()
+    clock = Clock()
+    back = FlipBack(kube, sig.nodes, sig.pods, MigrationBudget(0.001), mode="release", clock=clock)
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock,
+                          flip_back=back).start()
+    assert ctl.tick().changed and not has_free_taint(kube, "vk-rental"), "every pod is in: the cluster is full"

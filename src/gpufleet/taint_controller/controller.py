@@ -63,7 +63,8 @@ from gpufleet.kube.events import record_event
 from .decision import Decision, Hysteresis
 from .flipback import FlipBack
 from .flipout import WORKER_THREAD_PREFIX, FlipOut, set_taint
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL
+from .signal import BY_BINDING, UNBOUND
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL, SURGE_DIRECTION_LABEL
 from gpufleet.virtual_kubelet.orphans import OrphanedEndpoints
 
 from .constants import TICK_SECONDS
@@ -231,6 +232,22 @@ class TaintController:
                                  "metadata": {"name": node["name"], "uid": node.get("uid") or ""}},
                      reason, message, type_="Warning", component=EVENT_COMPONENT)
 
+    def returning(self) -> int:
+        """Pods outside the flip-back is bringing in-cluster, 0 while another pod waits for GPUs: pending,
+        unschedulable, asking for GPUs, not a flip-back replacement (:meth:`Hysteresis.observe`). Read from the
+        caches' indexes (pods by node, unbound pods), and only while tainted."""
+        if self.flip_back is None or not self.machine.tainted:
+            return 0
+        returning = self.flip_back.returning()
+        if not returning:
+            return 0
+        for p in self.flip_back.pods.by_index(BY_BINDING, UNBOUND):
+            labels = p["metadata"].get("labels") or {}
+            if (p["phase"] == "Pending" and p["unschedulable"] and p["gpus"] > 0
+                    and not p["metadata"].get("deletionTimestamp") and labels.get(SURGE_DIRECTION_LABEL) != "back"):
+                return 0
+        return returning
+
     def tick(self) -> Decision:
         """One cycle (module docstring); returns the decision taken."""
         value = self.signal.value()
@@ -241,7 +258,7 @@ class TaintController:
         else:
             FREE.set(value)
         now = self.clock()
-        decision = self.machine.observe(value, now)
+        decision = self.machine.observe(value, now, returning=self.returning())
         if decision.tainted is not None:
             started = self.clock()
             if decision.changed:

@@ -12,7 +12,16 @@ Rules, for samples ``(free_gpus, now)``:
 * ``low <= free <= high`` (the band) is no evidence either way: both
   streaks restart;
 * a missing sample (``None``: the signal is unavailable) restarts both
-  streaks and changes nothing (no decision on stale data).
+  streaks and changes nothing (no decision on stale data);
+* while *tainted*, a sample below ``low`` taken while inference is coming
+  back in-cluster (``returning`` > 0: pods still outside that the flip-back
+  is moving) and nothing else waits for GPUs is no evidence either: the
+  GPUs the returning pods take are not a shortage. Without this, at exact
+  capacity the last pods coming back would push the free GPUs below the
+  low-water mark, reopen the virtual nodes and stop the flip-back with pods
+  left outside and their GPUs idle in-cluster. The caller says
+  ``returning`` = 0 as soon as another pod waits for GPUs (a training pod,
+  an inference replica the cluster cannot place): that is a shortage.
 
 "Continuously" means every sample since the streak's first one satisfied
 the condition, and the last one is at least the hold time after the first.
@@ -75,11 +84,17 @@ class Hysteresis:
         self.below_since: float | None = None
         self.transitions = 0
 
-    def observe(self, free: float | None, now: float) -> Decision:
-        """Feed one sample taken at ``now`` (seconds); returns the :class:`Decision`."""
+    def observe(self, free: float | None, now: float, *, returning: int = 0) -> Decision:
+        """Feed one sample taken at ``now`` (seconds); ``returning``: pods outside that the flip-back is bringing
+        back while no other pod waits for GPUs (module docstring). Returns the :class:`Decision`."""
         if free is None:
             self.above_since = self.below_since = None
             return Decision(self.tainted, False, None, "signal unavailable: no decision")
+        if free < self.low and returning > 0 and self.tainted:
+            self.above_since = self.below_since = None
+            return Decision(self.tainted, False, None,
+                            f"{free:g} free GPUs < low-water {self.low:g}, but {returning} pods are coming back "
+                            "in-cluster and no other pod waits for GPUs: no change")
         if free > self.high:
             self.below_since = None
             if self.above_since is None:

@@ -129,10 +129,7 @@ class FlipBack:
         now = self.clock()
         # An evicted pod normally leaves the cache within a second; forget attempts after a minute.
         self.attempted = {u: t for u, t in self.attempted.items() if now - t < 60}
-        nodes = self.nodes.items()
-        # Only the pods on virtual nodes can be candidates: read them by node, not the whole pod cache.
-        outside = [p for n in nodes if n["virtual"] for p in self.pods.by_index(BY_NODE, n["name"])]
-        cands = candidates(nodes, outside, set(self.attempted))
+        cands = self._candidates()
         CANDIDATES.set(len(cands))
         if self.surges is None:
             chosen, replaced = self.budget.plan(cands, now), []
@@ -169,6 +166,16 @@ class FlipBack:
                 RELEASES.labels(self.mode, "error").inc()
                 log.warning("flip-back: %s/%s: %s", c.namespace, c.name, exc)
         return replaced + chosen
+
+    def _candidates(self) -> list[Candidate]:
+        nodes = self.nodes.items()
+        # Only the pods on virtual nodes can be candidates: read them by node, not the whole pod cache.
+        outside = [p for n in nodes if n["virtual"] for p in self.pods.by_index(BY_NODE, n["name"])]
+        return candidates(nodes, outside, set(self.attempted))
+
+    def returning(self) -> int:
+        """Pods on tainted virtual nodes still to bring back in-cluster, now (0 in mode ``off``)."""
+        return 0 if self.mode == "off" else len(self._candidates())
 
     def _replaced_first(self, cands: list[Candidate], moving: list[Candidate], chosen: list[Candidate],
                         now: float) -> tuple[list[Candidate], list[Candidate]]:

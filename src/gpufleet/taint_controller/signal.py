@@ -96,6 +96,9 @@ BY_NODE = "node"
 BY_NAMESPACE = "namespace"
 #: Index of surge pods by the UID of the pod they replace (:data:`gpufleet.names.SURGE_FOR_LABEL`).
 BY_SURGE_FOR = "surge-for"
+#: Index of the pods bound to no node, all under the one key :data:`UNBOUND`.
+BY_BINDING = "binding"
+UNBOUND = "unbound"
 
 
 def _by_uid(p: dict[str, Any]) -> tuple[str, ...]:
@@ -104,6 +107,10 @@ def _by_uid(p: dict[str, Any]) -> tuple[str, ...]:
 
 def _by_node(p: dict[str, Any]) -> tuple[str, ...]:
     return (p["node"],) if p["node"] else ()
+
+
+def _by_binding(p: dict[str, Any]) -> tuple[str, ...]:
+    return () if p["node"] else (UNBOUND,)
 
 
 def _by_namespace(p: dict[str, Any]) -> tuple[str, ...]:
@@ -116,7 +123,8 @@ def _by_surge_for(p: dict[str, Any]) -> tuple[str, ...]:
 
 
 #: Every index of the pod cache, for :class:`gpufleet.kube.informer.Informer`'s ``indexers``.
-POD_INDEXES = {BY_UID: _by_uid, BY_NODE: _by_node, BY_NAMESPACE: _by_namespace, BY_SURGE_FOR: _by_surge_for}
+POD_INDEXES = {BY_UID: _by_uid, BY_NODE: _by_node, BY_NAMESPACE: _by_namespace, BY_SURGE_FOR: _by_surge_for,
+               BY_BINDING: _by_binding}
 
 
 def pod_by_uid(pods: Informer, uid: str) -> dict[str, Any] | None:
