@@ -68,6 +68,8 @@ CLIENT_CA_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 CLIENT_CA_KEY = "client-ca-file"
 #: The kubelet's webhook cache lifetimes (KubeletConfiguration defaults), seconds.
 AUTHN_TTL, AUTHZ_ALLOWED_TTL, AUTHZ_DENIED_TTL = 120.0, 300.0, 30.0
+#: Seconds a connection may take to finish its TLS handshake or send a request (then it is closed).
+REQUEST_TIMEOUT_SECONDS = 30.0
 #: ``(pods, error)``: the provider's report for the node's pods, and whether it failed (in part).
 StatsSource = Callable[[], tuple[list[PodStats], bool]]
 
@@ -225,6 +227,8 @@ class Authorizer:
 def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # A caller that connects and says nothing (or stops mid-handshake) frees its thread after this many seconds.
+        timeout = REQUEST_TIMEOUT_SECONDS
 
         def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
             self.send_response(code)
