@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from gpufleet.virtual_kubelet.kubelet_api import KubeletApi, subresource_for
+from gpufleet.kube import ServerError
+from gpufleet.virtual_kubelet.kubelet_api import KubeletApi, subresources_for
 from gpufleet.virtual_kubelet.stats import ContainerStats, PodStats
 from gpufleet_workshop.testing import FakeKube
 
@@ -92,8 +93,10 @@ def get(api, ctx, path, token=None):
 
 
 def test_paths_are_authorized_as_the_kubelet_maps_them():
-    assert [subresource_for(p) for p in ("/stats/summary", "/metrics/resource", "/logs/", "/pods", "/healthz")] == \
-        ["stats", "metrics", "log", "proxy", "proxy"]
+    got = [subresources_for(p) for p in ("/stats/summary", "/stats", "/statsfoo", "/metrics/resource", "/logs/",
+                                         "/pods", "/healthz", "/exec/x")]
+    assert got == [("stats",), ("stats",), ("proxy",), ("metrics",), ("log",), ("pods", "proxy"),
+                   ("healthz", "proxy"), ("proxy",)]
 
 
 def test_no_credentials_is_401_and_a_token_is_reviewed_once_then_cached(setup):
@@ -103,7 +106,7 @@ def test_no_credentials_is_401_and_a_token_is_reviewed_once_then_cached(setup):
     status, body = get(api, ctx, "/metrics/resource", "good-token")
     assert status == 200
     assert b'container_cpu_usage_seconds_total{container="server",namespace="inference",pod="chat-1"} 3.25' in body
-    assert reviews["access"][-1]["resourceAttributes"] == {"verb": "get", "resource": "nodes",
+    assert reviews["access"][-1]["resourceAttributes"] == {"verb": "get", "version": "v1", "resource": "nodes",
                                                           "subresource": "metrics", "name": NODE}
     assert get(api, ctx, "/metrics/resource", "good-token")[0] == 200
     assert reviews["tokens"].count("good-token") == 1 and len(reviews["access"]) == 1
@@ -113,7 +116,8 @@ def test_a_caller_without_the_right_is_403_naming_user_verb_and_subresource(setu
     api, _, ctx, _, _ = setup
     status, body = get(api, ctx, "/stats/summary", "weak-token")
     assert status == 403
-    assert body == b"Forbidden (user=system:serviceaccount:default:nobody, verb=get, resource=nodes, subresource=stats)"
+    assert body == (b"Forbidden (user=system:serviceaccount:default:nobody, verb=get, resource=nodes, "
+                    b"subresource(s)=[stats])\n")
 
 
 def test_a_client_certificate_of_the_cluster_ca_authenticates_another_ca_is_refused(setup):
@@ -141,3 +145,13 @@ def test_the_serving_certificate_names_the_node_and_its_ip(setup):
     assert NODE in sans.get_values_for_type(x509.DNSName)
     assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert oct((tmp_path / "serving" / "kubelet.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_reviews_that_fail_answer_as_the_kubelet_does(setup):
+    api, _, ctx, _, _ = setup
+    kube = api.kube
+    kube.fail("create", "subjectaccessreviews", ServerError(503, "ServiceUnavailable", "etcd is down"))
+    status, body = get(api, ctx, "/stats/summary", "good-token")
+    assert status == 500 and body.startswith(b"Authorization error (user=system:serviceaccount:monitoring:")
+    kube.fail("create", "tokenreviews", ServerError(503, "ServiceUnavailable", "etcd is down"))
+    assert get(api, ctx, "/stats/summary", "another-token")[0] == 401

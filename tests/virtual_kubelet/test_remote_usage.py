@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.kube import Forbidden
+from gpufleet.kube.times import parse_time
 from gpufleet.wait import poll_until
 from gpufleet.virtual_kubelet.provider import ProviderError
 from gpufleet.virtual_kubelet.providers.kubernetes import KubernetesProvider
@@ -44,6 +45,7 @@ def remote():
     kube = FakeKube()
     kube.register(METRICS)
     prov = KubernetesProvider("other", kube, node_name=NODE, gpus=8, gpu_product="H100", price_per_gpu_hour=1).start()
+    prov._cpu.origin = 0.0  # a virtual kubelet counting since before its pods started
     yield kube, prov
     prov.pods.stop()
 
@@ -84,3 +86,12 @@ def test_no_remote_metrics_api_is_a_provider_error_naming_the_api(remote):
     kube.prepend_reactor("list", "pods", refuse)
     with pytest.raises(ProviderError, match="metrics.k8s.io/v1beta1"):
         prov.pod_stats()
+
+
+def test_a_restarted_virtual_kubelet_reports_its_pods_as_started_when_it_began_counting(remote):
+    kube, prov = remote
+    kube.add(remote_pod("chat-1", "src-1"), pod_metrics("chat-1", "1", "1Gi", "2026-12-04T10:01:50Z"))
+    cached(prov, "chat-1")
+    prov._cpu.origin = parse_time("2026-12-04T10:01:40Z")  # it started 10 s before this reading
+    (c,) = prov.pod_stats()[0].containers
+    assert c.start_time == prov._cpu.origin and c.cpu_seconds == pytest.approx(10.0)

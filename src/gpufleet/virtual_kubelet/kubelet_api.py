@@ -20,11 +20,13 @@ anonymous requests refused):
   ``client-ca-file``: the API server's own kubelet client, metrics-server
   with a client certificate) gives user = CN, groups = O; otherwise a
   bearer token is checked with a ``TokenReview``; neither: 401;
-* **authorization**: a ``SubjectAccessReview`` for the user on the node as
-  the kubelet maps paths (``/stats/*`` -> ``nodes/stats``, ``/metrics/*`` ->
-  ``nodes/metrics``, anything else ``nodes/proxy``; GET is ``get``);
-  denied: 403 naming user, verb, resource and subresource, the kubelet's
-  message;
+* **authorization**: a ``SubjectAccessReview`` for the user (its uid and
+  extra too) on the node as the kubelet maps paths with fine-grained
+  authorization (``/stats/*`` -> ``nodes/stats``, ``/metrics/*`` ->
+  ``nodes/metrics``, ``/healthz`` -> ``nodes/healthz`` then ``nodes/proxy``,
+  anything else ``nodes/proxy``; GET is ``get``); denied: 403 naming user,
+  verb, resource and subresources, the kubelet's message; a review that
+  fails: 401 (TokenReview) or 500 (SubjectAccessReview), as the kubelet;
 * results are cached as the kubelet caches them (authentication 2 min,
   authorization allowed 5 min, denied 30 s), so a scrape every 15 s costs
   the API server nothing after the first.
@@ -57,7 +59,7 @@ from urllib.parse import urlsplit
 
 from gpufleet.kube import Kube, KubeError
 
-from .stats import PodStats, Rates, resource_metrics, summary
+from .stats import NodeCpu, PodStats, Rates, resource_metrics, summary
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +86,26 @@ class User:
 
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-def subresource_for(path: str) -> str:
-    """The ``nodes`` subresource a kubelet path is authorized as (the kubelet's ``server/auth.go`` mapping)."""
-    if path.startswith("/stats"):
-        return "stats"
-    if path.startswith("/metrics"):
-        return "metrics"
-    if path.startswith("/logs"):
-        return "log"
-    return "proxy"
+#: Path prefix -> the ``nodes`` subresources it is authorized as, in the order tried (the kubelet's
+#: ``server/auth.go`` with fine-grained authorization, GA in 1.36: the specific one, then ``proxy``).
+_SUBRESOURCES = (("/stats", ("stats",)), ("/metrics", ("metrics",)), ("/logs", ("log",)),
+                 ("/healthz", ("healthz", "proxy")), ("/pods", ("pods", "proxy")), ("/configz", ("configz", "proxy")))
+
+
+def subresources_for(path: str) -> tuple[str, ...]:
+    """The ``nodes`` subresources a kubelet path is authorized as, in the order tried (any one allows it).
+
+    A prefix matches the path itself or the path below it (``/stats`` and ``/stats/summary``, not
+    ``/statsfoo``), as the kubelet's ``isSubpath``; anything else is ``proxy``.
+    """
+    for prefix, subs in _SUBRESOURCES:
+        if path == prefix or path.startswith(prefix + "/"):
+            return subs
+    return ("proxy",)
 
 
 def serving_certificate(folder: Path, node_name: str, ip: str) -> tuple[Path, Path]:
@@ -200,7 +211,8 @@ class Authorizer:
         user = None
         if status.get("authenticated"):
             info = status.get("user") or {}
-            user = User(info.get("username", ""), tuple(info.get("groups") or ()))
+            extra = tuple(sorted((k, tuple(v or ())) for k, v in (info.get("extra") or {}).items()))
+            user = User(info.get("username", ""), tuple(info.get("groups") or ()), info.get("uid", ""), extra)
         self._authn.put(key, user or False, AUTHN_TTL)
         return user
 
@@ -210,15 +222,19 @@ class Authorizer:
         Raises:
             KubeError: the review could not be made (nothing cached).
         """
-        key = json.dumps([user.name, sorted(user.groups), verb, subresource])
+        key = json.dumps([user.name, sorted(user.groups), user.uid, user.extra, verb, subresource])
         hit = self._authz.get(key)
         if hit is not None:
             return bool(hit)
+        spec: dict = {"user": user.name, "groups": list(user.groups),
+                      "resourceAttributes": {"verb": verb, "version": "v1", "resource": "nodes",
+                                             "subresource": subresource, "name": self.node_name}}
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = {k: list(v) for k, v in user.extra}
         review = self.kube.create("authorization.k8s.io/v1", "subjectaccessreviews", {
-            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-            "spec": {"user": user.name, "groups": list(user.groups),
-                     "resourceAttributes": {"verb": verb, "resource": "nodes", "subresource": subresource,
-                                            "name": self.node_name}}})
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
         ok = bool((review.get("status") or {}).get("allowed"))
         self._authz.put(key, ok, AUTHZ_ALLOWED_TTL if ok else AUTHZ_DENIED_TTL)
         return ok
@@ -239,31 +255,38 @@ def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - the standard library's name
             path = urlsplit(self.path).path
-            try:
-                user = Authorizer.from_certificate(self.connection.getpeercert())
-                if user is None:
-                    auth = self.headers.get("Authorization") or ""
-                    if auth[:7].lower() == "bearer " and auth[7:].strip():
+            user = Authorizer.from_certificate(self.connection.getpeercert())
+            if user is None:
+                auth = self.headers.get("Authorization") or ""
+                if auth[:7].lower() == "bearer " and auth[7:].strip():
+                    try:
                         user = api.authorizer.from_token(auth[7:].strip())
-                if user is None:
-                    self._reply(401, b"Unauthorized")
-                    return
-                sub = subresource_for(path)
-                if not api.authorizer.allowed(user, "get", sub):
-                    self._reply(403, f"Forbidden (user={user.name}, verb=get, resource=nodes, subresource={sub})"
-                                .encode())
-                    return
+                    except KubeError as exc:  # the kubelet answers an authentication that failed with 401
+                        log.warning("kubelet API: GET %s: TokenReview failed: %s", path, exc)
+            if user is None:
+                self._reply(401, b"Unauthorized")
+                return
+            subs = subresources_for(path)
+            # The kubelet's messages (server/auth.go): subresources as Go prints a []string.
+            what = f"user={user.name}, verb=get, resource=nodes, subresource(s)=[{' '.join(subs)}]"
+            try:
+                allowed = any(api.authorizer.allowed(user, "get", sub) for sub in subs)
             except KubeError as exc:
-                log.warning("kubelet API: %s %s: review failed: %s", self.command, path, exc)
-                self._reply(500, b"Internal Server Error: authentication or authorization failed")
+                log.warning("kubelet API: GET %s: SubjectAccessReview failed: %s", path, exc)
+                self._reply(500, f"Authorization error ({what})".encode())
+                return
+            if not allowed:
+                self._reply(403, f"Forbidden ({what})\n".encode())
                 return
             if path == "/metrics/resource":
                 pods, error = api.stats()
-                self._reply(200, resource_metrics(pods, error=error), "text/plain; version=0.0.4; charset=utf-8")
+                self._reply(200, resource_metrics(pods, api.node_cpu.observe(pods, time.time()), error=error),
+                            "text/plain; version=0.0.4; charset=utf-8")
             elif path == "/stats/summary":
                 pods, _ = api.stats()
-                body = json.dumps(summary(api.node_name, api.started, pods, api.rates)).encode()
-                self._reply(200, body, "application/json")
+                node = api.node_cpu.observe(pods, time.time())
+                self._reply(200, json.dumps(summary(api.node_name, api.started, pods, api.rates, node)).encode(),
+                            "application/json")
             elif path == "/healthz":
                 self._reply(200, b"ok")
             else:
@@ -301,6 +324,7 @@ class KubeletApi:
         self.cert_dir = cert_dir
         self.authorizer = Authorizer(kube, node_name)
         self.rates = Rates()
+        self.node_cpu = NodeCpu()
         self.started = time.time()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

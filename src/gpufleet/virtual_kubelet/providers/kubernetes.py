@@ -146,6 +146,8 @@ AddressMode = Literal["pod_ip", "load_balancer"]
 #: (its first pod may not exist yet).
 SERVICE_SWEEP_GRACE_SECONDS = 15.0
 OBJECT_PLURALS = {"ConfigMap": "configmaps", "Secret": "secrets"}
+#: Seconds the remote metrics API gets to answer a usage list.
+STATS_TIMEOUT_SECONDS = 5.0
 #: Lists answered with metadata only (never a Secret's data): PartialObjectMetadataList.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
@@ -668,8 +670,10 @@ class KubernetesProvider:
             not a quantity or a time (the message names the pod and field).
         """
         try:
-            listed = self.kube.list("metrics.k8s.io/v1beta1", "pods", None,
-                                    labelSelector=f"{REMOTE_NODE_LABEL}={self.node_name}")
+            # Within a scrape's time (metrics-server waits 10 s for the whole node): once, 5 s at most.
+            listed = self.kube.request("GET", api_path("metrics.k8s.io/v1beta1", "pods"),
+                                       params={"labelSelector": f"{REMOTE_NODE_LABEL}={self.node_name}"},
+                                       timeout=STATS_TIMEOUT_SECONDS, retry=False)
         except KubeError as exc:
             raise ProviderError(f"{self.name}: the remote metrics API (metrics.k8s.io/v1beta1 pods) on "
                                 f"{self.kube.server}: {exc}", reason="ProviderUnavailable", retryable=True) from None
@@ -692,7 +696,7 @@ class KubernetesProvider:
                 for c in m.get("containers") or []:
                     if not c.get("name"):
                         continue
-                    start, usage = started.get(c["name"]) or pod_start, c.get("usage") or {}
+                    start, usage = self._cpu.start(started.get(c["name"]) or pod_start), c.get("usage") or {}
                     containers.append(ContainerStats(
                         c["name"], self._cpu.add(uid, c["name"], number(usage.get("cpu")), at, start),
                         int(number(usage.get("memory"))), start, at))
