@@ -155,7 +155,7 @@ def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its
     EndpointSlice controller), takes the pod's place in the Deployment: its ReplicaSet removes the pod outside and
     starts no other replica, so the last replacement's GPUs are the last free ones and the move still ends.
     Release mode: the descheduler (gated to released pods) has nothing to evict. Under the taint decision
-    (the taint controller ticking, low-water mark 2 GPUs, no hold), the last replacement taking the last free
+    (the taint controller ticking, low-water mark 5 GPUs, no hold), the replacements taking the last free
     GPUs does not reopen the virtual node while its pod is still outside: the GPUs returning pods take are not
     a shortage."""
     kube, ns, node, caches = setup
@@ -184,7 +184,7 @@ def test_on_the_way_back_at_exact_capacity_each_in_cluster_replacement_takes_its
 
     back.surges.hand_over = spy
     serving: list[int] = []
-    ctl = TaintController(kube, NodeFree(caches, node), caches, Hysteresis(high=6, low=2, hold=0, tainted=True),
+    ctl = TaintController(kube, NodeFree(caches, node), caches, Hysteresis(high=6, low=5, hold=0, tainted=True),
                           pools=(POOL,), flip_back=back).start()
     opened_with_pods_outside: list[int] = []
 

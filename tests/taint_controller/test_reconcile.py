@@ -395,3 +395,14 @@ def test_without_a_flip_back_under_way_low_free_gpus_reopen_the_virtual_nodes(ku
     ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock,
                           flip_back=back).start()
     assert ctl.tick().changed and not has_free_taint(kube, "vk-rental"), "every pod is in: the cluster is full"
+
+
+def test_a_free_gpu_taint_set_by_hand_with_a_value_is_removed_when_the_cluster_is_short(kube, caches):
+    vnode = virtual("vk-rental", "rental")
+    vnode["spec"]["taints"].append({"key": FREE_GPUS_TAINT, "value": "true", "effect": "NoSchedule"})
+    kube.add(vnode, pod("t0", node_name=None, gpus=8, ns="team-pretrain"))
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock).start()
+    assert ctl.machine.tainted is True
+    assert ctl.tick().changed and not has_free_taint(kube, "vk-rental"), taints(kube, "vk-rental")

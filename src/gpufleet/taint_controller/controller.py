@@ -200,7 +200,8 @@ class TaintController:
                                      "until the next taint decision (the controller does not fight over the node)")
                 continue
             try:
-                patched = set_taint(self.kube, name, dict(FREE_TAINT), add=tainted)
+                # The key is the controller's: a free-GPU taint set by hand with a value is still the taint.
+                patched = set_taint(self.kube, name, dict(FREE_TAINT), add=tainted, any_value=True)
             except NotFound:
                 continue
             except KubeError as exc:

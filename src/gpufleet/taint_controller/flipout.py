@@ -374,8 +374,11 @@ class FlipOut:
         set_taint(self.kube, node, taint, add=add)
 
 
-def set_taint(kube: Kube, node: str, taint: dict, *, add: bool) -> bool:
+def set_taint(kube: Kube, node: str, taint: dict, *, add: bool, any_value: bool = False) -> bool:
     """Add or remove exactly ``taint`` (key, value, effect) on ``node``; other taints stay.
+
+    With ``any_value``, a taint of the same key and effect counts whatever its value: one is not added
+    beside it, and removing takes every one away (a key the caller owns, set by hand with a value).
 
     Read-modify-write guarded by the Node's resourceVersion, re-read on a
     conflict (:func:`gpufleet.kube.retry.update_with_retry`).
@@ -391,13 +394,13 @@ def set_taint(kube: Kube, node: str, taint: dict, *, add: bool) -> bool:
     def change(live: dict) -> dict | None:
         taints = (live.get("spec") or {}).get("taints") or []
         same = [t for t in taints if t.get("key") == taint["key"] and t.get("effect") == taint["effect"]]
-        present = any((t.get("value") or "") == value for t in same)
-        if add == present:
+        matching = same if any_value else [t for t in same if (t.get("value") or "") == value]
+        if add == bool(matching):
             return None
         if add:
             new = [t for t in taints if t not in same] + [{k: v for k, v in taint.items() if v is not None}]
         else:
-            new = [t for t in taints if not (t in same and (t.get("value") or "") == value)]
+            new = [t for t in taints if t not in matching]
         return {"spec": {"taints": new or None}}
 
     return update_with_retry(kube, api_path("v1", "nodes", name=node), change)[1] is not None
