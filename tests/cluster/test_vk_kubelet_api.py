@@ -7,13 +7,17 @@ processes. Through the API server's node proxy (the API server's kubelet
 client certificate, signed by the cluster's client CA) the node answers
 ``/metrics/resource`` and ``/stats/summary`` with the pod's CPU and memory;
 asked directly, a request without credentials is 401 and a ServiceAccount
-token without ``nodes/metrics`` is 403, the kubelet's answers.
+token without ``nodes/metrics`` is 403, the kubelet's answers. The local
+cluster's metrics-server scrapes it as it scrapes a kubelet, so the
+resource metrics API and a CPU HPA see the pods outside.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -49,7 +53,18 @@ def _pod() -> dict:
                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
-def test_the_virtual_node_serves_its_pods_usage_to_the_api_server_and_refuses_strangers(local_cluster):
+@dataclass
+class Outside:
+    kube: Kube
+    ns: str
+    ip: str
+    port: int
+
+
+@pytest.fixture(scope="module")
+def outside(local_cluster) -> Iterator[Outside]:
+    """The virtual kubelet of a simulated rental on the host's bridge address, its kubelet API on a free port, a
+    namespace; undone after (and the node proxy then finds no node)."""
     kube = Kube.from_kubeconfig(local_cluster.kubeconfig)
     ip = realnode.gateway_ip(local_cluster.cluster.ports)
     port = _free_port(ip)
@@ -58,43 +73,90 @@ def test_the_virtual_node_serves_its_pods_usage_to_the_api_server_and_refuses_st
     vk = start_virtual_kubelet(kube, POOL, prov, host_ip=ip, kubelet_port=port)
     ns = namespace(kube, "vkapi")
     try:
-        node = kube.get("v1", "nodes", NODE)
-        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port
-        kube.create("v1", "pods", _pod(), ns)
-        wait("the pod Running outside", lambda: kube.get("v1", "pods", "chat", ns).get("status", {})
-             .get("phase") == "Running", timeout=60)
-
-        series = f'container_memory_working_set_bytes{{container="server",namespace="{ns}",pod="chat"}}'
-
-        def served() -> str | None:
-            try:
-                text = kube.node_proxy_text(NODE, "metrics/resource")
-            except KubeError:
-                return None
-            return text if series in text else None
-
-        text = wait("the pod's series through the API server's node proxy", served, timeout=30)
-        assert f'container_cpu_usage_seconds_total{{container="server",namespace="{ns}",pod="chat"}}' in text
-        assert "resource_scrape_error 0.0" in text
-        doc = json.loads(kube.node_proxy_text(NODE, "stats/summary"))
-        assert doc["node"]["nodeName"] == NODE
-        pod = next(p for p in doc["pods"] if p["podRef"] == {"name": "chat", "namespace": ns,
-                                                              "uid": kube.get("v1", "pods", "chat", ns)["metadata"]["uid"]})
-        assert pod["containers"][0]["memory"]["workingSetBytes"] > 0
-
-        assert direct_status(ip, port, "/metrics/resource") == 401
-        kube.create("v1", "serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
-                                              "metadata": {"name": "nobody"}}, ns)
-        token = service_account_token(kube, ns, "nobody")
-        assert direct_status(ip, port, "/metrics/resource", token) == 403
-        assert direct_status(ip, port, "/stats/summary", token) == 403
+        yield Outside(kube, ns, ip, port)
     finally:
         close_virtual_kubelet(kube, vk, ns, NODE)
         prov.close()
-        kube.close()
     with pytest.raises(KubeError):  # gone with its virtual kubelet
-        kube2 = Kube.from_kubeconfig(local_cluster.kubeconfig)
+        kube.node_proxy_text(NODE, "metrics/resource", timeout=5)
+    kube.close()
+
+
+def _running(kube: Kube, ns: str, selector: str) -> dict | None:
+    return next((p for p in kube.list("v1", "pods", ns, labelSelector=selector)["items"]
+                 if (p.get("status") or {}).get("phase") == "Running"), None)
+
+
+def test_the_virtual_node_serves_its_pods_usage_to_the_api_server_and_refuses_strangers(outside):
+    kube, ns, ip, port = outside.kube, outside.ns, outside.ip, outside.port
+    node = kube.get("v1", "nodes", NODE)
+    assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port
+    kube.create("v1", "pods", _pod(), ns)
+    wait("the pod Running outside", lambda: _running(kube, ns, "app=chat"), timeout=60)
+
+    series = f'container_memory_working_set_bytes{{container="server",namespace="{ns}",pod="chat"}}'
+
+    def served() -> str | None:
         try:
-            kube2.node_proxy_text(NODE, "metrics/resource", timeout=5)
-        finally:
-            kube2.close()
+            text = kube.node_proxy_text(NODE, "metrics/resource")
+        except KubeError:
+            return None
+        return text if series in text else None
+
+    text = wait("the pod's series through the API server's node proxy", served, timeout=30)
+    assert f'container_cpu_usage_seconds_total{{container="server",namespace="{ns}",pod="chat"}}' in text
+    assert "resource_scrape_error 0.0" in text
+    doc = json.loads(kube.node_proxy_text(NODE, "stats/summary"))
+    assert doc["node"]["nodeName"] == NODE
+    pod = next(p for p in doc["pods"] if p["podRef"] == {"name": "chat", "namespace": ns,
+                                                          "uid": kube.get("v1", "pods", "chat", ns)["metadata"]["uid"]})
+    assert pod["containers"][0]["memory"]["workingSetBytes"] > 0
+
+    assert direct_status(ip, port, "/metrics/resource") == 401
+    kube.create("v1", "serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                          "metadata": {"name": "nobody"}}, ns)
+    token = service_account_token(kube, ns, "nobody")
+    assert direct_status(ip, port, "/metrics/resource", token) == 403
+    assert direct_status(ip, port, "/stats/summary", token) == 403
+
+
+def test_a_cpu_hpa_whose_pods_run_outside_gets_their_usage_from_the_resource_metrics_api(outside):
+    """metrics-server scrapes the virtual node as it scrapes a kubelet: the pod's PodMetrics and the node's
+    NodeMetrics are served by ``metrics.k8s.io``, and the HPA controller computes the Deployment's CPU
+    utilization from them (``ScalingActive``, a current value), as it does for pods in-cluster."""
+    kube, ns = outside.kube, outside.ns
+    pod = _pod()
+    pod["metadata"]["labels"] = {"app": "hpa"}
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "64Mi"}
+    kube.create("apps/v1", "deployments", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hpa"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "hpa"}},
+                 "template": {"metadata": {"labels": {"app": "hpa"}}, "spec": pod["spec"]}}}, ns)
+    kube.create("autoscaling/v2", "horizontalpodautoscalers", {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "hpa"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "hpa"},
+                 "minReplicas": 1, "maxReplicas": 1,
+                 "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                                                               "target": {"type": "Utilization",
+                                                                          "averageUtilization": 80}}}]}}, ns)
+    running = wait("the HPA's pod Running outside", lambda: _running(kube, ns, "app=hpa"), timeout=60)
+    assert running["spec"]["nodeName"] == NODE
+    name = running["metadata"]["name"]
+
+    def pod_metrics() -> dict | None:
+        try:
+            return kube.get("metrics.k8s.io/v1beta1", "pods", name, ns)
+        except KubeError:
+            return None
+
+    metrics = wait(f"PodMetrics {ns}/{name} from metrics-server", pod_metrics, timeout=90, interval=2)
+    assert [c["name"] for c in metrics["containers"]] == ["server"]
+    assert kube.get("metrics.k8s.io/v1beta1", "nodes", NODE)["usage"]["memory"]
+
+    def current() -> dict | None:
+        status = kube.get("autoscaling/v2", "horizontalpodautoscalers", "hpa", ns).get("status") or {}
+        active = any(c["type"] == "ScalingActive" and c["status"] == "True" for c in status.get("conditions") or [])
+        return status if active and status.get("currentMetrics") else None
+
+    status = wait("the HPA computing CPU utilization of its pod outside", current, timeout=90, interval=2)
+    assert status["currentMetrics"][0]["resource"]["current"]["averageUtilization"] >= 0

@@ -28,6 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpufleet_workshop.local import metrics_server
+
 #: Names the apiserver is reached by, in and out of the cluster.
 APISERVER_NAMES = (
     "localhost",
@@ -69,6 +71,8 @@ class Pki:
         front_proxy_client: client certificate ``CN=front-proxy-client``.
         apiserver_kubelet_client: the apiserver's client certificate towards
             kubelets (logs, exec), ``O=system:masters``.
+        metrics_server: metrics-server's serving certificate, for the name the aggregator checks
+            (:data:`gpufleet_workshop.local.metrics_server.SERVING_NAMES`) and ``127.0.0.1``.
         kubelet: the real node's client certificate, ``CN=system:node:<node>``,
             ``O=system:nodes`` (what the Node authorizer expects), made by
             :func:`ensure_node_client`.
@@ -86,6 +90,7 @@ class Pki:
     front_proxy_ca: KeyPair
     front_proxy_client: KeyPair
     apiserver_kubelet_client: KeyPair
+    metrics_server: KeyPair
     kubelet: KeyPair
 
 
@@ -254,6 +259,7 @@ def ensure_pki(folder: Path, apiserver_ips: tuple[str, ...] = ()) -> Pki:
         front_proxy_ca=pair("front-proxy-ca"),
         front_proxy_client=pair("front-proxy-client"),
         apiserver_kubelet_client=pair("apiserver-kubelet-client"),
+        metrics_server=pair("metrics-server"),
         kubelet=pair("kubelet"),
     )
     _ensure_ca(pki.ca, "gpufleet-local-ca")
@@ -270,6 +276,7 @@ def ensure_pki(folder: Path, apiserver_ips: tuple[str, ...] = ()) -> Pki:
     _ensure_leaf(pki.front_proxy_client, pki.front_proxy_ca, "front-proxy-client", client=True)
     _ensure_leaf(pki.apiserver_kubelet_client, pki.ca, "kube-apiserver-kubelet-client",
                  organizations=("system:masters",), client=True)
+    _ensure_leaf(pki.metrics_server, pki.ca, "metrics-server", dns=metrics_server.SERVING_NAMES, ips=("127.0.0.1",), server=True)
     pki.webhook_dir.mkdir(exist_ok=True)
     for src, name in ((pki.serving.cert, "tls.crt"), (pki.serving.key, "tls.key")):
         dst = pki.webhook_dir / name

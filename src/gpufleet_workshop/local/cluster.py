@@ -37,7 +37,7 @@ from gpufleet_workshop.local import install
 from gpufleet_admin.files import locked
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound
 from gpufleet.kube.config import from_kubeconfig
-from gpufleet_workshop.local import controlplane, descheduler, kueue, kwok, prometheus
+from gpufleet_workshop.local import controlplane, descheduler, kueue, kwok, metrics_server, prometheus
 from gpufleet_workshop.local import node as realnode
 from gpufleet_workshop.local import kubeconfig as kubeconfigs
 from gpufleet_workshop.local import ports as portblocks
@@ -60,6 +60,7 @@ COMPONENTS = (
     "jobset",
     "descheduler",
     "prometheus",
+    "metrics-server",
     "containerd",
     "api-forward",
     "prometheus-forward",
@@ -164,6 +165,10 @@ class Cluster:
                 prometheus.argv(cfg / "prometheus.yaml", lay.data / "prometheus", p.prometheus),
                 http(p.prometheus, "/-/ready"),
             ),
+            # /livez, not /readyz: it is ready only once it holds two scrapes of a node, and the real node (the
+            # one node it scrapes before virtual nodes come) joins after the add-ons, or never in a cluster without.
+            "metrics-server": spec("metrics-server", metrics_server.argv(pki, admin, p.metrics_server),
+                                   https(p.metrics_server, "/livez")),
             # containerd has no HTTP endpoint: up waits for its socket (node.wait_containerd).
             "containerd": spec("containerd", realnode.containerd_argv(npaths), None),
             "api-forward": spec("api-forward", realnode.api_forward_argv(p), None),
@@ -301,6 +306,7 @@ def _bootstrap(c: Cluster, k: Kube, phase: Callable[[str], None]) -> None:
     phase("CRDs served")
     apply_changed(k, kueue.kueue_webhook_configurations(c.ports, ca_pem) + kueue.jobset_webhook_configurations(c.ports, ca_pem))
     apply_changed(k, prometheus.rbac_objects())
+    apply_changed(k, metrics_server.objects(c.pki, c.ports.metrics_server))
 
 
 def _prometheus_token(c: Cluster, k: Kube) -> None:

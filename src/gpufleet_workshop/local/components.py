@@ -135,7 +135,8 @@ def components() -> dict[str, Component]:
         KeyError: a needed pin is missing from ``versions.yaml``.
     """
     items = [*_go_components(), *_debian_components()]
-    missing = {"kubernetes", "dynamic_resource_allocation", "etcd", "kwok", "kueue", "jobset", "descheduler", "prometheus", "image_tools",
+    missing = {"kubernetes", "dynamic_resource_allocation", "etcd", "kwok", "kueue", "jobset", "descheduler",
+               "metrics_server", "prometheus", "image_tools",
                "node_runtime", "cni_plugins"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
@@ -147,6 +148,7 @@ def _go_components() -> list[Component]:
     k8s = pin("kubernetes")
     etcd = pin("etcd")
     kwok, kueue, jobset, desched = pin("kwok"), pin("kueue"), pin("jobset"), pin("descheduler")
+    metrics = pin("metrics_server")
     etcd_root = pin("etcd", "module").removesuffix("/server/v3")
     return [
         Component(
@@ -207,6 +209,18 @@ def _go_components() -> list[Component]:
             ),
             version_probe={"descheduler": ("version",)},
             version_text=f"Minor:{'.'.join(desched.lstrip('v').split('.')[1:])} GitVersion:v20260101-{desched}",
+        ),
+        Component(
+            name="metrics_server",
+            version=metrics,
+            method="go-install",
+            module=pin("metrics_server", "module"),
+            packages=(f"{pin('metrics_server', 'module')}/cmd/metrics-server",),
+            binaries=("metrics-server",),
+            # Upstream's Makefile stamps client-go's version variables (what --version prints).
+            ldflags=(f"k8s.io/client-go/pkg/version.gitVersion={metrics}",),
+            version_probe={"metrics-server": ("--version",)},
+            version_text=metrics,
         ),
         Component(
             name="kubernetes",

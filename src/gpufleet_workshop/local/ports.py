@@ -44,6 +44,7 @@ OFFSETS: dict[str, int] = {
     "prometheus": 14,
     "kubelet": 15,
     "kubelet_healthz": 16,
+    "metrics_server": 17,
 }
 #: Offsets left for the environment (exporters, a virtual kubelet's API).
 EXTRA_OFFSETS = tuple(range(max(OFFSETS.values()) + 1, BLOCK))
