@@ -111,8 +111,8 @@ def test_preemptors_of_one_shape_are_not_searched_again_once_one_found_no_node(m
     pods = [pod("i1", "n0", 1), pod("t0", "n1", 8, 100000, pc="gpufleet-training"), *gang, other]
     out = plan(nodes, pods, ["gpufleet-training"])
     assert [(r.pod["metadata"]["name"], r.node) for r in out] == [("t1", "n0")]
-    assert searched == [("t1", "n0"), ("t1", "n1"), ("t2", "n1"), ("t5", "n1")], \
-        "t3 and t4 have t2's shape: no node for them; t5 has its own"
+    assert searched == [("t1", "n0"), ("t1", "n1"), ("t5", "n1")], \
+        "the gang's shape is ranked once (t2-t4 take from that ranking: nothing is left); t5 has its own"
 
 
 def test_a_pod_that_fits_as_is_says_nothing_of_the_next_pod_of_its_shape():
@@ -148,3 +148,63 @@ def test_flip_back_candidates_only_on_tainted_virtual_nodes_and_not_tolerating()
     got = {c.name: c.released for c in candidates(nodes, pods, set())}
     assert got == {"a1": False, "a2": True}
     assert candidates(nodes, pods, {"uid-a1"})[0].released is True
+
+
+def _plan_by_search(nodes, pods, classes):
+    """The plan as first written: every node searched for every preemptor (the reference ranking by shape must
+    agree with)."""
+    from gpufleet.taint_controller.flipout import _fits_node, is_preemptor
+
+    reserved = reservations_of(nodes)
+    taken = set(reserved.values())
+    by_node = {}
+    for p in pods:
+        if p["node"] and p["gpus"] and p["phase"] not in ("Succeeded", "Failed"):
+            by_node.setdefault(p["node"], []).append(p)
+    preemptors = sorted((p for p in pods if is_preemptor(p, set(classes)) and p["metadata"]["uid"] not in reserved),
+                        key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
+    out = []
+    for pod_ in preemptors:
+        best, fits = None, False
+        for n in nodes:
+            if n["name"] in taken or not _fits_node(pod_, n):
+                continue
+            victims = victims_for(pod_, n, by_node.get(n["name"], []))
+            if victims == []:
+                fits = True
+                break
+            if victims is not None:
+                score = (len(victims), sum(v["gpus"] for v in victims), n["name"])
+                if best is None or score < best[0]:
+                    best = (score, n, victims)
+        if fits or best is None:
+            continue
+        taken.add(best[1]["name"])
+        out.append((pod_["metadata"]["name"], best[1]["name"], tuple(v["metadata"]["name"] for v in best[2])))
+    return out
+
+
+def test_ranking_nodes_once_per_shape_plans_what_searching_every_node_for_every_pod_plans():
+    import random
+
+    training = {"phase": "Pending", "pc": "gpufleet-training", "unschedulable": True}
+    for seed in range(200):
+        rng = random.Random(seed)
+        nodes = [node(f"n{i}", gpus=8, labels={"gpufleet.io/flavor": rng.choice(["h100", "a100"])})
+                 for i in range(rng.randint(1, 12))]
+        pods = []
+        for n in nodes:
+            left = 8
+            while left and rng.random() < 0.7:
+                g = rng.randint(1, left)
+                pods.append(pod(f"b{len(pods)}", n["name"], g, priority=rng.choice([0, 10, 100000])))
+                left -= g
+        for i in range(rng.randint(1, 10)):
+            p = pod(f"t{i}", gpus=rng.choice([4, 8]), priority=rng.choice([100000, 200000]),
+                    created=f"2026-01-01T00:00:{rng.randint(0, 59):02d}Z", **training)
+            if rng.random() < 0.3:
+                p["nodeSelector"] = {"gpufleet.io/flavor": "h100"}
+            pods.append(p)
+        got = [(r.pod["metadata"]["name"], r.node, tuple(v["metadata"]["name"] for v in r.victims))
+               for r in plan(nodes, pods, ["gpufleet-training"])]
+        assert got == _plan_by_search(nodes, pods, ["gpufleet-training"]), f"seed {seed}"

@@ -160,34 +160,47 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved),
                         key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
     out = []
-    # A gang's pods share one shape: once a shape found no node to reserve, the next pod of that shape finds
-    # none either (reservations only take nodes away), so it is not searched again (kube-scheduler's
-    # equivalence classes). Without this, a gang larger than what can be freed costs pods x nodes every tick.
-    hopeless: set[tuple] = set()
+    # Pods of one shape (GPUs, priority, node selector, tolerations: all that decides where a pod may go and
+    # what it must evict) rank the nodes alike: the nodes are ranked once per shape, and each pod of the shape
+    # takes the best one not taken yet (reservations only take nodes away, they change no other node's rank).
+    # So a gang of P pods costs one pass over the nodes, not P (kube-scheduler's equivalence classes): the
+    # same choices as searching every node for every pod. A pod that fits on a node as it is is the
+    # scheduler's job (maybe CPU-bound; not ours), and so is the next of its shape while that node is not
+    # taken; once a reservation takes it, the shape is ranked again. A shape with no node at all is not
+    # searched again.
+    ranked: dict[tuple, list[tuple] | str] = {}
     for pod in preemptors:
         shape = _shape(pod)
-        if shape in hopeless:
+        if shape not in ranked or (isinstance(ranked[shape], str) and ranked[shape] in taken):
+            ranked[shape] = _rank(pod, nodes, by_node, taken)
+        candidates = ranked[shape]
+        if isinstance(candidates, str):
+            continue  # fits on that node as it is
+        while candidates and candidates[0][1]["name"] in taken:
+            candidates.pop(0)
+        if not candidates:
             continue
-        best: tuple | None = None
-        for node in nodes:
-            if node["name"] in taken or not _fits_node(pod, node):
-                continue
-            victims = victims_for(pod, node, by_node.get(node["name"], []))
-            if victims == []:
-                best = None  # fits as is: the scheduler's job (maybe CPU-bound; not ours)
-                break
-            if victims is None:
-                continue
-            score = (len(victims), sum(v["gpus"] for v in victims), node["name"])
-            if best is None or score < best[0]:
-                best = (score, node, victims)
-        else:
-            if best is None:
-                hopeless.add(shape)  # no node at all: not "fits as is", which says nothing of the next pod
-                continue
-            _, node, victims = best
-            taken.add(node["name"])
-            out.append(Reservation(pod, node["name"], tuple(victims)))
+        _, node, victims = candidates.pop(0)
+        taken.add(node["name"])
+        out.append(Reservation(pod, node["name"], tuple(victims)))
+    return out
+
+
+def _rank(pod: dict[str, Any], nodes: list[dict[str, Any]], by_node: dict[str, list[dict[str, Any]]],
+          taken: set[str]) -> list[tuple] | str:
+    """The nodes not ``taken`` where evicting lower-priority pods makes ``pod`` fit, best first (fewest victims,
+    then fewest victim GPUs, then name) as ``(score, node, victims)``; the name of a node that fits it as is,
+    if one does."""
+    out = []
+    for node in nodes:
+        if node["name"] in taken or not _fits_node(pod, node):
+            continue
+        victims = victims_for(pod, node, by_node.get(node["name"], []))
+        if victims == []:
+            return node["name"]
+        if victims is not None:
+            out.append(((len(victims), sum(v["gpus"] for v in victims), node["name"]), node, victims))
+    out.sort(key=lambda c: c[0])
     return out
 
 
