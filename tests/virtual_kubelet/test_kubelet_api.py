@@ -72,20 +72,23 @@ def setup(tmp_path):
     kube.prepend_reactor("create", "tokenreviews", token_review)
     kube.prepend_reactor("create", "subjectaccessreviews", access_review)
     stats = [PodStats("inference", "chat-1", "u1", (ContainerStats("server", 3.25, 50 << 20, T0 - 60, T0),))]
-    api = KubeletApi(kube, NODE, lambda: (stats, False), port=0, host_ip="127.0.0.1",
+    source = {"stats": lambda: (stats, False)}
+    api = KubeletApi(kube, NODE, lambda: source["stats"](), port=0, host_ip="127.0.0.1",
                      cert_dir=tmp_path / "serving").start()
     server_ctx = ssl.create_default_context(cafile=str(tmp_path / "serving" / "kubelet.crt"))
     try:
+        api.source = source  # a test may swap what the provider reports
         yield api, ca, server_ctx, reviews, tmp_path
     finally:
         api.stop()
         kube.close()
 
 
-def get(api, ctx, path, token=None):
+def get(api, ctx, path, token=None, method="GET", body=None, authorization=None):
     conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=ctx, timeout=10)
+    headers = {"Authorization": authorization or f"Bearer {token}"} if token or authorization else {}
     try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        conn.request(method, path, body=body, headers=headers)
         r = conn.getresponse()
         return r.status, r.read()
     finally:
@@ -155,3 +158,46 @@ def test_reviews_that_fail_answer_as_the_kubelet_does(setup):
     assert status == 500 and body.startswith(b"Authorization error (user=system:serviceaccount:monitoring:")
     kube.fail("create", "tokenreviews", ServerError(503, "ServiceUnavailable", "etcd is down"))
     assert get(api, ctx, "/stats/summary", "another-token")[0] == 401
+
+
+def test_what_goes_wrong_inside_is_a_500_and_other_methods_are_refused_after_authentication(setup):
+    api, _, ctx, _, _ = setup
+
+    def broken():
+        raise RuntimeError("the provider's client is gone")
+
+    api.source["stats"] = broken
+    assert get(api, ctx, "/metrics/resource", "good-token") == (500, b"Internal Server Error")
+    assert get(api, ctx, "/healthz", method="POST")[0] == 401
+    assert get(api, ctx, "/healthz", "good-token", method="POST", body=b"x")[0] == 405
+
+
+def test_a_body_is_never_read_as_the_next_request_and_bearer_is_parsed_as_the_kubelet_parses_it(setup):
+    api, _, ctx, reviews, _ = setup
+    smuggled = b"GET /stats/summary HTTP/1.1\r\nHost: x\r\n\r\n"
+    conn = http.client.HTTPSConnection("127.0.0.1", api.port, context=ctx, timeout=10)
+    conn.request("GET", "/healthz", body=smuggled)
+    assert conn.getresponse().status == 401
+    conn.close()
+    assert get(api, ctx, "/healthz", authorization="Bearer  good-token")[0] == 401  # two spaces: an empty token
+    assert get(api, ctx, "/stats/summary", authorization="Bearer good-token extra")[0] == 200
+    assert reviews["tokens"] == ["good-token"]
+
+
+def test_a_review_answered_in_the_wrong_types_is_not_believed(setup):
+    api, _, ctx, _, _ = setup
+    api.kube.prepend_reactor("create", "tokenreviews", lambda a: {**a.body, "status": {
+        "authenticated": "true", "user": {"username": "mallory", "groups": "system:masters"}}})
+    assert get(api, ctx, "/stats/summary", "odd-token")[0] == 401
+
+
+def test_a_client_ca_that_is_not_pem_leaves_tokens_working(tmp_path, caplog):
+    kube = FakeKube({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+                     "data": {"client-ca-file": "-----BEGIN CERTIFICATE-----\njunk\n-----END CERTIFICATE-----\n"}})
+    api = KubeletApi(kube, NODE, lambda: ([], False), port=0, cert_dir=tmp_path / "s").start()
+    try:
+        assert "is not a PEM CA bundle" in caplog.text
+    finally:
+        api.stop()
+        kube.close()

@@ -69,12 +69,18 @@ def test_remote_pod_metrics_are_reported_for_the_source_pods_with_cpu_summed_int
     assert c.cpu_seconds == pytest.approx(150 + 0.5 * 15) and c.memory_working_set_bytes == 1 << 30
 
 
-def test_a_value_that_is_not_a_quantity_names_the_pod(remote):
+def test_a_pod_whose_figures_are_not_quantities_is_left_out_and_named_once(remote, caplog):
     kube, prov = remote
-    kube.add(remote_pod("chat-1", "src-1"), pod_metrics("chat-1", "lots", "2Gi", "2026-12-04T10:01:50Z"))
+    kube.add(remote_pod("chat-1", "src-1"), pod_metrics("chat-1", "lots", "2Gi", "2026-12-04T10:01:50Z"),
+             remote_pod("chat-2", "src-2"), pod_metrics("chat-2", "1", "Inf", "2026-12-04T10:01:50Z"),
+             remote_pod("chat-3", "src-3"), pod_metrics("chat-3", "1", "1Gi", "2026-12-04T10:01:50Z"))
+    cached(prov, "chat-3")
+    cached(prov, "chat-2")
     cached(prov, "chat-1")
-    with pytest.raises(ProviderError, match="PodMetrics inference/chat-1: not a Kubernetes quantity: 'lots'"):
-        prov.pod_stats()
+    assert [p.name for p in prov.pod_stats()] == ["chat-3"]
+    prov.pod_stats()
+    said = [r.getMessage() for r in caplog.records if "its usage is not reported" in r.getMessage()]
+    assert len(said) == 2 and any("PodMetrics inference/chat-1: not a Kubernetes quantity: 'lots'" in m for m in said)
 
 
 def test_no_remote_metrics_api_is_a_provider_error_naming_the_api(remote):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -75,9 +77,24 @@ def test_the_node_counter_adds_what_its_pods_used_since_last_seen_and_never_goes
     assert node.observe([pod("a", 3600.0, 10)], T0).cpu_seconds == 0.0, "a pod first seen brings no past"
     assert node.observe([pod("a", 3610.0, 10), pod("b", 50.0, 5)], T0 + 10).cpu_seconds == 10.0
     # b leaves and a restarts (its counter starts over): nothing goes down.
-    n = node.observe([pod("a", 2.0, 7)], T0 + 20)
-    assert (n.cpu_seconds, n.memory_working_set_bytes, n.timestamp) == (12.0, 7, T0 + 20)
+    n = node.observe([pod("a", 2.0, 7, at=T0 + 15)], T0 + 20)
+    assert (n.cpu_seconds, n.memory_working_set_bytes, n.timestamp) == (12.0, 7, T0 + 15), "stamped with the reading"
     assert node.observe([], T0 + 30).cpu_seconds == 12.0
+
+
+def test_what_cannot_be_served_is_left_out_and_never_poisons_the_node_counter():
+    nan = PodStats("inference", "nan", "u-nan", (ContainerStats("server", float("nan"), 5, T0 - 60, T0),))
+    twice = PodStats("inference", "twice", "u-2", (ContainerStats("server", 1.0, 5, T0 - 60, T0),
+                                                    ContainerStats("server", 2.0, 5, T0 - 60, T0)))
+    node = NodeCpu()
+    node.observe([nan, twice], T0)
+    n = node.observe([nan, PodStats("inference", "twice", "u-2", (ContainerStats("server", 3.0, 5, T0 - 60,
+                                                                                 T0 + 10),))], T0 + 10)
+    assert n.cpu_seconds == 2.0
+    got = samples(resource_metrics([nan, twice, twice], n))
+    assert [k for k in got if k[0] == "container_cpu_usage_seconds_total"] == [
+        ("container_cpu_usage_seconds_total", (("container", "server"), ("namespace", "inference"), ("pod", "twice")))]
+    assert json.loads(json.dumps(summary("vk-rental", T0 - 900, [nan, twice], node=n), allow_nan=False))
 
 
 def test_zeros_that_metrics_server_would_drop_are_never_served_nor_pods_without_containers():

@@ -47,10 +47,12 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 import ssl
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,6 +72,10 @@ CLIENT_CA_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 CLIENT_CA_KEY = "client-ca-file"
 #: The kubelet's webhook cache lifetimes (KubeletConfiguration defaults), seconds.
 AUTHN_TTL, AUTHZ_ALLOWED_TTL, AUTHZ_DENIED_TTL = 120.0, 300.0, 30.0
+#: Entries each review cache keeps at most.
+CACHE_ENTRIES = 4096
+#: The largest request body read (and discarded: GET has none to read); a larger one closes the connection.
+MAX_BODY_BYTES = 1 << 20
 #: Seconds a connection may take to finish its TLS handshake or send a request (then it is closed).
 REQUEST_TIMEOUT_SECONDS = 30.0
 #: ``(pods, error)``: the provider's report for the node's pods, and whether it failed (in part).
@@ -149,11 +155,12 @@ def serving_certificate(folder: Path, node_name: str, ip: str) -> tuple[Path, Pa
 
 
 class _Cache:
-    """A small TTL cache (key -> (value, expiry)); thread-safe; bounded by dropping expired entries."""
+    """A small TTL cache (key -> (value, expiry)); thread-safe; at most :data:`CACHE_ENTRIES` entries, the least
+    recently written dropped first (a flood of distinct bad tokens costs a constant, not a growing, price)."""
 
     def __init__(self, clock: Callable[[], float]):
         self.clock = clock
-        self._items: dict[str, tuple[object, float]] = {}
+        self._items: OrderedDict[str, tuple[object, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: str) -> object | None:
@@ -163,10 +170,41 @@ class _Cache:
 
     def put(self, key: str, value: object, ttl: float) -> None:
         with self._lock:
-            now = self.clock()
-            if len(self._items) > 1024:
-                self._items = {k: v for k, v in self._items.items() if v[1] > now}
-            self._items[key] = (value, now + ttl)
+            self._items.pop(key, None)
+            self._items[key] = (value, self.clock() + ttl)
+            while len(self._items) > CACHE_ENTRIES:
+                self._items.popitem(last=False)
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    """``value`` as a tuple of strings (None or missing: empty), None when it is not a list of strings."""
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def _authenticated(review: object) -> User | None:
+    """The user a TokenReview answer authenticates, None unless it says ``authenticated: true`` with a user
+    whose name is a string and whose groups and extra are lists of strings (anything else is not believed)."""
+    status = review.get("status") if isinstance(review, dict) else None
+    if not isinstance(status, dict) or status.get("authenticated") is not True:
+        return None
+    info = status.get("user")
+    if not isinstance(info, dict) or not isinstance(info.get("username"), str) or not info["username"]:
+        return None
+    groups, raw_extra = _strings(info.get("groups")), info.get("extra") or {}
+    if groups is None or not isinstance(raw_extra, dict):
+        return None
+    extra = []
+    for k, v in sorted(raw_extra.items()):
+        values = _strings(v)
+        if values is None:
+            return None
+        extra.append((k, values))
+    uid = info.get("uid") if isinstance(info.get("uid"), str) else ""
+    return User(info["username"], groups, uid, tuple(extra))
 
 
 class Authorizer:
@@ -207,12 +245,7 @@ class Authorizer:
             return hit or None  # type: ignore[return-value]
         review = self.kube.create("authentication.k8s.io/v1", "tokenreviews", {
             "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}})
-        status = review.get("status") or {}
-        user = None
-        if status.get("authenticated"):
-            info = status.get("user") or {}
-            extra = tuple(sorted((k, tuple(v or ())) for k, v in (info.get("extra") or {}).items()))
-            user = User(info.get("username", ""), tuple(info.get("groups") or ()), info.get("uid", ""), extra)
+        user = _authenticated(review)
         self._authn.put(key, user or False, AUTHN_TTL)
         return user
 
@@ -235,9 +268,20 @@ class Authorizer:
             spec["extra"] = {k: list(v) for k, v in user.extra}
         review = self.kube.create("authorization.k8s.io/v1", "subjectaccessreviews", {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
-        ok = bool((review.get("status") or {}).get("allowed"))
+        status = review.get("status") if isinstance(review, dict) else None
+        # Allowed only when the answer says so in its own types, and does not also deny (apiserver's webhook).
+        ok = isinstance(status, dict) and status.get("allowed") is True and status.get("denied") is not True
         self._authz.put(key, ok, AUTHZ_ALLOWED_TTL if ok else AUTHZ_DENIED_TTL)
         return ok
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header as the kubelet's parser reads it (split on single
+    spaces: ``Bearer  x`` has an empty token, ``Bearer a b`` the token ``a``), None when there is none."""
+    parts = header.split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]
 
 
 def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
@@ -245,26 +289,58 @@ def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         # A caller that connects and says nothing (or stops mid-handshake) frees its thread after this many seconds.
         timeout = REQUEST_TIMEOUT_SECONDS
+        server_version, sys_version = "gpufleet-virtual-kubelet", ""
 
         def _reply(self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(body)
+            if self.command != "HEAD":
+                self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            path = urlsplit(self.path).path
+        def _discard_body(self) -> bool:
+            """Read and drop a request body (none is used), so that it is never read as the next request on the
+            connection; False, with the connection closed, for a chunked, unreadable or oversized one."""
+            length = self.headers.get("Content-Length")
+            if self.headers.get("Transfer-Encoding") or (length is not None and not length.strip().isdigit()):
+                self.close_connection = True
+                self._reply(400, b"Bad Request")
+                return False
+            if length is not None and int(length) > MAX_BODY_BYTES:
+                self.close_connection = True
+                self._reply(413, b"Request Entity Too Large")
+                return False
+            if length:
+                self.rfile.read(int(length))
+            return True
+
+        def _user(self, path: str) -> User | None:
             user = Authorizer.from_certificate(self.connection.getpeercert())
-            if user is None:
-                auth = self.headers.get("Authorization") or ""
-                if auth[:7].lower() == "bearer " and auth[7:].strip():
-                    try:
-                        user = api.authorizer.from_token(auth[7:].strip())
-                    except KubeError as exc:  # the kubelet answers an authentication that failed with 401
-                        log.warning("kubelet API: GET %s: TokenReview failed: %s", path, exc)
+            token = None if user is not None else bearer_token(self.headers.get("Authorization") or "")
+            if token is not None:
+                try:
+                    user = api.authorizer.from_token(token)
+                except KubeError as exc:  # the kubelet answers an authentication that failed with 401
+                    log.warning("kubelet API: %s %s: TokenReview failed: %s", self.command, path, exc)
+            return user
+
+        def _serve(self) -> None:
+            if api.stopped:
+                self.close_connection = True
+                self._reply(503, b"Service Unavailable")
+                return
+            if not self._discard_body():
+                return
+            path = urlsplit(self.path).path
+            user = self._user(path)
             if user is None:
                 self._reply(401, b"Unauthorized")
+                return
+            if self.command != "GET":
+                self._reply(405, b"Method Not Allowed")
                 return
             subs = subresources_for(path)
             # The kubelet's messages (server/auth.go): subresources as Go prints a []string.
@@ -292,6 +368,19 @@ def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
             else:
                 self._reply(404, b"404 page not found")
 
+        def _guarded(self) -> None:
+            try:
+                self._serve()
+            except Exception:  # a provider or a review that answers what it should not: 500, said in the log
+                log.exception("kubelet API: %s %s failed", self.command, self.path)
+                self.close_connection = True
+                try:
+                    self._reply(500, b"Internal Server Error")
+                except OSError:
+                    pass
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _guarded  # noqa: N815 - the library's names
+
         def log_message(self, format: str, *args) -> None:  # noqa: A002 - one line per scrape is noise
             return
 
@@ -300,11 +389,16 @@ def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    address_family = socket.AF_INET
 
     def handle_error(self, request, client_address) -> None:
         # A failed TLS handshake (no or a foreign client certificate, a port scan) is the caller's problem:
         # one debug line, not the standard library's traceback on stderr.
         log.debug("kubelet API: connection from %s failed", client_address[0], exc_info=True)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class KubeletApi:
@@ -327,6 +421,7 @@ class KubeletApi:
         self.node_cpu = NodeCpu()
         self.started = time.time()
         self._server: _Server | None = None
+        self.stopped = False
         self._thread: threading.Thread | None = None
 
     def client_ca(self) -> str | None:
@@ -338,7 +433,12 @@ class KubeletApi:
             log.warning("kubelet API: %s/%s: %s; client certificates are not accepted, bearer tokens are", ns, name,
                         exc)
             return None
-        return (cm.get("data") or {}).get(CLIENT_CA_KEY) or None
+        ca = (cm.get("data") or {}).get(CLIENT_CA_KEY)
+        if not ca or not isinstance(ca, str):
+            log.warning("kubelet API: %s/%s has no %s; client certificates are not accepted, bearer tokens are",
+                        ns, name, CLIENT_CA_KEY)
+            return None
+        return ca
 
     def start(self) -> "KubeletApi":
         """Make the certificate, bind, serve in a thread.
@@ -353,10 +453,16 @@ class KubeletApi:
         ctx.load_cert_chain(cert, key)
         ca = self.client_ca()
         if ca:
-            ctx.load_verify_locations(cadata=ca)
-            ctx.verify_mode = ssl.CERT_OPTIONAL
+            try:
+                ctx.load_verify_locations(cadata=ca)
+                ctx.verify_mode = ssl.CERT_OPTIONAL
+            except (ssl.SSLError, ValueError) as exc:
+                ns, name = CLIENT_CA_CONFIGMAP
+                log.warning("kubelet API: %s/%s key %s is not a PEM CA bundle (%s); client certificates are not "
+                            "accepted, bearer tokens are", ns, name, CLIENT_CA_KEY, exc)
+        server_class = _Server6 if ":" in self.host_ip else _Server
         try:
-            server = _Server((self.host_ip, self.port), _handler(self), bind_and_activate=True)
+            server = server_class((self.host_ip, self.port), _handler(self), bind_and_activate=True)
         except OSError as exc:
             raise KubeletApiError(f"kubelet API: cannot listen on {self.host_ip}:{self.port}: {exc}") from None
         server.socket = ctx.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
@@ -369,7 +475,8 @@ class KubeletApi:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket; a connection still open gets 503 and is closed at its next request."""
+        self.stopped = True
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

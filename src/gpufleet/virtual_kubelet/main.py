@@ -97,7 +97,7 @@ class VirtualKubelet:
                 continue
             try:
                 out += p.pod_stats()
-            except ProviderError as exc:
+            except Exception as exc:  # noqa: BLE001 - a provider's failure is a scrape error, never a dead page
                 failed = True
                 # Every scrape (15 s) would repeat it: said when it starts or changes, and when it ends.
                 if self._stats_errors.get(name) != str(exc):

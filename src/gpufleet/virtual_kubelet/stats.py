@@ -38,6 +38,7 @@ are not served.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -51,6 +52,28 @@ from gpufleet.kube.times import rfc3339
 #: The smallest CPU counter and working set served: metrics-server drops a pod or node whose figure is 0.
 MIN_CPU_SECONDS = 1e-6
 MIN_MEMORY_BYTES = 1
+
+
+def usable(pods: Iterable[PodStats]) -> list[PodStats]:
+    """The pods that can be served: with containers, every figure finite (a NaN or an infinity from a provider
+    would poison the node's counter and make invalid JSON), each pod UID and container name once (a duplicate
+    series is dropped by Prometheus and overwritten by metrics-server); the first of duplicates is kept."""
+    out, seen = [], set()
+    for p in pods:
+        if p.uid in seen:
+            continue
+        containers, names = [], set()
+        for c in p.containers:
+            figures = (c.cpu_seconds, c.memory_working_set_bytes, c.start_time, c.timestamp)
+            if c.name in names or not all(isinstance(f, (int, float)) and math.isfinite(f) for f in figures):
+                continue
+            names.add(c.name)
+            containers.append(c)
+        if containers:
+            seen.add(p.uid)
+            out.append(p if len(containers) == len(p.containers) else PodStats(p.namespace, p.name, p.uid,
+                                                                               tuple(containers)))
+    return out
 
 
 def _cpu(value: float) -> float:
@@ -122,8 +145,9 @@ class NodeCpu:
         self._lock = threading.Lock()
 
     def observe(self, pods: Iterable[PodStats], now: float) -> NodeStats:
-        """Add ``pods``' increases (pods not among them are forgotten); the node's figures at ``now``."""
-        pods = [p for p in pods if p.containers]
+        """Add ``pods``' increases (pods not among them are forgotten); the node's figures, stamped with the
+        latest reading (a counter that moves with the readings, not with the scrapes), ``now`` without pods."""
+        pods = usable(pods)
         with self._lock:
             last, self._last = self._last, {}
             for p in pods:
@@ -132,7 +156,8 @@ class NodeCpu:
                     self._total += cpu - last[p.uid] if cpu >= last[p.uid] else cpu
                 self._last[p.uid] = cpu
             total = self._total
-        return NodeStats(total, sum(c.memory_working_set_bytes for p in pods for c in p.containers), now)
+        return NodeStats(total, sum(c.memory_working_set_bytes for p in pods for c in p.containers),
+                         max((p.timestamp for p in pods), default=now))
 
 
 class _Families:
@@ -184,7 +209,7 @@ def resource_metrics(pods: Iterable[PodStats], node: NodeStats | None = None, *,
         error: the provider could not report (``resource_scrape_error`` 1; the pods it did report are kept).
     """
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([p for p in pods if p.containers], node, error))
+    registry.register(_Families(usable(pods), node, error))
     return generate_latest(registry)
 
 
@@ -291,7 +316,7 @@ def summary(node_name: str, node_start: float, pods: Iterable[PodStats], rates: 
         node: the node's figures (:class:`NodeCpu`; None: the sum of the pods' now, without a rate).
     """
     out_pods, node_mem, now = [], 0, node_start
-    pods = [p for p in pods if p.containers]
+    pods = usable(pods)
     for p in pods:
         containers, pod_rate, rated = [], 0, True
         for c in p.containers:

@@ -113,6 +113,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import threading
 import time
 from typing import Any, Literal
@@ -242,6 +243,7 @@ class KubernetesProvider:
         self._service_needed: dict[str, float] = {}
         self._notifier: Notifier | None = None
         self._cpu = CpuCounters()
+        self._bad_usage: set[str] = set()
         self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
         self.services: Informer[dict] | None = None
@@ -665,9 +667,11 @@ class KubernetesProvider:
         Returns one :class:`~gpufleet.virtual_kubelet.stats.PodStats` per remote pod the metrics API reports and
         the watch cache knows (named as its source pod); CPU in core-seconds (cumulative), memory in bytes.
 
+        A pod whose figures are not quantities (or not finite, or negative) or whose times are not times is left
+        out, with a warning naming it and the value while it lasts.
+
         Raises:
-            ProviderError: the remote metrics API is absent, refused or unreachable, or answered a value that is
-            not a quantity or a time (the message names the pod and field).
+            ProviderError: the remote metrics API is absent, refused or unreachable.
         """
         try:
             # Within a scrape's time (metrics-server waits 10 s for the whole node): once, 5 s at most.
@@ -677,8 +681,8 @@ class KubernetesProvider:
         except KubeError as exc:
             raise ProviderError(f"{self.name}: the remote metrics API (metrics.k8s.io/v1beta1 pods) on "
                                 f"{self.kube.server}: {exc}", reason="ProviderUnavailable", retryable=True) from None
-        out, live = [], set()
-        for m in listed.get("items") or []:
+        out, live, bad = [], set(), set()
+        for m in (listed.get("items") or []) if isinstance(listed, dict) else []:
             meta = m.get("metadata") or {}
             remote = self.pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
             ann = ((remote or {}).get("metadata") or {}).get("annotations") or {}
@@ -697,13 +701,20 @@ class KubernetesProvider:
                     if not c.get("name"):
                         continue
                     start, usage = self._cpu.start(started.get(c["name"]) or pod_start), c.get("usage") or {}
+                    cores, memory = number(usage.get("cpu")), number(usage.get("memory"))
+                    if not (math.isfinite(cores) and math.isfinite(memory)) or cores < 0 or memory < 0:
+                        raise ValueError(f"container {c['name']}: usage {usage!r}: expected finite quantities >= 0")
                     containers.append(ContainerStats(
-                        c["name"], self._cpu.add(uid, c["name"], number(usage.get("cpu")), at, start),
-                        int(number(usage.get("memory"))), start, at))
-            except ValueError as exc:
-                raise ProviderError(f"{where}: {exc}", reason="ProviderUnavailable", retryable=True) from None
+                        c["name"], self._cpu.add(uid, c["name"], cores, at, start), int(memory), start, at))
+            except (ValueError, TypeError, AttributeError) as exc:
+                # One pod's bad answer costs that pod's figures, not the node's: said once while it lasts.
+                if where not in self._bad_usage:
+                    log.warning("%s: %s; its usage is not reported", where, exc)
+                bad.add(where)
+                continue
             live.add(uid)
             out.append(PodStats(ann.get(SOURCE_NAMESPACE, ""), ann.get(SOURCE_NAME, meta.get("name", "")), uid,
                                 tuple(containers)))
         self._cpu.forget(live)
+        self._bad_usage = bad
         return out
