@@ -61,13 +61,15 @@ Ident = tuple[str, str, str, str, str]  # apiVersion, kind, namespace, name, uid
 
 
 def snapshot(kube: Kube) -> set[Ident]:
-    """Every object of every listable resource type (built-in and custom, preferred versions), as identities with uid."""
+    """Every object of every stored resource type (listable and deletable: built-in and custom, preferred
+    versions; not what an aggregated API computes, such as the resource metrics API's PodMetrics), as identities
+    with uid."""
     out: set[Ident] = set()
     versions = ["v1"] + [g["preferredVersion"]["groupVersion"] for g in kube.request("GET", "/apis")["groups"]]
     for gv in versions:
         base = "/api/v1" if gv == "v1" else f"/apis/{gv}"
         for res in kube.request("GET", base)["resources"]:
-            if "list" not in (res.get("verbs") or []) or "/" in res["name"] or (gv, res["kind"]) in VOLATILE:
+            if not {"list", "delete"} <= set(res.get("verbs") or []) or "/" in res["name"] or (gv, res["kind"]) in VOLATILE:
                 continue
             for item in kube.list_all(f"{base}/{res['name']}")[0]:
                 md = item["metadata"]
