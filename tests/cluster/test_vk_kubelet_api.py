@@ -149,9 +149,18 @@ def test_a_cpu_hpa_whose_pods_run_outside_gets_their_usage_from_the_resource_met
         except KubeError:
             return None
 
+    def node_metrics() -> dict | None:
+        try:
+            return kube.get("metrics.k8s.io/v1beta1", "nodes", NODE)
+        except KubeError:
+            return None
+
     metrics = wait(f"PodMetrics {ns}/{name} from metrics-server", pod_metrics, timeout=90, interval=2)
     assert [c["name"] for c in metrics["containers"]] == ["server"]
-    assert kube.get("metrics.k8s.io/v1beta1", "nodes", NODE)["usage"]["memory"]
+    # A node's figures need two scrapes (a rate between them); a young pod's may come from one, its
+    # start time standing in for the first point, so the PodMetrics can be served a scrape earlier.
+    node = wait(f"NodeMetrics {NODE} from metrics-server", node_metrics, timeout=90, interval=2)
+    assert node["usage"]["memory"]
 
     def current() -> dict | None:
         status = kube.get("autoscaling/v2", "horizontalpodautoscalers", "hpa", ns).get("status") or {}
