@@ -169,11 +169,14 @@ def objects(inv: Inventory) -> list[Obj]:
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
                              "template": {"metadata": pod_metadata(inv, sel), "spec": spec}}})
         out.append(service(d.name, ns, sel, spec))
-        out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta(d.name, ns, component="inference"),
-                    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
-                             "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,
-                             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                                 "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}})
+        hpa: Obj = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
+                    "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,
+                    "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                        "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}
+        if d.scale_down_stabilization_seconds is not None:
+            hpa["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": d.scale_down_stabilization_seconds}}
+        out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                    "metadata": meta(d.name, ns, component="inference"), "spec": hpa})
         out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {**d.pdb_spec(), "selector": {"matchLabels": sel}}})
     return out

@@ -22,6 +22,9 @@ class DeploymentVars(BaseModel):
     cpu: str = "4"
     memory: str = "32Gi"
     target_cpu_utilization: int = Field(default=70, gt=0, le=100)
+    #: The HPA's ``behavior.scaleDown.stabilizationWindowSeconds`` (seconds, 0-3600 as the API validates
+    #: it); None leaves the field out: Kubernetes' default, 300.
+    scale_down_stabilization_seconds: int | None = Field(default=None, ge=0, le=3600)
     #: The PodDisruptionBudget: exactly one of minAvailable (pods) and maxUnavailable (pods or "10%").
     pdb_min_available: NonNegativeInt | None = None
     pdb_max_unavailable: IntOrPercent | None = None

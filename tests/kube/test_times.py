@@ -1,4 +1,4 @@
-"""API times: the one parser (RFC 3339 with ``Z``, offsets and fractions) and its one error behaviour."""
+"""API times: the one parser (RFC 3339 with ``Z``, offsets and fractions) and its one error behaviour; Go durations."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpufleet.kube.times import now_micro, now_rfc3339, parse_time
+from gpufleet.kube.times import now_micro, now_rfc3339, parse_duration, parse_time
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
 
@@ -50,3 +50,16 @@ def test_a_recorded_time_people_may_edit_is_logged_and_read_as_absent(caplog):
     with caplog.at_level(logging.WARNING):
         assert recorded_time("soon", "node n1 annotation x") is None
     assert "node n1 annotation x: 'soon' is not an RFC 3339 time" in caplog.text
+
+
+@pytest.mark.parametrize("value, seconds", [
+    ("15s", 15.0), ("15.043s", 15.043), ("1m0.5s", 60.5), ("250ms", 0.25), ("1h2m3s", 3723.0), ("-2h", -7200.0),
+    ("0", 0.0), ("0s", 0.0), ("1.5µs", 1.5e-6), ("3us", 3e-6), ("7ns", 7e-9), (".5s", 0.5), ("+1m", 60.0)])
+def test_go_durations_are_read_as_go_reads_them(value, seconds):
+    assert parse_duration(value) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", ["", "15", "s", "1x", "1m 2s", "1s2", "--1s", "1.2.3s", None])
+def test_what_is_not_a_go_duration_is_refused_naming_the_value(value):
+    with pytest.raises(ValueError, match="is not a Go duration"):
+        parse_duration(value)

@@ -7,6 +7,7 @@ from functools import cache
 import pytest
 import yaml
 
+from gpufleet_admin.inventory.errors import InventoryError
 from gpufleet_admin.versions import pin
 
 from gpufleet_admin.stack.render import Rendered, render
@@ -113,6 +114,16 @@ def test_inference_is_low_priority_prefers_in_cluster_and_has_a_pdb() -> None:
     assert "gpufleet.io/cluster-has-free-gpus" not in tolerated and "gpufleet.io/degraded" in tolerated
     assert find(r, "PodDisruptionBudget", "chat", "inference")["spec"]["minAvailable"] == 12
     assert find(r, "HorizontalPodAutoscaler", "chat", "inference")["spec"]["maxReplicas"] == 64
+
+
+def test_the_hpa_scale_down_window_is_kubernetes_default_unless_the_inventory_sets_one() -> None:
+    assert "behavior" not in find(stack("prod"), "HorizontalPodAutoscaler", "chat", "inference")["spec"]
+    chat = load("prod").role("inference").inference_deployments[0].model_dump(mode="json", exclude_unset=True)
+    r = render(load("prod", overrides={"inference_deployments": [{**chat, "scale_down_stabilization_seconds": 30}]}))
+    spec = find(r, "HorizontalPodAutoscaler", "chat", "inference")["spec"]
+    assert spec["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 30}}
+    with pytest.raises(InventoryError, match=r"scale_down_stabilization_seconds: 3601: expected less than or equal to 3600"):
+        load("prod", overrides={"inference_deployments": [{**chat, "scale_down_stabilization_seconds": 3601}]})
 
 
 @pytest.mark.parametrize("name", ["taint-controller", "node-health", "quota-sync", "vk-burst-cluster", "vk-gpu-rental"])

@@ -18,11 +18,22 @@ from gpufleet_workshop.tasks.sim import flip
     ({"pdb_max_unavailable": "10.5%"}, "--pdb-max-unavailable: '10.5%' is not a number of pods or a percentage"),
     ({"pool_gpus": -8}, "--pool-gpus -8: expected a number >= 0"),
     ({"migration_pods_per_minute": -1.5}, "--migration-pods-per-minute -1.5: expected a number >= 0"),
+    ({"load_step": -80}, "--load-step -80: expected requests per second >= 0"),
 ])
 def test_a_bad_flag_exits_2_naming_it(flags, message):
     # --pools nope: should a flag pass, the run stops at the pool check, before any cluster starts.
     with pytest.raises(Exit) as exc:
         flip(Context(), pools="nope", **flags)
+    assert exc.value.code == 2 and message in exc.value.message
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"rate": 20, "load_step": 20}, "--load-step 20: expected requests per second above --rate 20"),
+    ({"rate": 0, "load_step": 80}, "--load-step 80: a load step needs requests to step from"),
+])
+def test_a_load_step_that_steps_nowhere_exits_2_before_any_cluster_starts(flags, message):
+    with pytest.raises(Exit) as exc:
+        flip(Context(), **flags)
     assert exc.value.code == 2 and message in exc.value.message
 
 

@@ -264,6 +264,30 @@ def test_status_write_replaces_host_ips_after_a_restart_on_another_address():
     assert kube.get("v1", "pods", "p", "ns")["status"]["hostIPs"] == [{"ip": "10.244.1.9"}], "replaced, not merged"
 
 
+def test_a_condition_turned_true_keeps_nothing_of_when_it_was_false_and_then_is_written_no_more():
+    # A strategic merge keeps, per condition type, what the patch leaves out: reason and message of the False state.
+    from gpufleet.virtual_kubelet.pods import PodController
+
+    from gpufleet_workshop.testing import FakeKube
+
+    was = {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+           "message": "containers with unready status: [server]", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+           "status": {"phase": "Pending", "reason": "ProviderStarting", "message": "waiting for the remote pod",
+                      "startTime": "2026-01-01T00:00:00Z", "conditions": [was]}}
+    kube = FakeKube(pod)
+    ctl = PodController(kube, "vk-x", {}, host_ip="10.244.1.9")
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}
+    remote = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z", "conditions": [ready]}
+    ctl._write_status(kube.get("v1", "pods", "p", "ns"), remote)
+    status = kube.get("v1", "pods", "p", "ns")["status"]
+    assert status["conditions"] == [ready]
+    assert "reason" not in status and "message" not in status
+    writes = len([a for a in kube.actions if a.verb == "patch"])
+    ctl._write_status(kube.get("v1", "pods", "p", "ns"), remote)
+    assert len([a for a in kube.actions if a.verb == "patch"]) == writes, "the status matches: nothing to write"
+
+
 def test_register_with_taints_reads_as_the_kubelets_flag_and_lands_only_on_the_created_node():
     from gpufleet.cliargs import taints
     from gpufleet.names import FREE_GPUS_TAINT

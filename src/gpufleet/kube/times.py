@@ -1,4 +1,4 @@
-"""The API's time formats: RFC 3339 timestamps (``Time``) and microsecond ``MicroTime``, in UTC."""
+"""The API's time formats: RFC 3339 timestamps (``Time``) and microsecond ``MicroTime``, in UTC; durations (``metav1.Duration``)."""
 
 from __future__ import annotations
 
@@ -54,3 +54,30 @@ def parse_time(value: str | None) -> float | None:
     offset = 0 if zone in ("Z", "z") else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
     secs = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0)) - offset
     return secs + (float(frac) if frac else 0.0)
+
+
+#: One term of a Go duration (``time.ParseDuration``): a decimal number and its unit.
+_DURATION_TERM = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds of a ``metav1.Duration`` (Go's ``time.Duration`` string: ``15s``, ``1m0.5s``, ``250ms``, ``-2h``, ``0``).
+
+    Read as Go's ``time.ParseDuration`` reads it: an optional sign, then one
+    or more decimal numbers each with a unit (ns, us, µs, ms, s, m, h); a lone
+    ``0`` is zero.
+
+    Raises:
+        ValueError: not a Go duration; the message quotes the value and the expected form.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a Go duration (expected e.g. 15s, 1m0.5s)")
+    body = value[1:] if value[:1] in ("+", "-") else value
+    if body == "0":
+        return 0.0
+    terms = _DURATION_TERM.findall(body)
+    if not body or "".join(n + u for n, u in terms) != body:
+        raise ValueError(f"{value!r} is not a Go duration (expected e.g. 15s, 1m0.5s)")
+    seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in terms)
+    return -seconds if value.startswith("-") else seconds

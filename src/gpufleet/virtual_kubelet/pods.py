@@ -129,6 +129,10 @@ def _normalize_states(status: dict) -> dict:
     return status
 
 
+#: Pod-level status fields the remote side writes whole or not at all: one it no longer has is cleared here too.
+STATUS_WHOLE = ("reason", "message")
+
+
 def status_digest(status: dict) -> tuple:
     """What decides whether a status write is needed: phase, IP, start, conditions, container states.
 
@@ -540,6 +544,17 @@ class PodController:
         new.setdefault("phase", "Pending")
         if current.get("podIP") or current.get("podIPs"):  # mirrored by an earlier version: unpublish it
             new["podIP"], new["podIPs"] = None, None
+        # The remote kubelet writes its pod-level reason and message, and each condition, whole: what it
+        # left out is gone, not kept. A strategic merge keeps what a patch leaves out (per condition, by its
+        # merge key type), so a Ready condition turned True would keep the reason and message it had while
+        # False ("ContainersNotReady"), and the status would never match the remote one: null them.
+        for key in STATUS_WHOLE:
+            if key not in new and current.get(key) is not None:
+                new[key] = None
+        before = {c.get("type"): c for c in current.get("conditions") or []}
+        for c in new.get("conditions") or []:
+            for key in before.get(c.get("type"), {}):
+                c.setdefault(key, None)
         merged = {**current, **new}
         if status_digest(merged) == status_digest(current):
             return

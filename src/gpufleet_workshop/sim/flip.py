@@ -69,6 +69,13 @@ Summary (``summary.json``, exactly these keys):
   ``taint_controller_rss_max_mib`` and ``virtual_kubelet_rss_max_mib`` (the
   largest of the pools').
 
+* ``seconds_hpa_scale_up_lag_outside`` and ``seconds_hpa_scale_down_lag_outside``
+  (with ``load_step``; None without): how many seconds longer the inference
+  HPA took to follow a load step up, and back down, with every replica
+  outside than with every replica in-cluster
+  (:mod:`gpufleet_workshop.sim.loadstep`; each step's own figures are in
+  ``timeline.json``'s ``load_steps``, and the chart marks where each began).
+
 * ``seconds_training_pods_created`` and ``seconds_training_pod_waited_max``
   (:func:`training_pod_times`): how ``seconds_training_waited_for_flip``
   splits between the Job controller creating the training pods and the
@@ -106,13 +113,15 @@ from gpufleet.names import (FIELD_MANAGER_SIM, FLIP_MODES, FREE_GPUS_TAINT, GPU_
 from gpufleet_workshop.local.dataplane import netns_name as dataplane_name
 from gpufleet_workshop.local.node import node_name as real_node_name
 from gpufleet_workshop.local import workshop_image
-from gpufleet_workshop.sim import incluster, serving
+from gpufleet_workshop.sim import incluster, loadstep, serving
 from gpufleet_workshop.sim.meter import ControllerMeter
 from gpufleet.virtual_kubelet.node import node_name_for
 from gpufleet.wait import PollTimeout, poll_until
 
 log = logging.getLogger(__name__)
 
+#: The load step's figures (None without ``--load-step``): :func:`gpufleet_workshop.sim.loadstep.summary_keys`.
+LOAD_STEP_KEYS = ("seconds_hpa_scale_up_lag_outside", "seconds_hpa_scale_down_lag_outside")
 #: The request figures (None when no requests were sent: ``--rate 0``).
 REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "latency_p99_ms_flip")
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
@@ -120,7 +129,8 @@ SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_
                 "seconds_training_waited_for_flip", "seconds_training_pods_created", "seconds_training_pod_waited_max",
                 "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
-                "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib", "controllers")
+                "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib",
+                *LOAD_STEP_KEYS, "controllers")
 #: The keys of the summary tables (``controllers``, a nested figure, has lines of its own).
 TABLE_KEYS = tuple(k for k in SUMMARY_KEYS if k != "controllers")
 JOBSET_NAME = "gpufleet-sim-flip"
@@ -509,6 +519,9 @@ class Options:
             capacity for as many replicas as a fleet-size run moves.
         migration_pods_per_minute: ``descheduler_migration_pods_per_minute`` instead of the inventory's (the
             way back's pace; None: the inventory's).
+        load_step: requests per second through the Service during each load step (:mod:`gpufleet_workshop.sim.loadstep`,
+            above ``rate``; 0: no step); the HPA's scale-down window is then
+            :data:`~gpufleet_workshop.sim.loadstep.STABILIZATION_SECONDS` unless the inventory sets one.
     """
 
     env: str = "local"
@@ -527,6 +540,7 @@ class Options:
     pdb_max_unavailable: int | str | None = None
     pool_gpus: int | None = None
     migration_pods_per_minute: float | None = None
+    load_step: float = 0.0
 
     def overrides(self, base) -> dict[str, Any]:
         """Inventory overrides of these options (``load(env, overrides=...)``), from ``base``, the inventory
@@ -701,8 +715,16 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         dep = dep.model_copy(update={"pdb_min_available": None, "pdb_max_unavailable": opts.pdb_max_unavailable})
     if dep.pdb_min_available is not None:
         dep = dep.model_copy(update={"pdb_min_available": min(dep.pdb_min_available, max(replicas - 1, 0))})
+    if opts.load_step and opts.rate <= 0:
+        raise ValueError(f"--load-step {opts.load_step:g}: a load step needs requests to step from; expected --rate "
+                         "above 0, or leave --load-step out")
+    if opts.load_step and opts.load_step <= opts.rate:
+        raise ValueError(f"--load-step {opts.load_step:g}: expected requests per second above --rate {opts.rate:g} "
+                         "(the step adds to the run's own stream), or 0 for no step")
     dep = dep.model_copy(update={"replicas": replicas, "min_replicas": replicas,
                                  "max_replicas": max(replicas, dep.max_replicas)})
+    if opts.load_step and dep.scale_down_stabilization_seconds is None:
+        dep = dep.model_copy(update={"scale_down_stabilization_seconds": loadstep.STABILIZATION_SECONDS})
     pdb = dep.pdb_floor(replicas)
     budget = (f"minAvailable {pdb}" if dep.pdb_min_available is not None
               else f"maxUnavailable {dep.pdb_max_unavailable}: {pdb} Ready at least")
@@ -759,6 +781,19 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
     wall_t0 = time.time() - (time.monotonic() - rec.t0)
     transitions: list[Transition] = []
     submitted = None
+    steps: dict[str, loadstep.Step] = {}
+    step_requests: list = []
+
+    def load_step(where: str) -> None:
+        """One load step (module :mod:`~gpufleet_workshop.sim.loadstep`); its requests join the run's."""
+        def start():
+            return serving.start_stream(setup.dataplane, setup.url, opts.load_step - opts.rate,
+                                        out / f"requests-load-step-{where}.jsonl")
+
+        steps[where] = loadstep.run_step(
+            kube, inf.inference_namespace, dep.name, replicas, where=where, start=start,
+            stop=lambda stream: step_requests.extend(stream.stop()), timeout=opts.timeout,
+            now=lambda: time.monotonic() - rec.t0, say=say)
     pod_times: dict[str, float | None] | None = None
     try:
         say("waiting for inference Ready in-cluster and the virtual nodes tainted")
@@ -771,6 +806,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             serving.wait_serving(setup.dataplane, setup.url, opts.timeout)
             setup.stream = serving.start_stream(setup.dataplane, setup.url, opts.rate, out / "requests.jsonl")
             time.sleep(min(30.0, max(5.0, 200 / opts.rate)))  # a steady state to compare the flip with (~200 requests)
+            if opts.load_step:
+                load_step("in_cluster")
+                # The training then finds the cluster as a run without a step does.
+                _wait("the step's extra replicas gone", lambda: (s := rec.last()).inference_ready == replicas
+                      and s.inference_gpus_in_cluster == replicas * dep.gpus_per_pod, opts.timeout, rec)
         # 4. training
         submitted = rec.last().t
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
@@ -790,7 +830,15 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             log.warning("training pods' times: %s", exc)
         say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
             f"inference Ready outside: {rec.last().inference_ready_outside}")
-        time.sleep(opts.duration)
+        training_began = time.monotonic()
+        if opts.load_step and setup is not None:
+            # Every replica outside, none left in-cluster: Ready replacements outside are there before the pods
+            # they replace have gone, and the HPA counts those pods until they do.
+            _wait("every inference replica Ready outside and none in-cluster",
+                  lambda: sum((s := rec.last()).inference_ready_outside.values()) >= replicas
+                  and s.inference_ready_in_cluster == 0 and s.inference_gpus_in_cluster == 0, opts.timeout, rec)
+            load_step("outside")
+        time.sleep(max(0.0, opts.duration - (time.monotonic() - training_began)))
         if setup is not None:
             serving.write_end_file(opts.cluster)
         say(f"t={rec.last().t:.0f}s ending the training ({finish_training(kube, lq.namespace)} pods)")
@@ -801,7 +849,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
               opts.timeout, rec)
         time.sleep(2)
     finally:
-        reqs = serving.finish(setup) if setup is not None else None
+        reqs = sorted(serving.finish(setup) + step_requests, key=lambda r: r.t) if setup is not None else None
         rec.stop()
         meter.stop()
         caches.stop()
@@ -811,7 +859,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
                                          mode=mode, requests=reqs, wall_t0=wall_t0, controllers=meter.figures(),
-                                         pod_times=pod_times,
+                                         pod_times=pod_times, steps=steps,
                                          in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
@@ -892,9 +940,11 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
                    requests: list | None = None, wall_t0: float = 0.0,
                    in_cluster_nodes: set[str] = frozenset(),
                    controllers: dict[str, dict[str, Any]] | None = None,
-                   pod_times: dict[str, float | None] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
-    """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were);
-    write ``timeline.json``, ``flip.png`` (when sampled) and ``summary.json`` in ``out``.
+                   pod_times: dict[str, float | None] | None = None,
+                   steps: dict[str, loadstep.Step] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
+    """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were;
+    the load ``steps`` run, :mod:`gpufleet_workshop.sim.loadstep`); write ``timeline.json``, ``flip.png`` (when
+    sampled) and ``summary.json`` in ``out``.
 
     Returns ``(summary, phases)`` as :func:`summarize` does.
     """
@@ -912,11 +962,14 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
         summary.update(dict.fromkeys(REQUEST_KEYS))
     summary.update(controller_keys(controllers or {}))
     summary.update(pod_times or training_pod_times([], 0.0))
+    summary.update(loadstep.summary_keys(steps or {}))
     summary = {k: summary[k] for k in SUMMARY_KEYS}
+    phases.update({f"load_step_{w}": st.started_at for w, st in (steps or {}).items()})
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
                 "pools": [p.name for p in pools], "duration_seconds": opts.duration, "phases": phases,
                 "request_rate": opts.rate if requests is not None else 0, "requests_per_second": rps,
                 "transitions": [t.__dict__ for t in transitions],
+                "load_steps": {w: st.__dict__ for w, st in (steps or {}).items()},
                 "samples": [s.__dict__ for s in samples]}
     (out / "timeline.json").write_text(json.dumps(timeline, indent=1))
     if samples:

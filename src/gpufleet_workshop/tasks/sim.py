@@ -64,11 +64,14 @@ def flip_errors() -> Iterator[None]:
     "pool_gpus": "every pool's capacity_gpus (default: the inventory's): outside capacity for a fleet-size run",
     "migration_pods_per_minute": "the way back's pace, descheduler_migration_pods_per_minute (default: the "
                                  "inventory's)",
+    "load_step": "requests per second through the Service during a load step the HPA must follow, once with every "
+                 "replica in-cluster and once with every replica outside (above --rate; default 0: no step)",
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
          keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20,
-         pdb_max_unavailable: str = "", pool_gpus: int = 0, migration_pods_per_minute: float = 0.0) -> None:
+         pdb_max_unavailable: str = "", pool_gpus: int = 0, migration_pods_per_minute: float = 0.0,
+         load_step: int = 0) -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
 
     Ups the local cluster if needed (and the second cluster of each
@@ -91,7 +94,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     if pools and not pools.strip(", "):
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
     problems += [f"--{flag} {value:g}: expected {what}" for flag, value, what in (
-        ("rate", rate, "requests per second >= 0 (0: none)"), ("latency-ms", latency_ms, "milliseconds >= 0"))
+        ("rate", rate, "requests per second >= 0 (0: none)"), ("latency-ms", latency_ms, "milliseconds >= 0"),
+        ("load-step", load_step, "requests per second >= 0 (0: no step)"))
         if value < 0]
     if rate > 0 and latency_ms >= TIMEOUT_SECONDS * 1000:
         problems.append(f"--latency-ms {latency_ms:g}: expected milliseconds below {TIMEOUT_SECONDS * 1000:g} "
@@ -113,7 +117,8 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
                    keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms, pdb_max_unavailable=budget,
-                   pool_gpus=pool_gpus or None, migration_pods_per_minute=migration_pods_per_minute or None)
+                   pool_gpus=pool_gpus or None, migration_pods_per_minute=migration_pods_per_minute or None,
+                   load_step=load_step)
     with flip_errors():
         if mode == "both":
             summary = _both(opts)
