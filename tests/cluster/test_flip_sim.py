@@ -1,4 +1,5 @@
-"""``invoke sim.flip`` end to end on the session cluster: the kubernetes pool, real requests through kube-proxy."""
+"""``invoke sim.flip`` end to end on the session cluster: the kubernetes pool, real requests through kube-proxy, and
+a load step the inference HPA follows in-cluster and outside."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.cluster
 @pytest.mark.flaky(reruns=2)  # timing on a shared 2-core machine; a rerun starts from a settled cluster
 def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluster, other_cluster, tmp_path):
     summary = run(Options(env="local", cluster=local_cluster.name, pools=("other",), duration=15, out=tmp_path,
-                          timeout=180, other_clusters={"other": other_cluster.name}, rate=20))
+                          timeout=180, other_clusters={"other": other_cluster.name}, rate=20, load_step=80))
     assert tuple(json.loads((tmp_path / "summary.json").read_text())) == SUMMARY_KEYS
     assert summary["min_ready_replicas"] >= summary["pdb_min_available"] > 0
     # Make before break (the inventory's mode): every replacement was Ready before its pod left, both ways.
@@ -46,3 +47,13 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     assert any(f.name.startswith("taint-controller-") and f.stat().st_size for f in (tmp_path / "logs").iterdir())
     rps = timeline["requests_per_second"]
     assert sum(rps["in_cluster"]) > 0 and sum(rps["outside"]) > 0
+    # The load step: the HPA, on CPU from the resource metrics API, scaled up under it and back after it, with
+    # every replica in-cluster and with every replica outside (the virtual kubelet's kubelet API).
+    steps = timeline["load_steps"]
+    assert set(steps) == {"in_cluster", "outside"}
+    for where, step in steps.items():
+        assert step["replicas_peak"] > timeline["replicas"], (where, step)
+        assert step["seconds_scale_up"] > 0 and step["seconds_scale_down"] > 0, (where, step)
+    assert isinstance(summary["seconds_hpa_scale_up_lag_outside"], float)
+    assert isinstance(summary["seconds_hpa_scale_down_lag_outside"], float)
+    assert summary["requests_total"] > 20 * 30 + 60 * 15, "the steps' requests count with the run's"
