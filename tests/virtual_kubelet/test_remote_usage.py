@@ -44,8 +44,9 @@ def cached(prov: KubernetesProvider, name: str) -> None:
 def remote():
     kube = FakeKube()
     kube.register(METRICS)
-    prov = KubernetesProvider("other", kube, node_name=NODE, gpus=8, gpu_product="H100", price_per_gpu_hour=1).start()
-    prov._cpu.origin = 0.0  # a virtual kubelet counting since before its pods started
+    # A virtual kubelet counting since before its pods started.
+    prov = KubernetesProvider("other", kube, node_name=NODE, gpus=8, gpu_product="H100", price_per_gpu_hour=1,
+                              counting_since=0.0).start()
     yield kube, prov
     prov.pods.stop()
 
@@ -95,9 +96,14 @@ def test_no_remote_metrics_api_is_a_provider_error_naming_the_api(remote):
 
 
 def test_a_restarted_virtual_kubelet_reports_its_pods_as_started_when_it_began_counting(remote):
-    kube, prov = remote
+    kube, _ = remote
     kube.add(remote_pod("chat-1", "src-1"), pod_metrics("chat-1", "1", "1Gi", "2026-12-04T10:01:50Z"))
-    cached(prov, "chat-1")
-    prov._cpu.origin = parse_time("2026-12-04T10:01:40Z")  # it started 10 s before this reading
-    (c,) = prov.pod_stats()[0].containers
-    assert c.start_time == prov._cpu.origin and c.cpu_seconds == pytest.approx(10.0)
+    began = parse_time("2026-12-04T10:01:40Z")  # it started 10 s before this reading
+    prov = KubernetesProvider("other", kube, node_name=NODE, gpus=8, gpu_product="H100", price_per_gpu_hour=1,
+                              counting_since=began).start()
+    try:
+        cached(prov, "chat-1")
+        (c,) = prov.pod_stats()[0].containers
+    finally:
+        prov.pods.stop()
+    assert c.start_time == began and c.cpu_seconds == pytest.approx(10.0)

@@ -43,18 +43,17 @@ def test_resource_metrics_are_the_kubelets_families_with_the_times_they_were_rea
 
 def test_summary_gives_cumulative_cpu_and_a_rate_from_the_second_reading():
     rates = Rates()
-    first = summary("vk-rental", T0 - 900, [pod("a", 10.0, 1000)], rates)
+    first = summary("vk-rental", T0 - 900, [pod("a", 10.0, 1000)], NodeStats(10.0, 1000, T0), rates)
     assert first["node"]["nodeName"] == "vk-rental" and first["node"]["startTime"] == "2027-01-15T07:45:00Z"
     (p,) = first["pods"]
     assert p["podRef"] == {"name": "a", "namespace": "inference", "uid": "uid-a"}
     assert p["containers"][0]["cpu"] == {"time": "2027-01-15T08:00:00Z", "usageCoreNanoSeconds": 10_000_000_000}
     assert p["containers"][0]["memory"]["workingSetBytes"] == 1000 and "usageNanoCores" not in p["cpu"]
-    second = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], rates)
+    second = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], NodeStats(10.5, 1000, T0 + 10), rates)
     assert second["pods"][0]["containers"][0]["cpu"]["usageNanoCores"] == pytest.approx(50_000_000, rel=1e-6)
-    assert "usageNanoCores" not in second["node"]["cpu"], "without the node's own counter, no node rate"
     # A pod gone is forgotten: the same UID later starts over without a rate.
-    summary("vk-rental", T0 - 900, [], rates)
-    third = summary("vk-rental", T0 - 900, [pod("a", 11.0, 1000, at=T0 + 20)], rates)
+    summary("vk-rental", T0 - 900, [], NodeStats(10.5, 0, T0 + 15), rates)
+    third = summary("vk-rental", T0 - 900, [pod("a", 11.0, 1000, at=T0 + 20)], NodeStats(11.0, 1000, T0 + 20), rates)
     assert "usageNanoCores" not in third["pods"][0]["containers"][0]["cpu"]
 
 
@@ -94,7 +93,7 @@ def test_what_cannot_be_served_is_left_out_and_never_poisons_the_node_counter():
     got = samples(resource_metrics([nan, twice, twice], n))
     assert [k for k in got if k[0] == "container_cpu_usage_seconds_total"] == [
         ("container_cpu_usage_seconds_total", (("container", "server"), ("namespace", "inference"), ("pod", "twice")))]
-    assert json.loads(json.dumps(summary("vk-rental", T0 - 900, [nan, twice], node=n), allow_nan=False))
+    assert json.loads(json.dumps(summary("vk-rental", T0 - 900, [nan, twice], n), allow_nan=False))
 
 
 def test_zeros_that_metrics_server_would_drop_are_never_served_nor_pods_without_containers():
@@ -106,16 +105,17 @@ def test_zeros_that_metrics_server_would_drop_are_never_served_nor_pods_without_
     assert got[("container_memory_working_set_bytes", lab)][0] == 1
     assert got[("node_cpu_usage_seconds_total", ())][0] > 0 and got[("node_memory_working_set_bytes", ())][0] == 1
     assert not [k for k in got if ("pod", "empty") in k[1]]
-    doc = summary("vk-rental", T0 - 900, [idle, empty])
+    doc = summary("vk-rental", T0 - 900, [idle, empty], NodeStats(0.0, 0, T0))
     assert [p["podRef"]["name"] for p in doc["pods"]] == ["idle"]
     assert doc["pods"][0]["containers"][0]["cpu"]["usageCoreNanoSeconds"] > 0
 
 
 def test_a_second_reader_of_the_same_reading_gets_the_same_rate():
     rates = Rates()
-    summary("vk-rental", T0 - 900, [pod("a", 10.0, 1000)], rates)
-    first = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], rates)
-    again = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], rates)
+    n0, n1 = NodeStats(10.0, 1000, T0), NodeStats(10.5, 1000, T0 + 10)
+    summary("vk-rental", T0 - 900, [pod("a", 10.0, 1000)], n0, rates)
+    first = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], n1, rates)
+    again = summary("vk-rental", T0 - 900, [pod("a", 10.5, 1000, at=T0 + 10)], n1, rates)
     assert first["pods"][0]["cpu"]["usageNanoCores"] == again["pods"][0]["cpu"]["usageNanoCores"] == 50_000_000
 
 
@@ -123,6 +123,6 @@ def test_the_node_rate_comes_from_the_node_counter():
     rates, node = Rates(), NodeCpu()
     for at, cpu in ((T0, 10.0), (T0 + 10, 12.0)):
         pods = [pod("a", cpu, 1000, at=at)]
-        doc = summary("vk-rental", T0 - 900, pods, rates, node.observe(pods, at))
+        doc = summary("vk-rental", T0 - 900, pods, node.observe(pods, at), rates)
     assert doc["node"]["cpu"]["usageNanoCores"] == 200_000_000
     assert doc["node"]["cpu"]["usageCoreNanoSeconds"] == 2_000_000_000

@@ -47,9 +47,10 @@ import functools
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -168,40 +169,53 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     # scheduler's job (maybe CPU-bound; not ours), and so is the next of its shape while that node is not
     # taken; once a reservation takes it, the shape is ranked again. A shape with no node at all is not
     # searched again.
-    ranked: dict[tuple, list[tuple] | str] = {}
+    rankings: dict[tuple, _Ranking] = {}
     for pod in preemptors:
         shape = _shape(pod)
-        if shape not in ranked or (isinstance(ranked[shape], str) and ranked[shape] in taken):
-            ranked[shape] = _rank(pod, nodes, by_node, taken)
-        candidates = ranked[shape]
-        if isinstance(candidates, str):
+        r = rankings.get(shape)
+        if r is None or (r.fits_on is not None and r.fits_on in taken):
+            r = rankings[shape] = _rank(pod, nodes, by_node, taken)
+        if r.fits_on is not None:
             continue  # fits on that node as it is
-        while candidates and candidates[0][1]["name"] in taken:
-            candidates.pop(0)
-        if not candidates:
+        while r.ranked and r.ranked[0][1]["name"] in taken:
+            r.ranked.popleft()
+        if not r.ranked:
             continue
-        _, node, victims = candidates.pop(0)
+        _, node, victims = r.ranked.popleft()
         taken.add(node["name"])
         out.append(Reservation(pod, node["name"], tuple(victims)))
     return out
 
 
+@dataclass
+class _Ranking:
+    """What :func:`_rank` found for one preemptor shape.
+
+    Attributes:
+        fits_on: a node not taken that fits the shape as it is (then ``ranked`` is empty), else None.
+        ranked: ``(score, node, victims)`` of the nodes not taken where evicting lower-priority pods makes
+            room, best first (fewest victims, then fewest victim GPUs, then name).
+    """
+
+    fits_on: str | None
+    ranked: deque[tuple] = field(default_factory=deque)
+
+
 def _rank(pod: dict[str, Any], nodes: list[dict[str, Any]], by_node: dict[str, list[dict[str, Any]]],
-          taken: set[str]) -> list[tuple] | str:
-    """The nodes not ``taken`` where evicting lower-priority pods makes ``pod`` fit, best first (fewest victims,
-    then fewest victim GPUs, then name) as ``(score, node, victims)``; the name of a node that fits it as is,
-    if one does."""
+          taken: set[str]) -> _Ranking:
+    """The nodes not ``taken`` for ``pod``'s shape (:class:`_Ranking`): one that fits it as is, if one does
+    (the search stops there), else those where evictions make room, best first."""
     out = []
     for node in nodes:
         if node["name"] in taken or not _fits_node(pod, node):
             continue
         victims = victims_for(pod, node, by_node.get(node["name"], []))
         if victims == []:
-            return node["name"]
+            return _Ranking(node["name"])
         if victims is not None:
             out.append(((len(victims), sum(v["gpus"] for v in victims), node["name"]), node, victims))
     out.sort(key=lambda c: c[0])
-    return out
+    return _Ranking(None, deque(out))
 
 
 def _shape(pod: dict[str, Any]) -> tuple:

@@ -361,7 +361,7 @@ def _handler(api: "KubeletApi") -> type[BaseHTTPRequestHandler]:
             elif path == "/stats/summary":
                 pods, _ = api.stats()
                 node = api.node_cpu.observe(pods, time.time())
-                self._reply(200, json.dumps(summary(api.node_name, api.started, pods, api.rates, node)).encode(),
+                self._reply(200, json.dumps(summary(api.node_name, api.started, pods, node, api.rates)).encode(),
                             "application/json")
             elif path == "/healthz":
                 self._reply(200, b"ok")

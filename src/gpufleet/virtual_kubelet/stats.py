@@ -306,16 +306,16 @@ def _cpu_memory(cpu_seconds: float, memory: int, at: float, nano_cores: int | No
 _NODE_KEY = ""
 
 
-def summary(node_name: str, node_start: float, pods: Iterable[PodStats], rates: Rates | None = None,
-            node: NodeStats | None = None) -> dict:
+def summary(node_name: str, node_start: float, pods: Iterable[PodStats], node: NodeStats,
+            rates: Rates | None = None) -> dict:
     """The Summary API document (``stats/v1alpha1`` ``Summary``) of virtual node ``node_name`` for ``pods``.
 
     Args:
         node_start: when the virtual kubelet started, Unix seconds (the node's ``startTime``).
+        node: the node's own figures (:meth:`NodeCpu.observe`), whose counter never goes down.
         rates: keeps the previous readings to give ``usageNanoCores`` (None: cumulative figures only).
-        node: the node's figures (:class:`NodeCpu`; None: the sum of the pods' now, without a rate).
     """
-    out_pods, node_mem, now = [], 0, node_start
+    out_pods = []
     pods = usable(pods)
     for p in pods:
         containers, pod_rate, rated = [], 0, True
@@ -330,14 +330,8 @@ def summary(node_name: str, node_start: float, pods: Iterable[PodStats], rates: 
         out_pods.append({"podRef": {"name": p.name, "namespace": p.namespace, "uid": p.uid},
                          "startTime": rfc3339(p.start_time), "containers": containers,
                          **_cpu_memory(cpu, mem, p.timestamp, pod_rate if rated else None)})
-        node_mem, now = node_mem + mem, max(now, p.timestamp)
-    if node is None:
-        node = NodeStats(sum(c.cpu_seconds for p in pods for c in p.containers), node_mem, now)
-        node_rate = None
-    else:
-        node_rate = (rates.nano_cores(_NODE_KEY, ContainerStats("node", node.cpu_seconds, 0, node_start,
-                                                                node.timestamp))
-                     if rates is not None else None)
+    node_rate = (rates.nano_cores(_NODE_KEY, ContainerStats("node", node.cpu_seconds, 0, node_start, node.timestamp))
+                 if rates is not None else None)
     if rates is not None:
         rates.forget({p.uid for p in pods} | {_NODE_KEY})
     return {"node": {"nodeName": node_name, "startTime": rfc3339(node_start),

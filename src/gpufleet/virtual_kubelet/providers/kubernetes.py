@@ -216,6 +216,8 @@ class KubernetesProvider:
         tolerations / node_selector: set on every remote pod.
         max_pods: pods at most.
         address_mode: ``pod_ip`` or ``load_balancer`` (module docstring).
+        counting_since: when the CPU counters rebuilt from the remote rates begin, Unix seconds (default: now;
+            :class:`~gpufleet.virtual_kubelet.stats.CpuCounters`).
 
     Raises:
         ValueError: an unknown ``address_mode``.
@@ -225,7 +227,7 @@ class KubernetesProvider:
                  price_per_gpu_hour: float, namespace_prefix: str = "", tolerations: list[dict] | None = None,
                  node_selector: dict[str, str] | None = None, max_pods: int = 1000,
                  cpu_per_gpu: int = CPU_PER_GPU, memory_per_gpu: int = MEMORY_PER_GPU,
-                 address_mode: AddressMode = "pod_ip"):
+                 address_mode: AddressMode = "pod_ip", counting_since: float | None = None):
         if address_mode not in ADDRESS_MODES:
             raise ValueError(f"provider {name}: address_mode {address_mode!r}: expected one of {', '.join(ADDRESS_MODES)}")
         self.name = name
@@ -242,7 +244,7 @@ class KubernetesProvider:
         #: remote Service key (namespace/name) -> monotonic time a create last needed it (the sweep spares it).
         self._service_needed: dict[str, float] = {}
         self._notifier: Notifier | None = None
-        self._cpu = CpuCounters()
+        self._cpu = CpuCounters(origin=counting_since)
         self._bad_usage: set[str] = set()
         self.pods = Informer(kube, api_path("v1", "pods"), params={"labelSelector": f"{REMOTE_NODE_LABEL}={node_name}"},
                              transform=_slim, handlers=[self._on_event], name=f"remote-pods-{name}")
