@@ -34,22 +34,27 @@ def _set(kube, desired: int) -> None:
 
 def test_a_step_the_hpa_follows_gives_both_directions_and_the_peak(kube):
     kube.add(_hpa(4))
-    events, clock = [], iter(range(0, 100, 5))
+    events, clock = [], {"t": 0.0}
 
     def start():
         events.append("on")
-        _set(kube, 7)  # the HPA answers the load
+        _set(kube, 7)  # the HPA answers the load, 5 s later
+        clock["t"] = 5.0
         return "stream"
 
     def stop(load):
         events.append(f"off {load}")
-        _set(kube, 4)
+        _set(kube, 4)  # and the load's end, 5 s after that
+        clock["t"] = 10.0
 
     step = loadstep.run_step(kube, NS, NAME, 4, where="outside", start=start, stop=stop, timeout=5,
-                             now=lambda: float(next(clock)), interval=0.01,
+                             now=lambda: clock["t"], interval=0.01,
                              replicas_counted=lambda: (4, []))
     assert events == ["on", "off stream"]
-    assert step == loadstep.Step("outside", 5.0, 5.0, 7, 0.0)
+    assert (step.where, step.seconds_scale_up, step.seconds_scale_down, step.replicas_peak, step.started_at) == (
+        "outside", 5.0, 5.0, 7, 0.0)
+    # What the HPA said at each read from the step on: desired replicas and utilization (percent of the request).
+    assert step.trace == ((5.0, 7, 40), (10.0, 4, 40))
 
 
 def test_an_hpa_without_figures_is_never_stepped_and_the_error_says_what_it_reported(kube):

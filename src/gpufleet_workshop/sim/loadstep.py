@@ -56,6 +56,9 @@ class Step:
         seconds_scale_down: from the step's end to ``desiredReplicas`` at the floor again.
         replicas_peak: the most ``desiredReplicas`` seen during the step.
         started_at: the step's start, seconds on the run's timeline.
+        trace: what the HPA reported at each read from the step's start: ``[t, desiredReplicas,
+            utilization]`` (seconds on the run's timeline; its first metric's current ``averageUtilization``,
+            percent of the request, or None), to see where the time went.
     """
 
     where: str
@@ -63,6 +66,7 @@ class Step:
     seconds_scale_down: float
     replicas_peak: int
     started_at: float
+    trace: tuple[tuple[float, int | None, int | None], ...] = ()
 
 
 def hpa_status(kube: Kube, namespace: str, name: str) -> dict:
@@ -72,6 +76,14 @@ def hpa_status(kube: Kube, namespace: str, name: str) -> dict:
         KubeError: the read was refused (NotFound: no such HPA).
     """
     return kube.get("autoscaling/v2", "horizontalpodautoscalers", name, namespace).get("status") or {}
+
+
+def utilization(status: dict) -> int | None:
+    """The current ``averageUtilization`` (percent of the request) of an HPA ``status``'s first metric, or None."""
+    for m in status.get("currentMetrics") or []:
+        current = ((m.get("resource") or m.get("containerResource") or {}).get("current") or {})
+        return current.get("averageUtilization")
+    return None
 
 
 def settled(status: dict, floor: int) -> bool:
@@ -143,10 +155,14 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
         KubeError: reading the HPA was refused.
     """
     last: dict = {}
+    trace: list[tuple[float, int | None, int | None]] = []
+    tracing = False
 
     def status() -> dict:
         last.clear()
         last.update(hpa_status(kube, namespace, name))
+        if tracing:
+            trace.append((round(now(), 1), last.get("desiredReplicas"), utilization(last)))
         return last
 
     def wait(what: str, check: Callable[[dict], bool]) -> None:
@@ -176,6 +192,7 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
                             f"after {timeout:.0f}s; Ready without a sample a window after Ready: "
                             f"{', '.join(state[1]) or 'none'}") from None
     peak = floor
+    tracing = True
     began = now()
     say(f"t={began:.0f}s load step {where}: extra requests on; the HPA wants {floor}")
     load = start()
@@ -199,7 +216,7 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
     wait(f"scale back to {floor} after the step", down)
     back = now()
     say(f"t={back:.0f}s load step {where}: the HPA wants {floor} again after {back - scaled_up:.1f}s")
-    return Step(where, round(scaled_up - began, 1), round(back - scaled_up, 1), peak, round(began, 1))
+    return Step(where, round(scaled_up - began, 1), round(back - scaled_up, 1), peak, round(began, 1), tuple(trace))
 
 
 def summary_keys(steps: dict[str, Step]) -> dict[str, float | None]:
