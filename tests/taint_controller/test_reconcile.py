@@ -16,7 +16,7 @@ from gpufleet.taint_controller.budget import MigrationBudget
 from gpufleet.taint_controller.controller import TaintController
 from gpufleet.taint_controller.decision import Hysteresis
 from gpufleet.taint_controller.flipback import FlipBack
-from gpufleet.taint_controller.flipout import FlipOut
+from gpufleet.taint_controller.flipout import FlipOut, plan
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet_workshop.testing import FakeKube
 
@@ -209,6 +209,47 @@ def test_evict_first_reserves_the_node_and_evicts_within_the_budget(kube, caches
     sync(kube, sig)
     out.tick()
     assert not any(t["key"] == RESERVED_TAINT for t in taints(kube, "gpu-0"))
+
+
+def test_a_reservation_is_one_write_to_the_pod_and_one_to_the_node_when_the_caches_are_current(kube, caches):
+    kube.add(node("gpu-0"), trainer(), inference("chat-a", "gpu-0", gpus=8, rs=deployment(kube)))
+    sig = caches()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", clock=Clock())
+    (r,) = plan(sig.nodes.items(), sig.pods.items(), [TRAINING])
+    before = len(kube.actions)
+    out._reserve(r)
+    calls = [(a.verb, a.resource) for a in kube.actions[before:]]
+    assert calls == [("patch", "pods"), ("patch", "nodes")], "no reads: the pod and the node come from the caches"
+    uid = r.pod["metadata"]["uid"]
+    assert kube.get("v1", "pods", "train-0", "team-pretrain")["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": RESERVED_TAINT, "operator": "Equal", "value": uid, "effect": "NoSchedule"}]
+    assert {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"} in taints(kube, "gpu-0")
+
+
+def test_a_reservation_from_caches_that_were_behind_reads_and_loses_nothing_written_meanwhile(kube, caches):
+    kube.add(node("gpu-0"), trainer(), inference("chat-a", "gpu-0", gpus=8, rs=deployment(kube)))
+    sig = caches()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", clock=Clock())
+    (r,) = plan(sig.nodes.items(), sig.pods.items(), [TRAINING])
+    # Written after the caches' view of them (and the views kept as they were): a toleration and a taint.
+    theirs_tol = {"key": "team", "operator": "Exists", "effect": "NoSchedule"}
+    kube.modify("pods", "train-0", "team-pretrain", lambda p: p["spec"]["tolerations"].append(theirs_tol))
+    theirs_taint = {"key": "maintenance", "effect": "NoSchedule"}
+    kube.modify("nodes", "gpu-0", None, lambda n: n["spec"].setdefault("taints", []).append(theirs_taint))
+    stale = dict(sig.nodes.get("gpu-0"))
+    out.nodes = type("Stale", (), {"get": staticmethod(lambda name: stale), "items": sig.nodes.items})()
+    before = len(kube.actions)
+    out._reserve(r)
+    # The toleration's test failed (422) and the taint's precondition did (409): each was read, then written.
+    assert [(a.verb, a.resource) for a in kube.actions[before:]] == [
+        ("patch", "pods"), ("get", "pods"), ("patch", "pods"), ("patch", "nodes"), ("get", "nodes"), ("patch", "nodes")]
+    uid = r.pod["metadata"]["uid"]
+    tols = kube.get("v1", "pods", "train-0", "team-pretrain")["spec"]["tolerations"]
+    assert theirs_tol in tols and {"key": RESERVED_TAINT, "operator": "Equal", "value": uid,
+                                   "effect": "NoSchedule"} in tols
+    assert theirs_taint in taints(kube, "gpu-0") and {"key": RESERVED_TAINT, "value": uid,
+                                                      "effect": "NoSchedule"} in taints(kube, "gpu-0")
 
 
 def test_preemptors_are_served_side_by_side_not_one_after_another(kube, caches):

@@ -103,6 +103,30 @@ def test_update_with_retry_rereads_after_a_conflict(kube):
     assert [a.verb for a in kube.actions].count("patch") == 3  # ours refused once, then accepted
 
 
+def test_update_with_retry_writes_from_a_current_cache_without_a_read_and_reads_when_it_is_not(kube):
+    kube.add({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}, "spec": {}})
+    path = api_path("v1", "nodes", name="n")
+    cached = kube.get("v1", "nodes", "n")
+
+    def cordon(obj):
+        return None if (obj.get("spec") or {}).get("unschedulable") else {"spec": {"unschedulable": True}}
+
+    before = len(kube.actions)
+    update_with_retry(kube, path, cordon, cached=cached)
+    assert [a.verb for a in kube.actions[before:]] == ["patch"]
+    # The cache is now behind: its write is refused (409), then read and made.
+    kube.patch("v1", "nodes", "n", {"spec": {"unschedulable": False}})
+    before = len(kube.actions)
+    after, applied = update_with_retry(kube, path, cordon, cached=cached)
+    assert applied and after["spec"]["unschedulable"]
+    assert [a.verb for a in kube.actions[before:]] == ["patch", "get", "patch"]
+    # A cache that sees nothing to write is not believed: the object is read.
+    kube.patch("v1", "nodes", "n", {"spec": {"unschedulable": False}})
+    before = len(kube.actions)
+    _, applied = update_with_retry(kube, path, cordon, cached=after)
+    assert applied and [a.verb for a in kube.actions[before:]] == ["get", "patch"]
+
+
 def test_generation_follows_the_spec_and_the_status_subresource_is_apart(kube):
     kube.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": NS},
               "spec": {"replicas": 1}, "status": {"replicas": 1}})

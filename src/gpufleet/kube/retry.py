@@ -115,13 +115,21 @@ def conflict_wait(attempt: int) -> float:
 
 def update_with_retry(kube: "Kube", path: str, change: Callable[[Obj], Obj | None], *,
                       attempts: int = CONFLICT_ATTEMPTS,
-                      on_conflict: Callable[[int], None] | None = None) -> tuple[Obj, Obj | None]:
+                      on_conflict: Callable[[int], None] | None = None,
+                      cached: Obj | None = None) -> tuple[Obj, Obj | None]:
     """Read ``path``, merge-patch it with ``change(obj)`` guarded by the read resourceVersion; retry on 409.
 
     ``change`` returns the JSON merge patch (without ``metadata.resourceVersion``,
     which is added as the precondition) or None when nothing is to change.
     Lists in a merge patch replace the whole list (taints, resource groups),
     which is why the precondition matters.
+
+    ``cached``: the object as a watch cache holds it (its ``metadata.resourceVersion``
+    and whatever ``change`` reads). When ``change`` finds something to write in
+    it, the first patch is made from it without a read, as client-go's
+    controllers update from their informers: a cache that was behind gets a
+    409 and the next attempt reads. When it finds nothing to write, the object
+    is read all the same (a cache behind must not make a needed write look done).
 
     Returns:
         ``(object after, patch applied or None)``.
@@ -131,7 +139,8 @@ def update_with_retry(kube: "Kube", path: str, change: Callable[[Obj], Obj | Non
         KubeError: any other error.
     """
     for attempt in range(attempts):
-        obj = kube.request("GET", path)
+        first = cached if attempt == 0 and cached is not None and change(cached) is not None else None
+        obj = first if first is not None else kube.request("GET", path)
         body = change(obj)
         if body is None:
             return obj, None

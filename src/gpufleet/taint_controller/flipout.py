@@ -56,7 +56,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from gpufleet.fleet.classify import tolerated
-from gpufleet.kube import Conflict, Kube, KubeError, NotFound, TooManyRequests, api_path
+from gpufleet.kube import Conflict, Invalid, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
@@ -383,32 +383,54 @@ class FlipOut:
         return wanted
 
     def _reserve(self, r: Reservation) -> None:
-        """Tolerate on the pod, then taint the node."""
+        """Tolerate on the pod, then taint the node: one request each when the caches are current.
+
+        The toleration is appended by a JSON patch that first tests the pod's tolerations are the ones
+        the cache holds (a pod's tolerations can only be added to, and a merge patch would replace the
+        list); the taint is written from the node cache's resourceVersion (:func:`set_taint`). A cache
+        that was behind costs a read: the test fails (422) or the precondition does (409).
+        """
         meta = r.pod["metadata"]
         uid = meta["uid"]
         toleration = {"key": RESERVED_TAINT, "operator": "Equal", "value": uid, "effect": "NoSchedule"}
-        live = self.kube.get("v1", "pods", meta["name"], meta["namespace"])
-        tols = live["spec"].get("tolerations") or []
-        if toleration not in tols:
-            self.kube.patch("v1", "pods", meta["name"], {"spec": {"tolerations": tols + [toleration]}}, meta["namespace"])
-        self._set_taint(r.node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=True)
+        cached = r.pod.get("tolerations") or []
+        if toleration not in cached:
+            patched = False
+            if cached:
+                try:
+                    self.kube.patch("v1", "pods", meta["name"], [
+                        {"op": "test", "path": "/spec/tolerations", "value": cached},
+                        {"op": "add", "path": "/spec/tolerations/-", "value": toleration}], meta["namespace"],
+                        patch="json")
+                    patched = True
+                except Invalid:
+                    pass  # the cache was behind: read the pod
+            if not patched:
+                live = self.kube.get("v1", "pods", meta["name"], meta["namespace"])
+                tols = live["spec"].get("tolerations") or []
+                if toleration not in tols:
+                    self.kube.patch("v1", "pods", meta["name"], {"spec": {"tolerations": tols + [toleration]}},
+                                    meta["namespace"])
+        set_taint(self.kube, r.node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=True,
+                  view=self.nodes.get(r.node))
         log.info("flip-out: reserved %s for %s/%s (%d victims)", r.node, meta["namespace"], meta["name"], len(r.victims))
 
     def _untaint(self, node: str, uid: str) -> None:
-        self._set_taint(node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=False)
-
-    def _set_taint(self, node: str, taint: dict, *, add: bool) -> None:
-        set_taint(self.kube, node, taint, add=add)
+        set_taint(self.kube, node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=False,
+                  view=self.nodes.get(node))
 
 
-def set_taint(kube: Kube, node: str, taint: dict, *, add: bool, any_value: bool = False) -> bool:
+def set_taint(kube: Kube, node: str, taint: dict, *, add: bool, any_value: bool = False,
+              view: dict | None = None) -> bool:
     """Add or remove exactly ``taint`` (key, value, effect) on ``node``; other taints stay.
 
     With ``any_value``, a taint of the same key and effect counts whatever its value: one is not added
     beside it, and removing takes every one away (a key the caller owns, set by hand with a value).
 
     Read-modify-write guarded by the Node's resourceVersion, re-read on a
-    conflict (:func:`gpufleet.kube.retry.update_with_retry`).
+    conflict (:func:`gpufleet.kube.retry.update_with_retry`). With ``view``
+    (the node cache's view of it: ``taints``, ``resourceVersion``), a write
+    the view calls for is made from it without a read.
 
     Returns:
         Whether the Node was changed.
@@ -430,4 +452,7 @@ def set_taint(kube: Kube, node: str, taint: dict, *, add: bool, any_value: bool 
             new = [t for t in taints if t not in matching]
         return {"spec": {"taints": new or None}}
 
-    return update_with_retry(kube, api_path("v1", "nodes", name=node), change)[1] is not None
+    cached = None
+    if view is not None and view.get("resourceVersion"):
+        cached = {"metadata": {"resourceVersion": view["resourceVersion"]}, "spec": {"taints": list(view["taints"])}}
+    return update_with_retry(kube, api_path("v1", "nodes", name=node), change, cached=cached)[1] is not None
