@@ -808,9 +808,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             time.sleep(min(30.0, max(5.0, 200 / opts.rate)))  # a steady state to compare the flip with (~200 requests)
             if opts.load_step:
                 load_step("in_cluster")
-                # The training then finds the cluster as a run without a step does.
-                _wait("the step's extra replicas gone", lambda: (s := rec.last()).inference_ready == replicas
-                      and s.inference_gpus_in_cluster == replicas * dep.gpus_per_pod, opts.timeout, rec)
+                # The training then finds the cluster as a run without a step does: the step's extra replicas
+                # gone, not only terminating (a terminating pod still holds its GPUs while it drains).
+                _wait("the step's extra replicas gone", lambda: rec.last().inference_ready_in_cluster == replicas
+                      and sum(p["metadata"]["namespace"] == inf.inference_namespace
+                              for p in caches.pods.items()) == replicas, opts.timeout, rec)
         # 4. training
         submitted = rec.last().t
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
