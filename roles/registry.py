@@ -106,7 +106,7 @@ ROLES: tuple[Role, ...] = (
     # The remediation controller.
     Role("node_health", node_health_vars.Vars, node_health.objects, token="gpufleet:health:NodeHealth",
          after=AFTER_KUEUE),
-    # Inference Deployments with Service, HPA and PodDisruptionBudget.
+    # Inference Deployments with Service, autoscaling (KEDA ScaledObject, or a CPU HPA) and PodDisruptionBudget.
     Role("inference", inference_vars.Vars, inference.objects, token="gpufleet:workloads:Inference",
          after=AFTER_KUEUE),
     # The goodput accountant, one per team namespace.

@@ -1,4 +1,4 @@
-"""What the inference role declares: Deployments with a Service, HPA and PodDisruptionBudget.
+"""What the inference role declares: Deployments with a Service, an autoscaler and a PodDisruptionBudget.
 
 Each Deployment has a ClusterIP Service of its own name: the Deployment's
 pod labels as selector, one port per container port of the pod template
@@ -36,6 +36,31 @@ created by an earlier release keeps its selector (the stack ignores the
 field after creation, ``gpufleet_admin.stack.role.declare``) until it is
 replaced on purpose (roles/inference/README.md).
 
+Autoscaling follows requests in flight per pod by default (``scale_on:
+requests_in_flight``): a model server's latency follows the requests it
+batches, wherever its pods run, where CPU says little about a GPU server.
+The role declares a KEDA ScaledObject; KEDA makes the HPA, named after the
+Deployment as the CPU one is (``kubectl get hpa <name>`` and what reads the
+HPA by that name keep working), with one External metric:
+``sum(<metric>{namespace="<ns>",service="<name>"})``, Prometheus' total over
+the targets the Service's EndpointSlices list (in-cluster pods, and those
+outside through the virtual kubelets' slices), at ``AverageValue``
+``target_requests_in_flight``. The HPA divides that sum by the Deployment's
+current replicas (its scale subresource's ``status.replicas``), which never
+counts surge pods (above), while surges that serve are in the sum: the total
+load is the demand, the Deployment's replicas the supply.
+``ignoreNullValues: "false"``: an empty result (Prometheus lost every
+target) is an error, and the HPA holds its replica count, where KEDA's
+default would read 0 and scale down to the minimum. Every Service carries
+the ``prometheus.io/*`` scrape annotations (vLLM and the stand-in serve
+``/metrics`` on their HTTP port). The ScaledObject carries KEDA's
+``transfer-hpa-ownership``: KEDA's admission webhook refuses a ScaledObject
+for a workload another HPA scales, and a Deployment moving from CPU still has
+its CPU HPA of the same name until the stack deletes it, after creating the
+ScaledObject (KEDA adopts it, then makes it again once deleted).
+``scale_on: cpu`` declares the HorizontalPodAutoscaler on CPU utilization
+instead.
+
 Where every GPU node of the inventory allocates its GPUs through DRA
 (``gpu_allocation: dra``), a pod gets its GPUs from a ResourceClaim of the
 Deployment's ResourceClaimTemplate (``<name>-gpus``, NVIDIA's DeviceClass)
@@ -56,6 +81,9 @@ from gpufleet.names import (
     GPU_DEGRADED_TAINT,
     GPU_DEVICE_CLASS,
     KUEUE_UNCONSTRAINED_TOPOLOGY,
+    PROMETHEUS_PATH_ANNOTATION,
+    PROMETHEUS_PORT_ANNOTATION,
+    PROMETHEUS_SCRAPE_ANNOTATION,
     RESOURCE_API,
     SURGE_FOR_LABEL,
     WORKLOAD_INFERENCE,
@@ -68,6 +96,17 @@ VIRTUAL_NODE_LABEL = ("type", "virtual-kubelet")
 
 #: The selector requirement that leaves make-before-break surge pods out of a Deployment (module doc).
 NOT_A_SURGE = {"key": SURGE_FOR_LABEL, "operator": "DoesNotExist"}
+
+#: The container port a model server serves requests and ``/metrics`` on (vLLM and the stand-in alike).
+HTTP_PORT_NAME = "http"
+#: Path of the model server's Prometheus metrics (on :data:`HTTP_PORT_NAME`).
+METRICS_PATH = "/metrics"
+#: KEDA's ScaledObject API and the name of its one trigger.
+KEDA_API = "keda.sh/v1alpha1"
+TRIGGER_NAME = "requests-in-flight"
+#: Lets a new ScaledObject adopt the Deployment's CPU HPA of the same name (module doc; KEDA v2.21
+#: ``apis/keda/v1alpha1/scaledobject_types.go``, ``ScaledObjectTransferHpaOwnershipAnnotation``).
+KEDA_TRANSFER_HPA_ANNOTATION = "scaledobject.keda.sh/transfer-hpa-ownership"
 
 #: Name of the GPU claim of a DRA inference pod.
 GPU_CLAIM = "gpus"
@@ -116,7 +155,7 @@ def pod_spec(inv: Inventory, d) -> Obj:
         "tolerations": [dict(t) for t in INFERENCE_TOLERATIONS],
         "containers": [{
             "name": "server", "image": d.image,
-            "ports": [{"name": "http", "containerPort": 8000}],
+            "ports": [{"name": HTTP_PORT_NAME, "containerPort": 8000}],
             "resources": container_resources,
             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 5},
         }],
@@ -132,10 +171,12 @@ def pod_metadata(inv: Inventory, selector: dict[str, str]) -> Obj:
 
 
 def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Obj:
-    """The Service of one inference Deployment: ``selector`` (its pod labels), a port per container port of ``pod`` (module doc).
+    """The Service of one inference Deployment: ``selector`` (its pod labels), a port per container port of ``pod``,
+    and the ``prometheus.io/*`` annotations that have Prometheus scrape ``/metrics`` on the ``http`` port (module doc).
 
     Raises:
-        ValueError: a container port has no name (a Service port needs one when there are several).
+        ValueError: a container port has no name (a Service port needs one when there are several), or no
+            container port is named ``http`` (where the metrics are served).
     """
     ports = []
     for c in pod.get("containers") or []:
@@ -145,12 +186,64 @@ def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Ob
                                  "has no name (the Service names its ports after them)")
             ports.append({"name": p["name"], "protocol": p.get("protocol", "TCP"), "port": p["containerPort"],
                           "targetPort": p["name"]})
-    return {"apiVersion": "v1", "kind": "Service", "metadata": meta(name, namespace, component="inference"),
+    http = [p["port"] for p in ports if p["name"] == HTTP_PORT_NAME]
+    if not http:
+        raise ValueError(f"inference Deployment {name}: no container port named {HTTP_PORT_NAME!r} (have "
+                         f"{[p['name'] for p in ports]}); Prometheus scrapes {METRICS_PATH} on it")
+    scrape = {PROMETHEUS_SCRAPE_ANNOTATION: "true", PROMETHEUS_PORT_ANNOTATION: str(http[0]),
+              PROMETHEUS_PATH_ANNOTATION: METRICS_PATH}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": meta(name, namespace, component="inference", annotations=scrape),
             "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": ports}}
 
 
+def requests_in_flight_query(metric: str, namespace: str, service_name: str) -> str:
+    """PromQL of the requests in flight of one Service's pods, all of them: ``sum(metric{namespace,service})``.
+
+    The labels are the Service's, which the scrape gives every target its EndpointSlices list (module doc).
+    """
+    return f'sum({metric}{{namespace="{namespace}",service="{service_name}"}})'
+
+
+def keda_number(value: float) -> str:
+    """A number as KEDA's trigger metadata takes it (a string): ``8.0`` -> ``"8"``, ``2.5`` -> ``"2.5"``."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def cpu_hpa(d, namespace: str) -> Obj:
+    """The HorizontalPodAutoscaler of a ``scale_on: cpu`` deployment: CPU utilization at ``target_cpu_utilization``."""
+    hpa: Obj = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
+                "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                    "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}
+    if d.scale_down_stabilization_seconds is not None:
+        hpa["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": d.scale_down_stabilization_seconds}}
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": meta(d.name, namespace, component="inference"), "spec": hpa}
+
+
+def scaled_object(d, namespace: str, prometheus_url: str, metric: str) -> Obj:
+    """The KEDA ScaledObject of a ``scale_on: requests_in_flight`` deployment (module doc): its HPA named after the
+    Deployment, one Prometheus trigger at ``target_requests_in_flight`` per replica, an empty result an error."""
+    hpa_config: Obj = {"name": d.name}
+    if d.scale_down_stabilization_seconds is not None:
+        hpa_config["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": d.scale_down_stabilization_seconds}}
+    return {"apiVersion": KEDA_API, "kind": "ScaledObject",
+            "metadata": meta(d.name, namespace, component="inference",
+                             annotations={KEDA_TRANSFER_HPA_ANNOTATION: "true"}),
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
+                     "minReplicaCount": d.min_replicas, "maxReplicaCount": d.max_replicas,
+                     "advanced": {"horizontalPodAutoscalerConfig": hpa_config},
+                     "triggers": [{"type": "prometheus", "name": TRIGGER_NAME, "metricType": "AverageValue",
+                                   "metadata": {"serverAddress": prometheus_url,
+                                                "query": requests_in_flight_query(metric, namespace, d.name),
+                                                "threshold": keda_number(d.target_requests_in_flight),
+                                                "ignoreNullValues": "false"}}]}}
+
+
 def objects(inv: Inventory) -> list[Obj]:
-    """Namespace, and per deployment: Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget."""
+    """Namespace, and per deployment: its ResourceClaimTemplate (DRA only), Deployment, Service, autoscaler (a KEDA
+    ScaledObject on requests in flight, or with ``scale_on: cpu`` a HorizontalPodAutoscaler), PodDisruptionBudget."""
     from gpufleet_admin.manifests import namespace
 
     v = inv.role("inference")
@@ -169,14 +262,10 @@ def objects(inv: Inventory) -> list[Obj]:
                              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
                              "template": {"metadata": pod_metadata(inv, sel), "spec": spec}}})
         out.append(service(d.name, ns, sel, spec))
-        hpa: Obj = {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": d.name},
-                    "minReplicas": d.min_replicas, "maxReplicas": d.max_replicas,
-                    "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                        "type": "Utilization", "averageUtilization": d.target_cpu_utilization}}}]}
-        if d.scale_down_stabilization_seconds is not None:
-            hpa["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": d.scale_down_stabilization_seconds}}
-        out.append({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                    "metadata": meta(d.name, ns, component="inference"), "spec": hpa})
+        if d.scale_on == "cpu":
+            out.append(cpu_hpa(d, ns))
+        else:
+            out.append(scaled_object(d, ns, v.inference_prometheus_url, v.inference_requests_in_flight_metric))
         out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {**d.pdb_spec(), "selector": {"matchLabels": sel}}})
     return out

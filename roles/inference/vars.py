@@ -1,11 +1,38 @@
-"""Typed variables of the inference role (defaults and documentation: defaults.yaml)."""
+"""Typed variables of the inference role (defaults and documentation: defaults.yaml).
+
+A deployment scales on one signal (``scale_on``); the target of the other
+is refused rather than ignored, so an inventory never carries a setting
+that does nothing.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, model_validator
+import re
+from typing import Annotated, Literal
 
+from pydantic import AfterValidator, BaseModel, Field, model_validator
+
+from gpufleet import componentconfig as cc
 from gpufleet_admin.inventory.types import STRICT, DnsLabel, IntOrPercent, NonNegativeInt, PositiveInt
 from gpufleet.kube.intstr import scaled
+
+#: Prometheus' metric name syntax (https://prometheus.io/docs/concepts/data_model/).
+METRIC_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _metric_name(value: str) -> str:
+    """A Prometheus metric name; anything else would make the PromQL query wrong or a different metric."""
+    if not METRIC_NAME_RE.fullmatch(value):
+        raise ValueError(f"a Prometheus metric name matching {METRIC_NAME_RE.pattern} "
+                         "(e.g. vllm:num_requests_running), without labels or spaces")
+    return value
+
+
+#: A Prometheus metric name, e.g. ``vllm:num_requests_running``.
+MetricName = Annotated[str, AfterValidator(_metric_name)]
+
+#: What the autoscaler of a deployment follows: requests in flight per pod (KEDA) or CPU (plain HPA).
+ScaleOn = Literal["requests_in_flight", "cpu"]
 
 
 class DeploymentVars(BaseModel):
@@ -21,6 +48,11 @@ class DeploymentVars(BaseModel):
     gpus_per_pod: NonNegativeInt = 1
     cpu: str = "4"
     memory: str = "32Gi"
+    #: Signal the autoscaler follows (module doc of manifests.py): requests in flight per pod, or CPU.
+    scale_on: ScaleOn = "requests_in_flight"
+    #: Requests in flight per pod the autoscaler aims at (scale_on: requests_in_flight).
+    target_requests_in_flight: cc.PositiveNumber = 8.0
+    #: The HPA's CPU target, percent of the CPU request (scale_on: cpu).
     target_cpu_utilization: int = Field(default=70, gt=0, le=100)
     #: The HPA's ``behavior.scaleDown.stabilizationWindowSeconds`` (seconds, 0-3600 as the API validates
     #: it); None leaves the field out: Kubernetes' default, 300.
@@ -33,6 +65,11 @@ class DeploymentVars(BaseModel):
     def _bounds(self) -> "DeploymentVars":
         if not self.min_replicas <= self.replicas <= self.max_replicas:
             raise ValueError("min_replicas <= replicas <= max_replicas")
+        unused, other = (("target_cpu_utilization", "cpu") if self.scale_on == "requests_in_flight"
+                         else ("target_requests_in_flight", "requests_in_flight"))
+        if unused in self.model_fields_set:
+            raise ValueError(f"deployment {self.name}: {unused} does nothing with scale_on: {self.scale_on} "
+                             f"(remove it, or set scale_on: {other})")
         if (self.pdb_min_available is None) == (self.pdb_max_unavailable is None):
             raise ValueError(f"deployment {self.name}: set exactly one of pdb_min_available and pdb_max_unavailable "
                              f"(got {self.pdb_min_available!r} and {self.pdb_max_unavailable!r})")
@@ -64,4 +101,8 @@ class Vars(BaseModel):
 
     inference_enabled: bool
     inference_namespace: DnsLabel
+    #: Prometheus KEDA's scalers query (base URL).
+    inference_prometheus_url: cc.HttpUrl
+    #: Gauge of the requests a model server is working on, one series (or more) per pod.
+    inference_requests_in_flight_metric: MetricName
     inference_deployments: list[DeploymentVars]

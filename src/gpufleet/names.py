@@ -215,3 +215,10 @@ ANN_GPU_FAULT = "gpufleet.io/gpu-fault"
 ANN_GPU_REMOVED_BY = "gpufleet.io/gpu-removed-by"
 ANN_GPU_REMOVED_AT = "gpufleet.io/gpu-removed-at"
 ANN_GPU_HEALTHY_SINCE = "gpufleet.io/gpu-healthy-since"
+#: The Prometheus community's scrape annotations on a Service (its Helm chart's ``kubernetes-service-endpoints``
+#: job): scrape its endpoints (``"true"``), at this port and path. The inference role annotates its Services with
+#: them; the local environment's Prometheus scrapes the Services that carry them through their EndpointSlices,
+#: so a pod outside, published by a virtual kubelet, is scraped like a pod inside.
+PROMETHEUS_SCRAPE_ANNOTATION = "prometheus.io/scrape"
+PROMETHEUS_PORT_ANNOTATION = "prometheus.io/port"
+PROMETHEUS_PATH_ANNOTATION = "prometheus.io/path"

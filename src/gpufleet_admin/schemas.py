@@ -24,7 +24,7 @@ from gpufleet_admin.build.gobuild import module_dir
 from gpufleet_admin.versions import pin, versions
 
 #: Components whose CRDs validate custom resources (versions.yaml entries with ``crds``).
-CRD_SOURCES = ("kueue", "jobset", "prometheus_operator", "training_operator")
+CRD_SOURCES = ("kueue", "jobset", "prometheus_operator", "training_operator", "keda")
 _K8S_URI = "urn:gpufleet:k8s:"
 _OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 

@@ -47,12 +47,15 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     assert any(f.name.startswith("taint-controller-") and f.stat().st_size for f in (tmp_path / "logs").iterdir())
     rps = timeline["requests_per_second"]
     assert sum(rps["in_cluster"]) > 0 and sum(rps["outside"]) > 0
-    # The load step: the HPA, on CPU from the resource metrics API, scaled up under it and back after it, with
-    # every replica in-cluster and with every replica outside (the virtual kubelet's kubelet API).
+    # The load step: the HPA, on requests in flight (KEDA's ScaledObject: the sum of the pods' own gauge, which
+    # Prometheus scrapes through the Service's EndpointSlices), scaled up under it and back after it, with every
+    # replica in-cluster and with every replica outside (at the addresses the virtual kubelet publishes).
     steps = timeline["load_steps"]
     assert set(steps) == {"in_cluster", "outside"}
     for where, step in steps.items():
         assert step["replicas_peak"] > timeline["replicas"], (where, step)
+        # Its figure was requests in flight per replica, read through the external metrics API, wherever they ran.
+        assert any(figure for _, _, figure in step["trace"]), (where, step)
         assert step["seconds_scale_up"] > 0 and step["seconds_scale_down"] > 0, (where, step)
     assert isinstance(summary["seconds_hpa_scale_up_lag_outside"], float)
     assert isinstance(summary["seconds_hpa_scale_down_lag_outside"], float)

@@ -113,14 +113,19 @@ def test_inference_is_low_priority_prefers_in_cluster_and_has_a_pdb() -> None:
     tolerated = {t["key"] for t in spec["tolerations"]}
     assert "gpufleet.io/cluster-has-free-gpus" not in tolerated and "gpufleet.io/degraded" in tolerated
     assert find(r, "PodDisruptionBudget", "chat", "inference")["spec"]["minAvailable"] == 12
-    assert find(r, "HorizontalPodAutoscaler", "chat", "inference")["spec"]["maxReplicas"] == 64
+    assert find(r, "ScaledObject", "chat", "inference")["spec"]["maxReplicaCount"] == 64
 
 
 def test_the_hpa_scale_down_window_is_kubernetes_default_unless_the_inventory_sets_one() -> None:
-    assert "behavior" not in find(stack("prod"), "HorizontalPodAutoscaler", "chat", "inference")["spec"]
+    hpa_config = find(stack("prod"), "ScaledObject", "chat", "inference")["spec"]["advanced"]["horizontalPodAutoscalerConfig"]
+    assert "behavior" not in hpa_config
     chat = load("prod").role("inference").inference_deployments[0].model_dump(mode="json", exclude_unset=True)
     r = render(load("prod", overrides={"inference_deployments": [{**chat, "scale_down_stabilization_seconds": 30}]}))
-    spec = find(r, "HorizontalPodAutoscaler", "chat", "inference")["spec"]
+    spec = find(r, "ScaledObject", "chat", "inference")["spec"]["advanced"]["horizontalPodAutoscalerConfig"]
+    assert spec["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 30}}
+    cpu = render(load("prod", overrides={"inference_deployments": [
+        {**chat, "scale_on": "cpu", "scale_down_stabilization_seconds": 30}]}))
+    spec = find(cpu, "HorizontalPodAutoscaler", "chat", "inference")["spec"]
     assert spec["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 30}}
     with pytest.raises(InventoryError, match=r"scale_down_stabilization_seconds: 3601: expected less than or equal to 3600"):
         load("prod", overrides={"inference_deployments": [{**chat, "scale_down_stabilization_seconds": 3601}]})

@@ -11,7 +11,7 @@ from gpufleet_workshop.tasks.sim import flip
 
 @pytest.mark.parametrize("flags, message", [
     ({"rate": -1}, "--rate -1: expected requests per second >= 0"),
-    ({"latency_ms": -5}, "--latency-ms -5: expected milliseconds >= 0"),
+    ({"latency_ms": -5}, "--latency-ms -5: expected milliseconds > 0 (0: the default)"),
     ({"mode": "nope"}, "--mode 'nope': expected one of make_before_break, evict_first or both"),
     # A stand-in slower than the stream's timeout would fail every request.
     ({"latency_ms": 2000}, "--latency-ms 2000: expected milliseconds below 2000"),

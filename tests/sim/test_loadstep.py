@@ -106,8 +106,39 @@ def test_a_replica_is_counted_once_a_sample_is_a_window_past_its_ready():
 
 def test_a_step_waits_until_every_replica_is_counted_and_says_which_are_not(kube):
     kube.add(_hpa(4))
-    with pytest.raises(loadstep.LoadStepError, match=r"counts 3 of 4 replicas after 0s; Ready without a sample a "
-                                                     r"window after Ready: chat-x"):
+    with pytest.raises(loadstep.LoadStepError, match=r"counts 3 of 4 replicas after 0s; Ready but not counted yet "
+                                                     r"\(no sample a window after Ready, or not scraped\): chat-x"):
         loadstep.run_step(kube, NS, NAME, 4, where="outside", start=lambda: pytest.fail("stepped"),
                           stop=lambda _: None, timeout=0.05, now=lambda: 0.0, interval=0.01,
                           replicas_counted=lambda: (3, ["chat-x"]))
+
+
+def _endpoint_pod(name: str, ready: bool = True, deleting: bool = False) -> dict:
+    md = {"name": name, **({"deletionTimestamp": "2026-01-01T00:00:00Z"} if deleting else {})}
+    return {"metadata": md, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+
+
+def test_a_replica_counts_for_an_external_metric_once_prometheus_scrapes_it():
+    pods = [_endpoint_pod("a"), _endpoint_pod("b"), _endpoint_pod("c", ready=False), _endpoint_pod("d", deleting=True)]
+    up = [{"metric": {"pod": "a"}, "value": [0, "1"]}, {"metric": {"pod": "b"}, "value": [0, "0"]},
+          {"metric": {"pod": "gone"}, "value": [0, "1"]}]
+    assert loadstep.scraped(pods, up) == (1, ["b"])
+
+
+def test_the_trace_reads_an_external_metrics_average_value_as_a_number():
+    status = {"currentMetrics": [{"type": "External", "external": {
+        "metric": {"name": "s0-requests-in-flight"}, "current": {"averageValue": "2500m"}}}]}
+    assert loadstep.utilization(status) == 2.5
+    cpu = {"currentMetrics": [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 40}}}]}
+    assert loadstep.utilization(cpu) == 40
+    assert loadstep.utilization({}) is None
+
+
+def test_the_target_in_flight_lies_halfway_between_the_runs_stream_and_the_step():
+    # 20/s and 80/s at 200 ms: 4 and 16 requests in flight over 4 replicas; the target 2.5 a replica.
+    target = loadstep.target_in_flight(20, 80, 200, 4)
+    assert target == 2.5
+    assert 20 * 0.2 / target < 4 < 80 * 0.2 / target
+    with pytest.raises(ValueError, match="expected a step above the rate"):
+        loadstep.target_in_flight(80, 80, 200, 4)

@@ -13,7 +13,7 @@ def test_the_demo_stack_grants_the_surge_and_reflection_rights_but_deploys_no_in
     ns = inv.role("inference").inference_namespace
     objs = render(inv).objects
     here = [o for o in objs if o["metadata"].get("namespace") == ns]
-    assert not [o for o in here if o["kind"] in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget")]
+    assert not [o for o in here if o["kind"] in ("Deployment", "HorizontalPodAutoscaler", "ScaledObject", "PodDisruptionBudget")]
     assert any(o["kind"] == "Namespace" and o["metadata"]["name"] == ns for o in objs)
     roles = {o["metadata"]["name"]: o for o in here if o["kind"] == "Role"}
     surge = [r for r in roles.values() if any("replicasets" in rule.get("resources", []) and "create" in rule["verbs"]

@@ -214,6 +214,22 @@ def ensure_node_client(pki: Pki, node: str) -> KeyPair:
     return pki.kubelet
 
 
+def ensure_keda(pki: Pki, folder: Path, dns: tuple[str, ...], ips: tuple[str, ...]) -> Path:
+    """KEDA's certificate folder ``folder``: ``ca.crt``, ``tls.crt``, ``tls.key``, the layout its operator and
+    metrics adapter read from ``--cert-dir`` (one pair for both ends of their gRPC link, mutual TLS, and the
+    adapter's API serving), for names ``dns`` and addresses ``ips``; issued anew when an address is missing.
+    Returns ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pair = KeyPair(folder / "tls.crt", folder / "tls.key")
+    if pair.cert.exists() and not _has_ips(pair.cert, ips):
+        pair.cert.unlink()
+    _ensure_leaf(pair, pki.ca, "keda", dns=dns, ips=ips, server=True, client=True)
+    ca = folder / "ca.crt"
+    if not ca.exists() or ca.read_bytes() != pki.ca.cert.read_bytes():
+        ca.write_bytes(pki.ca.cert.read_bytes())
+    return folder
+
+
 def _has_ips(cert_file: Path, ips: tuple[str, ...]) -> bool:
     """True when the certificate's SubjectAlternativeName lists every address of ``ips``."""
     cert = x509.load_pem_x509_certificate(cert_file.read_bytes())

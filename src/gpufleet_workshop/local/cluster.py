@@ -8,10 +8,13 @@ etcd data persist in the state folder between ``down`` and ``up``. Order:
 2. bootstrap objects: namespaces, CRDs (kwok Stage, Kueue, JobSet) until
    Established, webhook configurations, Prometheus' service account;
 3. kube-controller-manager, kube-scheduler, kwok, Kueue, JobSet,
-   descheduler and Prometheus, started together and waited for together;
+   descheduler, Prometheus (and its discovery of annotated Services'
+   endpoints, :mod:`gpufleet_workshop.local.endpointslice_sd`) and
+   metrics-server, started together and waited for together;
 4. kwok Stages, then one Node per inventory host, until all are Ready;
 5. the real node (:mod:`gpufleet_workshop.local.node`): containerd, the pause image
-   gpufleet's image and its workshop variant imported, the kubelet, until its Node is Ready.
+   gpufleet's image and its workshop variant imported, the kubelet, until its Node is Ready;
+6. KEDA on the node's bridge (:mod:`gpufleet_workshop.local.keda`): the external metrics API.
 
 A component that exits or stays unhealthy stops ``up`` with
 :class:`~gpufleet_workshop.local.processes.ComponentFailed`, whose message carries
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +41,7 @@ from gpufleet_workshop.local import install
 from gpufleet_admin.files import locked
 from gpufleet.kube import Conflict, Kube, KubeError, NotFound
 from gpufleet.kube.config import from_kubeconfig
-from gpufleet_workshop.local import controlplane, descheduler, kueue, kwok, metrics_server, prometheus
+from gpufleet_workshop.local import controlplane, descheduler, keda, kueue, kwok, metrics_server, prometheus
 from gpufleet_workshop.local import node as realnode
 from gpufleet_workshop.local import kubeconfig as kubeconfigs
 from gpufleet_workshop.local import ports as portblocks
@@ -60,6 +64,7 @@ COMPONENTS = (
     "jobset",
     "descheduler",
     "prometheus",
+    "endpointslice-sd",
     "metrics-server",
     "containerd",
     "api-forward",
@@ -165,6 +170,10 @@ class Cluster:
                 prometheus.argv(cfg / "prometheus.yaml", lay.data / "prometheus", p.prometheus),
                 http(p.prometheus, "/-/ready"),
             ),
+            # Prometheus' discovery of annotated Services' endpoints (Debian's build has no Kubernetes discovery).
+            "endpointslice-sd": spec("endpointslice-sd", [sys.executable, "-m", "gpufleet_workshop.local.endpointslice_sd",
+                                                          "--kubeconfig", str(admin), "--out",
+                                                          str(lay.endpointslice_targets)], None),
             # /livez, not /readyz: it is ready only once it holds two scrapes of a node, and the real node (the
             # one node it scrapes before virtual nodes come) joins after the add-ons, or never in a cluster without.
             "metrics-server": spec("metrics-server", metrics_server.argv(pki, admin, p.metrics_server),
@@ -557,6 +566,9 @@ def _real_node(c: Cluster, k: Kube, specs: dict[str, ProcessSpec], timeout: floa
         from gpufleet_workshop.local import processes
 
         processes.stop(c.layout.pid(DRA_DRIVER))
+    # On the node's bridge: KEDA reaches the API server and Prometheus through the node's forwards.
+    keda.up(c, timeout=max(timeout, 120.0))
+    phase("KEDA (external metrics API)")
 
 
 def up(
@@ -765,7 +777,7 @@ def _down_node(name: str, lay: Layout, timeout: float) -> list[str]:
     """
     from gpufleet_workshop.local import processes
 
-    stopped = []
+    stopped = keda.down(name, timeout)
     npaths = realnode.NodePaths.of(lay)
     if processes.stop(lay.pid(DRA_DRIVER), timeout):
         stopped.append(DRA_DRIVER)

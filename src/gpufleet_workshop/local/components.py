@@ -46,6 +46,9 @@ Method = Literal["go-install", "go-module", "go-local", "apt"]
 DRA_DRIVER_SOURCE = Path(__file__).with_name("dra_driver")
 #: What the local cluster runs of k8s.io/kubernetes: the control plane, the real node's kubelet and the
 #: Service data plane's kube-proxy (confined to a network namespace, :mod:`gpufleet_workshop.local.dataplane`).
+#: KEDA's operator (ScaledObjects, the scalers that query Prometheus) and its metrics adapter (the external
+#: metrics API the HPA reads), built from one module (:mod:`gpufleet_workshop.local.keda`).
+KEDA_BINARIES = ("operator", "adapter")
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
@@ -136,7 +139,7 @@ def components() -> dict[str, Component]:
     """
     items = [*_go_components(), *_debian_components()]
     missing = {"kubernetes", "dynamic_resource_allocation", "etcd", "kwok", "kueue", "jobset", "descheduler",
-               "metrics_server", "prometheus", "image_tools",
+               "metrics_server", "keda", "prometheus", "image_tools",
                "node_runtime", "cni_plugins"} - set(versions())
     if missing:  # pragma: no cover - pin() above already raised
         raise KeyError(f"versions.yaml: missing {sorted(missing)}")
@@ -148,7 +151,7 @@ def _go_components() -> list[Component]:
     k8s = pin("kubernetes")
     etcd = pin("etcd")
     kwok, kueue, jobset, desched = pin("kwok"), pin("kueue"), pin("jobset"), pin("descheduler")
-    metrics = pin("metrics_server")
+    metrics, keda = pin("metrics_server"), pin("keda")
     etcd_root = pin("etcd", "module").removesuffix("/server/v3")
     return [
         Component(
@@ -221,6 +224,17 @@ def _go_components() -> list[Component]:
             ldflags=(f"k8s.io/client-go/pkg/version.gitVersion={metrics}",),
             version_probe={"metrics-server": ("--version",)},
             version_text=metrics,
+        ),
+        Component(
+            name="keda",
+            version=keda,
+            # Its go.mod has a replace (a pseudo-version of one module): `go install pkg@version` refuses it.
+            method="go-module",
+            module=pin("keda", "module"),
+            # One `go build -o bin/` for both: they share most packages; the binaries take the packages' names.
+            packages=tuple(f"{pin('keda', 'module')}/cmd/{b}" for b in KEDA_BINARIES),
+            binaries=KEDA_BINARIES,
+            ldflags=(f"github.com/kedacore/keda/v2/version.Version={keda}",),
         ),
         Component(
             name="kubernetes",

@@ -91,6 +91,11 @@ class Layout:
         """Prometheus file_sd folder: every ``*.yaml``/``*.json`` here is scraped."""
         return self.root / "prometheus" / "targets"
 
+    @property
+    def endpointslice_targets(self) -> Path:
+        """The file_sd file of annotated Services' endpoints (:mod:`gpufleet_workshop.local.endpointslice_sd`)."""
+        return self.root / "prometheus" / "endpointslices.json"
+
     def log(self, component: str) -> Path:
         """Log file of a component."""
         return self.logs / f"{component}.log"

@@ -1,4 +1,4 @@
-"""Prometheus (Debian's package) for one local cluster, scraping file_sd targets.
+"""Prometheus (Debian's package) for one local cluster: file_sd targets, the control plane, annotated Services.
 
 Our own process with its config, data and port in the cluster's state
 folder, never the distribution's service. Jobs:
@@ -12,6 +12,26 @@ folder, never the distribution's service. Jobs:
   ``kube-scheduler``, ``kueue``, ``jobset``, ``descheduler``, ``kwok``: the
   local control plane, authenticated with a token of service account
   ``kube-system/gpufleet-prometheus`` (allowed ``get /metrics``).
+* ``kubernetes-service-endpointslices`` (:data:`SERVICE_ENDPOINTS_JOB`),
+  every 5 s: the ready endpoints of every Service annotated
+  ``prometheus.io/scrape: "true"``, found through its EndpointSlices. The
+  Prometheus community's convention, as its Helm chart's
+  ``kubernetes-service-endpoints`` job reads it: the Service's
+  ``prometheus.io/scheme``, ``prometheus.io/path`` and ``prometheus.io/port``
+  annotations, when present, say how to scrape. Through the slices, not the
+  pods: a pod a virtual kubelet runs outside is published in slices of its
+  own (:mod:`gpufleet.virtual_kubelet.endpoints`), at the address that
+  reaches it, and is scraped like a pod inside. Inference scales on what
+  this job scrapes (``vllm:num_requests_running``). Target labels
+  ``namespace``, ``service``, ``pod`` (an endpoint backed by a Pod) and
+  ``node``. Debian's Prometheus is built without Kubernetes discovery (its
+  NEWS.Debian, 1.5.0: "Kubernetes support has been completely removed"; 2.42
+  refuses a configuration naming ``kubernetes_sd_configs``, losing every
+  job), so the targets come from a file that
+  :mod:`gpufleet_workshop.local.endpointslice_sd` keeps, labelled as role
+  ``endpointslice`` labels them: the relabeling
+  (:func:`service_endpoints_relabeling`) is the one a Prometheus with that
+  discovery would use.
 """
 
 from __future__ import annotations
@@ -23,11 +43,54 @@ from pathlib import Path
 
 import yaml
 
+from gpufleet.names import PROMETHEUS_PATH_ANNOTATION, PROMETHEUS_PORT_ANNOTATION, PROMETHEUS_SCRAPE_ANNOTATION
 from gpufleet_workshop.local.layout import Layout
 from gpufleet_workshop.local.ports import Ports
 
 SERVICE_ACCOUNT = ("kube-system", "gpufleet-prometheus")
 TOKEN_SECRET = "gpufleet-prometheus-token"
+#: The job scraping annotated Services' endpoints, and its scrape interval: short, because inference scales on
+#: what it scrapes and the serving signal should lag little behind load.
+SERVICE_ENDPOINTS_JOB = "kubernetes-service-endpointslices"
+SERVICE_ENDPOINTS_INTERVAL = "5s"
+#: The convention's scheme annotation (``http``, the default, or ``https``); gpufleet's Services need not set it.
+SCHEME_ANNOTATION = "prometheus.io/scheme"
+
+
+def _service_annotation(annotation: str) -> str:
+    """Kubernetes SD's meta label of a Service annotation (SanitizeLabelName: ``[^a-zA-Z0-9_]`` -> ``_``)."""
+    return "__meta_kubernetes_service_annotation_" + re.sub(r"[^a-zA-Z0-9_]", "_", annotation)
+
+
+def service_endpoints_relabeling() -> list[dict]:
+    """Relabeling of :data:`SERVICE_ENDPOINTS_JOB`'s targets (one per endpoint address and slice port).
+
+    Keeps the ready endpoints of Services annotated ``prometheus.io/scrape: "true"``, takes scheme, path and
+    port from the Service's annotations where present (an absent annotation is an empty label, which
+    ``(.+)``-like regexes do not match), and sets ``namespace``, ``service``, ``pod`` and ``node``.
+    """
+    return [
+        {"source_labels": [_service_annotation(PROMETHEUS_SCRAPE_ANNOTATION)], "regex": "true", "action": "keep"},
+        # Ready endpoints only (a Service's own view of who serves). It also drops the targets Prometheus adds
+        # for a backing pod's other container ports: they carry no endpoint conditions.
+        {"source_labels": ["__meta_kubernetes_endpointslice_endpoint_conditions_ready"], "regex": "true",
+         "action": "keep"},
+        {"source_labels": [_service_annotation(SCHEME_ANNOTATION)], "regex": "(https?)",
+         "target_label": "__scheme__", "action": "replace"},
+        {"source_labels": [_service_annotation(PROMETHEUS_PATH_ANNOTATION)], "regex": "(.+)",
+         "target_label": "__metrics_path__", "action": "replace"},
+        # host[:port] + the annotation's port -> host:port (non-greedy host: an IPv6 "[a::b]" keeps its colons).
+        {"source_labels": ["__address__", _service_annotation(PROMETHEUS_PORT_ANNOTATION)],
+         "regex": r"(.+?)(?::\d+)?;(\d+)", "replacement": "$1:$2", "target_label": "__address__",
+         "action": "replace"},
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace", "action": "replace"},
+        {"source_labels": ["__meta_kubernetes_service_name"], "target_label": "service", "action": "replace"},
+        {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod", "action": "replace"},
+        # The endpoint's nodeName: Prometheus 2.52 and later name it; 2.42 (Debian's) only through the backing
+        # pod's spec.nodeName. The first of the two that is set.
+        {"source_labels": ["__meta_kubernetes_endpointslice_endpoint_node_name", "__meta_kubernetes_pod_node_name"],
+         "regex": ";*([^;]+).*", "target_label": "node", "action": "replace"},
+    ]
 
 
 def binary() -> str:
@@ -73,7 +136,19 @@ def config(layout: Layout, ports: Ports, ca: Path, token_file: Path, scrape_inte
             tls_job("jobset", ports.jobset_metrics),
             tls_job("descheduler", ports.descheduler),
             tls_job("kwok", ports.kwok, "http"),
+            service_endpoints_job(layout.endpointslice_targets),
         ],
+    }
+
+
+def service_endpoints_job(targets: Path) -> dict:
+    """The scrape config of :data:`SERVICE_ENDPOINTS_JOB`: the target groups in file ``targets`` (JSON, kept by
+    :mod:`gpufleet_workshop.local.endpointslice_sd`), relabeled by :func:`service_endpoints_relabeling`."""
+    return {
+        "job_name": SERVICE_ENDPOINTS_JOB,
+        "scrape_interval": SERVICE_ENDPOINTS_INTERVAL,
+        "file_sd_configs": [{"files": [str(targets)], "refresh_interval": "5s"}],
+        "relabel_configs": service_endpoints_relabeling(),
     }
 
 

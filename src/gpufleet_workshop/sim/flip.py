@@ -512,7 +512,8 @@ class Options:
             ``taint_controller_flip_mode``).
         rate: requests per second sent through the inference Service for the whole run (0: none; then
             inference runs on kwok's nodes and only Ready pods are counted).
-        latency_ms: milliseconds the inference stand-in takes per request.
+        latency_ms: milliseconds the inference stand-in takes per request (None: 20, or
+            :data:`~gpufleet_workshop.sim.loadstep.LATENCY_MS` with a load step).
         pdb_max_unavailable: the PodDisruptionBudget's maxUnavailable (pods or ``"10%"``) instead of the
             inventory's budget (None: the inventory's).
         pool_gpus: every pool's ``capacity_gpus`` instead of the inventory's (None: the inventory's): outside
@@ -536,7 +537,7 @@ class Options:
     other_clusters: dict[str, str] = field(default_factory=dict)
     mode: str | None = None
     rate: float = 20.0
-    latency_ms: float = 20.0
+    latency_ms: float | None = None
     pdb_max_unavailable: int | str | None = None
     pool_gpus: int | None = None
     migration_pods_per_minute: float | None = None
@@ -553,6 +554,10 @@ class Options:
         if self.migration_pods_per_minute is not None:
             out["descheduler_migration_pods_per_minute"] = self.migration_pods_per_minute
         return out
+
+
+#: The inference stand-in's milliseconds per request without a load step.
+DEFAULT_LATENCY_MS = 20.0
 
 
 def _wait(what: str, check: Callable[[], bool], timeout: float, rec: Recorder | None = None) -> None:
@@ -725,6 +730,11 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                                  "max_replicas": max(replicas, dep.max_replicas)})
     if opts.load_step and dep.scale_down_stabilization_seconds is None:
         dep = dep.model_copy(update={"scale_down_stabilization_seconds": loadstep.STABILIZATION_SECONDS})
+    latency_ms = opts.latency_ms if opts.latency_ms is not None else (
+        loadstep.LATENCY_MS if opts.load_step else DEFAULT_LATENCY_MS)
+    if opts.load_step and dep.scale_on == "requests_in_flight":
+        dep = dep.model_copy(update={"target_requests_in_flight": loadstep.target_in_flight(
+            opts.rate, opts.load_step, latency_ms, replicas)})
     pdb = dep.pdb_floor(replicas)
     budget = (f"minAvailable {pdb}" if dep.pdb_min_available is not None
               else f"maxUnavailable {dep.pdb_max_unavailable}: {pdb} Ready at least")
@@ -750,13 +760,15 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         f"(PDB {budget}), pools {', '.join(p.name for p in pools)}")
     c = _up(opts.cluster, inv.node_specs(), say, env=opts.env, descheduler_policy=policy)
     use_descheduler_policy(c, policy)
+    # KEDA queries the cluster's Prometheus from the real node's bridge, as the stack configures it.
+    inv.roles["inference"] = inv.role("inference").model_copy(update={"inference_prometheus_url": c.in_cluster_prometheus})
     kube = Kube.from_kubeconfig(c.kubeconfig, user_agent="gpufleet-sim", field_manager=FIELD_MANAGER_SIM)
     pool_clusters = incluster.pool_clusters(kube, inv, pools, names=opts.other_clusters, say=say)
 
     # 2. objects (serving for real: stand-ins required on the real node or a virtual one)
     _cleanup(kube, lq.namespace, inf.inference_namespace, dep.name, incluster.orphan_virtual_nodes(kube, inv), fresh=True)
     _apply_objects(kube, inv, None if opts.rate <= 0 else lambda t: serving.standin_pod(
-        t, image=workshop_image.reference(), real_node=real_node_name(c.name), latency_ms=opts.latency_ms,
+        t, image=workshop_image.reference(), real_node=real_node_name(c.name), latency_ms=latency_ms,
         cluster=opts.cluster))
 
     # 3. controllers: the roles' Deployments on the real node (a stack's when there, else applied here);
@@ -793,7 +805,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         steps[where] = loadstep.run_step(
             kube, inf.inference_namespace, dep.name, replicas, where=where, start=start,
             stop=lambda stream: step_requests.extend(stream.stop()), timeout=opts.timeout,
-            now=lambda: time.monotonic() - rec.t0, say=say)
+            now=lambda: time.monotonic() - rec.t0, say=say, prometheus=f"http://127.0.0.1:{c.ports.prometheus}")
     pod_times: dict[str, float | None] | None = None
     try:
         say("waiting for inference Ready in-cluster and the virtual nodes tainted")
@@ -1005,7 +1017,7 @@ def controller_keys(controllers: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, vnodes: list[str], *,
              fresh: bool = False) -> None:
-    """Delete the JobSet, the inference Deployment/HPA/PDB and the virtual nodes (best effort).
+    """Delete the JobSet, the inference Deployment/ScaledObject/HPA/PDB and the virtual nodes (best effort).
 
     With ``fresh`` (before a run), also delete what is left of their pods at
     once (grace 0: a previous run's pods may sit on virtual nodes no
@@ -1013,8 +1025,10 @@ def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, v
     every run starts from the same state.
     """
     steps = [("jobset.x-k8s.io/v1alpha2", "jobsets", JOBSET_NAME, training_ns)]
+    # The ScaledObject before its HPA: KEDA would make the HPA again.
     steps += [(api, plural, deployment, inference_ns) for api, plural in (
-        ("apps/v1", "deployments"), ("autoscaling/v2", "horizontalpodautoscalers"), ("policy/v1", "poddisruptionbudgets"))]
+        ("keda.sh/v1alpha1", "scaledobjects"), ("apps/v1", "deployments"), ("autoscaling/v2", "horizontalpodautoscalers"),
+        ("policy/v1", "poddisruptionbudgets"))]
     steps += [("v1", "nodes", n, None) for n in vnodes]
     for api, plural, name, ns in steps:
         try:

@@ -51,6 +51,8 @@ def stack_config(cluster) -> dict[str, str]:
     return {"gpufleet:gpufleet_api_server": cluster.in_cluster_api,
             "gpufleet:node_health_prometheus_url": cluster.in_cluster_prometheus,
             "gpufleet:taint_controller_prometheus_url": cluster.in_cluster_prometheus,
+            # KEDA's scalers query it from the real node's bridge (gpufleet_workshop.local.keda).
+            "gpufleet:inference_prometheus_url": cluster.in_cluster_prometheus,
             "gpufleet:gpu_metrics_exporter_fixture_node": fixture,
             # The "parallel FS mounted on every node" (backend hostpath) is the fixture node's checkpoint folder.
             "gpufleet:parallel_fs_mount_path": f"{fixture}/mnt/checkpoints"}

@@ -16,11 +16,24 @@ behind).
 
 Both steps start from the same state: the HPA settled (``ScalingActive``, a
 current figure, ``desiredReplicas`` at the floor) and every Ready replica
-counted, that is with a PodMetrics sample taken at least one window after
-the pod became Ready (:func:`counted`). The HPA takes a CPU sample older
-than that as the pod's start-up and counts it as 0% on the way up
-(``replica_calculator.go``, ``groupPods``), so a step started right after
-the replicas moved outside would measure their youth, not where they run.
+counted (:func:`target_state`). What counted means depends on what the HPA
+scales on:
+
+* requests in flight (the inference role's default: KEDA's ScaledObject,
+  an ``External`` metric, a Prometheus sum over the pods the Service's
+  EndpointSlices list): every Ready replica is a target Prometheus scrapes
+  (``up == 1`` with its ``pod`` label, :func:`scraped`), in-cluster or
+  outside alike; a replica not yet scraped would leave its requests out of
+  the sum;
+* CPU (``scale_on: cpu``): a PodMetrics sample taken at least one window
+  after the pod became Ready (:func:`counted`). The HPA takes a CPU sample
+  older than that as the pod's start-up and counts it as 0% on the way up
+  (``replica_calculator.go``, ``groupPods``), so a step started right after
+  the replicas moved outside would measure their youth, not where they run;
+  and outside the figures come from the virtual kubelet's kubelet API, which
+  reads the provider (the rental's instances, or the other cluster's metrics
+  API, itself a scrape behind).
+
 The HPA acts at most once per sync period (kube-controller-manager's
 ``--horizontal-pod-autoscaler-sync-period``, 15 s by default), so the
 figures have that grain.
@@ -32,14 +45,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufleet.kube import Kube, KubeError
+from gpufleet.kube.quantity import number
+from gpufleet.prom.client import PromClient, PromError
 from gpufleet.kube.times import parse_duration, parse_time
 from gpufleet.wait import PollTimeout, poll_until
 
 #: The HPA's scale-down stabilization window in a run with a load step (seconds), unless the inventory sets one:
 #: Kubernetes' default (300) would make each step's way down five minutes of waiting that tell nothing.
 STABILIZATION_SECONDS = 15
+#: The stand-in's milliseconds per request in a run with a load step, unless given: requests in flight are rate x
+#: latency (Little's law), and at 20 ms 80 requests/s keep 1.6 in flight over all replicas, under one a pod: the
+#: HPA would follow the noise of a few requests, not the step.
+LATENCY_MS = 200.0
 #: Where the two steps run (the keys of :func:`summary_keys`' input).
 WHERE = ("in_cluster", "outside")
+
+
+def target_in_flight(rate: float, step: float, latency_ms: float, replicas: int) -> float:
+    """The requests in flight per replica the HPA aims at in a run with a load step: halfway between the run's
+    own stream and the step's, spread over ``replicas`` (``rate`` and ``step`` in requests per second, latency
+    in milliseconds; Little's law: in flight = rate x latency). At the run's rate the HPA then wants about half
+    its floor (it stays at the floor); under the step, more than the floor.
+
+    Raises:
+        ValueError: a step not above the rate, a latency or replicas not above 0.
+    """
+    if step <= rate or latency_ms <= 0 or replicas < 1:
+        raise ValueError(f"load step {step:g}/s over rate {rate:g}/s at {latency_ms:g} ms on {replicas} replicas: "
+                         "expected a step above the rate, a latency above 0 and at least one replica")
+    return round((rate + step) / 2 * latency_ms / 1000 / replicas, 3)
 
 
 class LoadStepError(TimeoutError):
@@ -56,9 +90,9 @@ class Step:
         seconds_scale_down: from the step's end to ``desiredReplicas`` at the floor again.
         replicas_peak: the most ``desiredReplicas`` seen during the step.
         started_at: the step's start, seconds on the run's timeline.
-        trace: what the HPA reported at each read from the step's start: ``[t, desiredReplicas,
-            utilization]`` (seconds on the run's timeline; its first metric's current ``averageUtilization``,
-            percent of the request, or None), to see where the time went.
+        trace: what the HPA reported at each read from the step's start: ``[t, desiredReplicas, figure]``
+            (seconds on the run's timeline; its first metric's current figure, :func:`utilization`, or None),
+            to see where the time went.
     """
 
     where: str
@@ -66,7 +100,7 @@ class Step:
     seconds_scale_down: float
     replicas_peak: int
     started_at: float
-    trace: tuple[tuple[float, int | None, int | None], ...] = ()
+    trace: tuple[tuple[float, int | None, float | None], ...] = ()
 
 
 def hpa_status(kube: Kube, namespace: str, name: str) -> dict:
@@ -78,11 +112,21 @@ def hpa_status(kube: Kube, namespace: str, name: str) -> dict:
     return kube.get("autoscaling/v2", "horizontalpodautoscalers", name, namespace).get("status") or {}
 
 
-def utilization(status: dict) -> int | None:
-    """The current ``averageUtilization`` (percent of the request) of an HPA ``status``'s first metric, or None."""
+def utilization(status: dict) -> float | None:
+    """The current figure of an HPA ``status``'s first metric, or None: a resource metric's
+    ``averageUtilization`` (percent of the request); an external or pods metric's ``averageValue`` (else
+    ``value``), a quantity read as a number (requests in flight per replica for the inference role's trigger).
+
+    Raises:
+        ValueError: a quantity that is not one.
+    """
     for m in status.get("currentMetrics") or []:
-        current = ((m.get("resource") or m.get("containerResource") or {}).get("current") or {})
-        return current.get("averageUtilization")
+        resource = m.get("resource") or m.get("containerResource")
+        if resource is not None:
+            return (resource.get("current") or {}).get("averageUtilization")
+        current = (m.get("external") or m.get("pods") or m.get("object") or {}).get("current") or {}
+        figure = current.get("averageValue", current.get("value"))
+        return None if figure is None else round(number(figure), 3)
     return None
 
 
@@ -120,19 +164,59 @@ def counted(pods: list[dict], metrics: list[dict]) -> tuple[int, list[str]]:
     return n, waiting
 
 
-def target_state(kube: Kube, namespace: str, name: str) -> tuple[int, list[str]]:
-    """:func:`counted` for the pods of HPA ``namespace/name``'s target (the pods its scale subresource's selector
-    lists, as the HPA controller lists them).
+def _ready(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def scraped(pods: list[dict], up: list[dict]) -> tuple[int, list[str]]:
+    """How many of ``pods`` (Pod objects) Prometheus scrapes; the names of the Ready ones it does not.
+
+    ``up``: the vector of a query ``up{namespace=..., service=...}`` (``[{"metric": {...}, "value": [t, v]}]``);
+    a pod is scraped when a series with its ``pod`` label has value 1. Pods not Running, not Ready or being
+    deleted are neither counted nor listed.
+    """
+    live = {s["metric"].get("pod") for s in up if s.get("value") and float(s["value"][1]) == 1.0}
+    n, waiting = 0, []
+    for p in pods:
+        if not _ready(p):
+            continue
+        if p["metadata"]["name"] in live:
+            n += 1
+        else:
+            waiting.append(p["metadata"]["name"])
+    return n, waiting
+
+
+def target_state(kube: Kube, namespace: str, name: str, prometheus: str | None = None) -> tuple[int, list[str]]:
+    """How many replicas of HPA ``namespace/name``'s target it counts at their figure, and the Ready ones it does
+    not (module docstring): :func:`scraped` by Prometheus at ``prometheus`` (a base URL) for an HPA on an
+    ``External`` metric (the Service of the Deployment's name), else :func:`counted` by their PodMetrics. The
+    pods are those its target's scale subresource's selector lists, as the HPA controller lists them.
 
     Raises:
         KubeError: a read was refused (the HPA, its target's scale, the pods or the PodMetrics).
+        ValueError: the target is not a Deployment; an External metric and no ``prometheus``.
+        gpufleet.prom.client.PromError: Prometheus did not answer.
     """
-    ref = kube.get("autoscaling/v2", "horizontalpodautoscalers", name, namespace)["spec"]["scaleTargetRef"]
+    hpa = kube.get("autoscaling/v2", "horizontalpodautoscalers", name, namespace)["spec"]
+    ref = hpa["scaleTargetRef"]
     if ref.get("kind") != "Deployment":
         raise ValueError(f"HPA {namespace}/{name}: scaleTargetRef kind {ref.get('kind')!r}; expected Deployment")
     selector = (kube.get("apps/v1", "deployments", ref["name"], namespace, subresource="scale").get("status")
                 or {}).get("selector") or ""
     pods = kube.list("v1", "pods", namespace, labelSelector=selector)["items"]
+    if any(m.get("type") == "External" for m in hpa.get("metrics") or []):
+        if not prometheus:
+            raise ValueError(f"HPA {namespace}/{name} scales on an External metric: expected the URL of the "
+                             "Prometheus that scrapes its pods")
+        client = PromClient(prometheus)
+        try:
+            up = client.query(f'up{{namespace="{namespace}",service="{ref["name"]}"}}')
+        finally:
+            client.close()
+        return scraped(pods, up)
     metrics = kube.list("metrics.k8s.io/v1beta1", "pods", namespace, labelSelector=selector)["items"]
     return counted(pods, metrics)
 
@@ -140,7 +224,8 @@ def target_state(kube: Kube, namespace: str, name: str) -> tuple[int, list[str]]
 def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, start: Callable[[], object],
              stop: Callable[[object], None], timeout: float, now: Callable[[], float],
              say: Callable[[str], None] = lambda _: None, interval: float = 1.0,
-             replicas_counted: Callable[[], tuple[int, list[str]]] | None = None) -> Step:
+             replicas_counted: Callable[[], tuple[int, list[str]]] | None = None,
+             prometheus: str | None = None) -> Step:
     """Run one load step against HPA ``namespace/name`` whose ``minReplicas`` is ``floor``.
 
     Args:
@@ -149,13 +234,14 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
         now: the run's timeline clock (seconds since the run began).
         say: progress lines.
         replicas_counted: what :func:`target_state` answers for the HPA (the default).
+        prometheus: the base URL of the Prometheus that scrapes the pods (an HPA on an External metric).
 
     Raises:
         LoadStepError: the HPA did not settle, scale up or scale back within ``timeout`` (its last status).
         KubeError: reading the HPA was refused.
     """
     last: dict = {}
-    trace: list[tuple[float, int | None, int | None]] = []
+    trace: list[tuple[float, int | None, float | None]] = []
     tracing = False
 
     def status() -> dict:
@@ -177,7 +263,7 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
 
     wait(f"settle at {floor} replicas with a current figure", lambda s: settled(s, floor))
     state: tuple[int, list[str]] = (0, [])
-    replicas_counted = replicas_counted or (lambda: target_state(kube, namespace, name))
+    replicas_counted = replicas_counted or (lambda: target_state(kube, namespace, name, prometheus))
 
     def every_replica_counted() -> bool:
         nonlocal state
@@ -186,10 +272,10 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
 
     try:
         poll_until(every_replica_counted, what="every replica counted", timeout=timeout, interval=interval,
-                   ignore=(KubeError,))
+                   ignore=(KubeError, PromError))
     except PollTimeout:
         raise LoadStepError(f"load step {where}: the HPA {namespace}/{name} counts {state[0]} of {floor} replicas "
-                            f"after {timeout:.0f}s; Ready without a sample a window after Ready: "
+                            f"after {timeout:.0f}s; Ready but not counted yet (no sample a window after Ready, or not scraped): "
                             f"{', '.join(state[1]) or 'none'}") from None
     peak = floor
     tracing = True

@@ -57,8 +57,8 @@ def flip_errors() -> Iterator[None]:
             "both: one run of each, one after the other, in OUT/<mode>/, compared side by side (OUT/comparison.json)",
     "rate": "requests per second sent through the inference Service for the whole run (default 20; 0: none, "
             "inference then runs on simulated nodes and only Ready pods count)",
-    "latency_ms": "milliseconds the inference stand-in takes per request (default 20; below the request "
-                  "stream's 2000 ms timeout)",
+    "latency_ms": "milliseconds the inference stand-in takes per request (default 20, or 200 with --load-step: "
+                  "inference scales on requests in flight, rate x latency; below the request stream's 2000 ms timeout)",
     "pdb_max_unavailable": "the inference PodDisruptionBudget's maxUnavailable, pods or a percentage such as 10% "
                            "(default: the inventory's budget)",
     "pool_gpus": "every pool's capacity_gpus (default: the inventory's): outside capacity for a fleet-size run",
@@ -69,7 +69,7 @@ def flip_errors() -> Iterator[None]:
 })
 def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out: str = "out/sim-flip",
          duration: int = 30, cluster: str = "gpufleet", pools: str = "", timeout: int = 300,
-         keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 20,
+         keep: bool = False, verbose: bool = False, mode: str = "", rate: int = 20, latency_ms: int = 0,
          pdb_max_unavailable: str = "", pool_gpus: int = 0, migration_pods_per_minute: float = 0.0,
          load_step: int = 0) -> None:
     """Run the flip on the local cluster: inference out when training takes every GPU, back when it ends.
@@ -94,7 +94,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     if pools and not pools.strip(", "):
         problems.append(f"--pools {pools!r}: expected pool names separated by commas (leave it out for every pool)")
     problems += [f"--{flag} {value:g}: expected {what}" for flag, value, what in (
-        ("rate", rate, "requests per second >= 0 (0: none)"), ("latency-ms", latency_ms, "milliseconds >= 0"),
+        ("rate", rate, "requests per second >= 0 (0: none)"), ("latency-ms", latency_ms, "milliseconds > 0 (0: the default)"),
         ("load-step", load_step, "requests per second >= 0 (0: no step)"))
         if value < 0]
     if rate > 0 and latency_ms >= TIMEOUT_SECONDS * 1000:
@@ -116,7 +116,7 @@ def flip(c: Context, env: str = "local", nodes: int = 0, replicas: int = 0, out:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     opts = Options(env=env, nodes=nodes or None, replicas=replicas or None, duration=duration, cluster=cluster,
                    pools=tuple(p.strip() for p in pools.split(",") if p.strip()) or None, out=out, timeout=timeout,
-                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms, pdb_max_unavailable=budget,
+                   keep=keep, mode=mode or None, rate=rate, latency_ms=latency_ms or None, pdb_max_unavailable=budget,
                    pool_gpus=pool_gpus or None, migration_pods_per_minute=migration_pods_per_minute or None,
                    load_step=load_step)
     with flip_errors():
