@@ -10,6 +10,7 @@ import pytest
 from gpufleet import names
 from gpufleet_admin.build import image as images
 from gpufleet_workshop.local import cluster as local
+from gpufleet_workshop.local import keda
 from gpufleet_workshop.local import node as realnode
 from gpufleet_workshop.local.apply import apply_changed, wait_for
 from gpufleet_workshop.local import ports as portblocks
@@ -42,7 +43,7 @@ def test_down_then_up_again_beside_the_session_cluster(local_cluster, other):
             _running_pod_on_real_node(first, k)
 
         stopped = local.down(other)
-        assert set(stopped) == set(local.COMPONENTS)
+        assert set(stopped) == set(local.COMPONENTS) | set(keda.COMPONENTS)  # KEDA runs beside the real node
         # The real node leaves no process, cgroup, mount or interface behind, though a pod ran.
         assert realnode.leftovers(other, realnode.NodePaths.of(first.layout)) == []
         assert local.main_pids(other) == {}

@@ -224,7 +224,8 @@ def up(c: "Cluster", *, timeout: float = 120.0) -> list[processes.ProcessSpec]:
 
 
 def down(name: str, timeout: float = 10.0) -> list[str]:
-    """Stop cluster ``name``'s KEDA processes and delete its namespace (the veth goes with it); what was removed."""
+    """Stop cluster ``name``'s KEDA processes and delete its namespace (the veth goes with it); the processes that
+    were running (:data:`COMPONENTS`' names)."""
     from gpufleet_workshop.local.layout import Layout
 
     lay = Layout(name)
@@ -232,5 +233,4 @@ def down(name: str, timeout: float = 10.0) -> list[str]:
     ns = netns_name(name)
     if Path(f"/run/netns/{ns}").exists():
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-        gone.append(f"netns {ns}")
     return gone
