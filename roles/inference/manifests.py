@@ -241,9 +241,27 @@ def scaled_object(d, namespace: str, prometheus_url: str, metric: str) -> Obj:
                                                 "ignoreNullValues": "false"}}]}}
 
 
+#: Seconds between scrapes of the model servers' metrics where the Prometheus operator scrapes them: short,
+#: because the autoscaler follows what is scraped (the local environment's Prometheus scrapes them as often).
+SCRAPE_INTERVAL = "5s"
+
+
+def service_monitor(namespace: str) -> Obj:
+    """The Prometheus operator's ServiceMonitor of every inference Service in ``namespace`` (the role's Services
+    carry ``app.kubernetes.io/name: inference``): ``/metrics`` on the ``http`` port every :data:`SCRAPE_INTERVAL`.
+    The operator's targets carry ``namespace`` and ``service``, the labels the ScaledObject's query sums by; it
+    reads endpoints (EndpointSlices where the Prometheus resource says so), so pods outside are scraped too."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": meta("inference", namespace, component="inference"),
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "inference"}},
+                     "endpoints": [{"port": HTTP_PORT_NAME, "path": METRICS_PATH, "interval": SCRAPE_INTERVAL}]}}
+
+
 def objects(inv: Inventory) -> list[Obj]:
     """Namespace, and per deployment: its ResourceClaimTemplate (DRA only), Deployment, Service, autoscaler (a KEDA
-    ScaledObject on requests in flight, or with ``scale_on: cpu`` a HorizontalPodAutoscaler), PodDisruptionBudget."""
+    ScaledObject on requests in flight, or with ``scale_on: cpu`` a HorizontalPodAutoscaler), PodDisruptionBudget;
+    where the Prometheus operator scrapes (``gpu_metrics_prometheus_operator``) and a deployment scales on requests
+    in flight, one ServiceMonitor of the inference Services (:func:`service_monitor`)."""
     from gpufleet_admin.manifests import namespace
 
     v = inv.role("inference")
@@ -268,4 +286,8 @@ def objects(inv: Inventory) -> list[Obj]:
             out.append(scaled_object(d, ns, v.inference_prometheus_url, v.inference_requests_in_flight_metric))
         out.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(d.name, ns, component="inference"),
                     "spec": {**d.pdb_spec(), "selector": {"matchLabels": sel}}})
+    if inv.role("gpu_metrics").gpu_metrics_prometheus_operator and any(
+            d.scale_on == "requests_in_flight" for d in v.inference_deployments):
+        # Where the Prometheus operator scrapes (gpu_metrics), it ignores the prometheus.io annotations.
+        out.append(service_monitor(ns))
     return out

@@ -143,3 +143,17 @@ def test_targets_default_and_a_target_the_signal_does_not_use_is_refused() -> No
 def test_a_target_that_is_not_a_number_above_zero_is_refused(value) -> None:
     with pytest.raises(ValidationError, match="target_requests_in_flight"):
         DeploymentVars(**BASE, target_requests_in_flight=value)
+
+
+def test_where_the_prometheus_operator_scrapes_a_service_monitor_selects_every_inference_service() -> None:
+    objs = objects(load("prod"))  # prod: gpu_metrics_prometheus_operator true
+    sm = one(objs, "ServiceMonitor")
+    validate(sm)
+    services = [o for o in objs if o["kind"] == "Service"]
+    assert services and all(
+        o["metadata"]["labels"].items() >= sm["spec"]["selector"]["matchLabels"].items() for o in services)
+    assert sm["metadata"]["namespace"] == "inference"
+    assert sm["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "5s"}]
+    # CPU alone needs no scrape; the local environment (no operator) scrapes the annotations instead.
+    assert not [o for o in prod(scale_on="cpu") if o["kind"] == "ServiceMonitor"]
+    assert not [o for o in objects(load("local")) if o["kind"] == "ServiceMonitor"]
