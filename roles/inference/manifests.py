@@ -82,7 +82,6 @@ from gpufleet.names import (
     GPU_DEVICE_CLASS,
     KUEUE_UNCONSTRAINED_TOPOLOGY,
     PROMETHEUS_PATH_ANNOTATION,
-    PROMETHEUS_PORT_ANNOTATION,
     PROMETHEUS_SCRAPE_ANNOTATION,
     RESOURCE_API,
     SURGE_FOR_LABEL,
@@ -186,12 +185,12 @@ def service(name: str, namespace: str, selector: dict[str, str], pod: Obj) -> Ob
                                  "has no name (the Service names its ports after them)")
             ports.append({"name": p["name"], "protocol": p.get("protocol", "TCP"), "port": p["containerPort"],
                           "targetPort": p["name"]})
-    http = [p["port"] for p in ports if p["name"] == HTTP_PORT_NAME]
-    if not http:
+    if not any(p["name"] == HTTP_PORT_NAME for p in ports):
         raise ValueError(f"inference Deployment {name}: no container port named {HTTP_PORT_NAME!r} (have "
                          f"{[p['name'] for p in ports]}); Prometheus scrapes {METRICS_PATH} on it")
-    scrape = {PROMETHEUS_SCRAPE_ANNOTATION: "true", PROMETHEUS_PORT_ANNOTATION: str(http[0]),
-              PROMETHEUS_PATH_ANNOTATION: METRICS_PATH}
+    # No prometheus.io/port: each endpoint is scraped at the port its EndpointSlice gives, which a virtual
+    # kubelet's slices may map to another (a rental instance's own port): the annotation would override it.
+    scrape = {PROMETHEUS_SCRAPE_ANNOTATION: "true", PROMETHEUS_PATH_ANNOTATION: METRICS_PATH}
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": meta(name, namespace, component="inference", annotations=scrape),
             "spec": {"type": "ClusterIP", "selector": dict(selector), "ports": ports}}

@@ -70,14 +70,14 @@ def test_scale_on_cpu_gives_the_cpu_hpa_and_no_scaled_object() -> None:
     assert validate(hpa) == []
 
 
-def test_every_inference_service_is_scraped_on_its_http_port() -> None:
+def test_every_inference_service_is_scraped_at_each_endpoints_own_port() -> None:
     svc = one(objects(load("prod")), "Service")
-    assert svc["metadata"]["annotations"] == {PROMETHEUS_SCRAPE_ANNOTATION: "true", PROMETHEUS_PORT_ANNOTATION: "8000",
+    # No port annotation: a virtual kubelet's EndpointSlice may publish a pod outside at another port (a rental
+    # instance's own), and the annotation would send the scrape to the Service's port instead.
+    assert svc["metadata"]["annotations"] == {PROMETHEUS_SCRAPE_ANNOTATION: "true",
                                               PROMETHEUS_PATH_ANNOTATION: "/metrics"}
+    assert PROMETHEUS_PORT_ANNOTATION not in svc["metadata"]["annotations"]
     assert svc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpufleet"
-    two = {"containers": [{"name": "server", "ports": [{"name": "grpc", "containerPort": 9000},
-                                                       {"name": "http", "containerPort": 8080}]}]}
-    assert service("chat", "inference", {"app": "chat"}, two)["metadata"]["annotations"][PROMETHEUS_PORT_ANNOTATION] == "8080"
     with pytest.raises(ValueError, match=r"inference Deployment chat: no container port named 'http' \(have \['grpc'\]\)"):
         service("chat", "inference", {"app": "chat"}, {"containers": [{"name": "server", "ports": [
             {"name": "grpc", "containerPort": 9000}]}]})
