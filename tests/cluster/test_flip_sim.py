@@ -54,7 +54,8 @@ def test_sim_flip_serves_every_request_keeps_the_pdb_and_comes_back(local_cluste
     assert set(steps) == {"in_cluster", "outside"}
     for where, step in steps.items():
         assert step["replicas_peak"] > timeline["replicas"], (where, step)
-        # Its figure was requests in flight per replica, read through the external metrics API, wherever they ran.
+        # It followed requests in flight per replica, read through the external metrics API, wherever they ran.
+        assert step["metric"] == "External", (where, step)
         assert any(figure for _, _, figure in step["trace"]), (where, step)
         assert step["seconds_scale_up"] > 0 and step["seconds_scale_down"] > 0, (where, step)
     assert isinstance(summary["seconds_hpa_scale_up_lag_outside"], float)

@@ -18,7 +18,8 @@ def _hpa(desired: int, *, active: bool = True, metrics: bool = True) -> dict:
     if metrics:
         status["currentMetrics"] = [{"type": "Resource", "resource": {"name": "cpu", "current": {"averageUtilization": 40}}}]
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": NAME, "namespace": NS},
-            "spec": {"minReplicas": 4, "maxReplicas": 16}, "status": status}
+            "spec": {"minReplicas": 4, "maxReplicas": 16, "metrics": [{"type": "Resource", "resource": {
+                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}, "status": status}
 
 
 @pytest.fixture
@@ -55,6 +56,7 @@ def test_a_step_the_hpa_follows_gives_both_directions_and_the_peak(kube):
         "outside", 5.0, 5.0, 7, 0.0)
     # What the HPA said at each read from the step on: desired replicas and utilization (percent of the request).
     assert step.trace == ((5.0, 7, 40), (10.0, 4, 40))
+    assert step.metric == "Resource"  # what the HPA followed
 
 
 def test_an_hpa_without_figures_is_never_stepped_and_the_error_says_what_it_reported(kube):

@@ -93,6 +93,8 @@ class Step:
         trace: what the HPA reported at each read from the step's start: ``[t, desiredReplicas, figure]``
             (seconds on the run's timeline; its first metric's current figure, :func:`utilization`, or None),
             to see where the time went.
+        metric: the type of the HPA's first metric (``External`` for the inference role's KEDA trigger,
+            ``Resource`` for CPU; None when unreadable): what the HPA followed.
     """
 
     where: str
@@ -101,6 +103,7 @@ class Step:
     replicas_peak: int
     started_at: float
     trace: tuple[tuple[float, int | None, float | None], ...] = ()
+    metric: str | None = None
 
 
 def hpa_status(kube: Kube, namespace: str, name: str) -> dict:
@@ -279,6 +282,11 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
                             f"{', '.join(state[1]) or 'none'}") from None
     peak = floor
     tracing = True
+    try:
+        metric = ((kube.get("autoscaling/v2", "horizontalpodautoscalers", name, namespace).get("spec") or {})
+                  .get("metrics") or [{}])[0].get("type")
+    except KubeError:
+        metric = None
     began = now()
     say(f"t={began:.0f}s load step {where}: extra requests on; the HPA wants {floor}")
     load = start()
@@ -302,7 +310,8 @@ def run_step(kube: Kube, namespace: str, name: str, floor: int, *, where: str, s
     wait(f"scale back to {floor} after the step", down)
     back = now()
     say(f"t={back:.0f}s load step {where}: the HPA wants {floor} again after {back - scaled_up:.1f}s")
-    return Step(where, round(scaled_up - began, 1), round(back - scaled_up, 1), peak, round(began, 1), tuple(trace))
+    return Step(where, round(scaled_up - began, 1), round(back - scaled_up, 1), peak, round(began, 1), tuple(trace),
+                metric)
 
 
 def summary_keys(steps: dict[str, Step]) -> dict[str, float | None]:
