@@ -82,3 +82,14 @@ def test_the_file_is_written_only_when_it_changes(tmp_path):
     assert sd.write_atomic(path, groups) is False
     assert json.loads(path.read_text()) == groups
     assert sd.write_atomic(path, []) is True and json.loads(path.read_text()) == []
+
+
+def test_addresses_of_kwoks_pods_are_never_targets_a_scrape_would_leave_the_machine():
+    from ipaddress import ip_network
+
+    from gpufleet_workshop.local.kwok import POD_CIDR
+
+    slices = [_slice("s", [_endpoint("10.128.0.5", "kwok-pod", "kwok-node"), _endpoint("10.244.0.7", "p", "n"),
+                           _endpoint("not-an-ip", "q", "n")])]
+    groups = sd.target_groups([_service()], slices, exclude=[ip_network(POD_CIDR)])
+    assert [g["targets"] for g in groups] == [["10.244.0.7:8000"]]

@@ -171,9 +171,11 @@ class Cluster:
                 http(p.prometheus, "/-/ready"),
             ),
             # Prometheus' discovery of annotated Services' endpoints (Debian's build has no Kubernetes discovery).
+            # kwok's pods have addresses no host answers: never scraped (a scrape would leave the machine).
             "endpointslice-sd": spec("endpointslice-sd", [sys.executable, "-m", "gpufleet_workshop.local.endpointslice_sd",
                                                           "--kubeconfig", str(admin), "--out",
-                                                          str(lay.endpointslice_targets)], None),
+                                                          str(lay.endpointslice_targets), "--exclude", kwok.POD_CIDR],
+                                     None),
             # /livez, not /readyz: it is ready only once it holds two scrapes of a node, and the real node (the
             # one node it scrapes before virtual nodes come) joins after the add-ons, or never in a cluster without.
             "metrics-server": spec("metrics-server", metrics_server.argv(pki, admin, p.metrics_server),

@@ -46,10 +46,10 @@ Method = Literal["go-install", "go-module", "go-local", "apt"]
 DRA_DRIVER_SOURCE = Path(__file__).with_name("dra_driver")
 #: What the local cluster runs of k8s.io/kubernetes: the control plane, the real node's kubelet and the
 #: Service data plane's kube-proxy (confined to a network namespace, :mod:`gpufleet_workshop.local.dataplane`).
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 #: KEDA's operator (ScaledObjects, the scalers that query Prometheus) and its metrics adapter (the external
 #: metrics API the HPA reads), built from one module (:mod:`gpufleet_workshop.local.keda`).
 KEDA_BINARIES = ("operator", "adapter")
-KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy")
 
 
 @dataclass(frozen=True)

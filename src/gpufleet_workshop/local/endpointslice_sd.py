@@ -23,7 +23,14 @@ Labels per target (Prometheus' ``discovery/kubernetes/endpointslice.go``):
 ``__meta_kubernetes_endpointslice_port``, ``..._port_name``,
 ``..._port_protocol``, ``..._endpoint_conditions_ready``,
 ``..._endpoint_node_name`` (when set), and ``__meta_kubernetes_pod_name``
-for an endpoint whose targetRef is a Pod.
+for an endpoint whose targetRef is a Pod. One difference: an endpoint
+without a ready condition is labelled ready, as ``discovery.k8s.io/v1``
+says to read it (Prometheus leaves the label out, and the relabeling's
+ready-only rule then drops it).
+
+Addresses in ``--exclude`` ranges are left out: kwok's simulated pods get
+addresses from a range no host answers (``kwok.POD_CIDR``), and a scrape
+of one would leave the machine by its default route.
 
 Run: ``python -m gpufleet_workshop.local.endpointslice_sd --kubeconfig K --out FILE``
 (the local cluster runs it beside Prometheus). Errors: a refused list or
@@ -33,6 +40,7 @@ watch is retried by the informer; the file is replaced atomically.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -53,10 +61,21 @@ def sanitize(name: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", name)
 
 
-def target_groups(services: Iterable[dict], slices: Iterable[dict]) -> list[dict]:
+def target_groups(services: Iterable[dict], slices: Iterable[dict],
+                  exclude: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network] = ()) -> list[dict]:
     """file_sd target groups (``[{"targets": ["addr:port"], "labels": {...}}]``) for ``slices`` (EndpointSlice
     objects) of ``services`` (Service objects): one per endpoint address and slice port, in a stable order.
-    A slice whose Service is not in ``services`` is left out (it is being deleted, or not yet seen)."""
+    A slice whose Service is not in ``services`` is left out (it is being deleted, or not yet seen), and so is
+    an address in one of the ``exclude`` networks or one that is not an IP address."""
+    exclude = tuple(exclude)
+
+    def wanted(addr: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            return False
+        return not any(ip in net for net in exclude)
+
     by_key = {(s["metadata"].get("namespace"), s["metadata"]["name"]): s for s in services}
     out = []
     for sl in sorted(slices, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])):
@@ -85,7 +104,7 @@ def target_groups(services: Iterable[dict], slices: Iterable[dict]) -> list[dict
                 plabels = {**labels, "__meta_kubernetes_endpointslice_port": str(port["port"]),
                            "__meta_kubernetes_endpointslice_port_name": port.get("name") or "",
                            "__meta_kubernetes_endpointslice_port_protocol": port.get("protocol") or "TCP"}
-                for addr in ep.get("addresses") or []:
+                for addr in filter(wanted, ep.get("addresses") or []):
                     host = f"[{addr}]" if ":" in addr else addr
                     out.append({"targets": [f"{host}:{port['port']}"], "labels": plabels})
     return out
@@ -102,8 +121,11 @@ def write_atomic(path: Path, groups: list[dict]) -> bool:
     return True
 
 
-def run(kubeconfig: Path, out: Path, stop: threading.Event) -> None:
-    """Keep ``out`` current with every Service's and EndpointSlice's change until ``stop`` is set.
+def run(kubeconfig: Path, out: Path, stop: threading.Event,
+        exclude: Iterable[ipaddress.IPv4Network | ipaddress.IPv6Network] = ()) -> None:
+    """Keep ``out`` current with every Service's and EndpointSlice's change until ``stop`` is set (addresses in
+    ``exclude`` left out). Nothing is written before both collections are listed: a slow API server does not
+    empty a good file.
 
     Raises:
         gpufleet.kube.KubeError: the kubeconfig is unusable.
@@ -121,13 +143,13 @@ def run(kubeconfig: Path, out: Path, stop: threading.Event) -> None:
     services.start()
     slices.start()
     try:
-        services.wait_synced()
-        slices.wait_synced()
+        while not stop.is_set() and not (services.wait_synced(5.0) and slices.wait_synced(5.0)):
+            log.warning("waiting for Services and EndpointSlices to be listed")
         changed.set()
         while not stop.is_set():
             if changed.wait(1.0):
                 changed.clear()
-                if write_atomic(out, target_groups(services.items(), slices.items())):
+                if write_atomic(out, target_groups(services.items(), slices.items(), exclude)):
                     log.info("%s: %d targets", out, len(json.loads(out.read_text())))
     finally:
         services.stop()
@@ -140,12 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig of the cluster to watch")
     parser.add_argument("--out", type=Path, required=True, help="file_sd file to write (JSON)")
+    parser.add_argument("--exclude", type=ipaddress.ip_network, action="append", default=[],
+                        help="leave out endpoint addresses in this network (CIDR; repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    run(args.kubeconfig, args.out, stop)
+    run(args.kubeconfig, args.out, stop, args.exclude)
     return 0
 
 

@@ -50,6 +50,7 @@ or stays unhealthy is :mod:`gpufleet_workshop.local.processes`' ``ComponentFaile
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,8 +142,12 @@ def kubeconfig(c: "Cluster") -> Path:
     path = c.layout.config / "keda.kubeconfig"
     text = c.pod_kubeconfig()
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-        path.chmod(0o600)
+        # Created 0600: it holds the admin client key, never readable by others, not even for a moment.
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
     return path
 
 
@@ -209,9 +214,9 @@ def up(c: "Cluster", *, timeout: float = 120.0) -> list[processes.ProcessSpec]:
     from gpufleet_workshop.local.apply import apply_changed
 
     ensure_netns(c)
-    k = c.kube()
-    apply_changed(k, crds())
-    apply_changed(k, objects(c))
+    with c.kube() as k:
+        apply_changed(k, crds())
+        apply_changed(k, objects(c))
     out = specs(c)
     for sp in out:
         if processes.running(sp.pidfile) is not None and processes.recorded_argv(sp.pidfile) != list(sp.argv):

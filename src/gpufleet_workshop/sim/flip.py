@@ -1051,7 +1051,12 @@ def _cleanup(kube: Kube, training_ns: str, inference_ns: str, deployment: str, v
                 kube.delete("v1", "pods", p["metadata"]["name"], p["metadata"]["namespace"], grace_seconds=0)
             except KubeError:
                 pass
-        return not left
+        # KEDA removes its finalizer from the ScaledObject: applied before it is gone, the new one would go with it.
+        try:
+            scaled = kube.get_or_none("keda.sh/v1alpha1", "scaledobjects", deployment, inference_ns)
+        except KubeError:  # no KEDA in this cluster
+            scaled = None
+        return not left and scaled is None
 
     with contextlib.suppress(PollTimeout):  # best effort, as before
         poll_until(none_left, what="the flip's pods gone", timeout=60, interval=0.5)

@@ -73,7 +73,11 @@ def target_in_flight(rate: float, step: float, latency_ms: float, replicas: int)
     if step <= rate or latency_ms <= 0 or replicas < 1:
         raise ValueError(f"load step {step:g}/s over rate {rate:g}/s at {latency_ms:g} ms on {replicas} replicas: "
                          "expected a step above the rate, a latency above 0 and at least one replica")
-    return round((rate + step) / 2 * latency_ms / 1000 / replicas, 3)
+    target = round((rate + step) / 2 * latency_ms / 1000 / replicas, 3)
+    if target <= 0:
+        raise ValueError(f"load step {step:g}/s over rate {rate:g}/s at {latency_ms:g} ms on {replicas} replicas: "
+                         "under 0.001 requests in flight a replica; expected a longer --latency-ms or fewer replicas")
+    return target
 
 
 class LoadStepError(TimeoutError):
