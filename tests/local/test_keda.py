@@ -40,3 +40,19 @@ def test_the_aggregator_reaches_the_adapter_by_an_external_name_that_is_its_addr
     # The HPA controller may read external metrics under either identity kube-controller-manager uses.
     subjects = {s["name"] for s in objs["ClusterRoleBinding"]["subjects"]}
     assert subjects == {"horizontal-pod-autoscaler", "system:kube-controller-manager"}
+
+
+def test_a_cluster_without_keda_forgets_its_apiservice_and_a_second_forget_is_fine(tmp_path):
+    from gpufleet_workshop.testing import FakeKube
+    from gpufleet_workshop.testing.fakekube import Kind
+
+    k = FakeKube()
+    k.register(Kind("apiregistration.k8s.io/v1", "APIService", "apiservices", namespaced=False, status=True))
+    try:
+        api = next(o for o in keda.objects(_cluster(tmp_path)) if o["kind"] == "APIService")
+        k.add(api)
+        keda.forget(k)
+        assert k.get_or_none("apiregistration.k8s.io/v1", "apiservices", keda.API_SERVICE) is None
+        keda.forget(k)
+    finally:
+        k.close()

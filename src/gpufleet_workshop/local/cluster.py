@@ -725,6 +725,10 @@ def _up(name, env, nodes, specs, descheduler_policy, descheduler_policy_file, ti
             marks = [t]
             _real_node(c, k, all_specs, timeout, sub, log, dra_driver=bool(dra_nodes))
             t = marks[-1]
+        else:
+            # KEDA runs beside the real node only: an APIService an earlier run left would answer for nothing,
+            # and an unavailable aggregated API stalls discovery (namespace deletion waits on it).
+            keda.forget(k)
     # A component can answer its health check and exit a moment later (bad config).
     for spec in all_specs.values():
         if not real_node and spec.name in NODE_COMPONENTS:

@@ -204,6 +204,22 @@ def objects(c: "Cluster") -> list[dict]:
     ]
 
 
+def forget(k) -> None:
+    """Delete KEDA's APIService from the cluster of client ``k`` (a :class:`gpufleet.kube.Kube`), if there: what a
+    cluster without KEDA's processes must not keep registered. Its CRDs and objects stay (a later run with a
+    real node serves them again).
+
+    Raises:
+        gpufleet.kube.KubeError: the delete was refused (not found is fine).
+    """
+    from gpufleet.kube import NotFound
+
+    try:
+        k.delete("apiregistration.k8s.io/v1", "apiservices", API_SERVICE)
+    except NotFound:
+        pass
+
+
 def up(c: "Cluster", *, timeout: float = 120.0) -> list[processes.ProcessSpec]:
     """KEDA running for cluster ``c`` (its namespace, CRDs and objects applied, both processes healthy); idempotent.
 
