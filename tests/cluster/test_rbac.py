@@ -111,7 +111,13 @@ def accounts(local_cluster) -> dict[str, str]:
     objs = [o for o in render(load("local")).objects if o["kind"] in RBAC_KINDS]
     with local_cluster.cluster.kube() as k:
         apply_changed(k, sorted(objs, key=lambda o: o["kind"] != "Namespace"))
-    return {o["metadata"]["name"]: o["metadata"]["namespace"] for o in objs if o["kind"] == "ServiceAccount"}
+    accounts = {o["metadata"]["name"]: o["metadata"]["namespace"] for o in objs if o["kind"] == "ServiceAccount"}
+    # The RBAC authorizer decides from its own informers: a Role or binding just written may not be seen for a
+    # moment. Wait until every account's first needed verb is allowed, so the tests read settled RBAC.
+    poll_until(lambda: all(_allowed(local_cluster.kube, sa, ns, NEEDED[sa][0]) for sa, ns in accounts.items()
+                           if NEEDED.get(sa)),
+               what="the applied RBAC seen by the authorizer", timeout=30, interval=0.5)
+    return accounts
 
 
 def _allowed(k: Kube, sa: str, namespace: str, ask: Ask) -> bool:

@@ -232,7 +232,10 @@ def up(c: "Cluster", *, timeout: float = 120.0) -> list[processes.ProcessSpec]:
     ensure_netns(c)
     with c.kube() as k:
         apply_changed(k, crds())
-        apply_changed(k, objects(c))
+        objs = objects(c)
+        # The namespace before what goes in it (apply_changed writes in parallel).
+        apply_changed(k, [o for o in objs if o["kind"] == "Namespace"])
+        apply_changed(k, [o for o in objs if o["kind"] != "Namespace"])
     out = specs(c)
     for sp in out:
         if processes.running(sp.pidfile) is not None and processes.recorded_argv(sp.pidfile) != list(sp.argv):
