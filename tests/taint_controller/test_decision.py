@@ -123,3 +123,30 @@ def test_below_low_while_inference_comes_back_is_no_evidence_until_nothing_is_re
     assert d.changed and d.tainted is False and d.since == 21.0
     # Untainted, nothing comes back: the argument is ignored.
     assert not Hysteresis(high=8, low=2, hold=0, tainted=False).observe(0, 0.0, returning=2).changed
+
+
+def test_inference_displaced_for_training_untaints_at_once_and_keeps_the_virtual_nodes_open():
+    m = Hysteresis(high=8, low=2, hold=10, tainted=True)
+    d = m.observe(500, 0.0, displaced=3)
+    assert d.changed and d.tainted is False and d.since == 0.0, "no hold: the flip-out already decided"
+    assert "3 inference pods must leave nodes reserved for training" in d.reason
+    assert not m.observe(500, 30.0, displaced=1).changed, "free GPUs above high do not close them meanwhile"
+    assert m.above_since is None
+    # Nothing left to move: the free GPUs decide again, from a fresh streak.
+    assert not m.observe(500, 31.0).changed
+    assert m.observe(500, 41.0).tainted is True
+    # An unknown state (no signal yet) is decided the same way.
+    assert Hysteresis(high=8, low=2, hold=10).observe(None, 0.0, displaced=1).tainted is False
+
+
+def test_training_pods_still_to_be_placed_make_free_gpus_above_high_no_evidence():
+    m = Hysteresis(high=8, low=2, hold=5, tainted=False)
+    for t in range(0, 60, 5):
+        d = m.observe(4000, float(t), arriving=40)
+        assert not d.changed and m.above_since is None
+    assert "40 training pods are still to be placed" in d.reason
+    assert not m.observe(4000, 60.0).changed, "the streak starts once every training pod is placed"
+    assert m.observe(4000, 65.0).tainted is True
+    # Below low, pods arriving take nothing away from the shortage.
+    m = Hysteresis(high=8, low=2, hold=0, tainted=True)
+    assert m.observe(0, 0.0, arriving=5).tainted is False

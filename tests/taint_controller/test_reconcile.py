@@ -447,3 +447,52 @@ def test_a_free_gpu_taint_set_by_hand_with_a_value_is_removed_when_the_cluster_i
     ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0), pools=("rental",), clock=clock).start()
     assert ctl.machine.tainted is True
     assert ctl.tick().changed and not has_free_taint(kube, "vk-rental"), taints(kube, "vk-rental")
+
+
+def test_a_reservation_opens_the_virtual_nodes_while_the_cluster_still_counts_free_gpus(kube, caches):
+    # A gang's pod is pinned to gpu-0 (the node its admission chose) where inference runs; gpu-1 and gpu-2
+    # are free, but the gang's next pods will take them: waiting for the free GPUs to fall would make the
+    # surge, and the training, wait for the gang's own pods to be created.
+    rs = deployment(kube, replicas=1)
+    pinned = trainer(gpus=8)
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-0"}
+    for n in ("gpu-0", "gpu-1", "gpu-2"):
+        kube.add(node(n))
+    kube.add(virtual("vk-rental", "rental", tainted=True), pinned, inference("chat-a", "gpu-0", gpus=8, rs=rs))
+    sig = caches()
+    clock = Clock()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="make_before_break", surge_max_wait_seconds=180,
+                  clock=clock)
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=30, tainted=True), pools=("rental",),
+                          clock=clock, flip_out=out).start()
+    first = ctl.tick()  # 16 free GPUs > high: no change; the flip-out reserves gpu-0 and starts the surge
+    assert not first.changed and has_free_taint(kube, "vk-rental")
+    assert out.wanted == {"uid-chat-a"}
+    sync(kube, sig)
+    clock.t += 1
+    second = ctl.tick()
+    assert second.changed and not has_free_taint(kube, "vk-rental"), second.reason
+    assert "1 inference pods must leave nodes reserved for training" in second.reason
+    # Still 16 free GPUs and the trainer unplaced: they stay open past the hold.
+    sync(kube, sig)
+    clock.t += 60
+    assert not ctl.tick().changed and not has_free_taint(kube, "vk-rental")
+
+
+def test_training_pods_still_to_be_placed_keep_the_virtual_nodes_open(kube, caches):
+    kube.add(node("gpu-0"), node("gpu-1"), virtual("vk-rental", "rental"))
+    gated = pod("train-1", None, gpus=8, ns="team-pretrain", owner=None, priority_class=TRAINING, priority=1000,
+                phase="Pending")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    kube.add(gated)
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0, tainted=False), pools=("rental",),
+                          clock=clock, flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    assert ctl.training_waiting() == (0, 1)
+    d = ctl.tick()
+    assert not d.changed and not has_free_taint(kube, "vk-rental"), d.reason
+    kube.modify("pods", "train-1", "team-pretrain", lambda p: p["spec"].update(nodeName="gpu-0", schedulingGates=None))
+    sync(kube, sig)
+    assert ctl.training_waiting() == (0, 0)
+    assert ctl.tick().changed and has_free_taint(kube, "vk-rental"), "placed: 8 free GPUs > 4 close them again"

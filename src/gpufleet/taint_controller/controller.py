@@ -3,7 +3,9 @@
 Every :data:`~gpufleet.taint_controller.constants.TICK_SECONDS` (:meth:`TaintController.tick`):
 
 1. read the free-GPU signal (:mod:`gpufleet.taint_controller.signal`);
-2. feed it to the state machine (:class:`~gpufleet.taint_controller.decision.Hysteresis`);
+2. feed it to the state machine (:class:`~gpufleet.taint_controller.decision.Hysteresis`), with what
+   the flip-out knows of training waiting (:meth:`TaintController.training_waiting`: inference it
+   must move off reserved nodes opens the virtual nodes at once);
 3. make every virtual node of the configured pools (labels
    ``type=virtual-kubelet``, ``gpufleet.io/pool in (...)``) carry
    ``gpufleet.io/cluster-has-free-gpus:NoSchedule`` exactly when the state
@@ -249,6 +251,18 @@ class TaintController:
                 return 0
         return returning
 
+    def training_waiting(self) -> tuple[int, int]:
+        """``(displaced, arriving)`` for :meth:`Hysteresis.observe`: the inference pods the flip-out's last pass
+        still had to move off nodes reserved for training, and the pods of its priority classes that ask for GPUs
+        and are bound to no node yet (gated, unscheduled or unschedulable). ``(0, 0)`` without a flip-out. Read
+        from the flip-out's last pass and the pod cache's index of unbound pods: no scan of the fleet."""
+        if self.flip_out is None:
+            return 0, 0
+        arriving = sum(1 for p in self.flip_out.pods.by_index(BY_BINDING, UNBOUND)
+                       if p["phase"] == "Pending" and p["gpus"] > 0 and not p["metadata"].get("deletionTimestamp")
+                       and p["priorityClassName"] in self.flip_out.classes)
+        return len(self.flip_out.wanted), arriving
+
     def tick(self) -> Decision:
         """One cycle (module docstring); returns the decision taken."""
         value = self.signal.value()
@@ -259,7 +273,8 @@ class TaintController:
         else:
             FREE.set(value)
         now = self.clock()
-        decision = self.machine.observe(value, now, returning=self.returning())
+        displaced, arriving = self.training_waiting()
+        decision = self.machine.observe(value, now, returning=self.returning(), displaced=displaced, arriving=arriving)
         if decision.tainted is not None:
             started = self.clock()
             if decision.changed:

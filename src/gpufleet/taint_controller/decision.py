@@ -21,7 +21,20 @@ Rules, for samples ``(free_gpus, now)``:
   low-water mark, reopen the virtual nodes and stop the flip-back with pods
   left outside and their GPUs idle in-cluster. The caller says
   ``returning`` = 0 as soon as another pod waits for GPUs (a training pod,
-  an inference replica the cluster cannot place): that is a shortage.
+  an inference replica the cluster cannot place): that is a shortage;
+* ``displaced`` > 0 (inference pods on nodes the flip-out reserved for
+  training, still to move) untaints at once, whatever the free GPUs, and
+  keeps the state untainted: the flip-out reserves a node only when the
+  scheduler found no place for a training pod and no node fits it as it
+  is, so inference must make room, and in make before break its
+  replacement may only start on a virtual node. Waiting for the free GPUs
+  to fall would make training wait for its own pods' creation: a gang's
+  pods are placed on the nodes its admission chose (Kueue's topology
+  assignment) while the nodes it will take next still count as free;
+* ``arriving`` > 0 (training pods created and not yet placed) makes a
+  sample above ``high`` no evidence: the free GPUs are about to be taken by
+  pods that are already there, and tainting would send inference back onto
+  nodes a gang is filling.
 
 "Continuously" means every sample since the streak's first one satisfied
 the condition, and the last one is at least the hold time after the first.
@@ -84,9 +97,22 @@ class Hysteresis:
         self.below_since: float | None = None
         self.transitions = 0
 
-    def observe(self, free: float | None, now: float, *, returning: int = 0) -> Decision:
-        """Feed one sample taken at ``now`` (seconds); ``returning``: pods outside that the flip-back is bringing
-        back while no other pod waits for GPUs (module docstring). Returns the :class:`Decision`."""
+    def observe(self, free: float | None, now: float, *, returning: int = 0, displaced: int = 0,
+                arriving: int = 0) -> Decision:
+        """Feed one sample taken at ``now`` (seconds). Returns the :class:`Decision`.
+
+        Args:
+            returning: pods outside that the flip-back is bringing back while no other pod waits for GPUs.
+            displaced: inference pods the flip-out must move off nodes it reserved for training.
+            arriving: training pods (the flip-out's priority classes) created and not yet bound.
+            (Module docstring: what each does.)
+        """
+        if displaced > 0:
+            self.above_since = self.below_since = None
+            reason = f"{displaced} inference pods must leave nodes reserved for training"
+            if self.tainted is not False:
+                return self._go(False, now, reason)
+            return Decision(False, False, None, f"{reason}: no change")
         if free is None:
             self.above_since = self.below_since = None
             return Decision(self.tainted, False, None, "signal unavailable: no decision")
@@ -95,6 +121,10 @@ class Hysteresis:
             return Decision(self.tainted, False, None,
                             f"{free:g} free GPUs < low-water {self.low:g}, but {returning} pods are coming back "
                             "in-cluster and no other pod waits for GPUs: no change")
+        if free > self.high and arriving > 0:
+            self.above_since = self.below_since = None
+            return Decision(self.tainted, False, None, f"{free:g} free GPUs > high-water {self.high:g}, but {arriving} "
+                                                       "training pods are still to be placed: no change")
         if free > self.high:
             self.below_since = None
             if self.above_since is None:
