@@ -496,3 +496,16 @@ def test_training_pods_still_to_be_placed_keep_the_virtual_nodes_open(kube, cach
     sync(kube, sig)
     assert ctl.training_waiting() == (0, 0)
     assert ctl.tick().changed and has_free_taint(kube, "vk-rental"), "placed: 8 free GPUs > 4 close them again"
+
+
+def test_a_training_pod_nothing_can_place_does_not_keep_inference_outside(kube, caches):
+    kube.add(node("gpu-0"), node("gpu-1"), virtual("vk-rental", "rental"))
+    lost = trainer(gpus=8)
+    lost["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-9"}  # no such node
+    kube.add(lost)
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0, tainted=False), pools=("rental",),
+                          clock=clock, flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    assert ctl.training_waiting() == (0, 0)
+    assert ctl.tick().changed and has_free_taint(kube, "vk-rental"), "16 free GPUs > 4: inference may come back"

@@ -253,14 +253,20 @@ class TaintController:
 
     def training_waiting(self) -> tuple[int, int]:
         """``(displaced, arriving)`` for :meth:`Hysteresis.observe`: the inference pods the flip-out's last pass
-        still had to move off nodes reserved for training, and the pods of its priority classes that ask for GPUs
-        and are bound to no node yet (gated, unscheduled or unschedulable). ``(0, 0)`` without a flip-out. Read
-        from the flip-out's last pass and the pod cache's index of unbound pods: no scan of the fleet."""
+        still had to move off nodes reserved for training, and the pods of its priority classes that ask for GPUs,
+        are bound to no node and have no ``Unschedulable`` verdict (scheduling gates not yet lifted, or not yet
+        tried by the scheduler). ``(0, 0)`` without a flip-out.
+
+        An unschedulable training pod is left out of ``arriving``: one the flip-out can make room for is
+        reserved for, and counts among ``displaced`` through its node's inference; one nothing can place (a
+        node selector no node matches, more GPUs than a node has) would otherwise keep inference outside for as
+        long as it exists. Read from the flip-out's last pass and the pod cache's index of unbound pods: no scan
+        of the fleet."""
         if self.flip_out is None:
             return 0, 0
         arriving = sum(1 for p in self.flip_out.pods.by_index(BY_BINDING, UNBOUND)
-                       if p["phase"] == "Pending" and p["gpus"] > 0 and not p["metadata"].get("deletionTimestamp")
-                       and p["priorityClassName"] in self.flip_out.classes)
+                       if p["phase"] == "Pending" and p["gpus"] > 0 and not p["unschedulable"]
+                       and not p["metadata"].get("deletionTimestamp") and p["priorityClassName"] in self.flip_out.classes)
         return len(self.flip_out.wanted), arriving
 
     def tick(self) -> Decision:

@@ -31,7 +31,7 @@ Rules, for samples ``(free_gpus, now)``:
   to fall would make training wait for its own pods' creation: a gang's
   pods are placed on the nodes its admission chose (Kueue's topology
   assignment) while the nodes it will take next still count as free;
-* ``arriving`` > 0 (training pods created and not yet placed) makes a
+* ``arriving`` > 0 (training pods created and not yet tried or placed) makes a
   sample above ``high`` no evidence: the free GPUs are about to be taken by
   pods that are already there, and tainting would send inference back onto
   nodes a gang is filling.
