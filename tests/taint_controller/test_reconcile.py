@@ -479,16 +479,22 @@ def test_a_reservation_opens_the_virtual_nodes_while_the_cluster_still_counts_fr
     assert not ctl.tick().changed and not has_free_taint(kube, "vk-rental")
 
 
+def open_controller_with_flip_out(kube: FakeKube, caches) -> tuple[ApiServerSignal, TaintController]:
+    """The caches and a taint controller (virtual nodes open, high 4, low 2, no hold) with a flip-out for training."""
+    sig = caches()
+    clock = Clock()
+    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0, tainted=False), pools=("rental",),
+                          clock=clock, flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    return sig, ctl
+
+
 def test_training_pods_still_to_be_placed_keep_the_virtual_nodes_open(kube, caches):
     kube.add(node("gpu-0"), node("gpu-1"), virtual("vk-rental", "rental"))
     gated = pod("train-1", None, gpus=8, ns="team-pretrain", owner=None, priority_class=TRAINING, priority=1000,
                 phase="Pending")
     gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
     kube.add(gated)
-    sig = caches()
-    clock = Clock()
-    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0, tainted=False), pools=("rental",),
-                          clock=clock, flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    sig, ctl = open_controller_with_flip_out(kube, caches)
     assert ctl.training_waiting() == (0, 1)
     d = ctl.tick()
     assert not d.changed and not has_free_taint(kube, "vk-rental"), d.reason
@@ -503,9 +509,6 @@ def test_a_training_pod_nothing_can_place_does_not_keep_inference_outside(kube, 
     lost = trainer(gpus=8)
     lost["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-9"}  # no such node
     kube.add(lost)
-    sig = caches()
-    clock = Clock()
-    ctl = TaintController(kube, sig, sig, Hysteresis(high=4, low=2, hold=0, tainted=False), pools=("rental",),
-                          clock=clock, flip_out=FlipOut(kube, sig.nodes, sig.pods, [TRAINING], clock=clock)).start()
+    _, ctl = open_controller_with_flip_out(kube, caches)
     assert ctl.training_waiting() == (0, 0)
     assert ctl.tick().changed and has_free_taint(kube, "vk-rental"), "16 free GPUs > 4: inference may come back"

@@ -64,7 +64,7 @@ from gpufleet.kube.events import record_event
 
 from .decision import Decision, Hysteresis
 from .flipback import FlipBack
-from .flipout import WORKER_THREAD_PREFIX, FlipOut, set_taint
+from .flipout import WORKER_THREAD_PREFIX, FlipOut, is_pending_training, set_taint
 from .signal import BY_BINDING, UNBOUND
 from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POOL_LABEL, SURGE_DIRECTION_LABEL
 from gpufleet.virtual_kubelet.orphans import OrphanedEndpoints
@@ -265,8 +265,7 @@ class TaintController:
         if self.flip_out is None:
             return 0, 0
         arriving = sum(1 for p in self.flip_out.pods.by_index(BY_BINDING, UNBOUND)
-                       if p["phase"] == "Pending" and p["gpus"] > 0 and not p["unschedulable"]
-                       and not p["metadata"].get("deletionTimestamp") and p["priorityClassName"] in self.flip_out.classes)
+                       if not p["unschedulable"] and is_pending_training(p, self.flip_out.classes))
         return len(self.flip_out.wanted), arriving
 
     def tick(self) -> Decision:

@@ -93,10 +93,15 @@ def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
-    """Pending, Unschedulable, asks for GPUs, not terminating, in one of ``classes``."""
-    return (not pod["node"] and pod["phase"] == "Pending" and pod["unschedulable"] and pod["gpus"] > 0
+def is_pending_training(pod: dict[str, Any], classes: Iterable[str]) -> bool:
+    """Bound to no node, Pending, asks for GPUs, not terminating, in one of ``classes`` (a pod view)."""
+    return (not pod["node"] and pod["phase"] == "Pending" and pod["gpus"] > 0
             and not pod["metadata"].get("deletionTimestamp") and pod["priorityClassName"] in set(classes))
+
+
+def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
+    """A pending training pod (:func:`is_pending_training`) the scheduler marked Unschedulable."""
+    return pod["unschedulable"] and is_pending_training(pod, classes)
 
 
 def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
