@@ -21,7 +21,7 @@ tracemalloc peak of the controller's caches.
 
 Usage::
 
-    .venv/bin/python bench/flip_tick.py [--nodes 1024] [--replicas 256] [--unplaceable 256] [--ticks 30] [--json]
+    .venv/bin/python bench/flip_tick.py [--nodes 1024] [--replicas 256] [--unplaceable 256] [--ticks 30] [--pinned] [--json]
 """
 
 from __future__ import annotations
@@ -62,12 +62,15 @@ def _node(name: str, *, virtual: bool = False) -> dict:
 
 
 def _pod(name: str, ns: str, node: str | None, *, gpus: int = 0, priority: int = 0, labels: dict | None = None,
-         owner: dict | None = None, pending: bool = False, priority_class: str = "") -> dict:
+         owner: dict | None = None, pending: bool = False, priority_class: str = "",
+         pinned_to: str | None = None) -> dict:
     spec: dict = {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}],
                   "priority": priority,
                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
     if node:
         spec["nodeName"] = node
+    if pinned_to:  # as Kueue's topology-aware scheduling pins each pod of a gang
+        spec["nodeSelector"] = {"kubernetes.io/hostname": pinned_to}
     if priority_class:
         spec["priorityClassName"] = priority_class
     status = ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
@@ -78,8 +81,14 @@ def _pod(name: str, ns: str, node: str | None, *, gpus: int = 0, priority: int =
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
-def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int, unplaceable: int) -> None:
-    """Nodes, daemon pods, the inference Deployment (ReplicaSet, Service, replicas), training running and pending."""
+def _pin(i: int, replicas: int, nodes: int) -> str:
+    """The node the ``i``-th pending training pod is pinned to: inference's first, then training's."""
+    return f"gpu-{i:04d}" if i < replicas else f"gpu-{replicas + (i - replicas) % max(1, nodes - replicas):04d}"
+
+
+def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int, unplaceable: int, pinned: bool = False) -> None:
+    """Nodes, daemon pods, the inference Deployment (ReplicaSet, Service, replicas), training running and pending;
+    ``pinned``: each pending training pod has a hostname node selector (inference's nodes, then training's)."""
     if replicas > nodes:
         raise SystemExit(f"--replicas {replicas}: expected at most --nodes ({nodes})")
     kube.add(*(_node(f"gpu-{i:04d}") for i in range(nodes)), *(_node(f"vk-rental-{i}", virtual=True) for i in range(4)))
@@ -104,7 +113,8 @@ def fleet(kube: FakeKube, nodes: int, replicas: int, daemon_pods: int, unplaceab
     pods += [_pod(f"train-run-{i:04d}", "team-pretrain", f"gpu-{i:04d}", gpus=GPUS, priority=1000,
                   priority_class=TRAINING) for i in range(replicas, nodes)]
     pods += [_pod(f"train-wait-{i:04d}", "team-pretrain", None, gpus=GPUS, priority=1000, priority_class=TRAINING,
-                  pending=True) for i in range(replicas + unplaceable)]
+                  pending=True, pinned_to=_pin(i, replicas, nodes) if pinned else None)
+             for i in range(replicas + unplaceable)]
     kube.add(*pods)
 
 
@@ -115,10 +125,12 @@ def main() -> int:
     ap.add_argument("--daemon-pods", type=int, default=8, help="CPU-only pods per node (default 8)")
     ap.add_argument("--unplaceable", type=int, default=256, help="pending training pods no node can take")
     ap.add_argument("--ticks", type=int, default=30)
+    ap.add_argument("--pinned", action="store_true",
+                    help="pin each pending training pod to a node by hostname, as Kueue's topology-aware scheduling does")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     kube = FakeKube(bookmark_seconds=0.5)
-    fleet(kube, args.nodes, args.replicas, args.daemon_pods, args.unplaceable)
+    fleet(kube, args.nodes, args.replicas, args.daemon_pods, args.unplaceable, args.pinned)
     tracemalloc.start()
     caches = ApiServerSignal(kube).start(timeout=120)
     endpoints = ServiceEndpoints(kube).start(timeout=120)
@@ -146,7 +158,7 @@ def main() -> int:
     endpoints.stop()
     kube.close()
     cpu.sort()
-    result = {"nodes": args.nodes, "replicas": args.replicas, "unplaceable": args.unplaceable,
+    result = {"nodes": args.nodes, "replicas": args.replicas, "unplaceable": args.unplaceable, "pinned": args.pinned,
               "pods": len(caches.pods), "ticks": args.ticks,
               "surges": len(out.surges.live) if out.surges else 0,
               "cpu_ms_first_tick": round(first, 1),

@@ -280,6 +280,38 @@ def test_preemptors_are_served_side_by_side_not_one_after_another(kube, caches):
     assert sorted(a.name for a in kube.writes() if a.subresource == "eviction") == [f"chat-{i}" for i in range(4)]
 
 
+def test_preemptors_pinned_to_one_node_are_served_by_one_reservation(kube, caches):
+    """Four 2-GPU training pods pinned to gpu-0, which four 2-GPU inference pods fill: one taint (the first
+    pod's UID), every pod tolerating it, every victim evicted in the first tick; the reservation stays until
+    the last of the four is bound, not the first."""
+    rs = deployment(kube, replicas=4)
+    gang = [trainer(f"train-{i}", gpus=2) for i in range(4)]
+    for t in gang:
+        t["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "gpu-0"}
+    kube.add(node("gpu-0"), *gang, *(inference(f"chat-{i}", "gpu-0", gpus=2, rs=rs) for i in range(4)),
+             {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": NS},
+              "spec": {"maxUnavailable": 4, "selector": {"matchLabels": {"app": "chat"}}}})
+    sig = caches()
+    out = FlipOut(kube, sig.nodes, sig.pods, [TRAINING], mode="evict_first", clock=Clock())
+    out.tick()
+    lead = kube.get("v1", "pods", "train-0", "team-pretrain")["metadata"]["uid"]
+    assert [t["value"] for t in taints(kube, "gpu-0") if t["key"] == RESERVED_TAINT] == [lead]
+    for i in range(4):
+        assert {"key": RESERVED_TAINT, "operator": "Equal", "value": lead, "effect": "NoSchedule"} in kube.get(
+            "v1", "pods", f"train-{i}", "team-pretrain")["spec"]["tolerations"]
+    assert sorted(a.name for a in kube.writes() if a.subresource == "eviction") == [f"chat-{i}" for i in range(4)]
+    kube.complete_deletions()
+    for i in range(3):  # the lead and two more are bound; train-3 still waits
+        kube.modify("pods", f"train-{i}", "team-pretrain", lambda p: p["spec"].update(nodeName="gpu-0"))
+    sync(kube, sig)
+    out.tick()
+    assert any(t["key"] == RESERVED_TAINT for t in taints(kube, "gpu-0")), "train-3 is still pending"
+    kube.modify("pods", "train-3", "team-pretrain", lambda p: p["spec"].update(nodeName="gpu-0"))
+    sync(kube, sig)
+    out.tick()
+    assert not any(t["key"] == RESERVED_TAINT for t in taints(kube, "gpu-0"))
+
+
 def test_past_the_deadline_the_victims_are_deleted(kube, caches):
     rs = deployment(kube)
     kube.add(node("gpu-0"), trainer(), inference("chat-a", "gpu-0", rs=rs), inference("chat-b", "gpu-0", rs=rs),

@@ -101,8 +101,9 @@ def test_preemptors_of_one_shape_are_not_searched_again_once_one_found_no_node(m
 
     searched = []
     real = flipout.victims_for
-    monkeypatch.setattr(flipout, "victims_for", lambda p, n, b: searched.append((p["metadata"]["name"], n["name"]))
-                        or real(p, n, b))
+    # A reservation's group (what a joining pod would share) has no name: "join" stands for it.
+    monkeypatch.setattr(flipout, "victims_for", lambda p, n, b: searched.append(
+        (p["metadata"]["name"] if "metadata" in p else "join", n["name"])) or real(p, n, b))
     nodes = [node("n0"), node("n1")]
     gang = [pod(f"t{i}", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=True,
                 created=f"2026-01-01T00:00:0{i}Z") for i in range(1, 5)]
@@ -111,8 +112,9 @@ def test_preemptors_of_one_shape_are_not_searched_again_once_one_found_no_node(m
     pods = [pod("i1", "n0", 1), pod("t0", "n1", 8, 100000, pc="gpufleet-training"), *gang, other]
     out = plan(nodes, pods, ["gpufleet-training"])
     assert [(r.pod["metadata"]["name"], r.node) for r in out] == [("t1", "n0")]
-    assert searched == [("t1", "n0"), ("t1", "n1"), ("t5", "n1")], \
-        "the gang's shape is ranked once (t2-t4 take from that ranking: nothing is left); t5 has its own"
+    assert searched == [("t1", "n0"), ("t1", "n1"), ("join", "n0"), ("t5", "n1"), ("join", "n0")], \
+        "the gang's shape is ranked once (t2-t4 take from that ranking: nothing is left), and tries t1's " \
+        "reservation once (t2 with t1 needs 16 GPUs of 8); t5 has its own ranking and its own try"
 
 
 def test_a_pod_that_fits_as_is_says_nothing_of_the_next_pod_of_its_shape():
@@ -206,5 +208,40 @@ def test_ranking_nodes_once_per_shape_plans_what_searching_every_node_for_every_
                 p["nodeSelector"] = {"gpufleet.io/flavor": "h100"}
             pods.append(p)
         got = [(r.pod["metadata"]["name"], r.node, tuple(v["metadata"]["name"] for v in r.victims))
-               for r in plan(nodes, pods, ["gpufleet-training"])]
+               for r in plan(nodes, pods, ["gpufleet-training"]) if r.lead is None]  # joining takes no node
         assert got == _plan_by_search(nodes, pods, ["gpufleet-training"]), f"seed {seed}"
+
+
+def test_preemptors_pinned_to_one_node_share_its_reservation():
+    """Four 2-GPU training pods pinned to n0 (as Kueue's topology-aware scheduling pins them): the first
+    reserves n0, the other three join it, and the victims are chosen for all four (8 GPUs: every inference
+    pod there); a fifth that would not fit beside them waits for a node of its own."""
+    pinned = {"kubernetes.io/hostname": "n0"}
+    nodes = [node("n0", labels=pinned), node("n1", labels={"kubernetes.io/hostname": "n1"})]
+    training = {"gpus": 2, "priority": 100000, "phase": "Pending", "pc": "gpufleet-training", "unschedulable": True}
+    gang = [pod(f"t{i}", created=f"2026-01-01T00:00:0{i}Z", **training) for i in range(5)]
+    for p in gang:
+        p["nodeSelector"] = pinned
+    pods = [*(pod(f"i{i}", "n0", 2) for i in range(4)), pod("j", "n1", 8), *gang]
+    out = plan(nodes, pods, ["gpufleet-training"])
+    assert [(r.pod["metadata"]["name"], r.lead, len(r.victims)) for r in out] == [
+        ("t0", None, 1), ("t1", "uid-t0", 2), ("t2", "uid-t0", 3), ("t3", "uid-t0", 4)]
+    assert {r.node for r in out} == {"n0"}
+
+
+def test_a_reservation_lasts_while_any_member_is_pending_and_is_joined_only_then():
+    from gpufleet.taint_controller.flipout import reservation_members
+
+    lead_taint = {"key": RESERVED_TAINT, "value": "uid-t0", "effect": "NoSchedule"}
+    joined = [{"key": RESERVED_TAINT, "operator": "Equal", "value": "uid-t0", "effect": "NoSchedule"}]
+    n0 = node("n0", taints=[lead_taint])
+    training = {"gpus": 2, "priority": 100000, "pc": "gpufleet-training"}
+    bound_lead = pod("t0", "n0", **training)
+    waiting = pod("t1", phase="Pending", unschedulable=True, tolerations=joined, **training)
+    assert reservation_members([bound_lead, waiting], {"uid-t0": "n0"}) == {"n0": [waiting]}
+    assert reservation_members([bound_lead, pod("t1", "n0", tolerations=joined, **training)], {"uid-t0": "n0"}) == {}
+    # Once no member is pending the reservation is being released: a new preemptor does not join it.
+    late = pod("t2", phase="Pending", unschedulable=True, **training)
+    assert plan([n0], [bound_lead, pod("i", "n0", 2), late], ["gpufleet-training"]) == []
+    assert [(r.pod["metadata"]["name"], r.lead) for r in plan([n0], [bound_lead, pod("i", "n0", 2), waiting, late],
+                                                              ["gpufleet-training"])] == [("t2", "uid-t0")]

@@ -19,7 +19,13 @@ preempts for them, PDB-respecting:
    and the preemptor gets the matching toleration (pods may gain
    tolerations while pending). Replacements of the evicted pods cannot land
    there again, and the free-GPU signal stops counting the node, so the
-   taint controller opens the virtual nodes.
+   taint controller opens the virtual nodes. A preemptor that finds no
+   node of its own *joins* a reservation where the victims can make room
+   for it too (:func:`plan`): it gets the same toleration (the lead's
+   UID), and the victims are chosen for the GPUs of every member still
+   pending. Pods smaller than a node, pinned to one (Kueue's
+   topology-aware scheduling pins each pod to a hostname), are so served
+   together, not one reservation after another.
 4. Victims are evicted through the Eviction API, lowest priority first;
    on every tick they are chosen again as in step 2 (:func:`victims_for`:
    only as many as the preemptor needs, pods already terminating counted
@@ -31,7 +37,8 @@ preempts for them, PDB-respecting:
    victim: :mod:`gpufleet.taint_controller.surge`); a victim without one after
    ``surge_max_wait_seconds`` is evicted as in mode ``evict_first``. After ``max_wait_seconds`` the
    remaining victims are deleted (training always wins, just not at once).
-5. When the preemptor is bound (or gone) the reservation taint is removed.
+5. When no member is pending any more (each bound, or gone) the
+   reservation taint is removed.
 
 Reservations are served side by side (``concurrent_syncs`` at once, each
 one's requests in order), so a gang of preemptors waits for the slowest of
@@ -61,7 +68,7 @@ from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
-from .signal import BY_NODE, POD_INDEXES, pod_by_uid
+from .signal import BY_BINDING, BY_NODE, POD_INDEXES, UNBOUND
 from .surge import Deployments, Surges
 
 log = logging.getLogger(__name__)
@@ -76,11 +83,16 @@ EVICTIONS = Counter("gpufleet_flip_out_evictions_total",
 
 @dataclass(frozen=True)
 class Reservation:
-    """A planned reservation: ``pod`` (a pod view) gets ``node``; ``victims`` (pod views) must go, in order."""
+    """A planned reservation: ``pod`` (a pod view) gets ``node``; ``victims`` (pod views) must go, in order.
+
+    ``lead``: None for a new reservation (``pod`` leads it: the taint's value is its UID); else the UID of
+    the reservation's lead that ``pod`` joins (``victims`` are then the whole group's).
+    """
 
     pod: dict[str, Any]
     node: str
     victims: tuple[dict[str, Any], ...]
+    lead: str | None = None
 
 
 def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -91,6 +103,33 @@ def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
             if t.get("key") == RESERVED_TAINT and t.get("value"):
                 out[t["value"]] = n["name"]
     return out
+
+
+def reservation_members(pods: Iterable[dict[str, Any]], reserved: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+    """The pending members of each reservation: ``{node name: [pod view]}``; pure.
+
+    A member is a pod Pending, bound to no node, not terminating, that is
+    the reservation's lead (its UID is the taint's value) or tolerates the
+    reservation taint with that value (``operator: Equal``: one that joined).
+    ``reserved``: :func:`reservations_of`. A reservation with no pending
+    member is absent.
+    """
+    out: dict[str, list[dict[str, Any]]] = {}
+    for p in pods:
+        if p["node"] or p["phase"] != "Pending" or p["metadata"].get("deletionTimestamp"):
+            continue
+        leads = {p["metadata"].get("uid")} | {t.get("value") for t in p["tolerations"] if t.get("key") == RESERVED_TAINT
+                                             and t.get("operator", "Equal") == "Equal"}
+        for node in {reserved[u] for u in leads if u in reserved}:
+            out.setdefault(node, []).append(p)
+    return out
+
+
+def group_need(members: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """What a reservation's pending ``members`` (pod views) need of the node, as :func:`victims_for` reads a
+    preemptor: ``gpus`` (their sum) and ``priority`` (the lowest: victims rank below every member)."""
+    members = list(members)
+    return {"gpus": sum(m["gpus"] for m in members), "priority": min(m["priority"] for m in members)}
 
 
 def is_pending_training(pod: dict[str, Any], classes: Iterable[str]) -> bool:
@@ -104,7 +143,9 @@ def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
     return pod["unschedulable"] and is_pending_training(pod, classes)
 
 
-def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+def _fits_node(pod: dict[str, Any], node: dict[str, Any], reserved_for: str | None = None) -> bool:
+    """Whether ``pod`` may go to ``node`` (a real node, Ready, schedulable, its selector and taints); a
+    reservation taint is refused unless its value is ``reserved_for`` (the lead of the reservation it joins)."""
     if node["virtual"] or not node["ready"] or node["unschedulable"]:
         return False
     if any(node["labels"].get(k) != v for k, v in pod["nodeSelector"].items()):
@@ -113,6 +154,8 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any]) -> bool:
         if t.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
         if t.get("key") == RESERVED_TAINT:
+            if reserved_for is not None and t.get("value") == reserved_for:
+                continue
             return False
         if not tolerated(pod["tolerations"], t):
             return False
@@ -148,23 +191,36 @@ def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[
     return victims if free >= pod["gpus"] else None
 
 
-def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Iterable[str]) -> list[Reservation]:
-    """New reservations to make now (module docstring, step 2); pure.
+def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Iterable[str],
+         members: dict[str, list[dict[str, Any]]] | None = None) -> list[Reservation]:
+    """New reservations to make now, and preemptors joining one (module docstring, step 2); pure.
 
     Args:
         nodes: node views (:func:`gpufleet.taint_controller.signal.node_view`).
         pods: non-terminal pod views (:func:`gpufleet.taint_controller.signal.pod_view`).
         classes: PriorityClass names of preemptors.
+        members: :func:`reservation_members` of ``pods`` (computed when None).
+
+    Returns:
+        The reservations in the order to make them: a new one (``lead`` None) before any pod joining it.
     """
     classes = set(classes)
     reserved = reservations_of(nodes)
     taken = set(reserved.values())
+    if members is None:
+        members = reservation_members(pods, reserved)
+    in_one = {p["metadata"]["uid"] for ms in members.values() for p in ms}
     by_node: dict[str, list[dict[str, Any]]] = {}
     for p in pods:
         if p["node"] and p["gpus"] and p["phase"] not in ("Succeeded", "Failed"):
             by_node.setdefault(p["node"], []).append(p)
-    preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved),
+    preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved
+                         and p["metadata"]["uid"] not in in_one),
                         key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
+    # The reservations a preemptor may join: {node: (lead UID, pending members)}. One whose members are
+    # all bound is being released this tick: it is no one's to join (the node is free again next tick).
+    groups = {node: (lead, list(members[node])) for lead, node in reserved.items() if members.get(node)}
+    no_join: set[tuple] = set()
     out = []
     # Pods of one shape (GPUs, priority, node selector, tolerations: all that decides where a pod may go and
     # what it must evict) rank the nodes alike: the nodes are ranked once per shape, and each pod of the shape
@@ -174,22 +230,79 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     # scheduler's job (maybe CPU-bound; not ours), and so is the next of its shape while that node is not
     # taken; once a reservation takes it, the shape is ranked again. A shape with no node at all is not
     # searched again.
+    # A shape with a node selector is ranked over the nodes of its most selective label only: a gang that
+    # Kueue's topology-aware scheduling pins (a hostname each) is one shape per pod, one node each.
     rankings: dict[tuple, _Ranking] = {}
+    labelled = _NodesByLabel(nodes)
     for pod in preemptors:
         shape = _shape(pod)
         r = rankings.get(shape)
         if r is None or (r.fits_on is not None and r.fits_on in taken):
-            r = rankings[shape] = _rank(pod, nodes, by_node, taken)
+            r = rankings[shape] = _rank(pod, labelled.candidates(pod), by_node, taken)
         if r.fits_on is not None:
             continue  # fits on that node as it is
         while r.ranked and r.ranked[0][1]["name"] in taken:
             r.ranked.popleft()
         if not r.ranked:
+            # No node of its own: share one being cleared, if its victims can make room for this pod too.
+            # A shape that fits in no group now is not tried again this tick (its groups only fill up;
+            # a group made later in this tick is tried on the next one).
+            if shape not in no_join:
+                joined = _join(pod, groups, labelled.candidates(pod), by_node)
+                if joined is None:
+                    no_join.add(shape)
+                else:
+                    out.append(joined)
+                    groups[joined.node][1].append(pod)
             continue
         _, node, victims = r.ranked.popleft()
         taken.add(node["name"])
         out.append(Reservation(pod, node["name"], tuple(victims)))
+        groups[node["name"]] = (pod["metadata"]["uid"], [pod])
     return out
+
+
+class _NodesByLabel:
+    """The nodes a pod's node selector allows to look at: those with its most selective label (a superset of
+    the nodes it fits on, in the nodes' order); the index of labels is built on the first selector asked."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.nodes = nodes
+        self._by: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+
+    def candidates(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
+        """``nodes`` narrowed by one label of ``pod["nodeSelector"]`` (all of them without a selector)."""
+        selector = pod["nodeSelector"]
+        if not selector:
+            return self.nodes
+        if self._by is None:
+            self._by = {}
+            for n in self.nodes:
+                for kv in n["labels"].items():
+                    self._by.setdefault(kv, []).append(n)
+        return min((self._by.get(kv, []) for kv in selector.items()), key=len)
+
+
+def _join(pod: dict[str, Any], groups: dict[str, tuple[str, list[dict[str, Any]]]], candidates: list[dict[str, Any]],
+          by_node: dict[str, list[dict[str, Any]]]) -> Reservation | None:
+    """The reservation of ``groups`` (``{node: (lead UID, pending members)}``) ``pod`` joins: one on a node of
+    ``candidates`` it may go to, where evicting lower-priority pods makes room for every member and for it
+    (fewest victims, then fewest victim GPUs, then node name); None if there is none."""
+    best = None
+    for node in candidates:
+        name = node["name"]
+        if name not in groups:
+            continue
+        lead, ms = groups[name]
+        if not _fits_node(pod, node, reserved_for=lead):
+            continue
+        victims = victims_for(group_need([*ms, pod]), node, by_node.get(name, []))
+        if victims is None:
+            continue
+        score = (len(victims), sum(v["gpus"] for v in victims), name)
+        if best is None or score < best[0]:
+            best = (score, name, lead, victims)
+    return None if best is None else Reservation(pod, best[1], tuple(best[3]), lead=best[2])
 
 
 @dataclass
@@ -277,15 +390,19 @@ class FlipOut:
             self.surges.recover()
             self._recovered = True
         reserved = reservations_of(nodes)
+        members = reservation_members(self.pods.by_index(BY_BINDING, UNBOUND), reserved)  # members are unbound
+        new: dict[str, list[Reservation]] = {}
+        for r in plan(nodes, pods, self.classes, members=members):
+            new.setdefault(r.node, []).append(r)
         work: list[Callable[[], set[str]]] = []
         for uid, node in reserved.items():
-            pod = pod_by_uid(self.pods, uid)
-            if pod is None or pod["node"] or pod["metadata"].get("deletionTimestamp"):
+            if node not in members:
                 work.append(functools.partial(self._release, node, uid))
                 continue
             self.reserved_at.setdefault(uid, self.clock())
-            work.append(functools.partial(self._push, pod, node))
-        work += [functools.partial(self._reserve_and_push, r) for r in plan(nodes, pods, self.classes)]
+            work.append(functools.partial(self._serve, node, uid, members[node], new.pop(node, [])))
+        for node, rs in new.items():  # new reservations: rs[0] leads, the others join it
+            work.append(functools.partial(self._serve, node, rs[0].pod["metadata"]["uid"], [], rs))
         # Each reservation's requests stay in order; reservations are served side by side, so training waits
         # for the slowest one, not for the sum of all of them (their victims are disjoint: one node each).
         self.wanted = set()
@@ -317,17 +434,24 @@ class FlipOut:
         return out
 
     def _release(self, node: str, uid: str) -> set[str]:
-        """The preemptor ``uid`` is bound or gone: remove its reservation of ``node``."""
+        """No member of the reservation led by ``uid`` is pending (each bound, or gone): remove it from ``node``."""
         self._guard(self._untaint, node, uid)
         self.reserved_at.pop(uid, None)
         return set()
 
-    def _reserve_and_push(self, r: Reservation) -> set[str]:
-        """Make a new reservation, then start moving its victims; the UIDs of the victims still to move."""
-        if self._guard(self._reserve, r) is None:
-            return set()
-        self.reserved_at[r.pod["metadata"]["uid"]] = self.clock()
-        return self._push(r.pod, r.node)
+    def _serve(self, node: str, uid: str, members: list[dict], new: list[Reservation]) -> set[str]:
+        """Make the reservation of ``node`` led by ``uid`` (``new[0]`` when it is new) and let the preemptors of
+        ``new`` join it, then move the victims that its pending members (``members`` and those who joined)
+        need gone; the UIDs of the victims still to move."""
+        for r in new:
+            if self._guard(self._reserve, r) is None:
+                if r.lead is None:
+                    return set()  # no reservation: nothing to join, nothing to move
+                continue
+            if r.lead is None:
+                self.reserved_at[uid] = self.clock()
+            members = [*members, r.pod]
+        return self._push(node, uid, members) if members else set()
 
     def close(self) -> None:
         """Stop the worker threads (after the tick in progress) and the surges' Deployment watches."""
@@ -344,19 +468,22 @@ class FlipOut:
             log.warning("flip-out: %s: %s", fn.__name__.strip("_"), exc)
             return None
 
-    def _push(self, pod: dict, node: str) -> set[str]:
-        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that ``pod`` needs gone;
-        returns their UIDs (the victims a surge may still be wanted for)."""
-        waited = self.clock() - self.reserved_at.get(pod["metadata"]["uid"], self.clock())
+    def _push(self, node: str, uid: str, members: list[dict]) -> set[str]:
+        """Evict (or after the deadline delete) the lower-priority GPU pods on ``node`` that the pending
+        ``members`` of the reservation led by ``uid`` need gone; returns their UIDs (the victims a surge may
+        still be wanted for). The deadlines count from the reservation's start."""
+        waited = self.clock() - self.reserved_at.get(uid, self.clock())
         late = waited > self.max_wait
-        # Only the pods the preemptor needs gone (the same choice as plan()): the others keep serving, and
+        need = group_need(members)
+        for_whom = members[0]["metadata"]["name"] + (f" and {len(members) - 1} more" if len(members) > 1 else "")
+        # Only the pods the preemptors need gone (the same choice as plan()): the others keep serving, and
         # get no replacement outside. Pods already terminating count as gone (their GPUs are on the way).
         staying = [p for p in self.pods.by_index(BY_NODE, node) if p["gpus"]
                    and p["phase"] not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")]
         view = self.nodes.get(node)
-        needed = victims_for(pod, view, staying) if view is not None else None
+        needed = victims_for(need, view, staying) if view is not None else None
         if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort
-            needed = [p for p in staying if p["priority"] < pod["priority"]]
+            needed = [p for p in staying if p["priority"] < need["priority"]]
         victims = sorted(needed, key=lambda p: (p["priority"], p["metadata"]["name"], p["metadata"].get("namespace", "")))
         wanted = {v["metadata"]["uid"] for v in victims}
         if self.surges is not None and waited > self.surge_max_wait:
@@ -376,7 +503,7 @@ class FlipOut:
                 else:
                     self.kube.evict(ns, name)
                     EVICTIONS.labels("evicted").inc()
-                    log.info("flip-out: evicted %s/%s from %s for %s", ns, name, node, pod["metadata"]["name"])
+                    log.info("flip-out: evicted %s/%s from %s for %s", ns, name, node, for_whom)
             except TooManyRequests:
                 EVICTIONS.labels("blocked").inc()
                 return wanted  # the PDB allows nothing more now; the next tick tries again
@@ -393,10 +520,11 @@ class FlipOut:
         The toleration is appended by a JSON patch that first tests the pod's tolerations are the ones
         the cache holds (a pod's tolerations can only be added to, and a merge patch would replace the
         list); the taint is written from the node cache's resourceVersion (:func:`set_taint`). A cache
-        that was behind costs a read: the test fails (422) or the precondition does (409).
+        that was behind costs a read: the test fails (422) or the precondition does (409). A pod that
+        joins a reservation (``r.lead``) gets the lead's toleration, and the node is left as it is.
         """
         meta = r.pod["metadata"]
-        uid = meta["uid"]
+        uid = r.lead or meta["uid"]
         toleration = {"key": RESERVED_TAINT, "operator": "Equal", "value": uid, "effect": "NoSchedule"}
         cached = r.pod.get("tolerations") or []
         if toleration not in cached:
@@ -416,6 +544,10 @@ class FlipOut:
                 if toleration not in tols:
                     self.kube.patch("v1", "pods", meta["name"], {"spec": {"tolerations": tols + [toleration]}},
                                     meta["namespace"])
+        if r.lead is not None:
+            log.info("flip-out: %s/%s joins the reservation of %s (%d victims in all)", meta["namespace"], meta["name"],
+                     r.node, len(r.victims))
+            return
         set_taint(self.kube, r.node, {"key": RESERVED_TAINT, "value": uid, "effect": "NoSchedule"}, add=True,
                   view=self.nodes.get(r.node))
         log.info("flip-out: reserved %s for %s/%s (%d victims)", r.node, meta["namespace"], meta["name"], len(r.victims))
