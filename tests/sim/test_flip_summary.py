@@ -79,3 +79,24 @@ def test_the_training_wait_splits_into_pod_creation_and_each_pods_wait_for_a_nod
                                                    "seconds_training_pod_waited_max": 50.0}
     assert training_pod_times([], submitted) == {"seconds_training_pods_created": None,
                                                  "seconds_training_pod_waited_max": None}
+
+
+def test_the_providers_start_latency_is_timed_from_bound_outside_to_ready_per_pool():
+    from gpufleet_workshop.sim.flip import Recorder, provider_start_times
+
+    def view(uid, node, ready):
+        return {"metadata": {"uid": uid}, "node": node, "ready": ready}
+
+    rec = Recorder(caches=None, inference_ns="inference", training_ns="team-pretrain", virtual_nodes=[])
+    rec._start_outside(view("a", "vk-rental", False), 10.0)
+    rec._start_outside(view("b", "vk-other", False), 10.0)
+    rec._start_outside(view("c", "vk-other", True), 10.0)  # first seen Ready: its start was not seen, not timed
+    rec._start_outside(view("a", "vk-rental", True), 13.0)
+    rec._start_outside(view("b", "vk-other", False), 13.0)
+    rec._start_outside(view("b", "vk-other", True), 18.0)
+    rec._start_outside(view("b", "vk-other", True), 19.0)  # timed once
+    assert rec.starts_outside == [("vk-rental", 3.0), ("vk-other", 8.0)]
+    assert provider_start_times(rec.starts_outside + [("vk-elsewhere", 99.0)], ["rental", "other", "idle"]) == {
+        "seconds_provider_start_p50_by_pool": {"rental": 3.0, "other": 8.0, "idle": None},
+        "seconds_provider_start_max_by_pool": {"rental": 3.0, "other": 8.0, "idle": None},
+        "seconds_slowest_provider_start_p50": 8.0}

@@ -76,6 +76,12 @@ Summary (``summary.json``, exactly these keys):
   (:mod:`gpufleet_workshop.sim.loadstep`; each step's own figures are in
   ``timeline.json``'s ``load_steps``, and the chart marks where each began).
 
+* ``seconds_provider_start_p50_by_pool``, ``seconds_provider_start_max_by_pool``
+  and ``seconds_slowest_provider_start_p50`` (:func:`provider_start_times`):
+  how long each pool's provider took to start the inference pods bound to
+  it, as the cluster saw it; the fleet-size goal bounds
+  ``seconds_training_waited_for_flip`` by the slowest of them plus 60 s.
+
 * ``seconds_training_pods_created`` and ``seconds_training_pod_waited_max``
   (:func:`training_pod_times`): how ``seconds_training_waited_for_flip``
   splits between the Job controller creating the training pods and the
@@ -95,6 +101,7 @@ import contextlib
 import json
 import logging
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -130,7 +137,8 @@ SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_
                 "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
                 "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib",
-                *LOAD_STEP_KEYS, "controllers")
+                *LOAD_STEP_KEYS, "seconds_provider_start_p50_by_pool", "seconds_provider_start_max_by_pool",
+                "seconds_slowest_provider_start_p50", "controllers")
 #: The keys of the summary tables (``controllers``, a nested figure, has lines of its own).
 TABLE_KEYS = tuple(k for k in SUMMARY_KEYS if k != "controllers")
 JOBSET_NAME = "gpufleet-sim-flip"
@@ -185,7 +193,13 @@ def training_priority_class(objs: list[dict]) -> list[dict]:
 
 def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int, duration: float | None,
            priority_class: str, workload_priority_class: str | None) -> dict:
-    """A JobSet of ``nodes`` one-pod Jobs, each asking for a whole node's GPUs.
+    """A JobSet of ``nodes`` pods, each asking for a whole node's GPUs, in the training template's shape.
+
+    As ``templates/training/jobset.yaml.j2``: one replicated Job, Indexed,
+    ``parallelism`` = ``completions`` = ``nodes``. The shape matters at
+    scale: a thousand one-pod Jobs cost the Job and JobSet controllers a
+    thousand objects to create and keep the status of, where one indexed
+    Job creates its pods in batches.
 
     ``duration``: seconds each pod runs (kwok), or None to run until
     :func:`finish_training` ends them all at once.
@@ -210,8 +224,9 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
     }
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {"replicatedJobs": [{"name": "workers", "replicas": nodes, "template": {
-                "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": pod}}}]}}
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {
+                "spec": {"completionMode": "Indexed", "parallelism": nodes, "completions": nodes, "backoffLimit": 0,
+                         "template": pod}}}]}}
 
 
 def training_pod_times(pods: list[dict], submitted: float) -> dict[str, float | None]:
@@ -288,6 +303,9 @@ class Recorder:
     t0: float = field(default_factory=time.monotonic)
     samples: list[Sample] = field(default_factory=list)
     started: set[str] = field(default_factory=set)
+    #: ``(virtual node, seconds)`` of each inference pod seen bound outside and not Ready, then Ready.
+    starts_outside: list[tuple[str, float]] = field(default_factory=list)
+    _bound_outside: dict[str, tuple[str, float] | None] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> Sample:
@@ -301,6 +319,7 @@ class Recorder:
         ready_out: dict[str, int] = {n: 0 for n in self.virtual_nodes}
         gpus_out: dict[str, int] = {n: 0 for n in self.virtual_nodes}
         pending = 0
+        now = round(time.monotonic() - self.t0, 2)
         for p in pods:
             ns = p["metadata"]["namespace"]
             if not p["node"]:
@@ -314,6 +333,7 @@ class Recorder:
                 outside = p["node"] in virtual
                 if outside:
                     gpus_out[p["node"]] = gpus_out.get(p["node"], 0) + p["gpus"]
+                    self._start_outside(p, now)
                 else:
                     gpus_in += p["gpus"]
                 if p["ready"]:
@@ -329,6 +349,17 @@ class Recorder:
         finished = len(self.started - present)
         return Sample(round(time.monotonic() - self.t0, 2), tr_gpus, tr_run, len(self.started), finished, ready_in + sum(ready_out.values()), ready_in,
                       ready_out, gpus_in, gpus_out, tainted, reserved, pending, caches.value())
+
+    def _start_outside(self, p: dict, now: float) -> None:
+        """Time the provider's start of inference pod ``p`` (bound outside) from when a sample first saw it
+        bound and not Ready to when one first saw it Ready (1 s resolution); a pod first seen Ready is not timed."""
+        uid = p["metadata"]["uid"]
+        if uid not in self._bound_outside:
+            self._bound_outside[uid] = None if p["ready"] else (p["node"], now)
+        elif p["ready"] and self._bound_outside[uid] is not None:
+            node, since = self._bound_outside[uid]
+            self.starts_outside.append((node, round(now - since, 2)))
+            self._bound_outside[uid] = None
 
     def run(self) -> None:
         """Sample until :meth:`stop`."""
@@ -408,6 +439,28 @@ def summarize(samples: list[Sample], *, submitted: float, replicas: int, pdb_min
     phases = {"submitted": submitted, "served_outside": served, "training_running": running, "training_end": end,
               "back_in_cluster": back}
     return summary, phases
+
+
+def provider_start_times(starts: list[tuple[str, float]], pools: list[str]) -> dict[str, Any]:
+    """The providers' start latency as the cluster saw it, from :attr:`Recorder.starts_outside`.
+
+    ``seconds_provider_start_p50_by_pool`` and ``..._max_by_pool``
+    (``{pool: seconds}``, None for a pool that started no pod): from an
+    inference pod first seen bound to the pool's virtual node to first seen
+    Ready (the provider's start and the virtual kubelet's status update; 1 s
+    sampling). ``seconds_slowest_provider_start_p50``: the largest of the
+    pools' medians (the goal for the training's wait names the slowest
+    provider's start latency). ``pools``: the pool names of this run.
+    """
+    pool_of = {node_name_for(p): p for p in pools}
+    by_pool: dict[str, list[float]] = {p: [] for p in pools}
+    for node, seconds in starts:
+        if node in pool_of:
+            by_pool[pool_of[node]].append(seconds)
+    p50 = {p: round(statistics.median(v), 1) if v else None for p, v in by_pool.items()}
+    return {"seconds_provider_start_p50_by_pool": p50,
+            "seconds_provider_start_max_by_pool": {p: round(max(v), 1) if v else None for p, v in by_pool.items()},
+            "seconds_slowest_provider_start_p50": max((v for v in p50.values() if v is not None), default=None)}
 
 
 def _gpu_seconds_outside(samples: list[Sample]) -> float:
@@ -873,7 +926,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         summary, phases = _write_results(out, opts, rec.samples, transitions, submitted, nodes=nodes,
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
                                          mode=mode, requests=reqs, wall_t0=wall_t0, controllers=meter.figures(),
-                                         pod_times=pod_times, steps=steps,
+                                         pod_times=pod_times, steps=steps, starts=rec.starts_outside,
                                          in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
@@ -955,7 +1008,8 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
                    in_cluster_nodes: set[str] = frozenset(),
                    controllers: dict[str, dict[str, Any]] | None = None,
                    pod_times: dict[str, float | None] | None = None,
-                   steps: dict[str, loadstep.Step] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
+                   steps: dict[str, loadstep.Step] | None = None,
+                   starts: list[tuple[str, float]] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were;
     the load ``steps`` run, :mod:`gpufleet_workshop.sim.loadstep`); write ``timeline.json``, ``flip.png`` (when
     sampled) and ``summary.json`` in ``out``.
@@ -977,6 +1031,7 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
     summary.update(controller_keys(controllers or {}))
     summary.update(pod_times or training_pod_times([], 0.0))
     summary.update(loadstep.summary_keys(steps or {}))
+    summary.update(provider_start_times(starts or [], [p.name for p in pools]))
     summary = {k: summary[k] for k in SUMMARY_KEYS}
     phases.update({f"load_step_{w}": st.started_at for w, st in (steps or {}).items()})
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
