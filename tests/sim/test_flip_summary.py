@@ -63,22 +63,27 @@ def test_summary_json_has_the_cost_keys(tmp_path):
     assert set(written["external_gpu_cost_during_flip_by_pool"]) == {"rental", "other"}
 
 
-def test_the_training_wait_splits_into_pod_creation_and_each_pods_wait_for_a_node():
+def test_the_training_wait_splits_into_pod_creation_the_gangs_own_pace_and_each_pods_wait_for_a_node():
     from gpufleet_workshop.sim.flip import training_pod_times
 
-    def pod(created, scheduled=None):
+    def pod(created, scheduled=None, node=None):
         conditions = [{"type": "PodScheduled", "status": "False", "lastTransitionTime": created}]
         if scheduled:
             conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}]
-        return {"metadata": {"creationTimestamp": created}, "status": {"conditions": conditions}}
+        return {"metadata": {"creationTimestamp": created}, "spec": {"nodeName": node},
+                "status": {"conditions": conditions}}
 
     submitted = 1_800_000_000.0  # 2027-01-15T08:00:00Z
-    pods = [pod("2027-01-15T08:00:10Z", "2027-01-15T08:00:12Z"), pod("2027-01-15T08:01:40Z", "2027-01-15T08:02:30Z"),
+    pods = [pod("2027-01-15T08:00:10Z", "2027-01-15T08:00:12Z", "n0"),
+            pod("2027-01-15T08:01:40Z", "2027-01-15T08:02:30Z", "n1"),  # on a node inference held
             pod("2027-01-15T08:01:50Z")]  # not bound yet: created counts, no wait
-    assert training_pod_times(pods, submitted) == {"seconds_training_pods_created": 110.0,
-                                                   "seconds_training_pod_waited_max": 50.0}
+    assert training_pod_times(pods, submitted, {"n1"}) == {"seconds_training_pods_created": 110.0,
+                                                           "seconds_training_pod_waited_max": 50.0,
+                                                           "seconds_training_bound_on_free_nodes": 12.0}
+    assert training_pod_times(pods, submitted)["seconds_training_bound_on_free_nodes"] == 150.0
     assert training_pod_times([], submitted) == {"seconds_training_pods_created": None,
-                                                 "seconds_training_pod_waited_max": None}
+                                                 "seconds_training_pod_waited_max": None,
+                                                 "seconds_training_bound_on_free_nodes": None}
 
 
 def test_the_providers_start_latency_is_timed_from_bound_outside_to_ready_per_pool():

@@ -82,10 +82,12 @@ Summary (``summary.json``, exactly these keys):
   it, as the cluster saw it; the fleet-size goal bounds
   ``seconds_training_waited_for_flip`` by the slowest of them plus 60 s.
 
-* ``seconds_training_pods_created`` and ``seconds_training_pod_waited_max``
-  (:func:`training_pod_times`): how ``seconds_training_waited_for_flip``
-  splits between the Job controller creating the training pods and the
-  flip freeing nodes for them.
+* ``seconds_training_pods_created``, ``seconds_training_pod_waited_max``
+  and ``seconds_training_bound_on_free_nodes`` (:func:`training_pod_times`):
+  how ``seconds_training_waited_for_flip`` splits between the Job
+  controller creating the training pods, the scheduler placing them (the
+  last pod bound on a node inference did not hold: what the gang would
+  have waited with no flip at all) and the flip freeing nodes for the rest.
 
 The other keys (``flip_mode``, ``serving_capacity_min_ratio``,
 ``seconds_training_waited_for_flip``, the request figures) are described at
@@ -134,6 +136,7 @@ REQUEST_KEYS = ("requests_total", "requests_failed", "latency_p99_ms_steady", "l
 SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_ready_replicas", "pdb_min_available",
                 "external_gpu_seconds_after_training", "flip_mode", "serving_capacity_min_ratio",
                 "seconds_training_waited_for_flip", "seconds_training_pods_created", "seconds_training_pod_waited_max",
+                "seconds_training_bound_on_free_nodes",
                 "external_gpu_seconds_during_flip", "external_gpu_cost_during_flip",
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
                 "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib",
@@ -229,17 +232,25 @@ def jobset(name: str, namespace: str, queue: str, nodes: int, gpus_per_node: int
                          "template": pod}}}]}}
 
 
-def training_pod_times(pods: list[dict], submitted: float) -> dict[str, float | None]:
+def training_pod_times(pods: list[dict], submitted: float,
+                       inference_nodes: frozenset[str] | set[str] = frozenset()) -> dict[str, float | None]:
     """How the training's wait splits, from its pods (``[Pod]``) and the submission (``submitted``, Unix seconds).
 
     ``seconds_training_pods_created``: the submission to the last pod's
     creation (Kueue's admission, JobSet's Jobs and the Job controller's
     pace: not the flip's). ``seconds_training_pod_waited_max``: the longest
     any pod waited from its creation to its binding (its ``PodScheduled``
-    condition True): what the flip cost a pod once it existed. The API's
-    times have a resolution of one second. None for a figure no pod gives.
+    condition True): what the flip cost a pod once it existed, with the
+    scheduler's own pace. ``seconds_training_bound_on_free_nodes``: the
+    submission to the last binding of a pod on a node not in
+    ``inference_nodes`` (the nodes inference held at the submission): the
+    gang's own pace, admission to placement, that no flip changes; on a
+    large gang, the scheduler's filtering of every node for each pod (its
+    ``kubernetes.io/hostname`` selector does not narrow kube-scheduler's
+    PreFilter) makes most of it. The API's times have a resolution of one
+    second. None for a figure no pod gives.
     """
-    created, waited = [], []
+    created, waited, free_bound = [], [], []
     for p in pods:
         born = parse_time(p["metadata"].get("creationTimestamp"))
         if born is None:
@@ -249,8 +260,11 @@ def training_pod_times(pods: list[dict], submitted: float) -> dict[str, float | 
                       if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
         if bound is not None:
             waited.append(max(0.0, bound - born))
+            if (p.get("spec") or {}).get("nodeName") not in inference_nodes:
+                free_bound.append(bound)
     return {"seconds_training_pods_created": round(max(created) - submitted, 1) if created else None,
-            "seconds_training_pod_waited_max": round(max(waited), 1) if waited else None}
+            "seconds_training_pod_waited_max": round(max(waited), 1) if waited else None,
+            "seconds_training_bound_on_free_nodes": round(max(free_bound) - submitted, 1) if free_bound else None}
 
 
 def finish_training(kube: Kube, namespace: str, name: str = JOBSET_NAME) -> int:
@@ -880,6 +894,8 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                               for p in caches.pods.items()) == replicas, opts.timeout, rec)
         # 4. training
         submitted = rec.last().t
+        inference_nodes = {p["node"] for p in caches.pods.items()
+                           if p["metadata"]["namespace"] == inf.inference_namespace and p["node"]}
         say(f"t={submitted:.0f}s submitting JobSet {lq.namespace}/{JOBSET_NAME}: {nodes} x {gpus_per_node} GPUs for "
             f"{opts.duration:g}s via LocalQueue {lq.name}")
         js = jobset(JOBSET_NAME, lq.namespace, lq.name, nodes, gpus_per_node, None, training_pc, wpc)
@@ -892,7 +908,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
         _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
         try:
             pod_times = training_pod_times(kube.list("v1", "pods", lq.namespace, labelSelector=JOBSET_SELECTOR)["items"],
-                                           wall_t0 + submitted)
+                                           wall_t0 + submitted, inference_nodes)
         except KubeError as exc:  # a figure lost, not the run
             log.warning("training pods' times: %s", exc)
         say(f"t={rec.last().t:.0f}s every training pod started; training holds {rec.last().training_gpus} GPUs; "
