@@ -244,11 +244,11 @@ def training_pod_times(pods: list[dict], submitted: float,
     scheduler's own pace. ``seconds_training_bound_on_free_nodes``: the
     submission to the last binding of a pod on a node not in
     ``inference_nodes`` (the nodes inference held at the submission): the
-    gang's own pace, admission to placement, that no flip changes; on a
-    large gang, the scheduler's filtering of every node for each pod (its
+    gang's own pace, admission to placement, that no flip changes (a pod's
     ``kubernetes.io/hostname`` selector does not narrow kube-scheduler's
-    PreFilter) makes most of it. The API's times have a resolution of one
-    second. None for a figure no pod gives.
+    NodeAffinity PreFilter, which narrows on ``metadata.name`` fields only,
+    so each pod's filtering visits every node). The API's times have a
+    resolution of one second. None for a figure no pod gives.
     """
     created, waited, free_bound = [], [], []
     for p in pods:
