@@ -27,7 +27,10 @@ figures per Deployment (:meth:`ControllerMeter.figures`):
   over the run, interpolated inside a bucket as PromQL's
   ``histogram_quantile`` does), ``tick_process_cpu_ms_p50`` /
   ``tick_process_cpu_ms_p99`` the same of the process's CPU during a tick,
-  and ``ticks``.
+  and ``ticks``; ``surges``: the increase of
+  ``gpufleet_flip_out_surges_total`` by event while metered
+  (``{"created": 254, "placed": 251, "handed over": 254, ...}``: ``placed``
+  are the surge pods the flip-out bound itself, the others kube-scheduler's).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ RSS = "process_resident_memory_bytes"
 CPU = "process_cpu_seconds_total"
 TICK_CPU = "gpufleet_taint_controller_tick_cpu_seconds"
 TICK_PROCESS_CPU = "gpufleet_taint_controller_tick_process_cpu_seconds"
+SURGES = "gpufleet_flip_out_surges_total"
 #: The metered histograms and the figure each gives (``<prefix>_p50``, ``<prefix>_p99``, milliseconds).
 HISTOGRAMS = {TICK_CPU: "tick_cpu_ms", TICK_PROCESS_CPU: "tick_process_cpu_ms"}
 MIB = 1024 * 1024
@@ -87,8 +91,8 @@ class _Pod:
 
 
 def read(text: str) -> dict[str, Any]:
-    """The metered values of one ``/metrics`` page: ``{RSS: bytes, CPU: seconds, <histogram>: {le: count}}``
-    (those present; the histograms of :data:`HISTOGRAMS`)."""
+    """The metered values of one ``/metrics`` page: ``{RSS: bytes, CPU: seconds, <histogram>: {le: count},
+    SURGES: {event: count}}`` (those present; the histograms of :data:`HISTOGRAMS`)."""
     out: dict[str, Any] = {}
     buckets = {h + "_bucket": h for h in HISTOGRAMS}
     for family in text_string_to_metric_families(text):
@@ -97,6 +101,8 @@ def read(text: str) -> dict[str, Any]:
                 out[s.name] = s.value
             elif s.name in buckets:
                 out.setdefault(buckets[s.name], {})[float(s.labels["le"])] = s.value
+            elif s.name == SURGES:
+                out.setdefault(SURGES, {})[s.labels.get("event", "")] = s.value
     return out
 
 
@@ -156,7 +162,7 @@ class ControllerMeter:
                 seen.rss_max = max(seen.rss_max, values.get(RSS, 0.0))
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts`` and, where ticks were metered,
+        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts``, ``surges`` where counted and, where ticks were metered,
         ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99``, ``tick_process_cpu_ms_p50``, ``tick_process_cpu_ms_p99``
         and ``ticks`` (module docstring); None where no pod answered."""
         out: dict[str, dict[str, Any]] = {}
@@ -166,6 +172,12 @@ class ControllerMeter:
                 "rss_max_mib": round(max(p.rss_max for p in read_) / MIB, 1) if read_ else None,
                 "cpu_seconds": round(sum(p.last.get(CPU, 0.0) - p.first.get(CPU, 0.0) for p in read_), 2) if read_ else None,
                 "restarts": sum(p.restarts for p in pods.values())}
+            surges: dict[str, int] = {}
+            for p in read_:
+                for event, count in (p.last.get(SURGES) or {}).items():
+                    surges[event] = surges.get(event, 0) + int(count - (p.first.get(SURGES) or {}).get(event, 0.0))
+            if surges:
+                fig["surges"] = surges
             for histogram, prefix in HISTOGRAMS.items():
                 ticks: dict[float, float] = {}
                 for p in pods.values():
