@@ -77,16 +77,38 @@ def test_a_node_that_does_not_admit_the_pod_is_never_chosen():
     assert place([odd], [node_view(vnode("vk-a"))], bound_to([])) == [], "a resource the node does not have"
 
 
-def test_a_pod_whose_placement_needs_more_than_one_nodes_room_is_left_to_the_scheduler():
+def test_a_pod_whose_fit_depends_on_more_than_one_node_is_left_to_the_scheduler():
     nodes = [node_view(vnode("vk-a"))]
+    spread = {"maxSkew": 1, "topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "srv"}}}
     for spec in ({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                      {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "srv"}}}]}}},
-                 {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
-                                                 "labelSelector": {"matchLabels": {"app": "srv"}}}]},
+                 {"topologySpreadConstraints": [{**spread, "whenUnsatisfiable": "DoNotSchedule"}]},
                  {"schedulingGates": [{"name": "example.com/wait"}]},
                  {"schedulerName": "my-scheduler"},
                  {"resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}):
         assert place([pod_view(surge_pod("p", **spec))], nodes, bound_to([])) == [], spec
+
+
+def test_preferences_weigh_scores_not_the_fit_and_a_required_node_affinity_is_matched():
+    """The inference role's pods prefer in-cluster nodes (a preferred node affinity): that does not keep
+    their surge from being placed outside. A required node affinity is evaluated as the scheduler does."""
+    nodes = [node_view(vnode("vk-a", labels={"gpufleet.io/gpu-product": "H100"})),
+             node_view(vnode("vk-b", gpus=16, labels={"gpufleet.io/gpu-product": "A100"}))]
+    prefer_in_cluster = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                         "preference": {"matchExpressions": [{"key": "type", "operator": "NotIn",
+                                                              "values": ["virtual-kubelet"]}]}}]},
+                         "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
+                             "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                 "labelSelector": {"matchLabels": {"app": "srv"}}}}]}}
+    soft = pod_view(surge_pod("soft", affinity=prefer_in_cluster, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]))
+    assert [n for _, n in place([soft], nodes, bound_to([]))] == ["vk-b"], "most GPUs free"
+    h100 = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "gpufleet.io/gpu-product", "operator": "In", "values": ["H100", "H200"]}]}]}}}
+    assert [n for _, n in place([pod_view(surge_pod("h", affinity=h100))], nodes, bound_to([]))] == ["vk-a"]
+    by_name = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["vk-b"]}]}]}}}
+    assert [n for _, n in place([pod_view(surge_pod("f", affinity=by_name))], nodes, bound_to([]))] == ["vk-a"]
 
 
 def cache(*objs) -> Informer:

@@ -12,14 +12,18 @@ the replacements start outside while the gang is still being scheduled.
 
 What it checks is what decides a pod's fit on one node (the kubelet's
 admission checks the same): the node is virtual, Ready and not cordoned;
-its labels match the pod's ``nodeSelector``; every ``NoSchedule`` and
-``NoExecute`` taint is tolerated; and each resource the pod requests fits
-in ``status.allocatable`` less what the node's unfinished pods request
-(terminating ones still hold theirs), ``pods`` counted one each. A pod
-whose placement needs more (any affinity, a topology spread, a scheduling
-gate, a resource claim, another scheduler: ``constrained`` in
-:func:`gpufleet.taint_controller.signal.pod_view`) is left to
-kube-scheduler, and so is every pod this finds no room for.
+its labels match the pod's ``nodeSelector`` and its required node affinity;
+every ``NoSchedule`` and ``NoExecute`` taint is tolerated; and each
+resource the pod requests fits in ``status.allocatable`` less what the
+node's unfinished pods request (terminating ones still hold theirs),
+``pods`` counted one each. A pod whose fit depends on other pods or objects
+(a required pod affinity or anti-affinity, a ``DoNotSchedule`` topology
+spread, a scheduling gate, a resource claim, another scheduler:
+``constrained`` in :func:`gpufleet.taint_controller.signal.pod_view`) is
+left to kube-scheduler, and so is every pod this finds no room for.
+Preferences (preferred affinities, ``ScheduleAnyway`` spreads) only weigh
+the scheduler's scores; a surge is a stand-in for the minutes training
+runs, and goes where there is most room.
 
 kube-scheduler stays the placement of last resort: the surge pods keep the
 default scheduler, and a pod bound by one of the two is refused to the other
@@ -46,6 +50,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpufleet.fleet.classify import tolerated
+from gpufleet.kube.selectors import node_selector_matches
 from gpufleet.names import GPU_RESOURCE
 
 #: The resource every pod takes one of (``status.allocatable.pods``).
@@ -80,6 +85,8 @@ def fits(pod: dict[str, Any], node: dict[str, Any], free: dict[str, Decimal]) ->
     """Whether ``pod`` (a pod view) may be bound to ``node`` (a virtual node view) with ``free`` left (module
     docstring: Ready, not cordoned, node selector, taints, every requested resource and one pod's slot)."""
     if not node["virtual"] or not node["ready"] or node["unschedulable"] or not admits(pod, node):
+        return False
+    if not node_selector_matches(pod["nodeAffinity"], node["labels"], node["name"]):
         return False
     if free.get(PODS_RESOURCE, Decimal(0)) < 1:
         return False

@@ -103,7 +103,10 @@ def pod_view(pod: dict) -> dict[str, Any]:
         "published": conditions.get(PUBLISHED_CONDITION) == "True",
         "ip": status.get("podIP") or "",
         "requests": _pod_requests(pod),
-        # What a node's labels, taints and free resources alone do not decide (kube-scheduler's to weigh).
+        # The required node affinity (a v1.NodeSelector), None without one.
+        "nodeAffinity": ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"),
+        # What one node's labels, taints and free resources do not decide (kube-scheduler's to weigh).
         "constrained": _constrained(spec),
     }
 
@@ -120,10 +123,17 @@ def _pod_requests(pod: dict) -> dict[str, Decimal]:
 
 
 def _constrained(spec: dict) -> bool:
-    """Whether placing the pod needs more than its node selector, tolerations and requests: any affinity, a
-    topology spread, a scheduling gate, a resource claim (DRA), or another scheduler's name."""
-    return bool(spec.get("affinity") or spec.get("topologySpreadConstraints") or spec.get("schedulingGates")
-                or spec.get("resourceClaims") or spec.get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER)
+    """Whether a pod's fit depends on more than one node (its labels, taints and free resources): a required
+    pod affinity or anti-affinity, a ``DoNotSchedule`` topology spread (both read the other pods of a
+    domain), a scheduling gate, a resource claim (DRA), or another scheduler's name. Preferences
+    (preferred affinities, ``ScheduleAnyway`` spreads) weigh kube-scheduler's scores, not the fit."""
+    affinity = spec.get("affinity") or {}
+    return bool(any((affinity.get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+                    for k in ("podAffinity", "podAntiAffinity"))
+                or any(c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+                       for c in spec.get("topologySpreadConstraints") or [])
+                or spec.get("schedulingGates") or spec.get("resourceClaims")
+                or spec.get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER)
 
 
 # ------------------------------------------------------------------------------- indexes of the pod cache
