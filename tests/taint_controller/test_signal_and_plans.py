@@ -23,17 +23,15 @@ def node(name, gpus=8, ready=True, virtual=False, unschedulable=False, taints=()
 
 
 def pod(name, node_name="", gpus=1, priority=1000, phase="Running", pc="gpufleet-inference", unschedulable=False,
-        tolerations=None, labels=None, created="2026-01-01T00:00:00Z", owner="chat-abc", **spec):
+        tolerations=None, labels=None, created="2026-01-01T00:00:00Z", owner="chat-abc"):
     conds = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}] if unschedulable else []
-    if spec.get("schedulingGates"):
-        conds = [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]
     return pod_view({
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "creationTimestamp": created,
                      "labels": {"pod-template-hash": "abc", **(labels or {})},
                      "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}]},
         "spec": {"nodeName": node_name, "priority": priority, "priorityClassName": pc,
                  "tolerations": tolerations or [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}], **spec},
+                 "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
         "status": {"phase": phase, "conditions": conds}})
 
 
@@ -83,22 +81,8 @@ def test_flip_out_leaves_pods_that_fit_or_are_not_preemptors_alone():
     assert plan(nodes, fits, ["gpufleet-training"]) == []  # n1 is free: the scheduler's job
     full = [pod("i1", "n0", 1), pod("i2", "n1", 1),
             pod("x", gpus=8, priority=100000, phase="Pending", pc="other-class", unschedulable=True),
-            pod("gated", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training",
-                schedulingGates=[{"name": "kueue.x-k8s.io/topology"}]),
-            pod("elsewhere", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training",
-                schedulerName="my-scheduler")]
+            pod("y", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training", unschedulable=False)]
     assert plan(nodes, full, ["gpufleet-training"]) == []
-
-
-def test_a_training_pod_the_scheduler_has_not_tried_yet_is_a_preemptor_when_no_node_fits_it_as_it_is():
-    """kube-scheduler's verdict could only be Unschedulable: it is not waited for (at a thousand pods its
-    queue reaches the last ones some 45 s after the first). One that fits a node stays the scheduler's."""
-    nodes = [node("n0"), node("n1")]
-    untried = pod("t", gpus=8, priority=100000, phase="Pending", pc="gpufleet-training")
-    assert untried["untried"] and not untried["unschedulable"]
-    assert [r.node for r in plan(nodes, [pod("i1", "n0", 1), pod("i2", "n1", 2), untried],
-                                 ["gpufleet-training"])] == ["n0"]
-    assert plan(nodes, [pod("i1", "n0", 1), untried], ["gpufleet-training"]) == [], "n1 is free"
 
 
 def test_flip_out_respects_existing_reservations_and_node_selectors():

@@ -8,13 +8,8 @@ any replacement runs outside. So training pods do not preempt
 preempts for them, PDB-respecting:
 
 1. A *preemptor* is a pod that is Pending, marked ``Unschedulable`` by the
-   scheduler or not tried by it yet (no gate), asks for GPUs, and whose
-   PriorityClass is one of ``priority_classes`` (default:
-   gpufleet-training). The verdict is not waited for: a pod that fits no
-   node as it is could only be called Unschedulable, and kube-scheduler's
-   queue reaches the last pods of a gang of a thousand (each one's filter
-   visiting every node) some 45 s after the first; a pod that fits a node
-   as it is stays the scheduler's (step 2).
+   scheduler, asks for GPUs, and whose PriorityClass is one of
+   ``priority_classes`` (default: gpufleet-training).
 2. :func:`plan` picks for each preemptor (highest priority, then oldest,
    first) an in-cluster node where evicting lower-priority GPU pods makes it
    fit (node selector and taints respected; fewest victims, then fewest
@@ -146,10 +141,8 @@ def is_pending_training(pod: dict[str, Any], classes: Iterable[str]) -> bool:
 
 
 def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
-    """A pending training pod (:func:`is_pending_training`) the scheduler marked Unschedulable, or has not tried
-    yet (no verdict, no scheduling gate, kube-scheduler's): :func:`plan` leaves one that fits a node as it is
-    to the scheduler."""
-    return (pod["unschedulable"] or pod["untried"]) and is_pending_training(pod, classes)
+    """A pending training pod (:func:`is_pending_training`) the scheduler marked Unschedulable."""
+    return pod["unschedulable"] and is_pending_training(pod, classes)
 
 
 def _fits_node(pod: dict[str, Any], node: dict[str, Any], reserved_for: str | None = None) -> bool:

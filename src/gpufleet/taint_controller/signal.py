@@ -95,9 +95,6 @@ def pod_view(pod: dict) -> dict[str, Any]:
         "tolerations": list(spec.get("tolerations") or []),
         "phase": status.get("phase") or "Pending",
         "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
-        # No verdict yet, and kube-scheduler's to give: no PodScheduled condition, no scheduling gate.
-        "untried": not sched and not spec.get("schedulingGates")
-                   and spec.get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER,
         "ready": conditions.get("Ready") == "True",
         # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.virtual_kubelet.endpoints).
         "published": conditions.get(PUBLISHED_CONDITION) == "True",
