@@ -42,8 +42,6 @@ def objects(inv: Inventory) -> list[Obj]:
         # ReplicaSets is running pods, so it stops at that namespace.
         surge = namespaced_rbac("taint-controller", inv.role("inference").inference_namespace,
                                 [rule(["apps"], ["replicasets"], ["get", "create", "delete"]),
-                                 # gpufleet.taint_controller.placement: the surge pods bound outside at once
-                                 rule([""], ["pods/binding"], ["create"]),
                                  rule(["apps"], ["deployments"], ["get", "list", "watch"])], account_namespace=NAMESPACE)
     return [namespace(NAMESPACE), *controller("taint-controller", NAMESPACE, ["taint-controller"], rules,
                                               fleet=inv.fleet, config=dump(configuration(inv))), *surge]

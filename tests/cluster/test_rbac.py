@@ -44,7 +44,6 @@ NEEDED: dict[str, list[Ask]] = {
                          _ask("create", "pods/eviction", "inference"), *LEASES, *EVENTS,
                          # flip/surge.py: make-before-break replacements, only where inference runs.
                          *(_ask(v, "replicasets", "inference", group="apps") for v in ("get", "create", "delete")),
-                         _ask("create", "pods/binding", "inference"),
                          # flip/surge.py Deployments: a watch cache per inference namespace.
                          *(_ask(v, "deployments", "inference", group="apps") for v in ("get", "list", "watch")),
                          # vk/orphans.py: gpufleet's EndpointSlices and the node Leases watched, a silent
@@ -93,7 +92,6 @@ NEVER: list[Ask] = [
     _ask("list", "secrets"), _ask("get", "secrets", "kube-system"), _ask("watch", "secrets", "team-pretrain"),
     _ask("get", "secrets", SYSTEM, "some-other-secret"),
     _ask("delete", "nodes"), _ask("delete", "namespaces"), _ask("delete", "namespaces", name="team-pretrain"),
-    _ask("create", "pods/binding", "team-pretrain"), _ask("create", "pods/binding", "kube-system"),
     _ask("create", "pods", "default"), _ask("create", "pods", "kube-system"), _ask("create", "pods", SYSTEM),
     _ask("patch", "services", "inference"), _ask("delete", "services", "inference"),
     _ask("create", "replicasets", "kube-system", group="apps"), _ask("create", "replicasets", "team-pretrain", group="apps"),

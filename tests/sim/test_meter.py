@@ -31,7 +31,7 @@ gpufleet_taint_controller_tick_process_cpu_seconds_sum 5.0
 # HELP gpufleet_flip_out_surges_total Make-before-break replacements, by event.
 # TYPE gpufleet_flip_out_surges_total counter
 gpufleet_flip_out_surges_total{{event="created"}} {a}
-gpufleet_flip_out_surges_total{{event="placed"}} {b}
+gpufleet_flip_out_surges_total{{event="handed over"}} {b}
 """
 
 
@@ -82,7 +82,7 @@ def test_figures_count_what_happened_while_metered_only():
     # The process's CPU during the same ticks: 90 between 10 and 50 ms, 10 above (the highest finite bound).
     assert fig["tick_process_cpu_ms_p50"] == pytest.approx(10 + 40 * 50 / 90, abs=0.1)
     assert fig["tick_process_cpu_ms_p99"] == 50.0
-    assert fig["surges"] == {"created": 90, "placed": 100}, "the counters' increase while metered"
+    assert fig["surges"] == {"created": 90, "handed over": 100}, "the counters' increase while metered"
 
 
 def test_a_deployment_whose_pods_never_answered_has_no_figures():

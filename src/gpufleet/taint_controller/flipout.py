@@ -32,9 +32,7 @@ preempts for them, PDB-respecting:
    as gone), so the others keep serving and get no replacement; a
    PDB refusal (429) is retried on the next tick, once the replacement runs
    outside. In mode ``make_before_break`` (the default) a replacement of
-   each victim of a Deployment starts outside (bound by the flip-out to a
-   virtual node with room on the next tick, not queued in kube-scheduler
-   behind the training pods: :mod:`gpufleet.taint_controller.placement`), and once it is Ready and
+   each victim of a Deployment starts outside, and once it is Ready and
    published it takes the victim's place (its ReplicaSet removes the
    victim: :mod:`gpufleet.taint_controller.surge`); a victim without one after
    ``surge_max_wait_seconds`` is evicted as in mode ``evict_first``. After ``max_wait_seconds`` the
@@ -64,12 +62,12 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from gpufleet.fleet.classify import tolerated
 from gpufleet.kube import Conflict, Invalid, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
-from .placement import admits
 from .signal import BY_BINDING, BY_NODE, POD_INDEXES, UNBOUND
 from .surge import Deployments, Surges
 
@@ -150,14 +148,18 @@ def _fits_node(pod: dict[str, Any], node: dict[str, Any], reserved_for: str | No
     reservation taint is refused unless its value is ``reserved_for`` (the lead of the reservation it joins)."""
     if node["virtual"] or not node["ready"] or node["unschedulable"]:
         return False
-    if any(t.get("key") == RESERVED_TAINT and t.get("effect") in ("NoSchedule", "NoExecute")
-           and (reserved_for is None or t.get("value") != reserved_for) for t in node["taints"]):
-        return False  # another's reservation, whatever the pod tolerates
-    return admits(pod, node, excused=_is_reservation)
-
-
-def _is_reservation(taint: dict[str, Any]) -> bool:
-    return taint.get("key") == RESERVED_TAINT
+    if any(node["labels"].get(k) != v for k, v in pod["nodeSelector"].items()):
+        return False
+    for t in node["taints"]:
+        if t.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if t.get("key") == RESERVED_TAINT:
+            if reserved_for is not None and t.get("value") == reserved_for:
+                continue
+            return False
+        if not tolerated(pod["tolerations"], t):
+            return False
+    return True
 
 
 def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -384,12 +386,9 @@ class FlipOut:
     def tick(self) -> None:
         """One pass: drop stale reservations, push existing ones, make new ones. Never raises for API errors."""
         nodes, pods = self.nodes.items(), self.pods.items()
-        if self.surges is not None:
-            if not self._recovered:
-                self.surges.recover()
-                self._recovered = True
-            # First: the surges made on the last tick have pods by now; outside sooner is training's wait shorter.
-            self.surges.place(nodes)
+        if self.surges is not None and not self._recovered:
+            self.surges.recover()
+            self._recovered = True
         reserved = reservations_of(nodes)
         members = reservation_members(self.pods.by_index(BY_BINDING, UNBOUND), reserved)  # members are unbound
         new: dict[str, list[Reservation]] = {}

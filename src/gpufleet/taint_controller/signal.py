@@ -25,20 +25,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from decimal import Decimal
 from typing import Any
 
-from gpufleet.fleet.capacity import pod_gpus, pod_resource_requests
+from gpufleet.fleet.capacity import pod_gpus
 from gpufleet.fleet.classify import INFERENCE, NodeFacts, classify, default_classes
 from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
-from gpufleet.kube.quantity import GpuCountError, parse_quantity
+from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
-from gpufleet.names import GPU_RESOURCE, PUBLISHED_CONDITION, SURGE_FOR_LABEL
+from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
 from gpufleet.prom.client import PromClient, PromError
 
-#: ``spec.schedulerName`` of a pod kube-scheduler places (the API server's default).
-DEFAULT_SCHEDULER = "default-scheduler"
 #: The classes the signal classifies nodes for: it counts room for inference.
 CLASSES = default_classes()
 
@@ -60,21 +57,7 @@ def node_view(node: dict) -> dict[str, Any]:
         log.error("%s", facts.problem)
     return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": dict(facts.labels), "virtual": facts.virtual,
             "ready": facts.ready, "unschedulable": facts.unschedulable, "taints": list(facts.taints),
-            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion"),
-            "allocatable": _allocatable(node) if facts.virtual else {}}
-
-
-def _allocatable(node: dict) -> dict[str, Decimal]:
-    """``status.allocatable`` as numbers (``{"cpu": Decimal(64), "pods": Decimal(110), ...}``); a value that
-    is not a quantity is logged, naming the node, and left out (nothing fits a resource the node lacks)."""
-    out = {}
-    for res, value in ((node.get("status") or {}).get("allocatable") or {}).items():
-        try:
-            out[res] = parse_quantity(value)
-        except ValueError:
-            log.error("node %s: status.allocatable[%s] %r is not a quantity; counted as none",
-                      (node.get("metadata") or {}).get("name"), res, value)
-    return out
+            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion")}
 
 
 def pod_view(pod: dict) -> dict[str, Any]:
@@ -99,38 +82,7 @@ def pod_view(pod: dict) -> dict[str, Any]:
         # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.virtual_kubelet.endpoints).
         "published": conditions.get(PUBLISHED_CONDITION) == "True",
         "ip": status.get("podIP") or "",
-        "requests": _pod_requests(pod),
-        # The required node affinity (a v1.NodeSelector), None without one.
-        "nodeAffinity": ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"),
-        # What one node's labels, taints and free resources do not decide (kube-scheduler's to weigh).
-        "constrained": _constrained(spec),
     }
-
-
-def _pod_requests(pod: dict) -> dict[str, Decimal]:
-    """Every resource a pod requests, as the scheduler adds them up (:func:`gpufleet.fleet.capacity.pod_resource_requests`);
-    one that is not a quantity (the API server refuses them) is logged, naming the pod, and the pod counted as
-    requesting nothing but its GPUs (:func:`_pod_gpus`)."""
-    try:
-        return pod_resource_requests(pod)
-    except ValueError as exc:  # GpuCountError too
-        log.error("%s; counted as requesting only its GPUs", exc)
-        return {GPU_RESOURCE: Decimal(_pod_gpus(pod))}
-
-
-def _constrained(spec: dict) -> bool:
-    """Whether a pod's fit depends on more than one node (its labels, taints and free resources): a required
-    pod affinity or anti-affinity, a ``DoNotSchedule`` topology spread (both read the other pods of a
-    domain), a scheduling gate, a resource claim (DRA), or another scheduler's name. Preferences
-    (preferred affinities, ``ScheduleAnyway`` spreads) weigh kube-scheduler's scores, not the fit."""
-    affinity = spec.get("affinity") or {}
-    return bool(any((affinity.get(k) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-                    for k in ("podAffinity", "podAntiAffinity"))
-                or any(c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
-                       for c in spec.get("topologySpreadConstraints") or [])
-                or spec.get("schedulingGates") or spec.get("resourceClaims")
-                or spec.get("schedulerName", DEFAULT_SCHEDULER) != DEFAULT_SCHEDULER)
 
 
 # ------------------------------------------------------------------------------- indexes of the pod cache

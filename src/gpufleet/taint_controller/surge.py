@@ -19,12 +19,8 @@ ReplicaSet's pod template, placed on virtual nodes only:
   with ``maxUnavailable`` or a percentage working: the disruption controller
   refuses to compute a budget over pods without a scalable controller.
 
-The flip-out binds the surge pods outside itself, the tick after they exist
-(:meth:`Surges.place`, :mod:`gpufleet.taint_controller.placement`): they
-carry inference's priority, and kube-scheduler's queue would hold them
-behind every training pod still to be tried. The way back is the same with
-the surge placed in-cluster (required node affinity ``type NotIn
-[virtual-kubelet]``) by kube-scheduler.
+The way back is the same with the surge placed in-cluster (required node
+affinity ``type NotIn [virtual-kubelet]``).
 
 A surge pod takes its victim's place once it is Ready *and published*: a
 ready endpoint of every Service that selects it, at an address that
@@ -95,15 +91,13 @@ from gpufleet.kube.selectors import selector_matches
 from gpufleet.names import (POD_DELETION_COST_ANNOTATION, SURGE_DIRECTION_LABEL, SURGE_FOR_LABEL, SURGE_OF_ANNOTATION,
                             VIRTUAL_NODE_LABEL, VIRTUAL_NODE_TAINT)
 
-from .placement import place
-from .signal import BY_BINDING, BY_NAMESPACE, BY_NODE, BY_SURGE_FOR, POD_INDEXES, UNBOUND, pod_by_uid
+from .signal import BY_NAMESPACE, BY_SURGE_FOR, POD_INDEXES, pod_by_uid
 
 log = logging.getLogger(__name__)
 
 SURGES = Counter("gpufleet_flip_out_surges_total",
-                 "Make-before-break replacements, by event (created; placed: its pod bound to a virtual node by the "
-                 "flip-out; removed; bound passed: given up, the pod goes without a Ready replacement; handed over: the "
-                 "surge pod took its victim's place).", ["event"])
+                 "Make-before-break replacements, by event (created; removed; bound passed: given up, the pod "
+                 "goes without a Ready replacement; handed over: the surge pod took its victim's place).", ["event"])
 
 #: Label the Deployment controller puts on a ReplicaSet's pods and selector.
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -317,8 +311,6 @@ class Surges:
         self.clock = clock
         self.live: dict[str, Surge] = {}
         self.unsurgeable: set[str] = set()
-        self.binding_forbidden_until = float("-inf")  # clock time placing is tried again after a 403
-        self.forbidden_retry_seconds = 300.0
 
     def recover(self) -> None:
         """Take over surges an earlier instance created (from their pods' labels and owners), and finish the
@@ -471,49 +463,6 @@ class Surges:
         if uid in self.live:
             self._remove(self.live[uid], "no Ready replacement within the bound")
         SURGES.labels("bound passed").inc()
-
-    def place(self, nodes: Iterable[dict[str, Any]]) -> int:
-        """Bind this direction's pending surge pods to virtual nodes with room (:mod:`gpufleet.taint_controller.placement`);
-        the number bound.
-
-        Only ``out`` surges are placed (in-cluster placement is kube-scheduler's: real nodes carry more than
-        a node's labels and room decide). A binding refused because the pod is bound already (409: the
-        scheduler was first) or gone is skipped; any other failure is logged and the pod left to the next tick
-        or to kube-scheduler. A 403 (a surge Role from before ``pods/binding`` was granted, until the next
-        ``pulumi up``) is said once and placing stops for ``forbidden_retry_seconds``.
-        """
-        if self.direction != "out" or self.clock() < self.binding_forbidden_until:
-            return 0
-        pending = [p for p in self.pods.by_index(BY_BINDING, UNBOUND)
-                   if (p["metadata"].get("labels") or {}).get(SURGE_DIRECTION_LABEL) == self.direction
-                   and p["phase"] == "Pending" and not p["metadata"].get("deletionTimestamp")]
-        if not pending:
-            return 0
-        placed = 0
-        for pod, node in place(pending, nodes, lambda n: self.pods.by_index(BY_NODE, n)):
-            meta = pod["metadata"]
-            ns, name = meta["namespace"], meta["name"]
-            binding = {"apiVersion": "v1", "kind": "Binding",
-                       "metadata": {"name": name, "namespace": ns, "uid": meta["uid"]},
-                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-            try:
-                self.kube.create("v1", "pods", binding, ns, subresource="binding", name=name)
-            except (Conflict, NotFound):
-                continue  # bound by kube-scheduler first, or gone
-            except Forbidden as exc:
-                self.binding_forbidden_until = self.clock() + self.forbidden_retry_seconds
-                log.warning("flip-%s: binding surge pod %s/%s forbidden (%s); kube-scheduler places surges, "
-                            "trying again in %.0fs (the surge Role grants pods/binding since this release: run "
-                            "`pulumi up`)", self.direction, ns, name, exc, self.forbidden_retry_seconds)
-                return placed
-            except KubeError as exc:
-                log.info("flip-%s: binding surge pod %s/%s to %s: %s; the next tick or kube-scheduler places it",
-                         self.direction, ns, name, node, exc)
-                continue
-            placed += 1
-            SURGES.labels("placed").inc()
-            log.info("flip-%s: surge pod %s/%s bound to %s", self.direction, ns, name, node)
-        return placed
 
     def _create(self, meta: dict[str, Any]) -> Surge | None:
         """The surge started for ``meta``'s pod; None when it can have none.

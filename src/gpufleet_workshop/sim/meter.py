@@ -29,8 +29,8 @@ figures per Deployment (:meth:`ControllerMeter.figures`):
   ``tick_process_cpu_ms_p99`` the same of the process's CPU during a tick,
   and ``ticks``; ``surges``: the increase of
   ``gpufleet_flip_out_surges_total`` by event while metered
-  (``{"created": 254, "placed": 251, "handed over": 254, ...}``: ``placed``
-  are the surge pods the flip-out bound itself, the others kube-scheduler's).
+  (``{"created": 510, "handed over": 510, ...}``: both directions' surges,
+  the flip-out's and the flip-back's).
 """
 
 from __future__ import annotations

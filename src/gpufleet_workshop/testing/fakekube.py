@@ -1013,11 +1013,6 @@ class FakeKube(Kube):
 
     def _bind(self, kind: Kind, namespace: str | None, name: str | None, body: Obj) -> Obj:
         live = self._live(kind, namespace, name)
-        uid = (body.get("metadata") or {}).get("uid")
-        if uid and uid != live["metadata"].get("uid"):  # the Binding's UID is a precondition
-            raise _Status(409, "Conflict", f"Operation cannot be fulfilled on pods/binding \"{name}\": "
-                          f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                          f"{live['metadata'].get('uid')}")
         if live["spec"].get("nodeName"):
             raise _Status(409, "Conflict", f'pod {name} is already assigned to node "{live["spec"]["nodeName"]}"')
         new = copy.deepcopy(live)
