@@ -162,9 +162,9 @@ class ControllerMeter:
                 seen.rss_max = max(seen.rss_max, values.get(RSS, 0.0))
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts``, ``surges`` where counted and, where ticks were metered,
-        ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99``, ``tick_process_cpu_ms_p50``, ``tick_process_cpu_ms_p99``
-        and ``ticks`` (module docstring); None where no pod answered."""
+        """Per Deployment name: ``rss_max_mib``, ``cpu_seconds``, ``restarts``, ``surges`` where counted and,
+        where ticks were metered, ``tick_cpu_ms_p50``, ``tick_cpu_ms_p99``, ``tick_process_cpu_ms_p50``,
+        ``tick_process_cpu_ms_p99`` and ``ticks`` (module docstring); None where no pod answered."""
         out: dict[str, dict[str, Any]] = {}
         for (_, name), pods in self.pods.items():
             read_ = [p for p in pods.values() if p.first]
