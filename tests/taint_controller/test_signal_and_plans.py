@@ -6,7 +6,11 @@ from gpufleet.taint_controller.flipback import candidates
 from gpufleet.fleet.classify import tolerated as tolerates
 from gpufleet.taint_controller.flipout import plan, reservations_of, victims_for
 from gpufleet.names import FREE_GPUS_TAINT, RELEASE_LABEL, RESERVED_TAINT
-from gpufleet.taint_controller.signal import free_gpus, node_view, pod_view
+from gpufleet.kube.informer import Informer
+from gpufleet.taint_controller.signal import (BY_BINDING, BY_GPU_NODE, BY_LABEL, BY_RESERVATION, NODE_INDEXES,
+                                              POD_INDEXES, RESERVED, UNBOUND, free_gpus, label_key, node_view,
+                                              pod_view)
+from gpufleet_workshop.testing import FakeKube
 from gpufleet.prom.client import number
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -43,6 +47,30 @@ def test_free_gpus_counts_only_schedulable_in_cluster_nodes():
     pods = [pod("i1", "a", 3), pod("t", "b", 8, phase="Running"), pod("done", "a", 5, phase="Succeeded"),
             pod("pending", "", 8, phase="Pending"), pod("out", "vk-rental", 4)]
     assert free_gpus(nodes, pods) == 5 + 0 + 8  # a: 8-3, b: full, degraded: 8 (inference tolerates it)
+    # From the pod cache, each node's pods are looked up through its index: the same count.
+    assert free_gpus(nodes, caches(nodes, pods)[1]) == 5 + 0 + 8
+
+
+def caches(nodes, pods) -> tuple[Informer, Informer]:
+    """Informers of node and pod views holding ``nodes`` and ``pods`` as if listed, with the controller's
+    indexes (their threads are never started)."""
+    kube = FakeKube()
+    node_cache = Informer(kube, "/api/v1/nodes", name="nodes", indexers=NODE_INDEXES)
+    pod_cache = Informer(kube, "/api/v1/pods", name="pods", indexers=POD_INDEXES)
+    for n in nodes:
+        node_cache.apply("ADDED", {**n, "metadata": {"name": n["name"]}})
+    for p in pods:
+        pod_cache.apply("ADDED", p)
+    return node_cache, pod_cache
+
+
+def plan_from_caches(nodes, pods, classes):
+    """:func:`plan` as the flip-out's tick calls it: the unbound pods, and the rest through the caches' indexes."""
+    node_cache, pod_cache = caches(nodes, pods)
+    return plan(node_cache.items(), pod_cache.by_index(BY_BINDING, UNBOUND), classes,
+                bound=lambda name: pod_cache.by_index(BY_GPU_NODE, name),
+                reserved=reservations_of(node_cache.by_index(BY_RESERVATION, RESERVED)),
+                with_label=lambda k, v: node_cache.by_index(BY_LABEL, label_key(k, v)))
 
 
 def test_prometheus_answers():
@@ -210,6 +238,14 @@ def test_ranking_nodes_once_per_shape_plans_what_searching_every_node_for_every_
         got = [(r.pod["metadata"]["name"], r.node, tuple(v["metadata"]["name"] for v in r.victims))
                for r in plan(nodes, pods, ["gpufleet-training"]) if r.lead is None]  # joining takes no node
         assert got == _plan_by_search(nodes, pods, ["gpufleet-training"]), f"seed {seed}"
+        # The tick's inputs (unbound pods, the rest looked up through the caches' indexes) plan the same, joins too.
+        assert _names(plan_from_caches(nodes, pods, ["gpufleet-training"])) == \
+            _names(plan(nodes, pods, ["gpufleet-training"])), f"seed {seed}"
+
+
+def _names(reservations):
+    return [(r.pod["metadata"]["name"], r.node, r.lead, tuple(v["metadata"]["name"] for v in r.victims))
+            for r in reservations]
 
 
 def test_preemptors_pinned_to_one_node_share_its_reservation():
@@ -245,3 +281,5 @@ def test_a_reservation_lasts_while_any_member_is_pending_and_is_joined_only_then
     assert plan([n0], [bound_lead, pod("i", "n0", 2), late], ["gpufleet-training"]) == []
     assert [(r.pod["metadata"]["name"], r.lead) for r in plan([n0], [bound_lead, pod("i", "n0", 2), waiting, late],
                                                               ["gpufleet-training"])] == [("t2", "uid-t0")]
+    assert [(r.pod["metadata"]["name"], r.lead) for r in plan_from_caches(
+        [n0], [bound_lead, pod("i", "n0", 2), waiting, late], ["gpufleet-training"])] == [("t2", "uid-t0")]

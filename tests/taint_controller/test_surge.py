@@ -132,7 +132,7 @@ def cache(*views) -> Informer:
 def view(name: str, uid: str, labels: dict, owner: str, *, ready=True, published=True, node="vk-rental") -> dict:
     return {"metadata": {"name": name, "namespace": "inference", "uid": uid, "labels": labels,
                          "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}]},
-            "node": node, "ready": ready, "published": published, "ip": ""}
+            "node": node, "ready": ready, "published": published, "ip": "", "phase": "Running", "gpus": 1}
 
 
 def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset():

@@ -68,7 +68,8 @@ from gpufleet.kube.retry import update_with_retry
 from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
-from .signal import BY_BINDING, BY_NODE, POD_INDEXES, UNBOUND
+from .signal import (BY_BINDING, BY_GPU_NODE, BY_LABEL, BY_RESERVATION, NODE_INDEXES, POD_INDEXES, RESERVED, UNBOUND,
+                     holds_gpus, label_key)
 from .surge import Deployments, Surges
 
 log = logging.getLogger(__name__)
@@ -192,28 +193,42 @@ def victims_for(pod: dict[str, Any], node: dict[str, Any], bound: Iterable[dict[
 
 
 def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Iterable[str],
-         members: dict[str, list[dict[str, Any]]] | None = None) -> list[Reservation]:
+         members: dict[str, list[dict[str, Any]]] | None = None,
+         bound: Callable[[str], list[dict[str, Any]]] | None = None, reserved: dict[str, str] | None = None,
+         with_label: Callable[[str, str], list[dict[str, Any]]] | None = None) -> list[Reservation]:
     """New reservations to make now, and preemptors joining one (module docstring, step 2); pure.
 
     Args:
         nodes: node views (:func:`gpufleet.taint_controller.signal.node_view`).
-        pods: non-terminal pod views (:func:`gpufleet.taint_controller.signal.pod_view`).
+        pods: non-terminal pod views (:func:`gpufleet.taint_controller.signal.pod_view`): every one, or with
+            ``bound`` the unbound ones only (preemptors and reservation members are among them).
         classes: PriorityClass names of preemptors.
         members: :func:`reservation_members` of ``pods`` (computed when None).
+        bound: node name -> the pod views holding GPUs there (:func:`~gpufleet.taint_controller.signal.holds_gpus`),
+            as the pod cache's index answers it, so that a tick looks only at the nodes it ranks; None:
+            gathered from ``pods``.
+        reserved: :func:`reservations_of` ``nodes`` (computed when None).
+        with_label: ``(key, value)`` -> the node views with that label, as the node cache's index answers it;
+            None: indexed here from ``nodes``.
 
     Returns:
         The reservations in the order to make them: a new one (``lead`` None) before any pod joining it.
     """
     classes = set(classes)
-    reserved = reservations_of(nodes)
+    if reserved is None:
+        reserved = reservations_of(nodes)
     taken = set(reserved.values())
     if members is None:
         members = reservation_members(pods, reserved)
     in_one = {p["metadata"]["uid"] for ms in members.values() for p in ms}
-    by_node: dict[str, list[dict[str, Any]]] = {}
-    for p in pods:
-        if p["node"] and p["gpus"] and p["phase"] not in ("Succeeded", "Failed"):
-            by_node.setdefault(p["node"], []).append(p)
+    if bound is None:
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in pods:
+            if holds_gpus(p):
+                by_node.setdefault(p["node"], []).append(p)
+
+        def bound(name: str) -> list[dict[str, Any]]:
+            return by_node.get(name, [])
     preemptors = sorted((p for p in pods if is_preemptor(p, classes) and p["metadata"]["uid"] not in reserved
                          and p["metadata"]["uid"] not in in_one),
                         key=lambda p: (-p["priority"], p["created"], p["metadata"]["name"]))
@@ -233,12 +248,12 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     # A shape with a node selector is ranked over the nodes of its most selective label only: a gang that
     # Kueue's topology-aware scheduling pins (a hostname each) is one shape per pod, one node each.
     rankings: dict[tuple, _Ranking] = {}
-    labelled = _NodesByLabel(nodes)
+    labelled = _NodesByLabel(nodes, with_label)
     for pod in preemptors:
         shape = _shape(pod)
         r = rankings.get(shape)
         if r is None or (r.fits_on is not None and r.fits_on in taken):
-            r = rankings[shape] = _rank(pod, labelled.candidates(pod), by_node, taken)
+            r = rankings[shape] = _rank(pod, labelled.candidates(pod), bound, taken)
         if r.fits_on is not None:
             continue  # fits on that node as it is
         while r.ranked and r.ranked[0][1]["name"] in taken:
@@ -248,7 +263,7 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
             # A shape that fits in no group now is not tried again this tick (its groups only fill up;
             # a group made later in this tick is tried on the next one).
             if shape not in no_join:
-                joined = _join(pod, groups, labelled.candidates(pod), by_node)
+                joined = _join(pod, groups, labelled.candidates(pod), bound)
                 if joined is None:
                     no_join.add(shape)
                 else:
@@ -264,10 +279,13 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
 
 class _NodesByLabel:
     """The nodes a pod's node selector allows to look at: those with its most selective label (a superset of
-    the nodes it fits on, in the nodes' order); the index of labels is built on the first selector asked."""
+    the nodes it fits on). ``with_label``: ``(key, value)`` -> those nodes, from an index kept elsewhere; without
+    it, an index of ``nodes`` by label is built on the first selector asked."""
 
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+    def __init__(self, nodes: list[dict[str, Any]],
+                 with_label: Callable[[str, str], list[dict[str, Any]]] | None = None) -> None:
         self.nodes = nodes
+        self.with_label = with_label
         self._by: dict[tuple[str, str], list[dict[str, Any]]] | None = None
 
     def candidates(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
@@ -275,6 +293,8 @@ class _NodesByLabel:
         selector = pod["nodeSelector"]
         if not selector:
             return self.nodes
+        if self.with_label is not None:
+            return min((self.with_label(k, v) for k, v in selector.items()), key=len)
         if self._by is None:
             self._by = {}
             for n in self.nodes:
@@ -284,7 +304,7 @@ class _NodesByLabel:
 
 
 def _join(pod: dict[str, Any], groups: dict[str, tuple[str, list[dict[str, Any]]]], candidates: list[dict[str, Any]],
-          by_node: dict[str, list[dict[str, Any]]]) -> Reservation | None:
+          bound: Callable[[str], list[dict[str, Any]]]) -> Reservation | None:
     """The reservation of ``groups`` (``{node: (lead UID, pending members)}``) ``pod`` joins: one on a node of
     ``candidates`` it may go to, where evicting lower-priority pods makes room for every member and for it
     (fewest victims, then fewest victim GPUs, then node name); None if there is none."""
@@ -296,7 +316,7 @@ def _join(pod: dict[str, Any], groups: dict[str, tuple[str, list[dict[str, Any]]
         lead, ms = groups[name]
         if not _fits_node(pod, node, reserved_for=lead):
             continue
-        victims = victims_for(group_need([*ms, pod]), node, by_node.get(name, []))
+        victims = victims_for(group_need([*ms, pod]), node, bound(name))
         if victims is None:
             continue
         score = (len(victims), sum(v["gpus"] for v in victims), name)
@@ -319,7 +339,7 @@ class _Ranking:
     ranked: deque[tuple] = field(default_factory=deque)
 
 
-def _rank(pod: dict[str, Any], nodes: list[dict[str, Any]], by_node: dict[str, list[dict[str, Any]]],
+def _rank(pod: dict[str, Any], nodes: list[dict[str, Any]], bound: Callable[[str], list[dict[str, Any]]],
           taken: set[str]) -> _Ranking:
     """The nodes not ``taken`` for ``pod``'s shape (:class:`_Ranking`): one that fits it as is, if one does
     (the search stops there), else those where evictions make room, best first."""
@@ -327,7 +347,7 @@ def _rank(pod: dict[str, Any], nodes: list[dict[str, Any]], by_node: dict[str, l
     for node in nodes:
         if node["name"] in taken or not _fits_node(pod, node):
             continue
-        victims = victims_for(pod, node, by_node.get(node["name"], []))
+        victims = victims_for(pod, node, bound(node["name"]))
         if victims == []:
             return _Ranking(node["name"])
         if victims is not None:
@@ -347,7 +367,8 @@ class FlipOut:
 
     Args:
         kube: client.
-        nodes / pods: informers of node and pod views (shared with the signal): nodes keyed by name; the pods'
+        nodes / pods: informers of node and pod views (shared with the signal): nodes keyed by name; their
+            :data:`~gpufleet.taint_controller.signal.NODE_INDEXES` and
             :data:`~gpufleet.taint_controller.signal.POD_INDEXES` are added when missing.
         priority_classes: PriorityClass names of preemptors.
         max_wait_seconds: after this long, victims are deleted instead of evicted.
@@ -370,6 +391,7 @@ class FlipOut:
         self.concurrent_syncs = concurrent_syncs
         self._pool: ThreadPoolExecutor | None = None
         pods.add_indexers(POD_INDEXES)
+        nodes.add_indexers(NODE_INDEXES)
         self.nodes = nodes
         self.pods = pods
         self.classes = set(priority_classes)
@@ -385,14 +407,16 @@ class FlipOut:
 
     def tick(self) -> None:
         """One pass: drop stale reservations, push existing ones, make new ones. Never raises for API errors."""
-        nodes, pods = self.nodes.items(), self.pods.items()
+        nodes = self.nodes.items()
         if self.surges is not None and not self._recovered:
             self.surges.recover()
             self._recovered = True
-        reserved = reservations_of(nodes)
-        members = reservation_members(self.pods.by_index(BY_BINDING, UNBOUND), reserved)  # members are unbound
+        reserved = self._reserved()
+        unbound = self.pods.by_index(BY_BINDING, UNBOUND)  # preemptors and reservation members are unbound
+        members = reservation_members(unbound, reserved)
         new: dict[str, list[Reservation]] = {}
-        for r in plan(nodes, pods, self.classes, members=members):
+        for r in plan(nodes, unbound, self.classes, members=members, bound=self._holding_gpus, reserved=reserved,
+                      with_label=self._with_label):
             new.setdefault(r.node, []).append(r)
         work: list[Callable[[], set[str]]] = []
         for uid, node in reserved.items():
@@ -410,7 +434,19 @@ class FlipOut:
             self.wanted |= wanted
         if self.surges is not None:
             self.surges.reconcile(self.wanted)
-        RESERVATIONS.set(len(reservations_of(self.nodes.items())))
+        RESERVATIONS.set(len(self._reserved()))
+
+    def _reserved(self) -> dict[str, str]:
+        """:func:`reservations_of` the cached nodes that carry a reservation taint (the node cache's index)."""
+        return reservations_of(self.nodes.by_index(BY_RESERVATION, RESERVED))
+
+    def _with_label(self, key: str, value: str) -> list[dict[str, Any]]:
+        """The cached node views labelled ``key`` = ``value`` (the node cache's index)."""
+        return self.nodes.by_index(BY_LABEL, label_key(key, value))
+
+    def _holding_gpus(self, node: str) -> list[dict[str, Any]]:
+        """The cached pod views holding GPUs on ``node`` (:func:`~gpufleet.taint_controller.signal.holds_gpus`)."""
+        return self.pods.by_index(BY_GPU_NODE, node)
 
     def _each(self, work: list[Callable[[], set[str]]]) -> list[set[str]]:
         """Run ``work`` (one callable per reservation), up to ``concurrent_syncs`` at once; their results in order.
@@ -478,8 +514,7 @@ class FlipOut:
         for_whom = members[0]["metadata"]["name"] + (f" and {len(members) - 1} more" if len(members) > 1 else "")
         # Only the pods the preemptors need gone (the same choice as plan()): the others keep serving, and
         # get no replacement outside. Pods already terminating count as gone (their GPUs are on the way).
-        staying = [p for p in self.pods.by_index(BY_NODE, node) if p["gpus"]
-                   and p["phase"] not in ("Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp")]
+        staying = [p for p in self._holding_gpus(node) if not p["metadata"].get("deletionTimestamp")]
         view = self.nodes.get(node)
         needed = victims_for(need, view, staying) if view is not None else None
         if needed is None:  # the node shrank or changed: every lower-priority pod, as a last resort

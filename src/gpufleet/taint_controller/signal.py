@@ -33,7 +33,7 @@ from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
-from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
+from gpufleet.names import PUBLISHED_CONDITION, RESERVED_TAINT, SURGE_FOR_LABEL
 from gpufleet.prom.client import PromClient, PromError
 
 #: The classes the signal classifies nodes for: it counts room for inference.
@@ -46,7 +46,9 @@ log = logging.getLogger(__name__)
 
 
 def node_view(node: dict) -> dict[str, Any]:
-    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs, the classifier's facts.
+    """What the caches keep of a Node: name, labels, virtual, ready, unschedulable, taints, GPUs, the classifier's
+    facts, and ``inference``: whether its GPUs count for inference (:func:`schedulable`), classified once per
+    change of the Node rather than on every tick.
 
     A fractional ``nvidia.com/gpu`` allocatable is refused (``gpus`` 0, the node counts for nobody;
     ``facts.problem`` says why), never truncated.
@@ -57,7 +59,8 @@ def node_view(node: dict) -> dict[str, Any]:
         log.error("%s", facts.problem)
     return {"name": meta.get("name"), "uid": meta.get("uid"), "labels": dict(facts.labels), "virtual": facts.virtual,
             "ready": facts.ready, "unschedulable": facts.unschedulable, "taints": list(facts.taints),
-            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion")}
+            "gpus": facts.allocatable or 0, "facts": facts, "resourceVersion": meta.get("resourceVersion"),
+            "inference": classify(facts, CLASSES).counts(INFERENCE)}
 
 
 def pod_view(pod: dict) -> dict[str, Any]:
@@ -99,6 +102,13 @@ BY_SURGE_FOR = "surge-for"
 #: Index of the pods bound to no node, all under the one key :data:`UNBOUND`.
 BY_BINDING = "binding"
 UNBOUND = "unbound"
+#: Index of the pods that hold GPUs on a node (:func:`holds_gpus`) by that node's name.
+BY_GPU_NODE = "gpu-node"
+
+
+def holds_gpus(p: dict[str, Any]) -> bool:
+    """The pod view is bound to a node, not finished (Succeeded, Failed) and requests GPUs: they count as used."""
+    return bool(p["node"]) and p["phase"] not in ("Succeeded", "Failed") and p["gpus"] > 0
 
 
 def _by_uid(p: dict[str, Any]) -> tuple[str, ...]:
@@ -117,14 +127,44 @@ def _by_namespace(p: dict[str, Any]) -> tuple[str, ...]:
     return (p["metadata"].get("namespace") or "",)
 
 
+def _by_gpu_node(p: dict[str, Any]) -> tuple[str, ...]:
+    return (p["node"],) if holds_gpus(p) else ()
+
+
 def _by_surge_for(p: dict[str, Any]) -> tuple[str, ...]:
     victim = (p["metadata"].get("labels") or {}).get(SURGE_FOR_LABEL)
     return (victim,) if victim else ()
 
 
+# ------------------------------------------------------------------------------- indexes of the node cache
+
+#: Index of node views by each of their labels, keyed ``<key>=<value>`` (:func:`label_key`).
+BY_LABEL = "label"
+#: Index of the node views that carry a reservation taint (:data:`gpufleet.names.RESERVED_TAINT` with a value),
+#: all under the one key :data:`RESERVED`.
+BY_RESERVATION = "reservation"
+RESERVED = "reserved"
+
+
+def label_key(key: str, value: str) -> str:
+    """The :data:`BY_LABEL` index key of label ``key`` = ``value``."""
+    return f"{key}={value}"
+
+
+def _by_label(n: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(label_key(k, v) for k, v in n["labels"].items())
+
+
+def _by_reservation(n: dict[str, Any]) -> tuple[str, ...]:
+    return (RESERVED,) if any(t.get("key") == RESERVED_TAINT and t.get("value") for t in n["taints"]) else ()
+
+
+#: Every index of the node cache, for :class:`gpufleet.kube.informer.Informer`'s ``indexers``.
+NODE_INDEXES = {BY_LABEL: _by_label, BY_RESERVATION: _by_reservation}
+
 #: Every index of the pod cache, for :class:`gpufleet.kube.informer.Informer`'s ``indexers``.
 POD_INDEXES = {BY_UID: _by_uid, BY_NODE: _by_node, BY_NAMESPACE: _by_namespace, BY_SURGE_FOR: _by_surge_for,
-               BY_BINDING: _by_binding}
+               BY_BINDING: _by_binding, BY_GPU_NODE: _by_gpu_node}
 
 
 def pod_by_uid(pods: Informer, uid: str) -> dict[str, Any] | None:
@@ -145,23 +185,31 @@ def _pod_gpus(pod: dict) -> int:
 
 
 def schedulable(node: dict[str, Any]) -> bool:
-    """The node's GPUs count for inference (the classifier; see the module docstring)."""
-    return classify(node["facts"], CLASSES).counts(INFERENCE)
+    """The node's GPUs count for inference (the classifier, as :func:`node_view` asked it; module docstring)."""
+    return node["inference"]
 
 
 def gpus_used(pods: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """GPUs requested per node by the non-terminal pods bound to it: ``{node: gpus}``."""
+    """GPUs requested per node by the pods that hold them (:func:`holds_gpus`): ``{node: gpus}``."""
     used: dict[str, int] = {}
     for p in pods:
-        if p["node"] and p["phase"] not in ("Succeeded", "Failed") and p["gpus"]:
+        if holds_gpus(p):
             used[p["node"]] = used.get(p["node"], 0) + p["gpus"]
     return used
 
 
-def free_gpus(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> int:
-    """Free schedulable GPUs (module docstring) from :func:`node_view` and :func:`pod_view` values."""
-    used = gpus_used(pods)
-    return sum(max(0, n["gpus"] - used.get(n["name"], 0)) for n in nodes if schedulable(n))
+def free_gpus(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]] | Informer) -> int:
+    """Free schedulable GPUs (module docstring) from :func:`node_view` values and :func:`pod_view` values, or an
+    informer of them indexed by :data:`BY_GPU_NODE`: then each node's pods are looked up, not the fleet's scanned."""
+    if isinstance(pods, Informer):
+        def used_on(node: str) -> int:
+            return sum(p["gpus"] for p in pods.by_index(BY_GPU_NODE, node))
+    else:
+        used = gpus_used(pods)
+
+        def used_on(node: str) -> int:
+            return used.get(node, 0)
+    return sum(max(0, n["gpus"] - used_on(n["name"])) for n in nodes if n["inference"])
 
 
 # ------------------------------------------------------------------------------- sources
@@ -171,14 +219,15 @@ class ApiServerSignal:
     """Free GPUs from watch-maintained caches of Nodes and non-terminal Pods.
 
     Attributes:
-        nodes / pods: the informers (shared with the flip-out and flip-back loops); nodes keyed by name,
-            pods indexed by :data:`POD_INDEXES`.
+        nodes / pods: the informers (shared with the flip-out and flip-back loops); nodes keyed by name and
+            indexed by :data:`NODE_INDEXES`, pods indexed by :data:`POD_INDEXES`.
     """
 
     name = "apiserver"
 
     def __init__(self, kube: Kube):
-        self.nodes: Informer[dict] = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes")
+        self.nodes: Informer[dict] = Informer(kube, api_path("v1", "nodes"), transform=node_view, name="nodes",
+                                              indexers=NODE_INDEXES)
         self.pods: Informer[dict] = Informer(kube, api_path("v1", "pods"), transform=pod_view, name="pods",
                                              params={"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"},
                                              indexers=POD_INDEXES)
@@ -200,7 +249,7 @@ class ApiServerSignal:
         """Free GPUs now, or None before both caches are synced."""
         if not (self.nodes.synced.is_set() and self.pods.synced.is_set()):
             return None
-        return float(free_gpus(self.nodes.items(), self.pods.items()))
+        return float(free_gpus(self.nodes.items(), self.pods))
 
 
 class PrometheusSignal:
