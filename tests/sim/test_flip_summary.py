@@ -105,3 +105,21 @@ def test_the_providers_start_latency_is_timed_from_bound_outside_to_ready_per_po
         "seconds_provider_start_p50_by_pool": {"rental": 3.0, "other": 8.0, "idle": None},
         "seconds_provider_start_max_by_pool": {"rental": 3.0, "other": 8.0, "idle": None},
         "seconds_slowest_provider_start_p50": 8.0}
+
+
+def test_inference_pods_going_outside_are_timed_from_creation_to_binding_once():
+    from gpufleet_workshop.sim.flip import Recorder, outside_bind_times
+
+    def view(uid, created, node=""):
+        return {"metadata": {"uid": uid}, "node": node, "created": created}
+
+    rec = Recorder(caches=None, inference_ns="inference", training_ns="team-pretrain", virtual_nodes=[])
+    rec._unbound.update({"a", "b"})  # seen unbound by a sample
+    rec._bind_outside(view("a", 100.0, "vk-rental"), 112.5)
+    rec._bind_outside(view("a", 100.0, "vk-rental"), 113.5)  # timed once
+    rec._bind_outside(view("b", 100.0, "vk-other"), 140.0)
+    rec._bind_outside(view("c", 100.0, "vk-other"), 140.0)  # bound before any sample saw it unbound: not timed
+    assert rec.binds_outside == [12.5, 40.0]
+    assert outside_bind_times(rec.binds_outside) == {"seconds_outside_pod_bind_p50": 26.2,
+                                                     "seconds_outside_pod_bind_max": 40.0}
+    assert outside_bind_times([]) == {"seconds_outside_pod_bind_p50": None, "seconds_outside_pod_bind_max": None}

@@ -81,6 +81,12 @@ Summary (``summary.json``, exactly these keys):
   how long each pool's provider took to start the inference pods bound to
   it, as the cluster saw it; the fleet-size goal bounds
   ``seconds_training_waited_for_flip`` by the slowest of them plus 60 s.
+  ``seconds_outside_pod_bind_p50`` and ``seconds_outside_pod_bind_max``
+  (:func:`outside_bind_times`): how long the inference pods that went
+  outside waited from their creation to their binding to a virtual node
+  (kube-scheduler's queue, which serves the training gang's higher-priority
+  pods first): the part of a replacement's start that is neither the
+  provider's nor gpufleet's.
 
 * ``seconds_training_pods_created``, ``seconds_training_pod_waited_max``
   and ``seconds_training_bound_on_free_nodes`` (:func:`training_pod_times`):
@@ -141,7 +147,8 @@ SUMMARY_KEYS = ("seconds_to_served_outside", "seconds_to_back_in_cluster", "min_
                 "external_gpu_cost_during_flip_by_pool", *REQUEST_KEYS, "taint_controller_tick_cpu_ms_p99",
                 "taint_controller_tick_process_cpu_ms_p99", "taint_controller_rss_max_mib", "virtual_kubelet_rss_max_mib",
                 *LOAD_STEP_KEYS, "seconds_provider_start_p50_by_pool", "seconds_provider_start_max_by_pool",
-                "seconds_slowest_provider_start_p50", "controllers")
+                "seconds_slowest_provider_start_p50", "seconds_outside_pod_bind_p50", "seconds_outside_pod_bind_max",
+                "controllers")
 #: The keys of the summary tables (``controllers``, a nested figure, has lines of its own).
 TABLE_KEYS = tuple(k for k in SUMMARY_KEYS if k != "controllers")
 JOBSET_NAME = "gpufleet-sim-flip"
@@ -319,7 +326,10 @@ class Recorder:
     started: set[str] = field(default_factory=set)
     #: ``(virtual node, seconds)`` of each inference pod seen bound outside and not Ready, then Ready.
     starts_outside: list[tuple[str, float]] = field(default_factory=list)
+    #: Seconds from each inference pod's creation to its binding to a virtual node, for pods seen unbound first.
+    binds_outside: list[float] = field(default_factory=list)
     _bound_outside: dict[str, tuple[str, float] | None] = field(default_factory=dict)
+    _unbound: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> Sample:
@@ -334,10 +344,13 @@ class Recorder:
         gpus_out: dict[str, int] = {n: 0 for n in self.virtual_nodes}
         pending = 0
         now = round(time.monotonic() - self.t0, 2)
+        wall = time.time()
         for p in pods:
             ns = p["metadata"]["namespace"]
             if not p["node"]:
                 pending += 1
+                if ns == self.inference_ns:
+                    self._unbound.add(p["metadata"]["uid"])
                 continue
             if ns == self.training_ns and p["phase"] == "Running":
                 tr_gpus += p["gpus"]
@@ -348,6 +361,7 @@ class Recorder:
                 if outside:
                     gpus_out[p["node"]] = gpus_out.get(p["node"], 0) + p["gpus"]
                     self._start_outside(p, now)
+                    self._bind_outside(p, wall)
                 else:
                     gpus_in += p["gpus"]
                 if p["ready"]:
@@ -374,6 +388,16 @@ class Recorder:
             node, since = self._bound_outside[uid]
             self.starts_outside.append((node, round(now - since, 2)))
             self._bound_outside[uid] = None
+
+    def _bind_outside(self, p: dict, wall: float) -> None:
+        """Time how long inference pod ``p`` (bound outside) waited from its creation (its creationTimestamp,
+        1 s resolution) to its binding, first seen at ``wall`` (Unix seconds; 1 s sampling): once, and only for a
+        pod a sample saw unbound (one already bound when sampling began is not timed)."""
+        uid = p["metadata"]["uid"]
+        if uid in self._unbound:
+            self._unbound.discard(uid)
+            if p["created"]:
+                self.binds_outside.append(round(max(0.0, wall - p["created"]), 2))
 
     def run(self) -> None:
         """Sample until :meth:`stop`."""
@@ -475,6 +499,13 @@ def provider_start_times(starts: list[tuple[str, float]], pools: list[str]) -> d
     return {"seconds_provider_start_p50_by_pool": p50,
             "seconds_provider_start_max_by_pool": {p: round(max(v), 1) if v else None for p, v in by_pool.items()},
             "seconds_slowest_provider_start_p50": max((v for v in p50.values() if v is not None), default=None)}
+
+
+def outside_bind_times(binds: list[float]) -> dict[str, float | None]:
+    """``seconds_outside_pod_bind_p50`` and ``seconds_outside_pod_bind_max`` from :attr:`Recorder.binds_outside`
+    (seconds from an inference pod's creation to its binding to a virtual node); None when no pod was timed."""
+    return {"seconds_outside_pod_bind_p50": round(statistics.median(binds), 1) if binds else None,
+            "seconds_outside_pod_bind_max": round(max(binds), 1) if binds else None}
 
 
 def _gpu_seconds_outside(samples: list[Sample]) -> float:
@@ -943,6 +974,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
                                          gpus_per_node=gpus_per_node, replicas=replicas, pdb=pdb, pools=pools,
                                          mode=mode, requests=reqs, wall_t0=wall_t0, controllers=meter.figures(),
                                          pod_times=pod_times, steps=steps, starts=rec.starts_outside,
+                                         binds=rec.binds_outside,
                                          in_cluster_nodes=setup.in_cluster_nodes if setup else set())
         if not opts.keep:
             # What this run deployed goes (its virtual kubelets first, then their nodes); a stack's controllers stay.
@@ -1025,7 +1057,8 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
                    controllers: dict[str, dict[str, Any]] | None = None,
                    pod_times: dict[str, float | None] | None = None,
                    steps: dict[str, loadstep.Step] | None = None,
-                   starts: list[tuple[str, float]] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
+                   starts: list[tuple[str, float]] | None = None,
+                   binds: list[float] | None = None) -> tuple[dict[str, Any], dict[str, float | None]]:
     """Summarise the samples (and the ``requests`` sent, :mod:`gpufleet_workshop.sim.traffic`; None when none were;
     the load ``steps`` run, :mod:`gpufleet_workshop.sim.loadstep`); write ``timeline.json``, ``flip.png`` (when
     sampled) and ``summary.json`` in ``out``.
@@ -1048,6 +1081,7 @@ def _write_results(out: Path, opts: Options, samples: list, transitions: list, s
     summary.update(pod_times or training_pod_times([], 0.0))
     summary.update(loadstep.summary_keys(steps or {}))
     summary.update(provider_start_times(starts or [], [p.name for p in pools]))
+    summary.update(outside_bind_times(binds or []))
     summary = {k: summary[k] for k in SUMMARY_KEYS}
     phases.update({f"load_step_{w}": st.started_at for w, st in (steps or {}).items()})
     timeline = {"nodes": nodes, "gpus_per_node": gpus_per_node, "replicas": replicas, "pdb_min_available": pdb,
