@@ -142,10 +142,7 @@ def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset()
                                                   "gpufleet.io/surge-direction": "out"}, surge_rs, published=False)
     kube = cluster(victim, surge_pod)
     surges = Surges(kube, cache(victim, surge_pod), direction="out")
-    # The victim's lowest deletion cost is written with the surge, not in the hand-over's burst.
-    assert not surges.ready(victim) and calls(kube) == [
-        ("create", "replicasets", surge_rs),
-        ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "-2147483648"}}})]
+    assert not surges.ready(victim) and calls(kube) == [("create", "replicasets", surge_rs)]
     assert not surges.ready(victim), "Ready but not yet published: not a replacement yet"
     assert surges.hand_over(victim) is False
     surge_pod["published"] = True
@@ -153,6 +150,7 @@ def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset()
     kube.actions.clear()
     assert surges.hand_over(victim) is True
     assert calls(kube) == [
+        ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "-2147483648"}}}),
         ("delete", "replicasets", surge_rs, "Orphan"),
         ("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {SURGE_FOR_LABEL: None,
                                                                    "gpufleet.io/surge-direction": None,
@@ -184,13 +182,12 @@ def test_on_the_way_back_a_replaced_pod_is_neither_released_nor_chosen_again():
     kube, now = cluster(outside, surge), [0.0]
     back = FlipBack(kube, Nodes(node), cache(outside), MigrationBudget(600), mode="release", make_before_break=True,
                     endpoints=Endpoints(), clock=lambda: now[0])
-    # The replacement starts and the pod gets the lowest deletion cost; it stays.
-    assert back.tick() == [] and [c[0] for c in calls(kube)] == ["create", "patch"]
+    assert back.tick() == [] and [c[0] for c in calls(kube)] == ["create"]  # the replacement starts; the pod stays
     back.pods.apply("ADDED", surge)
     now[0] = 1.0
     kube.actions.clear()
     assert [c.name for c in back.tick()] == [VICTIM["name"]]
-    assert [(c[0], c[1]) for c in calls(kube)] == [("delete", "replicasets"), ("patch", "pods")]
+    assert [(c[0], c[1]) for c in calls(kube)] == [("patch", "pods"), ("delete", "replicasets"), ("patch", "pods")]
     assert not any("gpufleet.io/flip-back" in str(c) for c in calls(kube)), "released as well"
     now[0] = 30.0
     kube.actions.clear()
@@ -341,31 +338,6 @@ def test_a_hand_over_cut_after_its_orphan_delete_leaves_no_pod_behind_when_the_s
     kube.fail("patch", "pods", ServerError(500, "InternalError", "etcd leader changed"), name="srv-surge-x1")
     assert surges.hand_over(victim) is None, "the relabel failed: tried again next tick"
     kube.actions.clear()
-    surges.reconcile([])  # the preemptor went: the victim stays with its own deletion cost (none), the surge goes
-    assert calls(kube) == [
-        ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: None}}}),
-        ("delete", "replicasets", surge_rs, "Background"), ("delete", "pods", "srv-surge-x1", None)]
-    assert VICTIM["uid"] not in surges.live
-
-
-def test_a_surge_that_goes_without_a_hand_over_gives_the_victim_its_own_deletion_cost_back():
-    """The victim's own cost (here 100) is lowered with its surge and restored when the surge goes unused; a
-    restore that fails keeps the surge, tried again on the next tick."""
-    from gpufleet.kube import ServerError
-
-    victim = {**view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f",
-                     node="n1"), "deletionCost": "100"}
-    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
-    kube = cluster(victim)
-    surges = Surges(kube, cache(victim), direction="out")
-    assert not surges.ready(victim)
-    kube.actions.clear()
-    kube.fail("patch", "pods", ServerError(500, "InternalError", "etcd leader changed"), name=VICTIM["name"])
-    surges.reconcile([])
-    assert [c[0] for c in calls(kube)] == ["patch"] and VICTIM["uid"] in surges.live, "kept until restored"
-    kube.actions.clear()
-    surges.reconcile([])
-    assert calls(kube) == [
-        ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "100"}}}),
-        ("delete", "replicasets", surge_rs, "Background")]
+    surges.reconcile([])  # the preemptor went: the victim stays, the surge goes
+    assert calls(kube) == [("delete", "replicasets", surge_rs, "Background"), ("delete", "pods", "srv-surge-x1", None)]
     assert VICTIM["uid"] not in surges.live

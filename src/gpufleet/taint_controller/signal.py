@@ -33,7 +33,7 @@ from gpufleet.kube import Kube, api_path
 from gpufleet.kube.informer import Informer
 from gpufleet.kube.quantity import GpuCountError
 from gpufleet.kube.times import parse_time
-from gpufleet.names import POD_DELETION_COST_ANNOTATION, PUBLISHED_CONDITION, RESERVED_TAINT, SURGE_FOR_LABEL
+from gpufleet.names import PUBLISHED_CONDITION, RESERVED_TAINT, SURGE_FOR_LABEL
 from gpufleet.prom.client import PromClient, PromError
 
 #: The classes the signal classifies nodes for: it counts room for inference.
@@ -85,8 +85,6 @@ def pod_view(pod: dict) -> dict[str, Any]:
         # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.virtual_kubelet.endpoints).
         "published": conditions.get(PUBLISHED_CONDITION) == "True",
         "ip": status.get("podIP") or "",
-        # The pod's own deletion cost, restored when gpufleet lowered it for a surge that did not take its place.
-        "deletionCost": (meta.get("annotations") or {}).get(POD_DELETION_COST_ANNOTATION),
     }
 
 

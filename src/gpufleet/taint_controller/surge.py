@@ -42,13 +42,7 @@ scheduled, Running, Ready pods: kube-controller-manager
 replacement is started for it); the surge pod is relabelled: the surge
 labels off, the victim's ``pod-template-hash`` on, so it matches the
 victim's ReplicaSet's selector and is adopted (orphans that match are
-adopted: ``ReplicaSetController.claimPods``). The first of the three writes
-is made when the surge is created, not at the hand-over: the hand-overs come
-in bursts (the surge pods become Ready together once kube-scheduler reaches
-them), the creations are spread over the reservations, and a lowest cost
-changes nothing while the ReplicaSet has no pod too many (a scale-down
-meanwhile removes the victim first, which is leaving anyway). A surge
-removed without a hand-over gives the victim its own cost back. Why not evict the victim and
+adopted: ``ReplicaSetController.claimPods``). Why not evict the victim and
 remove the surge once the Deployment's own replacement is Ready: that
 replacement needs one more pod's worth of capacity, which a fleet at exact
 capacity (every in-cluster GPU wanted back) or a short pool outside does not
@@ -278,10 +272,6 @@ class Surge:
     deployment: str
     created: float
     victim_gone_at: float | None = None
-    #: Whether this instance lowered the victim's deletion cost (:meth:`Surges.ready`), and the victim's own value
-    #: then (None: it had none), restored if the surge goes without taking the victim's place.
-    cost_lowered: bool = False
-    victim_cost: str | None = None
 
 
 class Surges:
@@ -397,25 +387,8 @@ class Surges:
                 self.unsurgeable.add(uid)
                 return True
             self.live[uid] = created
-            self._lower_cost(victim, created)
             return False
         return self._surge_ready(uid)
-
-    def _lower_cost(self, victim: dict[str, Any], s: Surge) -> None:
-        """Give ``victim`` (a pod view) the lowest deletion cost now, the hand-over's first write (module
-        docstring); a failure is left to :meth:`hand_over`, which writes it then."""
-        meta = victim["metadata"]
-        try:
-            self._set_cost(meta["namespace"], meta["name"], LOWEST_DELETION_COST)
-        except KubeError as exc:
-            log.info("flip-%s: lowering the deletion cost of %s/%s: %s; left to the hand-over", self.direction,
-                     meta["namespace"], meta["name"], exc)
-            return
-        s.cost_lowered, s.victim_cost = True, victim.get("deletionCost")
-
-    def _set_cost(self, ns: str, name: str, cost: str | None) -> None:
-        """Set (None: remove) pod ``ns/name``'s deletion cost annotation. Raises KubeError."""
-        self.kube.patch("v1", "pods", name, {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: cost}}}, ns)
 
     def _surge_ready(self, uid: str) -> bool:
         return self._surge_pod(uid) is not None
@@ -444,9 +417,8 @@ class Surges:
         if surge is None or pod is None or not template_hash or owner_of(meta, "ReplicaSet") is None:
             return False
         try:
-            if not surge.cost_lowered:
-                self._set_cost(ns, meta["name"], LOWEST_DELETION_COST)
-                surge.cost_lowered, surge.victim_cost = True, victim.get("deletionCost")
+            self.kube.patch("v1", "pods", meta["name"],
+                            {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: LOWEST_DELETION_COST}}}, ns)
             try:
                 self.kube.delete("apps/v1", "replicasets", surge.name, ns, propagation="Orphan")
             except NotFound:
@@ -581,21 +553,6 @@ class Surges:
         return ready >= want
 
     def _remove(self, s: Surge, why: str) -> None:
-        """Delete surge ``s``'s ReplicaSet (its pods with it), after giving a victim still there its own deletion
-        cost back; a failed write is tried again on the next call."""
-        if s.cost_lowered:
-            victim = pod_by_uid(self.pods, s.victim_uid)
-            if victim is not None and not victim["metadata"].get("deletionTimestamp"):
-                meta = victim["metadata"]
-                try:
-                    self._set_cost(meta["namespace"], meta["name"], s.victim_cost)
-                except NotFound:
-                    pass
-                except KubeError as exc:
-                    log.warning("flip-%s: restoring the deletion cost of %s/%s: %s", self.direction,
-                                meta["namespace"], meta["name"], exc)
-                    return
-            s.cost_lowered = False
         try:
             self.kube.delete("apps/v1", "replicasets", s.name, s.namespace, propagation="Background")
         except NotFound:
