@@ -8,6 +8,7 @@ import pytest
 from gpufleet_workshop.sim import traffic
 from gpufleet_workshop.rental.instances import LocalInstances, standin_flags
 from gpufleet_workshop.rental.provider import SimulatedProvider
+from gpufleet.prom.server import free_port
 from gpufleet.wait import poll_until
 
 
@@ -27,7 +28,9 @@ def _until(check, timeout: float = 15.0):
 @pytest.fixture
 def provider():
     prov = SimulatedProvider("rental", gpus=8, gpu_product="H100", price_per_gpu_hour=1.0, node_name="vk-rental",
-                             instances=LocalInstances("127.0.0.1", "vk-rental", port_base=47100))
+                             # A port the kernel has free now: a fixed one lies in the ephemeral range, where a
+                             # busy machine's outgoing connections may hold it, and the stand-in could not listen.
+                             instances=LocalInstances("127.0.0.1", "vk-rental", port_base=free_port()))
     yield prov
     prov.close()
 
