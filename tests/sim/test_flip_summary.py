@@ -114,12 +114,14 @@ def test_inference_pods_going_outside_are_timed_from_creation_to_binding_once():
         return {"metadata": {"uid": uid}, "node": node, "created": created}
 
     rec = Recorder(caches=None, inference_ns="inference", training_ns="team-pretrain", virtual_nodes=[])
-    rec._unbound.update({"a", "b"})  # seen unbound by a sample
-    rec._bind_outside(view("a", 100.0, "vk-rental"), 112.5)
-    rec._bind_outside(view("a", 100.0, "vk-rental"), 113.5)  # timed once
-    rec._bind_outside(view("b", 100.0, "vk-other"), 140.0)
-    rec._bind_outside(view("c", 100.0, "vk-other"), 140.0)  # bound before any sample saw it unbound: not timed
+    rec._unbound.update({"a", "b", "d"})  # seen unbound by a sample
+    rec._bound(view("a", 100.0, "vk-rental"), 112.5, True)
+    rec._bound(view("a", 100.0, "vk-rental"), 113.5, True)  # timed once
+    rec._bound(view("b", 100.0, "vk-other"), 140.0, True)
+    rec._bound(view("c", 100.0, "vk-other"), 140.0, True)  # bound before any sample saw it unbound: not timed
+    rec._bound(view("d", 100.0, "gpu-0"), 105.0, False)  # bound in-cluster: not timed, no longer followed
     assert rec.binds_outside == [12.5, 40.0]
+    assert not rec._unbound, "a bound pod is followed no more, wherever it was bound"
     assert outside_bind_times(rec.binds_outside) == {"seconds_outside_pod_bind_p50": 26.2,
                                                      "seconds_outside_pod_bind_max": 40.0}
     assert outside_bind_times([]) == {"seconds_outside_pod_bind_p50": None, "seconds_outside_pod_bind_max": None}

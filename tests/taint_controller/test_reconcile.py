@@ -357,8 +357,10 @@ def test_make_before_break_starts_a_surge_outside_and_hands_the_victims_place_ov
     assert victim["metadata"]["annotations"][POD_DELETION_COST_ANNOTATION] == "-2147483648"
     assert kube.object("replicasets", surge["metadata"]["name"], NS) is None
     handed = kube.get("v1", "pods", "chat-a-surge-x", NS)
-    assert "ownerReferences" not in handed["metadata"], "the surge ReplicaSet was deleted with Orphan"
-    assert handed["metadata"]["labels"] == {"app": "chat", "pod-template-hash": "7d9f"}, "adoptable by chat-7d9f"
+    (owner,) = handed["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("ReplicaSet", "chat-7d9f", True), \
+        "the victim's ReplicaSet's pod now, not the garbage collector's to orphan first"
+    assert handed["metadata"]["labels"] == {"app": "chat", "pod-template-hash": "7d9f"}, "selected by chat-7d9f"
     assert not victim["metadata"].get("deletionTimestamp"), "its ReplicaSet removes it; nothing is evicted"
     assert not [a for a in kube.writes() if a.subresource == "eviction"]
 

@@ -13,7 +13,7 @@ from gpufleet.kube.informer import Informer
 from gpufleet.taint_controller.signal import POD_INDEXES
 from gpufleet.kube import Forbidden
 from gpufleet.wait import poll_until
-from gpufleet.taint_controller.surge import Deployments, Surge, Surges, surge_name, surge_replicaset
+from gpufleet.taint_controller.surge import Deployments, Surge, Surges, adoption, surge_name, surge_replicaset
 from gpufleet_workshop.testing import FakeKube
 from gpufleet.names import (
     FREE_GPUS_EFFECT, FREE_GPUS_TAINT, POD_DELETION_COST_ANNOTATION, SURGE_FOR_LABEL, VIRTUAL_NODE_TAINT,
@@ -131,8 +131,24 @@ def cache(*views) -> Informer:
 
 def view(name: str, uid: str, labels: dict, owner: str, *, ready=True, published=True, node="vk-rental") -> dict:
     return {"metadata": {"name": name, "namespace": "inference", "uid": uid, "labels": labels,
-                         "ownerReferences": [{"kind": "ReplicaSet", "name": owner, "controller": True}]},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner,
+                                              "uid": f"{owner}-uid", "controller": True}]},
             "node": node, "ready": ready, "published": published, "ip": "", "phase": "Running", "gpus": 1}
+
+
+#: The surge pod's patch at the hand-over: relabelled, and controlled by the victim's ReplicaSet.
+ADOPTED = {"metadata": {"labels": {SURGE_FOR_LABEL: None, "gpufleet.io/surge-direction": None, "pod-template-hash": "7d9f"},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "srv-7d9f",
+                                             "uid": "srv-7d9f-uid", "controller": True}]}}
+
+
+def test_adoption_needs_the_victims_template_hash_and_replicaset():
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f")
+    assert adoption(victim["metadata"]) == ADOPTED
+    victim["metadata"]["ownerReferences"] = []
+    with pytest.raises(ValueError, match="pod inference/srv-7d9f-abcde: expected a pod-template-hash label and a "
+                                         "controller ReplicaSet"):
+        adoption(victim["metadata"])
 
 
 def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset():
@@ -152,9 +168,7 @@ def test_a_ready_published_surge_pod_takes_its_victims_place_in_its_replicaset()
     assert calls(kube) == [
         ("patch", "pods", VICTIM["name"], {"metadata": {"annotations": {POD_DELETION_COST_ANNOTATION: "-2147483648"}}}),
         ("delete", "replicasets", surge_rs, "Orphan"),
-        ("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {SURGE_FOR_LABEL: None,
-                                                                   "gpufleet.io/surge-direction": None,
-                                                                   "pod-template-hash": "7d9f"}}})]
+        ("patch", "pods", "srv-surge-x1", ADOPTED)]
     kube.actions.clear()
     assert surges.ready(victim) and surges.hand_over(victim) is True and calls(kube) == [], "handed over once"
     surges.give_up([victim])
@@ -306,8 +320,7 @@ def test_a_surge_pod_orphaned_by_an_interrupted_hand_over_is_adopted_or_removed_
     kube = cluster(victim, orphan)
     surges = Surges(kube, cache(victim, orphan), direction="out")
     surges.recover()
-    assert calls(kube) == [("patch", "pods", "srv-surge-x1", {"metadata": {"labels": {
-        SURGE_FOR_LABEL: None, "gpufleet.io/surge-direction": None, "pod-template-hash": "7d9f"}}})]
+    assert calls(kube) == [("patch", "pods", "srv-surge-x1", ADOPTED)]
     assert surges.ready(victim), "handed over: the victim goes with its ReplicaSet, no second surge"
     assert [c[0] for c in calls(kube)] == ["patch"]
 

@@ -305,3 +305,26 @@ def test_the_publisher_marks_a_pod_published_once_its_services_slices_hold_it_an
     pub._on_service("ADDED", service("chat-admin"), None)
     pub.mark(a)  # a second Service selects it, its slices not written yet
     assert [c["status"] for _, c in kube.status] == ["True", "False"]
+
+
+def test_many_pods_published_together_are_all_marked_and_a_failed_write_is_raised_after_the_others():
+    from gpufleet.kube import ServerError
+
+    class Flaky(StatusWrites):
+        def patch(self, api_version, plural, name, body, namespace=None, subresource=None, **kw):
+            if plural == "pods" and name == "p-7":
+                raise ServerError(500, "InternalError", "etcd leader changed")
+            return super().patch(api_version, plural, name, body, namespace, subresource, **kw)
+
+    kube = Flaky()
+    node_pods = Informer(kube, "/api/v1/pods")
+    pub = EndpointPublisher(kube, NODE, node_pods, lambda p: Address("198.18.0.1"))
+    pub.services.apply("ADDED", service())
+    names = [f"p-{i}" for i in range(40)]
+    for n in names:
+        node_pods.apply("ADDED", pod(n))
+    with pytest.raises(ServerError, match="etcd leader changed"):
+        pub.sync_service("inference/chat")
+    assert sorted(n for n, _ in kube.status) == sorted(n for n in names if n != "p-7"), "every other write was made"
+    assert {c["status"] for _, c in kube.status} == {"True"}
+    pub.stop()

@@ -69,7 +69,7 @@ from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
 from .signal import (BY_BINDING, BY_GPU_NODE, BY_LABEL, BY_RESERVATION, NODE_INDEXES, POD_INDEXES, RESERVED, UNBOUND,
-                     holds_gpus, label_key)
+                     holds_gpus, label_key, reservation_leads)
 from .surge import Deployments, Surges
 
 log = logging.getLogger(__name__)
@@ -98,12 +98,7 @@ class Reservation:
 
 def reservations_of(nodes: Iterable[dict[str, Any]]) -> dict[str, str]:
     """Existing reservations from node taints: ``{pod UID: node name}``."""
-    out = {}
-    for n in nodes:
-        for t in n["taints"]:
-            if t.get("key") == RESERVED_TAINT and t.get("value"):
-                out[t["value"]] = n["name"]
-    return out
+    return {uid: n["name"] for n in nodes for uid in reservation_leads(n)}
 
 
 def reservation_members(pods: Iterable[dict[str, Any]], reserved: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
@@ -248,12 +243,13 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     # A shape with a node selector is ranked over the nodes of its most selective label only: a gang that
     # Kueue's topology-aware scheduling pins (a hostname each) is one shape per pod, one node each.
     rankings: dict[tuple, _Ranking] = {}
-    labelled = _NodesByLabel(nodes, with_label)
+    if with_label is None:
+        with_label = _label_index(nodes)
     for pod in preemptors:
         shape = _shape(pod)
         r = rankings.get(shape)
         if r is None or (r.fits_on is not None and r.fits_on in taken):
-            r = rankings[shape] = _rank(pod, labelled.candidates(pod), bound, taken)
+            r = rankings[shape] = _rank(pod, _candidates(pod, nodes, with_label), bound, taken)
         if r.fits_on is not None:
             continue  # fits on that node as it is
         while r.ranked and r.ranked[0][1]["name"] in taken:
@@ -263,7 +259,7 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
             # A shape that fits in no group now is not tried again this tick (its groups only fill up;
             # a group made later in this tick is tried on the next one).
             if shape not in no_join:
-                joined = _join(pod, groups, labelled.candidates(pod), bound)
+                joined = _join(pod, groups, _candidates(pod, nodes, with_label), bound)
                 if joined is None:
                     no_join.add(shape)
                 else:
@@ -277,30 +273,30 @@ def plan(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], classes: Itera
     return out
 
 
-class _NodesByLabel:
-    """The nodes a pod's node selector allows to look at: those with its most selective label (a superset of
-    the nodes it fits on). ``with_label``: ``(key, value)`` -> those nodes, from an index kept elsewhere; without
-    it, an index of ``nodes`` by label is built on the first selector asked."""
+def _label_index(nodes: list[dict[str, Any]]) -> Callable[[str, str], list[dict[str, Any]]]:
+    """``(key, value)`` -> the node views of ``nodes`` with that label, indexed on the first call (the pure
+    callers' stand-in for the node cache's index)."""
+    index: dict[tuple[str, str], list[dict[str, Any]]] | None = None
 
-    def __init__(self, nodes: list[dict[str, Any]],
-                 with_label: Callable[[str, str], list[dict[str, Any]]] | None = None) -> None:
-        self.nodes = nodes
-        self.with_label = with_label
-        self._by: dict[tuple[str, str], list[dict[str, Any]]] | None = None
-
-    def candidates(self, pod: dict[str, Any]) -> list[dict[str, Any]]:
-        """``nodes`` narrowed by one label of ``pod["nodeSelector"]`` (all of them without a selector)."""
-        selector = pod["nodeSelector"]
-        if not selector:
-            return self.nodes
-        if self.with_label is not None:
-            return min((self.with_label(k, v) for k, v in selector.items()), key=len)
-        if self._by is None:
-            self._by = {}
-            for n in self.nodes:
+    def with_label(key: str, value: str) -> list[dict[str, Any]]:
+        nonlocal index
+        if index is None:
+            index = {}
+            for n in nodes:
                 for kv in n["labels"].items():
-                    self._by.setdefault(kv, []).append(n)
-        return min((self._by.get(kv, []) for kv in selector.items()), key=len)
+                    index.setdefault(kv, []).append(n)
+        return index.get((key, value), [])
+    return with_label
+
+
+def _candidates(pod: dict[str, Any], nodes: list[dict[str, Any]],
+                with_label: Callable[[str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The nodes ``pod``'s node selector allows to look at: those with its most selective label (a superset of
+    the nodes it fits on); all ``nodes`` without a selector."""
+    selector = pod["nodeSelector"]
+    if not selector:
+        return nodes
+    return min((with_label(k, v) for k, v in selector.items()), key=len)
 
 
 def _join(pod: dict[str, Any], groups: dict[str, tuple[str, list[dict[str, Any]]]], candidates: list[dict[str, Any]],

@@ -155,8 +155,14 @@ def _by_label(n: dict[str, Any]) -> tuple[str, ...]:
     return tuple(label_key(k, v) for k, v in n["labels"].items())
 
 
+def reservation_leads(n: dict[str, Any]) -> list[str]:
+    """The UIDs of the pods that lead a reservation of node view ``n``: its reservation taints' values
+    (:data:`gpufleet.names.RESERVED_TAINT`; one without a value reserves for no one)."""
+    return [t["value"] for t in n["taints"] if t.get("key") == RESERVED_TAINT and t.get("value")]
+
+
 def _by_reservation(n: dict[str, Any]) -> tuple[str, ...]:
-    return (RESERVED,) if any(t.get("key") == RESERVED_TAINT and t.get("value") for t in n["taints"]) else ()
+    return (RESERVED,) if reservation_leads(n) else ()
 
 
 #: Every index of the node cache, for :class:`gpufleet.kube.informer.Informer`'s ``indexers``.

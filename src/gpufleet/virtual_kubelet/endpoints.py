@@ -89,6 +89,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpufleet.kube import Kube, KubeError, NotFound, api_path
@@ -108,6 +109,9 @@ SLICES_API = "discovery.k8s.io/v1"
 #: Endpoints per slice at most: kube-controller-manager's default ``--max-endpoints-per-slice``.
 MAX_ENDPOINTS_PER_SLICE = 100
 TERMINAL = ("Succeeded", "Failed")
+#: Published-condition writes at once (:meth:`EndpointPublisher._mark_all`): well within the client's 32 connections,
+#: and a virtual kubelet's other writes (pod status, its Lease) keep theirs.
+MARK_WRITERS = 8
 
 Obj = dict[str, Any]
 
@@ -368,6 +372,7 @@ class EndpointPublisher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.writes = 0
+        self._writers: ThreadPoolExecutor | None = None
         self.health = None if health is None else EndpointHealthChecker(
             kube, node_name, self.slices, pods, address_of, dial_of or (lambda pod: None),
             self._requeue, health)
@@ -400,6 +405,8 @@ class EndpointPublisher:
         self.services.stop()
         self.slices.stop()
         self.queue.shutdown()
+        if self._writers is not None:
+            self._writers.shutdown(wait=False)
 
     def _requeue(self, keys: Iterable[str]) -> None:
         """Queue Services ``namespace/name`` for publishing (an address behind them changed health)."""
@@ -470,19 +477,50 @@ class EndpointPublisher:
         Raises:
             KubeError: the status write failed.
         """
+        condition = self._published_condition(pod)
+        if condition is not None:
+            self._write_condition(pod, condition)
+
+    def _published_condition(self, pod: Obj) -> Obj | None:
+        """The condition :meth:`mark` would write on ``pod``, or None when there is nothing to write."""
         meta, status = pod["metadata"], pod.get("status") or {}
         if meta.get("deletionTimestamp") or status.get("phase") != "Running":
-            return
+            return None
         want = self.published(pod)
         current = next((c for c in status.get("conditions") or [] if c.get("type") == PUBLISHED_CONDITION), None)
         if (current.get("status") == "True") == want if current is not None else not want:
-            return
-        condition = {"type": PUBLISHED_CONDITION, "status": "True" if want else "False",
-                     "reason": "Published" if want else "NotPublished", "lastTransitionTime": now_rfc3339(),
-                     "message": "a ready endpoint of every Service selecting it" if want
-                     else "not a ready endpoint of every Service selecting it (no address yet, or it does not answer)"}
+            return None
+        return {"type": PUBLISHED_CONDITION, "status": "True" if want else "False",
+                "reason": "Published" if want else "NotPublished", "lastTransitionTime": now_rfc3339(),
+                "message": "a ready endpoint of every Service selecting it" if want
+                else "not a ready endpoint of every Service selecting it (no address yet, or it does not answer)"}
+
+    def _write_condition(self, pod: Obj, condition: Obj) -> None:
+        meta = pod["metadata"]
         self.kube.patch("v1", "pods", meta["name"], {"status": {"conditions": [condition]}}, meta["namespace"],
                         subresource="status", patch="strategic")
+
+    def _mark_all(self, pods: list[Obj]) -> None:
+        """:meth:`mark` ``pods``, the writes up to :data:`MARK_WRITERS` at once: when a provider starts many
+        pods together (a flip-out moves hundreds), one write after another made the last pod wait for
+        every other's (at 1,024 nodes, up to 35 s from Ready to published), and the flip-out waits for the
+        condition before each hand-over. Every write is tried.
+
+        Raises:
+            KubeError: the first write that failed (the Service is synced again, which writes the rest).
+        """
+        writes = [(p, c) for p in pods if (c := self._published_condition(p)) is not None]
+        if len(writes) <= 1:
+            for p, c in writes:
+                self._write_condition(p, c)
+            return
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(MARK_WRITERS, thread_name_prefix=f"mark-{self.node}")
+        futures = [self._writers.submit(self._write_condition, p, c) for p, c in writes]
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
 
     def sync_pod(self, pod: Obj) -> None:
         """Publish ``pod``'s Services now, in this thread (before its remote pod is stopped).
@@ -538,5 +576,4 @@ class EndpointPublisher:
                     pass
                 self.slices.apply("DELETED", s)
                 self.writes += 1
-            for p in pods:
-                self.mark(p)
+            self._mark_all(pods)

@@ -118,7 +118,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.taint_controller.controller import Transition
-from gpufleet.taint_controller.signal import ApiServerSignal
+from gpufleet.taint_controller.signal import ApiServerSignal, reservation_leads
 from gpufleet.kube import Kube, KubeError, NotFound
 from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
 from gpufleet.kube.times import parse_time
@@ -361,8 +361,8 @@ class Recorder:
                 if outside:
                     gpus_out[p["node"]] = gpus_out.get(p["node"], 0) + p["gpus"]
                     self._start_outside(p, now)
-                    self._bind_outside(p, wall)
-                else:
+                self._bound(p, wall, outside)
+                if not outside:
                     gpus_in += p["gpus"]
                 if p["ready"]:
                     if outside:
@@ -371,7 +371,7 @@ class Recorder:
                         ready_in += 1
         tainted = {n: any(t.get("key") == FREE_GPUS_TAINT for t in nodes[n]["taints"]) for n in self.virtual_nodes
                    if n in nodes}
-        reserved = sum(any(t.get("key") == RESERVED_TAINT for t in n["taints"]) for n in nodes.values())
+        reserved = sum(bool(reservation_leads(n)) for n in nodes.values())
         # A training pod seen Running that left the cache of non-terminal pods has finished.
         present = {p["metadata"]["uid"] for p in pods}
         finished = len(self.started - present)
@@ -389,14 +389,15 @@ class Recorder:
             self.starts_outside.append((node, round(now - since, 2)))
             self._bound_outside[uid] = None
 
-    def _bind_outside(self, p: dict, wall: float) -> None:
-        """Time how long inference pod ``p`` (bound outside) waited from its creation (its creationTimestamp,
-        1 s resolution) to its binding, first seen at ``wall`` (Unix seconds; 1 s sampling): once, and only for a
-        pod a sample saw unbound (one already bound when sampling began is not timed)."""
+    def _bound(self, p: dict, wall: float, outside: bool) -> None:
+        """Inference pod ``p`` is bound, first seen so at ``wall`` (Unix seconds; 1 s sampling): ``outside``, time
+        how long it waited from its creation (its creationTimestamp, 1 s resolution) to its binding; once, and
+        only for a pod a sample saw unbound (one already bound when sampling began is not timed). Either way
+        it is no longer followed."""
         uid = p["metadata"]["uid"]
         if uid in self._unbound:
             self._unbound.discard(uid)
-            if p["created"]:
+            if outside and p["created"]:
                 self.binds_outside.append(round(max(0.0, wall - p["created"]), 2))
 
     def run(self) -> None:
