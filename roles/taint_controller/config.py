@@ -9,6 +9,7 @@ role renders that into the controller's ConfigMap ``taint-controller-config``.
 
 from __future__ import annotations
 
+from gpufleet.names import SURGE_PRIORITY_CLASS
 from gpufleet.taint_controller.config import Configuration
 from gpufleet_admin import configs
 from gpufleet_admin.inventory import Inventory
@@ -25,6 +26,7 @@ VARIABLES: configs.Variables = {
     "prometheus_url": "taint_controller_prometheus_url",
     "flip_mode": "taint_controller_flip_mode",
     "surge_max_wait_seconds": "taint_controller_surge_max_wait_seconds",
+    "surge_priority_class": "taint_controller_flip_mode",
     "pools": "virtual_kubelet_pools",
     "flip_out_priority_classes": "kueue_priority_classes",
     "flip_back_pods_per_minute": "descheduler_migration_pods_per_minute",
@@ -37,11 +39,19 @@ VARIABLES: configs.Variables = {
 }
 
 #: Fields computed from their variable: the pools' names; the highest PriorityClass (training's) is the
-#: flip-out's preemptor.
+#: flip-out's preemptor; the surges' PriorityClass where the role declares it (:func:`surges_run`).
 DERIVED: configs.Derived = {
     "pools": lambda inv: tuple(p.name for p in inv.role("virtual_kubelet").virtual_kubelet_pools),
     "flip_out_priority_classes": lambda inv: (configs.highest_priority_class(inv).name,),
+    "surge_priority_class": lambda inv: SURGE_PRIORITY_CLASS if surges_run(inv) else None,
 }
+
+
+def surges_run(inv: Inventory) -> bool:
+    """Whether the flip-out starts replacements outside (make before break, where inference runs): the role then
+    declares their PriorityClass and their ReplicaSets' RBAC."""
+    return (inv.role("taint_controller").taint_controller_flip_mode == "make_before_break"
+            and inv.role("inference").inference_enabled)
 
 
 def configuration(inv: Inventory) -> Configuration:

@@ -33,6 +33,9 @@ RELEASE_LABEL = ("gpufleet.io/flip-back", "released")
 SURGE_FOR_LABEL = "gpufleet.io/surge-for"
 #: Label on a surge: ``out`` (a replacement on virtual nodes, flip-out) or ``back`` (in-cluster, flip-back).
 SURGE_DIRECTION_LABEL = "gpufleet.io/surge-direction"
+#: PriorityClass of the flip-out's replacements outside (the taint_controller role declares it): above training's,
+#: ``preemptionPolicy: Never``, so kube-scheduler places them before the gang they make room for.
+SURGE_PRIORITY_CLASS = "gpufleet-flip-surge"
 #: Pod condition the virtual kubelet keeps on each pod it runs outside: True once the pod is a ready, serving
 #: endpoint, at the address its provider reports, of every Service that selects it (gpufleet.virtual_kubelet.endpoints);
 #: a make-before-break replacement takes a pod's place only then (gpufleet.taint_controller.surge). Not a readiness gate

@@ -31,7 +31,7 @@ from roles.registry import load
 
 from .helpers import wait
 from .vk_helpers import (MARK, TRAINING_CLASS, delete_namespace, deployment, free_nodes, mark, namespace, pods, ready,
-                         release, training_class)
+                         release, flip_classes)
 
 pytestmark = pytest.mark.cluster
 
@@ -55,7 +55,7 @@ def virtual_node() -> dict:
 @pytest.fixture
 def setup(local_cluster):
     """A marked free kwok node, the kwok virtual node :data:`VNODE` (marked, closed by the free-GPU taint), the
-    training PriorityClass, a namespace and the flip's caches; undone after."""
+    flip's PriorityClasses, a namespace and the flip's caches; undone after."""
     kube = local_cluster.kube
     node = free_nodes(kube, 1)[0]
     mark(kube, node)
@@ -64,7 +64,7 @@ def setup(local_cluster):
     except NotFound:
         pass
     kube.create("v1", "nodes", virtual_node())
-    training_class(kube)
+    flip_classes(kube)
     ns = namespace(kube, "surge")
     caches = ApiServerSignal(kube).start()
     yield kube, ns, node, caches

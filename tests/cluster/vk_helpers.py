@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpufleet.kube import Kube, KubeError, NotFound
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_PRIORITY_CLASS
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet_workshop.rental.provider import SimulatedProvider
@@ -112,14 +112,16 @@ def keep() -> bool:
     return os.environ.get("GPUFLEET_KEEP_CLUSTER") == "1"
 
 
-def training_class(kube: Kube) -> None:
-    """Create :data:`TRAINING_CLASS` when absent (it is left for the session's other tests)."""
-    try:
-        kube.get("scheduling.k8s.io/v1", "priorityclasses", TRAINING_CLASS)
-    except NotFound:
-        kube.create("scheduling.k8s.io/v1", "priorityclasses", {
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": TRAINING_CLASS},
-            "value": 1000000, "preemptionPolicy": "Never"})
+def flip_classes(kube: Kube) -> None:
+    """Create :data:`TRAINING_CLASS` and the surges' :data:`gpufleet.names.SURGE_PRIORITY_CLASS` (one above it, as
+    the taint_controller role declares it) when absent (they are left for the session's other tests)."""
+    for name, value in ((TRAINING_CLASS, 1000000), (SURGE_PRIORITY_CLASS, 1000001)):
+        try:
+            kube.get("scheduling.k8s.io/v1", "priorityclasses", name)
+        except NotFound:
+            kube.create("scheduling.k8s.io/v1", "priorityclasses", {
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                "value": value, "preemptionPolicy": "Never"})
 
 
 def free_nodes(kube: Kube, count: int) -> list[str]:
@@ -165,14 +167,14 @@ class FlipStage:
 
 @contextmanager
 def flip_stage(kube: Kube, pool: str, prefix: str, nodes: int = 1, **provider: Any) -> Iterator[FlipStage]:
-    """``nodes`` free kwok nodes marked, the training PriorityClass, a namespace ``<prefix>-<random>``, the
+    """``nodes`` free kwok nodes marked, the flip's PriorityClasses, a namespace ``<prefix>-<random>``, the
     flip-out's caches, and a virtual kubelet (pool ``pool``, marked, closed by the free-GPU taint) on a
     simulated rental of 32 H100s at 2.85 per GPU-hour with ``provider``'s settings over those
     (``start_latency_seconds``, ``failure_rate``, ``gpus``); everything undone after."""
     chosen = free_nodes(kube, nodes)
     for node in chosen:
         mark(kube, node)
-    training_class(kube)
+    flip_classes(kube)
     prov = SimulatedProvider(pool, **{"gpus": 32, "gpu_product": H100, "price_per_gpu_hour": 2.85,
                                       "node_name": f"vk-{pool}", **provider}).start()
     vk = start_virtual_kubelet(kube, pool, prov)

@@ -39,7 +39,7 @@ VALUES: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
     "taint_controller_signal": ("prometheus", {}, {}),
     "taint_controller_promql": ("sum(up)", {}, {}),
     "taint_controller_prometheus_url": ("http://prom.example:9090", {}, {}),
-    "taint_controller_flip_mode": ("evict_first", {}, {}),
+    "taint_controller_flip_mode": ("evict_first", {"surge_priority_class": None}, {}),
     "taint_controller_surge_max_wait_seconds": ("240", {}, {}),
     "taint_controller_flip_back_max_in_flight": ("4", {}, {}),
     "taint_controller_enabled": ("false", {"register_with_taints": ()}, {}),

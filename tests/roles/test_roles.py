@@ -242,3 +242,19 @@ def test_the_taint_controller_may_mark_and_remove_endpointslices_but_never_creat
     assert verbs == {"list", "watch", "patch", "delete"}
     leases = {v for rule in role["rules"] if "leases" in rule["resources"] for v in rule["verbs"]}
     assert {"list", "watch"} <= leases
+
+
+def test_surges_get_a_priority_class_above_trainings_that_never_preempts_where_the_flip_starts_them() -> None:
+    """roles.taint_controller.manifests.surge_priority_class, declared with the controller that names it."""
+    r = stack("prod")
+    surge = find(r, "PriorityClass", "gpufleet-flip-surge")
+    training = max((o for o in r.objects if o["kind"] == "PriorityClass" and o["metadata"]["name"] != "gpufleet-flip-surge"),
+                   key=lambda o: o["value"])
+    assert (surge["value"], surge["preemptionPolicy"], surge["globalDefault"]) == (training["value"] + 1, "Never", False)
+    text = find(r, "ConfigMap", "taint-controller-config", "gpufleet-system")["data"]["config.yaml"]
+    assert yaml.safe_load(text)["surge_priority_class"] == "gpufleet-flip-surge"
+    for overrides in ({"taint_controller_flip_mode": "evict_first"}, {"inference_enabled": False}):
+        r = stack("prod", **overrides)
+        assert not [o for o in r.objects if o["metadata"]["name"] == "gpufleet-flip-surge"], overrides
+        text = find(r, "ConfigMap", "taint-controller-config", "gpufleet-system")["data"]["config.yaml"]
+        assert yaml.safe_load(text).get("surge_priority_class") is None, overrides

@@ -44,6 +44,16 @@ def test_the_surge_keeps_the_workload_labels_but_never_the_replicasets():
     assert rs["spec"]["template"]["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
 
 
+def test_the_surge_outside_takes_the_priority_class_given_and_the_way_back_keeps_the_workloads():
+    rs = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference", priority=1000), "out", "gpufleet-flip-surge")
+    spec = rs["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "gpufleet-flip-surge" and "priority" not in spec, "admission sets it"
+    back = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference"), "back", "gpufleet-flip-surge")
+    assert back["spec"]["template"]["spec"]["priorityClassName"] == "inference", "in-cluster, training stays above it"
+    kept = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference"), "out", None)
+    assert kept["spec"]["template"]["spec"]["priorityClassName"] == "inference"
+
+
 def test_an_existing_virtual_toleration_is_not_repeated():
     tol = [{"key": VIRTUAL_NODE_TAINT, "operator": "Equal", "value": "rental", "effect": "NoSchedule"}]
     assert surge_replicaset(VICTIM, owner_rs(tolerations=tol))["spec"]["template"]["spec"]["tolerations"] == tol

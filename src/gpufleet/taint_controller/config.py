@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from gpufleet import componentconfig as cc
-from gpufleet.names import FLIP_MODES
+from gpufleet.names import FLIP_MODES, SURGE_PRIORITY_CLASS
 
 from .constants import TICK_SECONDS
 
@@ -66,6 +66,10 @@ class Configuration(BaseModel):
             flip-out eviction) or ``evict_first``.
         surge_max_wait_seconds: make before break: after a node's reservation, past this a pod is
             evicted without a Ready replacement (training always wins).
+        surge_priority_class: make before break: the PriorityClass of the replacements outside
+            (:data:`gpufleet.names.SURGE_PRIORITY_CLASS`, which the taint_controller role declares with the
+            controller: it must exist, or kube-apiserver refuses the surges' pods); None: the workload's own
+            (they then wait in kube-scheduler's queue behind the training they make room for).
         pools: the pools whose virtual nodes are managed (empty: every virtual node).
         flip_out: make room for pending training pods (reserve a node, evict inference there).
         flip_out_priority_classes: PriorityClasses of the pods the flip-out makes room for.
@@ -91,6 +95,7 @@ class Configuration(BaseModel):
     prometheus_url: cc.HttpUrl = "http://prometheus.monitoring:9090"
     flip_mode: FlipMode = "make_before_break"
     surge_max_wait_seconds: cc.Seconds = 180.0
+    surge_priority_class: cc.DnsLabel | None = SURGE_PRIORITY_CLASS
     pools: tuple[cc.DnsLabel, ...] = ()
     flip_out: bool = True
     flip_out_priority_classes: tuple[cc.DnsLabel, ...] = Field(default=("gpufleet-training",), min_length=1)

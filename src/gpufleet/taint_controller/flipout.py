@@ -371,6 +371,8 @@ class FlipOut:
         mode: ``make_before_break`` (a replacement outside is Ready before each eviction) or ``evict_first``.
         surge_max_wait_seconds: in ``make_before_break``, evict anyway this long after the reservation
             (of the order of the provider's start latency plus the taint controller's hold, plus a margin).
+        surge_priority_class: in ``make_before_break``, the replacements' PriorityClass
+            (:func:`gpufleet.taint_controller.surge.surge_replicaset`); None: the workload's.
         deployments: Deployment caches shared with the flip-back (:class:`gpufleet.taint_controller.surge.Deployments`).
         concurrent_syncs: reservations worked on at once (each one's requests in order).
         clock: monotonic seconds.
@@ -381,6 +383,7 @@ class FlipOut:
     def __init__(self, kube: Kube, nodes, pods, priority_classes: Iterable[str], *,
                  max_wait_seconds: float = DEFAULTS.flip_out_max_wait_seconds, mode: str = DEFAULTS.flip_mode,
                  surge_max_wait_seconds: float = DEFAULTS.surge_max_wait_seconds,
+                 surge_priority_class: str | None = DEFAULTS.surge_priority_class,
                  deployments: Deployments | None = None,
                  concurrent_syncs: int = DEFAULTS.flip_out_concurrent_syncs, clock: Callable[[], float] = time.monotonic):
         self.kube = kube
@@ -396,7 +399,7 @@ class FlipOut:
         self.surge_max_wait = surge_max_wait_seconds
         self.clock = clock
         self.reserved_at: dict[str, float] = {}
-        self.surges = Surges(kube, pods, direction="out", deployments=deployments,
+        self.surges = Surges(kube, pods, direction="out", deployments=deployments, priority_class=surge_priority_class,
                              clock=clock) if mode == "make_before_break" else None
         self._recovered = False
         self.wanted: set[str] = set()

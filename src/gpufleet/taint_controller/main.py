@@ -105,8 +105,8 @@ def build(kube: Kube, s: Configuration, *, clock=time.monotonic) -> tuple[TaintC
     deployments = Deployments(kube)  # one cache per inference namespace, for both directions' surges
     out = FlipOut(kube, caches.nodes, caches.pods, s.flip_out_priority_classes,
                   max_wait_seconds=s.flip_out_max_wait_seconds, mode=s.flip_mode,
-                  surge_max_wait_seconds=s.surge_max_wait_seconds, deployments=deployments,
-                  concurrent_syncs=s.flip_out_concurrent_syncs, clock=clock) if s.flip_out else None
+                  surge_max_wait_seconds=s.surge_max_wait_seconds, surge_priority_class=s.surge_priority_class,
+                  deployments=deployments, concurrent_syncs=s.flip_out_concurrent_syncs, clock=clock) if s.flip_out else None
     back = None
     if s.flip_back != "off":
         mbb = s.flip_mode == "make_before_break"

@@ -253,13 +253,19 @@ def _in_cluster(spec: dict[str, Any]) -> None:
 DIRECTIONS = ("out", "back")
 
 
-def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction: str = "out") -> dict[str, Any]:
+def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction: str = "out",
+                     priority_class: str | None = None) -> dict[str, Any]:
     """The surge ReplicaSet for ``victim`` (a pod's ``metadata``) from its ReplicaSet ``owner_rs``; pure.
 
     One replica of the ReplicaSet's pod template without ``pod-template-hash``,
     labelled :data:`SURGE_FOR_LABEL` = the victim's UID; ``direction``
     ``out``: on virtual nodes (their label selected, their taint tolerated),
-    ``back``: off them (required node affinity).
+    ``back``: off them (required node affinity). ``priority_class`` (``out``
+    only): the pods' ``priorityClassName`` instead of the template's (its
+    ``priority`` dropped: admission sets it from the class), so that
+    kube-scheduler places them before the training they make room for
+    (:data:`gpufleet.names.SURGE_PRIORITY_CLASS`); the way back keeps the
+    workload's own, which training must stay above in-cluster.
 
     Raises:
         ValueError: ``owner_rs`` has no template or is not owned by a Deployment; an unknown ``direction``.
@@ -278,6 +284,9 @@ def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction
     labels[SURGE_DIRECTION_LABEL] = direction
     spec = dict(template.get("spec") or {})
     (_outside if direction == "out" else _in_cluster)(spec)
+    if priority_class and direction == "out":
+        spec["priorityClassName"] = priority_class
+        spec.pop("priority", None)
     ns = victim["namespace"]
     return {
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -319,6 +328,7 @@ class Surges:
             (:meth:`gpufleet.taint_controller.published.ServiceEndpoints.published`).
         cleanup_seconds: after the victim left, the surge goes at the latest this long after (seconds).
         deployments: the Deployment caches (shared by the flip-out's and flip-back's surges); default: its own.
+        priority_class: ``out``: the surge pods' PriorityClass (:func:`surge_replicaset`); None: the workload's.
         clock: monotonic seconds.
 
     Raises:
@@ -327,7 +337,7 @@ class Surges:
 
     def __init__(self, kube: Kube, pods, *, direction: str = "out", published: Callable[[dict], bool] | None = None,
                  cleanup_seconds: float = 300.0, deployments: Deployments | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 priority_class: str | None = None, clock: Callable[[], float] = time.monotonic):
         if direction not in DIRECTIONS:
             raise ValueError(f"surge direction {direction!r}: expected one of {', '.join(DIRECTIONS)}")
         if published is None and direction == "back":
@@ -335,6 +345,7 @@ class Surges:
         self.published = published or (lambda p: p["published"])
         self.handed: dict[str, float] = {}  # victim UID -> when its surge pod took its place
         self.direction = direction
+        self.priority_class = priority_class
         self.kube = kube
         pods.add_indexers(POD_INDEXES)
         self.pods = pods
@@ -506,7 +517,7 @@ class Surges:
         ns = meta["namespace"]
         try:
             owner_rs = self.kube.get("apps/v1", "replicasets", rs_ref["name"], ns)
-            body = surge_replicaset(meta, owner_rs, self.direction)
+            body = surge_replicaset(meta, owner_rs, self.direction, self.priority_class)
         except (Unreachable, ServerError, TooManyRequests):
             raise
         except Forbidden as exc:
