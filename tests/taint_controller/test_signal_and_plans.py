@@ -157,28 +157,6 @@ def test_a_pod_that_fits_as_is_says_nothing_of_the_next_pod_of_its_shape():
         ("c", "n0"), ("b", "n1")]
 
 
-def test_a_pod_pinned_to_a_node_is_planned_for_before_the_schedulers_verdict_once_its_gates_are_lifted():
-    """Kueue's topology-aware scheduling pins each pod of a gang to a hostname: waiting for the scheduler to mark
-    it Unschedulable would wait for the scheduler's pass over the whole gang."""
-    host = "kubernetes.io/hostname"
-    nodes = [node(n, labels={host: n}) for n in ("n0", "n1", "n2")]
-    training = {"gpus": 8, "priority": 100000, "phase": "Pending", "pc": "gpufleet-training"}
-
-    def pinned(name, to, gated=False):
-        p = pod(name, **training)
-        p["nodeSelector"], p["gated"] = {host: to}, gated
-        return p
-
-    pods = [pod("i0", "n0", 4), pod("i1", "n1", 8),
-            pinned("held", "n0"),  # inference holds n0: room is made now
-            pinned("free", "n2"),  # fits n2 as it is: the scheduler's job
-            pinned("gated", "n1", gated=True),  # Kueue has not let it go yet
-            pod("unpinned", **training)]  # no verdict yet, and no node of its own: the scheduler tries it first
-    assert [(r.pod["metadata"]["name"], r.node) for r in plan(nodes, pods, ["gpufleet-training"])] == [("held", "n0")]
-    assert not pod_view({"spec": {"schedulingGates": []}})["gated"]
-    assert pod_view({"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}})["gated"]
-
-
 def test_the_flip_out_moves_only_the_pods_the_preemptor_needs_gone():
     trainer = pod("t", gpus=4, priority=1000000, pc="gpufleet-training", unschedulable=True)
     n = node("a", gpus=8)

@@ -7,12 +7,9 @@ any replacement runs outside. So training pods do not preempt
 (their PriorityClass has ``preemptionPolicy: Never``) and this loop
 preempts for them, PDB-respecting:
 
-1. A *preemptor* is a pod that is Pending, asks for GPUs, whose
-   PriorityClass is one of ``priority_classes`` (default:
-   gpufleet-training), and that the scheduler marked ``Unschedulable`` or
-   that is pinned to one node by ``kubernetes.io/hostname`` with its
-   scheduling gates lifted (:func:`is_preemptor`: a gang's pods are not
-   left waiting for the scheduler's pass to reach them).
+1. A *preemptor* is a pod that is Pending, marked ``Unschedulable`` by the
+   scheduler, asks for GPUs, and whose PriorityClass is one of
+   ``priority_classes`` (default: gpufleet-training).
 2. :func:`plan` picks for each preemptor (highest priority, then oldest,
    first) an in-cluster node where evicting lower-priority GPU pods makes it
    fit (node selector and taints respected; fewest victims, then fewest
@@ -68,7 +65,7 @@ from prometheus_client import Counter, Gauge
 from gpufleet.fleet.classify import tolerated
 from gpufleet.kube import Conflict, Invalid, Kube, KubeError, NotFound, TooManyRequests, api_path
 from gpufleet.kube.retry import update_with_retry
-from gpufleet.names import HOSTNAME_LABEL, RESERVED_TAINT
+from gpufleet.names import RESERVED_TAINT
 
 from .config import DEFAULTS
 from .signal import (BY_BINDING, BY_GPU_NODE, BY_LABEL, BY_RESERVATION, NODE_INDEXES, POD_INDEXES, RESERVED, UNBOUND,
@@ -138,20 +135,8 @@ def is_pending_training(pod: dict[str, Any], classes: Iterable[str]) -> bool:
 
 
 def is_preemptor(pod: dict[str, Any], classes: Iterable[str]) -> bool:
-    """A pending training pod (:func:`is_pending_training`) the flip-out may make room for: one kube-scheduler
-    marked Unschedulable, or one pinned to a node (a ``kubernetes.io/hostname`` node selector, as Kueue's
-    topology-aware scheduling assigns a gang's pods) whose scheduling gates are lifted.
-
-    Why not wait for the scheduler's verdict on a pinned pod: it comes when the scheduler's pass over the
-    gang reaches the pod (at 1,024 nodes, up to 95 s after the submission on the local cluster), and every
-    replacement outside, every hand-over and every binding of the gang's pinned pods waited for it. The
-    verdict adds nothing: :func:`plan` leaves a pod that fits its node as it is to the scheduler (GPUs,
-    selector, taints: a subset of the scheduler's filters, so what does not fit here does not fit there),
-    and makes room only where lower-priority pods hold the GPUs it needs.
-    """
-    if not is_pending_training(pod, classes):
-        return False
-    return pod["unschedulable"] or (HOSTNAME_LABEL in pod["nodeSelector"] and not pod.get("gated", False))
+    """A pending training pod (:func:`is_pending_training`) the scheduler marked Unschedulable."""
+    return pod["unschedulable"] and is_pending_training(pod, classes)
 
 
 def _fits_node(pod: dict[str, Any], node: dict[str, Any], reserved_for: str | None = None) -> bool:

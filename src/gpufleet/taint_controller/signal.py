@@ -81,7 +81,6 @@ def pod_view(pod: dict) -> dict[str, Any]:
         "tolerations": list(spec.get("tolerations") or []),
         "phase": status.get("phase") or "Pending",
         "unschedulable": sched.get("status") == "False" and sched.get("reason") == "Unschedulable",
-        "gated": bool(spec.get("schedulingGates")),
         "ready": conditions.get("Ready") == "True",
         # A pod outside: its virtual kubelet published it into every Service selecting it (gpufleet.virtual_kubelet.endpoints).
         "published": conditions.get(PUBLISHED_CONDITION) == "True",
