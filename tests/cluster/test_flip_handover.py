@@ -23,7 +23,7 @@ import pytest
 
 from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.kube import Kube
-from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
+from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL, SURGE_PRIORITY_CLASS
 from roles.inference.manifests import NOT_A_SURGE
 
 from .helpers import wait
@@ -133,6 +133,10 @@ def test_each_replacement_outside_takes_its_pods_place_once_ready_and_published(
     assert all(SURGE_FOR_LABEL not in p["metadata"]["labels"] and p["metadata"]["ownerReferences"][0]["name"]
                == rs[0]["metadata"]["name"] for p in now)
     assert all(published(p) for p in now if p["spec"]["nodeName"] == vk.node_name)
+    outside = [p for p in now if p["spec"]["nodeName"] == vk.node_name]
+    assert {(p["spec"].get("priorityClassName"), p["spec"].get("preemptionPolicy")) for p in outside} == {
+        (SURGE_PRIORITY_CLASS, "Never")}, "the replacements went ahead of training in kube-scheduler's queue"
+    assert min(p["spec"]["priority"] for p in outside) > kube.get("v1", "pods", "trainer", ns)["spec"]["priority"]
 
 
 @pytest.mark.parametrize("setup", [{"gpus": 2}], ids=["room-for-one"], indirect=True)
