@@ -364,3 +364,25 @@ def test_a_hand_over_cut_after_its_orphan_delete_leaves_no_pod_behind_when_the_s
     surges.reconcile([])  # the preemptor went: the victim stays, the surge goes
     assert calls(kube) == [("delete", "replicasets", surge_rs, "Background"), ("delete", "pods", "srv-surge-x1", None)]
     assert VICTIM["uid"] not in surges.live
+
+
+def test_the_victims_of_one_replicaset_read_its_template_once():
+    """A flip-out moves hundreds of one workload's pods: one read of their ReplicaSet serves every surge for
+    OWNER_TEMPLATE_SECONDS, then it is read again."""
+    from gpufleet.taint_controller.surge import OWNER_TEMPLATE_SECONDS
+
+    victims = [view(f"srv-7d9f-{i}", f"uid-{i}", {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+               for i in range(3)]
+    kube = cluster(*victims)
+    now = [0.0]
+    surges = Surges(kube, cache(*victims), direction="out", clock=lambda: now[0])
+
+    def reads() -> int:
+        return sum(1 for a in kube.actions if a.verb == "get" and a.resource == "replicasets")
+
+    for v in victims[:2]:
+        assert not surges.ready(v)
+    assert reads() == 1 and [c[0] for c in calls(kube)] == ["create", "create"]
+    now[0] = OWNER_TEMPLATE_SECONDS + 1
+    assert not surges.ready(victims[2])
+    assert reads() == 2, "read again once the template may have changed"

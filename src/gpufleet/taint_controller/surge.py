@@ -70,7 +70,8 @@ a victim by its UID, a workload's pods by namespace
 (:data:`gpufleet.taint_controller.signal.POD_INDEXES`), and the Deployments
 whose availability ends a surge are read from a watch cache of their
 namespace (started with that namespace's first surge; a GET until it is
-listed) instead of one GET per surge per tick.
+listed) instead of one GET per surge per tick; a victim's ReplicaSet is
+read once for all the victims it owns (:meth:`Surges._replicaset`).
 
 The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
 """
@@ -107,6 +108,8 @@ LOWEST_DELETION_COST = str(-2**31)
 #: Seconds a handed-over victim is left to its ReplicaSet (which deletes it within a sync) before it counts
 #: as a victim again (its ReplicaSet deleted another pod: one not Ready, say).
 HANDED_OVER_SECONDS = 60.0
+#: Seconds a victim's ReplicaSet, once read for its template, serves the surges of its other pods.
+OWNER_TEMPLATE_SECONDS = 30.0
 
 
 def slim_deployment(d: dict[str, Any]) -> dict[str, Any]:
@@ -353,6 +356,7 @@ class Surges:
         self.cleanup_seconds = cleanup_seconds
         self.clock = clock
         self.live: dict[str, Surge] = {}
+        self._owners: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}  # _replicaset's reads
         self.unsurgeable: set[str] = set()
 
     def recover(self) -> None:
@@ -505,6 +509,25 @@ class Surges:
             self._remove(self.live[uid], "no Ready replacement within the bound")
         SURGES.labels("bound passed").inc()
 
+    def _replicaset(self, namespace: str, ref: dict[str, Any]) -> dict[str, Any]:
+        """The victim's ReplicaSet named by ownerReference ``ref``: read once per :data:`OWNER_TEMPLATE_SECONDS`
+        for all the victims it owns (a flip-out moves hundreds of one workload's pods; each read is a quorum
+        read through the API server to etcd). A Deployment's ReplicaSet keeps its template (a new template is
+        a new ReplicaSet), and the UID of the reference tells a ReplicaSet recreated under the same name.
+
+        Raises:
+            KubeError: the read failed.
+        """
+        key = (namespace, ref["name"], ref.get("uid", ""))
+        now = self.clock()
+        cached = self._owners.get(key)
+        if cached is not None and now - cached[0] < OWNER_TEMPLATE_SECONDS:
+            return cached[1]
+        rs = self.kube.get("apps/v1", "replicasets", ref["name"], namespace)
+        self._owners = {k: v for k, v in self._owners.items() if now - v[0] < OWNER_TEMPLATE_SECONDS}
+        self._owners[key] = (now, rs)
+        return rs
+
     def _create(self, meta: dict[str, Any]) -> Surge | None:
         """The surge started for ``meta``'s pod; None when it can have none.
 
@@ -516,7 +539,7 @@ class Surges:
             return None
         ns = meta["namespace"]
         try:
-            owner_rs = self.kube.get("apps/v1", "replicasets", rs_ref["name"], ns)
+            owner_rs = self._replicaset(ns, rs_ref)
             body = surge_replicaset(meta, owner_rs, self.direction, self.priority_class)
         except (Unreachable, ServerError, TooManyRequests):
             raise
