@@ -21,7 +21,7 @@ from gpufleet.names import RESERVED_TAINT, SURGE_FOR_LABEL
 
 from .helpers import wait
 from .test_flip_surge import record, trainer
-from .vk_helpers import MARK, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
+from .vk_helpers import MARK, SURGE_CLASS, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -98,7 +98,8 @@ def test_training_wins_by_the_bound_and_serving_stays_above_the_pdb_when_the_pro
     before = pods(kube, ns, "app=srv")
     events = record(kube, ns)
     kube.create("v1", "pods", half_trainer(ns), ns)
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=BOUND)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     started = time.monotonic()
@@ -134,7 +135,8 @@ def test_training_that_ends_while_replacements_start_evicts_nothing_and_leaves_n
     before = pods(kube, ns, "app=srv")
     events = record(kube, ns)
     kube.create("v1", "pods", half_trainer(ns), ns)
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=60)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     free_gpus_taint(kube, vk.node_name, on=False)

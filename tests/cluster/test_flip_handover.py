@@ -23,13 +23,13 @@ import pytest
 
 from gpufleet.taint_controller.flipout import FlipOut
 from gpufleet.kube import Kube
-from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL, SURGE_PRIORITY_CLASS
+from gpufleet.names import PUBLISHED_CONDITION, SURGE_FOR_LABEL
 from roles.inference.manifests import NOT_A_SURGE
 
 from .helpers import wait
 from .test_flip_failures import half_trainer, min_ready, reserved, setup, surges  # noqa: F401
 from .test_flip_surge import record
-from .vk_helpers import MARK, TRAINING_CLASS, deployment, free_gpus_taint, pods, ready
+from .vk_helpers import MARK, SURGE_CLASS, TRAINING_CLASS, deployment, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -88,7 +88,8 @@ def flip_out(kube: Kube, ns: str, node: str, caches, vk, bound: float) -> tuple[
     """Submit the trainer, run the flip-out until it reserved ``node``, open the virtual node (as the taint
     controller does once the reservation took the free GPUs); the flip-out and when the reservation was seen."""
     kube.create("v1", "pods", half_trainer(ns), ns)
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=bound)
     wait("the node reserved", lambda: (out.tick(), reserved(kube, node))[1])
     started = time.monotonic()
@@ -135,7 +136,7 @@ def test_each_replacement_outside_takes_its_pods_place_once_ready_and_published(
     assert all(published(p) for p in now if p["spec"]["nodeName"] == vk.node_name)
     outside = [p for p in now if p["spec"]["nodeName"] == vk.node_name]
     assert {(p["spec"].get("priorityClassName"), p["spec"].get("preemptionPolicy")) for p in outside} == {
-        (SURGE_PRIORITY_CLASS, "Never")}, "the replacements went ahead of training in kube-scheduler's queue"
+        (SURGE_CLASS, "Never")}, "the replacements went ahead of training in kube-scheduler's queue"
     assert min(p["spec"]["priority"] for p in outside) > kube.get("v1", "pods", "trainer", ns)["spec"]["priority"]
 
 

@@ -21,7 +21,7 @@ from gpufleet.taint_controller.flipout import FlipOut
 from .helpers import wait
 from .test_flip_failures import min_ready
 from .test_flip_surge import record, trainer
-from .vk_helpers import MARK, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
+from .vk_helpers import MARK, SURGE_CLASS, TRAINING_CLASS, deployment, flip_stage, free_gpus_taint, pods, ready
 
 pytestmark = pytest.mark.cluster
 
@@ -56,7 +56,8 @@ def test_several_training_pods_are_served_side_by_side_and_every_replica_keeps_s
         t = trainer(ns)
         t["metadata"]["name"] = f"trainer-{i}"
         kube.create("v1", "pods", t, ns)
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=600,
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=600,
                   mode="make_before_break", surge_max_wait_seconds=120, concurrent_syncs=NODES)
     try:
         wait("the trainers unschedulable in the flip-out's cache", lambda: len(

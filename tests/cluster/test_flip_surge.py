@@ -30,8 +30,8 @@ from gpufleet_workshop.sim.flip import gated_policy, use_descheduler_policy
 from roles.registry import load
 
 from .helpers import wait
-from .vk_helpers import (MARK, TRAINING_CLASS, delete_namespace, deployment, free_nodes, mark, namespace, pods, ready,
-                         release, flip_classes)
+from .vk_helpers import (MARK, SURGE_CLASS, TRAINING_CLASS, delete_namespace, deployment, flip_classes, free_nodes,
+                         mark, namespace, pods, ready, release)
 
 pytestmark = pytest.mark.cluster
 
@@ -230,7 +230,8 @@ def test_a_replacement_that_never_becomes_ready_is_given_up_at_the_bound(setup):
     victims = {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")}
     kube.create("v1", "pods", trainer(ns), ns)
     bound, deadline = 5.0, 20.0
-    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], max_wait_seconds=deadline,
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=deadline,
                   mode="make_before_break", surge_max_wait_seconds=bound)
     started = time.monotonic()
     early: list[int] = []

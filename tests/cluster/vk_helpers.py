@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpufleet.kube import Kube, KubeError, NotFound
-from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT, SURGE_PRIORITY_CLASS
+from gpufleet.names import FREE_GPUS_EFFECT, FREE_GPUS_TAINT, RESERVED_TAINT
 from gpufleet.taint_controller.signal import ApiServerSignal
 from gpufleet.virtual_kubelet.main import VirtualKubelet
 from gpufleet_workshop.rental.provider import SimulatedProvider
@@ -26,6 +26,10 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 MARK = ("gpufleet.io/surge-test", "yes")
 #: The flip tests' training PriorityClass (preemptionPolicy Never: the flip-out, not the scheduler, makes room).
 TRAINING_CLASS = "surge-test-training"
+#: The flip tests' replacements' PriorityClass, above :data:`TRAINING_CLASS` as the taint_controller role puts
+#: :data:`gpufleet.names.SURGE_PRIORITY_CLASS` above training's (a name of its own: a PriorityClass's value is
+#: immutable, and ``sim.flip`` applies the role's, valued from the inventory, on the same cluster).
+SURGE_CLASS = "surge-test-surge"
 
 
 def simulated_provider(pool: str, node: str) -> SimulatedProvider:
@@ -113,9 +117,9 @@ def keep() -> bool:
 
 
 def flip_classes(kube: Kube) -> None:
-    """Create :data:`TRAINING_CLASS` and the surges' :data:`gpufleet.names.SURGE_PRIORITY_CLASS` (one above it, as
-    the taint_controller role declares it) when absent (they are left for the session's other tests)."""
-    for name, value in ((TRAINING_CLASS, 1000000), (SURGE_PRIORITY_CLASS, 1000001)):
+    """Create :data:`TRAINING_CLASS` and :data:`SURGE_CLASS` (one above it, ``Never``) when absent (they are left
+    for the session's other tests)."""
+    for name, value in ((TRAINING_CLASS, 1000000), (SURGE_CLASS, 1000001)):
         try:
             kube.get("scheduling.k8s.io/v1", "priorityclasses", name)
         except NotFound:

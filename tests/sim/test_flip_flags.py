@@ -88,3 +88,21 @@ def test_fleet_size_flags_reach_the_pools_and_the_way_backs_pace():
     assert configs["taint-controller-config"]["flip_back_pods_per_minute"] == 60
     # Left out, the inventory's own values stay.
     assert Options().overrides(inv) == {}
+
+
+def test_a_priority_class_the_api_server_refuses_to_change_is_created_again():
+    """A PriorityClass's value is immutable: one an earlier run (or a test) left with another value is deleted and
+    applied again, and any other refusal stands."""
+    from gpufleet.kube import KubeError
+    from gpufleet_workshop.sim import incluster
+    from gpufleet_workshop.testing import FakeKube
+
+    pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "gpufleet-flip-surge"},
+          "value": 100001, "preemptionPolicy": "Never"}
+    kube = FakeKube({**pc, "value": 1000001})
+    kube.fail("patch", "priorityclasses", KubeError(422, "Invalid", "value: Forbidden: may not be changed"))
+    assert incluster.apply(kube, pc)["value"] == 100001
+    assert [a.verb for a in kube.writes()] == ["patch", "delete", "patch"]
+    kube.fail("patch", "configmaps", KubeError(422, "Invalid", "data: Invalid value"))
+    with pytest.raises(KubeError, match="data: Invalid value"):
+        incluster.apply(kube, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "d"}})

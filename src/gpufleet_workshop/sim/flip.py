@@ -183,15 +183,6 @@ def gated_policy(inv) -> dict:
     return pol
 
 
-def apply(kube: Kube, obj: dict) -> dict:
-    """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced).
-
-    Raises:
-        KubeError: refused, or the kind is not served.
-    """
-    return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
-
-
 def training_priority_class(objs: list[dict]) -> list[dict]:
     """The kueue role's objects with ``preemptionPolicy: Never`` on the highest PriorityClass (training)."""
     pcs = [o for o in objs if o["kind"] == "PriorityClass"]
@@ -711,18 +702,11 @@ def _apply_objects(kube: Kube, inv, pod_template: Callable[[dict], dict] | None 
         # the stack (`invoke up`), and applying them here would take their fields from it.
         if obj["kind"] not in QUEUE_KINDS:
             continue
-        try:
-            apply(kube, obj)
-        except KubeError as exc:
-            if obj["kind"] == "PriorityClass" and exc.status == 422:  # preemptionPolicy is immutable
-                kube.delete_object(obj)
-                apply(kube, obj)
-            else:
-                raise
+        incluster.apply(kube, obj)
     for obj in inference_objects(inv):
         if pod_template is not None and obj["kind"] == "Deployment":
             obj["spec"]["template"] = pod_template(obj["spec"]["template"])
-        apply(kube, keep_live_selector(kube, obj))
+        incluster.apply(kube, keep_live_selector(kube, obj))
 
 
 def keep_live_selector(kube: Kube, obj: dict) -> dict:
@@ -936,7 +920,7 @@ def run(opts: Options, *, console=None) -> dict[str, Any]:
             container, volume = serving.trainer_container(pod["spec"]["containers"][0], setup.image, opts.cluster)
             pod["spec"]["containers"] = [container]
             pod["spec"]["volumes"] = [volume]
-        apply(kube, js)
+        incluster.apply(kube, js)
         _wait("every training pod started", lambda: rec.last().training_pods_started >= nodes, opts.timeout, rec)
         try:
             pod_times = training_pod_times(kube.list("v1", "pods", lq.namespace, labelSelector=JOBSET_SELECTOR)["items"],

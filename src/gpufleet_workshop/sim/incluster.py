@@ -146,6 +146,23 @@ def deployments(objs: list[dict]) -> list[tuple[str, str]]:
     return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Deployment"]
 
 
+def apply(kube: Kube, obj: dict) -> dict:
+    """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced). A PriorityClass the API server
+    refuses (422: its ``value`` and ``preemptionPolicy`` are immutable, and an earlier run or a test may have left
+    one with others) is deleted and created again; pods keep the priority their admission gave them.
+
+    Raises:
+        KubeError: refused, or the kind is not served.
+    """
+    try:
+        return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
+    except KubeError as exc:
+        if obj["kind"] != "PriorityClass" or exc.status != 422:
+            raise
+        kube.delete_object(obj)
+        return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
+
+
 def deploy(kube: Kube, objs: list[dict]) -> list[tuple[str, str]]:
     """Apply ``objs`` (server-side, field manager ``gpufleet-sim``) whose Deployments do not exist yet.
 
@@ -161,7 +178,7 @@ def deploy(kube: Kube, objs: list[dict]) -> list[tuple[str, str]]:
     order = {"Namespace": 0, "Deployment": 2}
     for obj in sorted(objs, key=lambda o: order.get(o["kind"], 1)):
         if obj["kind"] == "Namespace" or (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/name") in mine:
-            kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
+            apply(kube, obj)
     return created
 
 
