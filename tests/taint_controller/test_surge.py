@@ -45,9 +45,11 @@ def test_the_surge_keeps_the_workload_labels_but_never_the_replicasets():
 
 
 def test_the_surge_outside_takes_the_priority_class_given_and_the_way_back_keeps_the_workloads():
-    rs = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference", priority=1000), "out", "gpufleet-flip-surge")
+    rs = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference", priority=1000,
+                                           preemptionPolicy="PreemptLowerPriority"), "out", "gpufleet-flip-surge")
     spec = rs["spec"]["template"]["spec"]
-    assert spec["priorityClassName"] == "gpufleet-flip-surge" and "priority" not in spec, "admission sets it"
+    assert spec["priorityClassName"] == "gpufleet-flip-surge", spec
+    assert "priority" not in spec and "preemptionPolicy" not in spec, "admission sets both from the class"
     back = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference"), "back", "gpufleet-flip-surge")
     assert back["spec"]["template"]["spec"]["priorityClassName"] == "inference", "in-cluster, training stays above it"
     kept = surge_replicaset(VICTIM, owner_rs(priorityClassName="inference"), "out", None)
@@ -104,7 +106,9 @@ def test_a_surge_back_stays_off_virtual_nodes_in_every_required_term():
 def cluster(*views: dict) -> FakeKube:
     """The in-memory API server holding the victim's ReplicaSet and the pods of ``views`` (what the hand-over
     writes to)."""
-    kube = FakeKube({**owner_rs(), "apiVersion": "apps/v1", "kind": "ReplicaSet"})
+    rs = owner_rs()
+    rs["metadata"]["uid"] = "srv-7d9f-uid"  # as the views' ownerReferences name it
+    kube = FakeKube({**rs, "apiVersion": "apps/v1", "kind": "ReplicaSet"})
     for v in views:
         kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": dict(v["metadata"]), "spec": {"nodeName": v["node"]}})
     return kube
@@ -386,3 +390,9 @@ def test_the_victims_of_one_replicaset_read_its_template_once():
     now[0] = OWNER_TEMPLATE_SECONDS + 1
     assert not surges.ready(victims[2])
     assert reads() == 2, "read again once the template may have changed"
+    # A ReplicaSet recreated under the same name is another one: read for its own pods, never served from the cache.
+    other = view("srv-7d9f-x", "uid-x", {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    other["metadata"]["ownerReferences"][0]["uid"] = "recreated"
+    surges.ready(other)
+    surges.ready({**other, "metadata": {**other["metadata"], "uid": "uid-y", "name": "srv-7d9f-y"}})
+    assert reads() == 4

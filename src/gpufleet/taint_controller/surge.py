@@ -79,6 +79,7 @@ The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -265,7 +266,8 @@ def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction
     ``out``: on virtual nodes (their label selected, their taint tolerated),
     ``back``: off them (required node affinity). ``priority_class`` (``out``
     only): the pods' ``priorityClassName`` instead of the template's (its
-    ``priority`` dropped: admission sets it from the class), so that
+    ``priority`` and ``preemptionPolicy`` dropped: admission sets them from
+    the class, and refuses a pod whose own differ from it), so that
     kube-scheduler places them before the training they make room for
     (:data:`gpufleet.names.SURGE_PRIORITY_CLASS`); the way back keeps the
     workload's own, which training must stay above in-cluster.
@@ -288,8 +290,10 @@ def surge_replicaset(victim: dict[str, Any], owner_rs: dict[str, Any], direction
     spec = dict(template.get("spec") or {})
     (_outside if direction == "out" else _in_cluster)(spec)
     if priority_class and direction == "out":
+        # Both come from the class at admission, which refuses a pod whose own differ from it.
         spec["priorityClassName"] = priority_class
         spec.pop("priority", None)
+        spec.pop("preemptionPolicy", None)
     ns = victim["namespace"]
     return {
         "apiVersion": "apps/v1", "kind": "ReplicaSet",
@@ -357,6 +361,7 @@ class Surges:
         self.clock = clock
         self.live: dict[str, Surge] = {}
         self._owners: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}  # _replicaset's reads
+        self._owners_lock = threading.Lock()
         self.unsurgeable: set[str] = set()
 
     def recover(self) -> None:
@@ -520,12 +525,17 @@ class Surges:
         """
         key = (namespace, ref["name"], ref.get("uid", ""))
         now = self.clock()
-        cached = self._owners.get(key)
-        if cached is not None and now - cached[0] < OWNER_TEMPLATE_SECONDS:
-            return cached[1]
+        with self._owners_lock:  # the flip-out's workers create surges side by side
+            cached = self._owners.get(key)
+            if cached is not None and now - cached[0] < OWNER_TEMPLATE_SECONDS:
+                return cached[1]
         rs = self.kube.get("apps/v1", "replicasets", ref["name"], namespace)
-        self._owners = {k: v for k, v in self._owners.items() if now - v[0] < OWNER_TEMPLATE_SECONDS}
-        self._owners[key] = (now, rs)
+        if ref.get("uid") and rs["metadata"].get("uid") != ref["uid"]:
+            return rs  # another ReplicaSet of that name now: used for this victim (as before), never cached
+        with self._owners_lock:
+            for k in [k for k, v in self._owners.items() if now - v[0] >= OWNER_TEMPLATE_SECONDS]:
+                del self._owners[k]
+            self._owners[key] = (now, rs)
         return rs
 
     def _create(self, meta: dict[str, Any]) -> Surge | None:

@@ -510,7 +510,7 @@ class EndpointPublisher:
             KubeError: the first write that failed (the Service is synced again, which writes the rest).
         """
         writes = [(p, c) for p in pods if (c := self._published_condition(p)) is not None]
-        if len(writes) <= 1:
+        if len(writes) <= 1 or self._stop.is_set():  # stopping: its writers are shut down
             for p, c in writes:
                 self._write_condition(p, c)
             return
