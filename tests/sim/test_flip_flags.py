@@ -92,7 +92,7 @@ def test_fleet_size_flags_reach_the_pools_and_the_way_backs_pace():
 
 def test_a_priority_class_the_api_server_refuses_to_change_is_created_again():
     """A PriorityClass's value is immutable: one an earlier run (or a test) left with another value is deleted and
-    applied again, and any other refusal stands."""
+    applied again; a refusal for another cause, or of another kind, stands."""
     from gpufleet.kube import KubeError
     from gpufleet_workshop.sim import incluster
     from gpufleet_workshop.testing import FakeKube
@@ -103,6 +103,11 @@ def test_a_priority_class_the_api_server_refuses_to_change_is_created_again():
     kube.fail("patch", "priorityclasses", KubeError(422, "Invalid", "value: Forbidden: may not be changed"))
     assert incluster.apply(kube, pc)["value"] == 100001
     assert [a.verb for a in kube.writes()] == ["patch", "delete", "patch"]
+    # Refused for another cause, with the immutable fields as wanted: the class stays.
+    kube.fail("patch", "priorityclasses", KubeError(422, "Invalid", "description: Too long"))
+    with pytest.raises(KubeError, match="description: Too long"):
+        incluster.apply(kube, pc)
+    assert [a.verb for a in kube.writes()] == ["patch", "delete", "patch", "patch"]
     kube.fail("patch", "configmaps", KubeError(422, "Invalid", "data: Invalid value"))
     with pytest.raises(KubeError, match="data: Invalid value"):
         incluster.apply(kube, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "d"}})

@@ -196,6 +196,12 @@ def owner_of(meta: dict[str, Any], kind: str) -> dict[str, Any] | None:
                  if o.get("kind") == kind and o.get("controller")), None)
 
 
+def adoptable(victim: dict[str, Any]) -> bool:
+    """Whether a surge pod can take the place of the pod of ``metadata`` ``victim``: the victim carries a
+    ``pod-template-hash`` label and a controller ReplicaSet (what :func:`adoption` writes onto the surge pod)."""
+    return bool((victim.get("labels") or {}).get(TEMPLATE_HASH_LABEL)) and owner_of(victim, "ReplicaSet") is not None
+
+
 def adoption(victim: dict[str, Any]) -> dict[str, Any]:
     """The merge patch that makes a surge pod its victim's ReplicaSet's pod (``victim``: the victim's ``metadata``,
     labelled ``pod-template-hash`` and controlled by a ReplicaSet); pure.
@@ -216,13 +222,13 @@ def adoption(victim: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: the victim has no ``pod-template-hash`` label or no controller ReplicaSet.
     """
-    template_hash = (victim.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
-    rs = owner_of(victim, "ReplicaSet")
-    if not template_hash or rs is None:
+    if not adoptable(victim):
         raise ValueError(f"pod {victim.get('namespace')}/{victim.get('name')}: expected a {TEMPLATE_HASH_LABEL} "
                          "label and a controller ReplicaSet")
+    rs = owner_of(victim, "ReplicaSet")
     return {"metadata": {
-        "labels": {SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None, TEMPLATE_HASH_LABEL: template_hash},
+        "labels": {SURGE_FOR_LABEL: None, SURGE_DIRECTION_LABEL: None,
+                   TEMPLATE_HASH_LABEL: victim["labels"][TEMPLATE_HASH_LABEL]},
         "ownerReferences": [{"apiVersion": rs.get("apiVersion", "apps/v1"), "kind": "ReplicaSet",
                              "name": rs["name"], "uid": rs["uid"], "controller": True}]}}
 
@@ -394,11 +400,10 @@ class Surges:
         ns, name = meta["namespace"], meta["name"]
         victim = pod_by_uid(self.pods, victim_uid)
         vmeta = (victim or {}).get("metadata") or {}
-        joinable = bool((vmeta.get("labels") or {}).get(TEMPLATE_HASH_LABEL)) and owner_of(vmeta, "ReplicaSet")
         try:
             # A terminating victim still names the ReplicaSet to join: adopted, the pod stands in for the
             # replacement that ReplicaSet starts (it removes one of the two, the one not yet Ready first).
-            if joinable:
+            if adoptable(vmeta):
                 self.kube.patch("v1", "pods", name, adoption(vmeta), ns)
                 self.handed[victim_uid] = self.clock()
                 SURGES.labels("handed over").inc()
@@ -465,8 +470,7 @@ class Surges:
         if uid in self.handed:
             return True
         surge, pod = self.live.get(uid), self._surge_pod(uid)
-        template_hash = (meta.get("labels") or {}).get(TEMPLATE_HASH_LABEL)
-        if surge is None or pod is None or not template_hash or owner_of(meta, "ReplicaSet") is None:
+        if surge is None or pod is None or not adoptable(meta):
             return False
         try:
             self.kube.patch("v1", "pods", meta["name"],

@@ -146,20 +146,29 @@ def deployments(objs: list[dict]) -> list[tuple[str, str]]:
     return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Deployment"]
 
 
+#: A PriorityClass's fields the API server refuses to change (``ValidatePriorityClassUpdate``).
+PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
+
+
 def apply(kube: Kube, obj: dict) -> dict:
     """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced). A PriorityClass the API server
-    refuses (422: its ``value`` and ``preemptionPolicy`` are immutable, and an earlier run or a test may have left
-    one with others) is deleted and created again; pods keep the priority their admission gave them.
+    refuses (422) whose ``value`` or ``preemptionPolicy`` (:data:`PRIORITY_CLASS_IMMUTABLE`) differs from the one
+    there (an earlier run or a test may have left it with others) is deleted, by that UID, and created again; pods
+    keep the priority their admission gave them.
 
     Raises:
-        KubeError: refused, or the kind is not served.
+        KubeError: refused for another cause (the immutable fields as wanted, or another kind), or the kind is
+            not served.
     """
     try:
         return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
     except KubeError as exc:
         if obj["kind"] != "PriorityClass" or exc.status != 422:
             raise
-        kube.delete_object(obj)
+        there = kube.get_or_none("scheduling.k8s.io/v1", "priorityclasses", obj["metadata"]["name"])
+        if there is None or all(there.get(f) == obj.get(f) for f in PRIORITY_CLASS_IMMUTABLE if f in obj):
+            raise
+        kube.delete_object(obj, uid=there["metadata"]["uid"])
         return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
 
 
