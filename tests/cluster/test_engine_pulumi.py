@@ -12,7 +12,8 @@ touched). The tests share one stack and run in file order:
 3. ``gpufleet:kueue_reserve_gpus`` in stack config updates only the
    objects that depend on it (the ClusterQueues), in place;
 4. after quota-sync rewrote a queue's quota, the next such change still applies;
-5. ``destroy`` removes everything: the cluster's objects are those it had
+5. a PriorityClass whose value changes is replaced (the API server refuses to change it);
+6. ``destroy`` removes everything: the cluster's objects are those it had
    before ``up`` (a snapshot of every listable API object, events excluded).
 
 The stack is destroyed at the end of the module even when a test fails.
@@ -276,6 +277,35 @@ def test_quota_sync_rewrites_do_not_block_a_later_up(deployed, local_cluster):
     want = next(o for o in declared_ids({VARIABLE: value}).values()
                 if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == "training")
     assert api.request("GET", f"{rs.CQ_PATH}/training")["spec"]["resourceGroups"] == want["spec"]["resourceGroups"]
+
+
+def test_a_priority_class_whose_value_changes_is_replaced(deployed, local_cluster):
+    """A PriorityClass's value is immutable (the API server answers 422): a release that raises training's class
+    replaces it, deleted first since its name stays, and the classes whose value follows it with it (the flip's
+    surge class, one above the highest); what else reads the classes is updated in place
+    (``gpufleet_admin.stack.role.declare``)."""
+    import json
+
+    inv = load(ENV, overrides=BASE)
+    classes = [{"name": c.name, "value": c.value + (1 if i == 0 else 0), "description": c.description,
+                "preemption_policy": c.preemption_policy} for i, c in enumerate(inv.kueue_priority_classes)]
+    overrides = {"kueue_priority_classes": classes}
+    before, after = declared_ids(), declared_ids(overrides)
+    changed = {oid for oid in before if before[oid] != after[oid]}
+    replaced = {oid for oid in changed if oid.startswith("PriorityClass/")}
+    assert f"PriorityClass/{classes[0]['name']}" in replaced
+    uids = {oid: local_cluster.kube.request("GET", local_cluster.kube.path_of(before[oid]))["metadata"]["uid"]
+            for oid in replaced}
+    target = dataclasses.replace(deployed.target, config={**BASE_CONFIG,
+                                                          "gpufleet:kueue_priority_classes": json.dumps(classes)})
+    up = engine.up(target, printer=print)
+    ops = {urn_name(u): op for u, op in up.changes.items()}
+    assert set(ops) == changed
+    assert all(ops[oid] != "update" for oid in replaced), ops
+    assert all(ops[oid] == "update" for oid in changed - replaced), ops
+    for oid in replaced:
+        live = local_cluster.kube.request("GET", local_cluster.kube.path_of(after[oid]))
+        assert live["value"] == after[oid]["value"] and live["metadata"]["uid"] != uids[oid], oid
 
 
 def test_destroy_leaves_the_cluster_as_it_was(deployed, local_cluster):

@@ -11,12 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["IMMUTABLE_SELECTOR_KINDS", "selector_matches"]
-
-#: ``(apiVersion, kind)`` of the workloads whose ``spec.selector`` the API server refuses to change
-#: (apps/v1 validation: "field is immutable").
-IMMUTABLE_SELECTOR_KINDS = frozenset({("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"),
-                                      ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet")})
+__all__ = ["selector_matches"]
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

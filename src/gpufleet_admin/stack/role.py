@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
+from gpufleet.kube.validation import IMMUTABLE_SELECTOR_KINDS, PRIORITY_CLASS_IMMUTABLE
 from gpufleet_admin.inventory import Inventory
 from gpufleet_admin.manifests import HelmRelease, labels
 from roles.registry import Role
@@ -96,17 +96,28 @@ def declare(obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomR
     manifest. Going through it directly keeps fields that ``CustomResource``
     would drop (a WorkloadPriorityClass's top-level ``value``).
 
-    A workload of :data:`gpufleet.kube.selectors.IMMUTABLE_SELECTOR_KINDS` keeps the selector it was
+    A workload of :data:`gpufleet.kube.validation.IMMUTABLE_SELECTOR_KINDS` keeps the selector it was
     created with: the API server refuses a changed one, so the engine would
     replace the object, deleting every pod at once (a serving Deployment's
     replicas all together). A release that declares another selector
     applies to new objects; an existing one takes it only when replaced on
     purpose (``pulumi up --replace <urn>``).
+
+    A PriorityClass whose ``value`` or ``preemptionPolicy``
+    (:data:`gpufleet.kube.validation.PRIORITY_CLASS_IMMUTABLE`) changes is replaced, deleted first
+    (its name stays): the API server refuses to change either (422), and the
+    provider does not know it, so ``pulumi up`` would fail there. Running
+    pods keep the priority their admission gave them; a pod created in the
+    moment between the delete and the create is refused and its controller
+    tries again.
     """
     props = copy.deepcopy(obj)
     immutable = (obj["apiVersion"], obj["kind"]) in IMMUTABLE_SELECTOR_KINDS
+    priority_class = (obj["apiVersion"], obj["kind"]) == ("scheduling.k8s.io/v1", "PriorityClass")
     opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-        version=k8s_version(), ignore_changes=["spec.selector"] if immutable else None))
+        version=k8s_version(), ignore_changes=["spec.selector"] if immutable else None,
+        replace_on_changes=list(PRIORITY_CLASS_IMMUTABLE) if priority_class else None,
+        delete_before_replace=priority_class or None))
     return pulumi.CustomResource(type_token(obj), object_id(obj), props, opts)
 
 

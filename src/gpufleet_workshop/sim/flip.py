@@ -120,7 +120,7 @@ from typing import Any
 from gpufleet.taint_controller.controller import Transition
 from gpufleet.taint_controller.signal import ApiServerSignal, reservation_leads
 from gpufleet.kube import Kube, KubeError, NotFound
-from gpufleet.kube.selectors import IMMUTABLE_SELECTOR_KINDS
+from gpufleet.kube.validation import IMMUTABLE_SELECTOR_KINDS
 from gpufleet.kube.times import parse_time
 from gpufleet.names import (FIELD_MANAGER_SIM, FLIP_MODES, FREE_GPUS_TAINT, GPU_RESOURCE, KUEUE_PRIORITY_LABEL,
                             KUEUE_QUEUE_LABEL, RELEASE_LABEL, RESERVED_TAINT, SIMULATED_DURATION_ANNOTATION,
@@ -711,7 +711,7 @@ def _apply_objects(kube: Kube, inv, pod_template: Callable[[dict], dict] | None 
 
 def keep_live_selector(kube: Kube, obj: dict) -> dict:
     """``obj`` with the selector of the live object of that name, where its kind's selector is immutable
-    (:data:`gpufleet.kube.selectors.IMMUTABLE_SELECTOR_KINDS`) and one exists: a Deployment an earlier
+    (:data:`gpufleet.kube.validation.IMMUTABLE_SELECTOR_KINDS`) and one exists: a Deployment an earlier
     release created keeps its selector, as the stack keeps it (``gpufleet_admin.stack.role.declare``),
     instead of the apply being refused."""
     if (obj["apiVersion"], obj["kind"]) not in IMMUTABLE_SELECTOR_KINDS:

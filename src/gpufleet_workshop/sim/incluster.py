@@ -28,6 +28,7 @@ from typing import Any
 
 from gpufleet.taint_controller.controller import Transition
 from gpufleet.kube import Kube, KubeError
+from gpufleet.kube.validation import PRIORITY_CLASS_IMMUTABLE
 from gpufleet.names import FIELD_MANAGER_SIM
 from gpufleet.wait import PollTimeout, poll_until
 
@@ -146,15 +147,14 @@ def deployments(objs: list[dict]) -> list[tuple[str, str]]:
     return [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Deployment"]
 
 
-#: A PriorityClass's fields the API server refuses to change (``ValidatePriorityClassUpdate``).
-PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
-
-
 def apply(kube: Kube, obj: dict) -> dict:
-    """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced). A PriorityClass the API server
-    refuses (422) whose ``value`` or ``preemptionPolicy`` (:data:`PRIORITY_CLASS_IMMUTABLE`) differs from the one
-    there (an earlier run or a test may have left it with others) is deleted, by that UID, and created again; pods
-    keep the priority their admission gave them.
+    """Server-side apply ``obj`` (field manager ``gpufleet-sim``, conflicts forced).
+
+    A PriorityClass the API server refuses (422) whose ``value`` or
+    ``preemptionPolicy`` (:data:`gpufleet.kube.validation.PRIORITY_CLASS_IMMUTABLE`)
+    differs from the one there (an earlier run or a test may have left it
+    with others) is deleted, by that UID, and created again; pods keep the
+    priority their admission gave them.
 
     Raises:
         KubeError: refused for another cause (the immutable fields as wanted, or another kind), or the kind is
