@@ -396,3 +396,52 @@ def test_the_victims_of_one_replicaset_read_its_template_once():
     surges.ready(other)
     surges.ready({**other, "metadata": {**other["metadata"], "uid": "uid-y", "name": "srv-7d9f-y"}})
     assert reads() == 4
+
+
+def test_a_surge_its_replicaset_cannot_create_a_pod_for_lets_the_victim_go_at_once():
+    """A ResourceQuota (a LimitRange, a webhook) refuses the surge pod: its ReplicaSet reports ReplicaFailure, and the
+    victim goes without a replacement now instead of after surge_max_wait_seconds. The status is read only while the
+    surge has no pod, REFUSAL_CHECK_SECONDS after its creation and between reads."""
+    from gpufleet.taint_controller.surge import REFUSAL_CHECK_SECONDS
+
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    kube = cluster(victim)
+    now = [0.0]
+    surges = Surges(kube, cache(victim), direction="out", clock=lambda: now[0])
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+
+    def reads() -> int:
+        return sum(1 for a in kube.actions if a.verb == "get" and a.resource == "replicasets" and a.name == surge_rs)
+
+    assert not surges.ready(victim)
+    now[0] = REFUSAL_CHECK_SECONDS - 1
+    assert not surges.ready(victim) and reads() == 0, "a ReplicaSet is given time to create its pod"
+    now[0] = REFUSAL_CHECK_SECONDS
+    assert not surges.ready(victim) and reads() == 1, "no condition yet: still waiting"
+
+    def refuse(rs: dict) -> None:
+        rs["status"] = {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                        "message": 'pods "x" is forbidden: exceeded quota: gpus'}]}
+
+    kube.modify("replicasets", surge_rs, "inference", refuse)
+    now[0] += 1
+    assert not surges.ready(victim) and reads() == 1, "at most one read per REFUSAL_CHECK_SECONDS"
+    now[0] += REFUSAL_CHECK_SECONDS
+    kube.actions.clear()
+    assert surges.ready(victim), "refused: the victim may go"
+    assert calls(kube) == [("delete", "replicasets", surge_rs, "Background")]
+    assert VICTIM["uid"] in surges.unsurgeable and surges.hand_over(victim) is False, "evicted as in evict_first"
+
+
+def test_a_surge_with_a_pod_is_never_read_for_refusals():
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+    pending = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                                "gpufleet.io/surge-direction": "out"}, surge_rs, ready=False, node="")
+    kube = cluster(victim)
+    now = [0.0]
+    surges = Surges(kube, cache(victim, pending), direction="out", clock=lambda: now[0])
+    assert not surges.ready(victim)
+    now[0] = 60.0
+    assert not surges.ready(victim)
+    assert not [a for a in kube.actions if a.verb == "get" and a.name == surge_rs], "its pod exists: it waits"

@@ -59,7 +59,10 @@ tools see the object they wrote). A victim whose ReplicaSet has no
 The victim is evicted (through the Eviction API, its PDB still in force)
 when it can have no surge, or once ``max_wait_seconds`` passed since the
 reservation without a Ready, published surge (training always wins;
-today's path). A surge ReplicaSet not handed over is deleted when the
+today's path), or as soon as its surge ReplicaSet reports that it can
+create no pod (``ReplicaFailure``: a ResourceQuota of the namespace, a
+LimitRange or an admission webhook refused it): waiting for the bound would
+only keep training waiting for a pod that cannot exist. A surge ReplicaSet not handed over is deleted when the
 Deployment is back to its available replicas after the eviction (its own
 replacement runs), when the victim needs no eviction any more (training
 ended, reservation gone), or ``cleanup_seconds`` after the victim left.
@@ -100,7 +103,8 @@ log = logging.getLogger(__name__)
 
 SURGES = Counter("gpufleet_flip_out_surges_total",
                  "Make-before-break replacements, by event (created; removed; bound passed: given up, the pod "
-                 "goes without a Ready replacement; handed over: the surge pod took its victim's place).", ["event"])
+                 "goes without a Ready replacement; refused: its ReplicaSet can create no pod, the pod goes "
+                 "without one; handed over: the surge pod took its victim's place).", ["event"])
 
 #: Label the Deployment controller puts on a ReplicaSet's pods and selector.
 TEMPLATE_HASH_LABEL = "pod-template-hash"
@@ -111,6 +115,9 @@ LOWEST_DELETION_COST = str(-2**31)
 HANDED_OVER_SECONDS = 60.0
 #: Seconds a victim's ReplicaSet, once read for its template, serves the surges of its other pods.
 OWNER_TEMPLATE_SECONDS = 30.0
+#: Seconds a surge may go without a pod before its ReplicaSet's status is read for a refused creation, and
+#: between two reads (:meth:`Surges._refused`).
+REFUSAL_CHECK_SECONDS = 5.0
 
 
 def slim_deployment(d: dict[str, Any]) -> dict[str, Any]:
@@ -326,6 +333,7 @@ class Surge:
     deployment: str
     created: float
     victim_gone_at: float | None = None
+    checked: float = float("-inf")  # when its ReplicaSet's status was last read (_refused)
 
 
 class Surges:
@@ -445,10 +453,40 @@ class Surges:
                 return True
             self.live[uid] = created
             return False
-        return self._surge_ready(uid)
+        if self._surge_ready(uid):
+            return True
+        refused = self._refused(self.live[uid])
+        if refused is None:
+            return False
+        log.warning("flip-%s: surge %s/%s can start no pod (%s): %s/%s goes without a replacement", self.direction,
+                    meta["namespace"], self.live[uid].name, refused, meta["namespace"], meta["name"])
+        self.unsurgeable.add(uid)
+        self._remove(self.live[uid], "its ReplicaSet can create no pod")
+        SURGES.labels("refused").inc()
+        return True
 
     def _surge_ready(self, uid: str) -> bool:
         return self._surge_pod(uid) is not None
+
+    def _refused(self, s: Surge) -> str | None:
+        """``reason: message`` of ``s``'s ReplicaSet's ``ReplicaFailure`` condition (the ReplicaSet controller's
+        last pod creation failed: a quota, a LimitRange, an admission webhook) while the surge has no pod; None
+        otherwise, and without a request while it has one or within :data:`REFUSAL_CHECK_SECONDS` of its
+        creation or of the last read (a failed read counts as one)."""
+        now = self.clock()
+        if now - s.created < REFUSAL_CHECK_SECONDS or now - s.checked < REFUSAL_CHECK_SECONDS:
+            return None
+        if any((p["metadata"].get("labels") or {}).get(SURGE_DIRECTION_LABEL, "out") == self.direction
+               for p in self.pods.by_index(BY_SURGE_FOR, s.victim_uid)):
+            return None
+        s.checked = now
+        try:
+            rs = self.kube.get("apps/v1", "replicasets", s.name, s.namespace)
+        except KubeError:
+            return None  # gone (reconcile handles it) or unreadable now: the bound still holds
+        failure = next((c for c in (rs.get("status") or {}).get("conditions") or []
+                        if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
+        return None if failure is None else f"{failure.get('reason', '')}: {failure.get('message', '')}"
 
     def _surge_pod(self, uid: str) -> dict[str, Any] | None:
         """The surge pod of victim ``uid`` that is bound, Ready, published and not terminating, or None."""
