@@ -250,3 +250,34 @@ def test_a_replacement_that_never_becomes_ready_is_given_up_at_the_bound(setup):
     assert time.monotonic() - started >= bound and early and min(early) == 2, "a pod went before the bound"
     wait("the trainer bound", lambda: (step(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1],
          timeout=120)
+
+
+def test_a_replacement_the_namespaces_quota_refuses_lets_its_pod_go_at_once(setup):
+    """A ResourceQuota that counts the surge pods (here one scoped to their PriorityClass, so that the trainer of the
+    same namespace is not counted) makes the real ReplicaSet controller report ReplicaFailure on each surge: the
+    flip-out removes the surges and evicts within the PDB, as in evict_first, instead of waiting out
+    surge_max_wait_seconds; the Deployment's own replacements start on the open virtual node and the trainer binds."""
+    from gpufleet.taint_controller.surge import SURGES
+
+    kube, ns, node, caches = setup
+    kube.create("v1", "resourcequotas", {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-surges", "namespace": ns},
+        "spec": {"hard": {"pods": "0"}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": [SURGE_CLASS]}]}}}, ns)
+    serve(kube, ns, 4, node)
+    kube.patch("v1", "nodes", VNODE, {"spec": {"taints": [virtual_node()["spec"]["taints"][0]]}})
+    kube.create("v1", "pods", trainer(ns), ns)
+    bound = 900.0
+    out = FlipOut(kube, caches.nodes, caches.pods, [TRAINING_CLASS], surge_priority_class=SURGE_CLASS,
+                  max_wait_seconds=bound, mode="make_before_break", surge_max_wait_seconds=bound)
+    refused = SURGES.labels("refused")._value.get()
+
+    def surges() -> list[dict]:
+        return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+
+    wait("the trainer bound well before the bound", lambda: (
+        out.tick(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1], timeout=180)
+    assert SURGES.labels("refused")._value.get() - refused == 2
+    wait("the refused surges removed", lambda: not surges())
+    wait("both replicas on the virtual node",
+         lambda: sum(p["spec"].get("nodeName") == VNODE for p in pods(kube, ns, "app=srv")) == 2)
