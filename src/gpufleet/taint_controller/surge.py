@@ -116,8 +116,10 @@ HANDED_OVER_SECONDS = 60.0
 #: Seconds a victim's ReplicaSet, once read for its template, serves the surges of its other pods.
 OWNER_TEMPLATE_SECONDS = 30.0
 #: Seconds a surge may go without a pod before its ReplicaSet's status is read for a refused creation, and
-#: between two reads (:meth:`Surges._refused`).
-REFUSAL_CHECK_SECONDS = 5.0
+#: between two reads (:meth:`Surges._refused`): the ReplicaSet controller creates a pod within a second when idle,
+#: later under a flip's load, and a read every few seconds for each of hundreds of surges would add to an API
+#: server that is then the flip's bottleneck. Far below the bound (``surge_max_wait_seconds``).
+REFUSAL_CHECK_SECONDS = 15.0
 
 
 def slim_deployment(d: dict[str, Any]) -> dict[str, Any]:
