@@ -113,6 +113,11 @@ def serve(kube: Kube, ns: str, gpus: int, node: str) -> None:
         ready(p) and p["spec"].get("nodeName") == node for p in pods(kube, ns, "app=srv")) == 2)
 
 
+def surge_replicasets(kube: Kube, ns: str) -> list[dict]:
+    """The surge ReplicaSets of ``ns``."""
+    return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
+
+
 def replaced_before_evicted(events: list[tuple[str, dict]], victims: set[str]) -> None:
     """Assert that every victim was evicted, each after its surge pod was Ready (in watch order)."""
     surge_ready, evicted = {}, {}
@@ -236,17 +241,14 @@ def test_a_replacement_that_never_becomes_ready_is_given_up_at_the_bound(setup):
     started = time.monotonic()
     early: list[int] = []
 
-    def surges() -> list[dict]:
-        return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
-
     def step() -> None:
         out.tick()
         if time.monotonic() - started < bound:
             early.append(len(victims & {p["metadata"]["uid"] for p in pods(kube, ns, "app=srv")
                                         if not p["metadata"].get("deletionTimestamp")}))
 
-    wait("two surge ReplicaSets", lambda: (step(), len(surges()) == 2)[1])
-    wait("the surges given up at the bound", lambda: (step(), not surges())[1], timeout=60)
+    wait("two surge ReplicaSets", lambda: (step(), len(surge_replicasets(kube, ns)) == 2)[1])
+    wait("the surges given up at the bound", lambda: (step(), not surge_replicasets(kube, ns))[1], timeout=60)
     assert time.monotonic() - started >= bound and early and min(early) == 2, "a pod went before the bound"
     wait("the trainer bound", lambda: (step(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1],
          timeout=120)
@@ -272,12 +274,9 @@ def test_a_replacement_the_namespaces_quota_refuses_lets_its_pod_go_at_once(setu
                   max_wait_seconds=bound, mode="make_before_break", surge_max_wait_seconds=bound)
     refused = SURGES.labels("refused")._value.get()
 
-    def surges() -> list[dict]:
-        return kube.list("apps/v1", "replicasets", ns, labelSelector=SURGE_FOR_LABEL)["items"]
-
     wait("the trainer bound well before the bound", lambda: (
         out.tick(), kube.get("v1", "pods", "trainer", ns)["spec"].get("nodeName") == node)[1], timeout=180)
     assert SURGES.labels("refused")._value.get() - refused == 2
-    wait("the refused surges removed", lambda: not surges())
+    wait("the refused surges removed", lambda: not surge_replicasets(kube, ns))
     wait("both replicas on the virtual node",
          lambda: sum(p["spec"].get("nodeName") == VNODE for p in pods(kube, ns, "app=srv")) == 2)

@@ -400,9 +400,11 @@ def test_the_victims_of_one_replicaset_read_its_template_once():
 
 def test_a_surge_its_replicaset_cannot_create_a_pod_for_lets_the_victim_go_at_once():
     """A ResourceQuota (a LimitRange, a webhook) refuses the surge pod: its ReplicaSet reports ReplicaFailure, and the
-    victim goes without a replacement now instead of after surge_max_wait_seconds. The status is read only while the
-    surge has no pod, REFUSAL_CHECK_SECONDS after its creation and between reads."""
-    from gpufleet.taint_controller.surge import REFUSAL_CHECK_SECONDS
+    victim goes without a replacement once the surge is removed, instead of after surge_max_wait_seconds. The status
+    is read only while the surge has no pod, REFUSAL_CHECK_SECONDS after its creation and between reads, and a
+    failure counts once a second read REFUSAL_CONFIRM_SECONDS later finds it too."""
+    from gpufleet.kube import ServerError
+    from gpufleet.taint_controller.surge import REFUSAL_CHECK_SECONDS, REFUSAL_CONFIRM_SECONDS
 
     victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
     kube = cluster(victim)
@@ -420,17 +422,41 @@ def test_a_surge_its_replicaset_cannot_create_a_pod_for_lets_the_victim_go_at_on
     assert not surges.ready(victim) and reads() == 1, "no condition yet: still waiting"
 
     def refuse(rs: dict) -> None:
-        rs["status"] = {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
-                                        "message": 'pods "x" is forbidden: exceeded quota: gpus'}]}
+        rs["status"] = {"replicas": 0, "conditions": [{"type": "ReplicaFailure", "status": "True",
+                                                       "reason": "FailedCreate",
+                                                       "message": 'pods "x" is forbidden: exceeded quota: gpus'}]}
 
     kube.modify("replicasets", surge_rs, "inference", refuse)
     now[0] += 1
     assert not surges.ready(victim) and reads() == 1, "at most one read per REFUSAL_CHECK_SECONDS"
     now[0] += REFUSAL_CHECK_SECONDS
+    assert not surges.ready(victim) and reads() == 2, "found once: it may be a creation whose status is not written yet"
+    now[0] += REFUSAL_CONFIRM_SECONDS
     kube.actions.clear()
-    assert surges.ready(victim), "refused: the victim may go"
-    assert calls(kube) == [("delete", "replicasets", surge_rs, "Background")]
+    kube.fail("delete", "replicasets", ServerError(503, "ServiceUnavailable", "etcd"))
+    assert not surges.ready(victim), "confirmed, but the surge is still there: not yet"
+    assert VICTIM["uid"] not in surges.unsurgeable
+    assert surges.ready(victim), "removed on the next call: the victim may go"
+    assert [c for c in calls(kube) if c[0] == "delete"] == [("delete", "replicasets", surge_rs, "Background")] * 2
+    assert reads() == 1, "the refusal is not read again for the retry"
     assert VICTIM["uid"] in surges.unsurgeable and surges.hand_over(victim) is False, "evicted as in evict_first"
+    surges.reconcile(set())
+    assert VICTIM["uid"] not in surges.unsurgeable, "wanted again later, it may have a surge then"
+
+
+def test_a_surge_whose_replicaset_was_deleted_by_someone_else_is_created_again():
+    from gpufleet.taint_controller.surge import REFUSAL_CHECK_SECONDS
+
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    kube = cluster(victim)
+    now = [0.0]
+    surges = Surges(kube, cache(victim), direction="out", clock=lambda: now[0])
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+    assert not surges.ready(victim)
+    kube.remove("replicasets", surge_rs, "inference")
+    now[0] = REFUSAL_CHECK_SECONDS
+    assert not surges.ready(victim) and VICTIM["uid"] not in surges.live
+    assert not surges.ready(victim) and kube.object("replicasets", surge_rs, "inference") is not None
 
 
 def test_a_surge_with_a_pod_is_never_read_for_refusals():

@@ -61,8 +61,9 @@ when it can have no surge, or once ``max_wait_seconds`` passed since the
 reservation without a Ready, published surge (training always wins;
 today's path), or as soon as its surge ReplicaSet reports that it can
 create no pod (``ReplicaFailure``: a ResourceQuota of the namespace, a
-LimitRange or an admission webhook refused it): waiting for the bound would
-only keep training waiting for a pod that cannot exist. A surge ReplicaSet not handed over is deleted when the
+LimitRange or an admission webhook refused it; the surge is removed first):
+waiting for the bound would only keep training waiting for a pod that
+cannot exist. A surge ReplicaSet not handed over is deleted when the
 Deployment is back to its available replicas after the eviction (its own
 replacement runs), when the victim needs no eviction any more (training
 ended, reservation gone), or ``cleanup_seconds`` after the victim left.
@@ -120,6 +121,10 @@ OWNER_TEMPLATE_SECONDS = 30.0
 #: later under a flip's load, and a read every few seconds for each of hundreds of surges would add to an API
 #: server that is then the flip's bottleneck. Far below the bound (``surge_max_wait_seconds``).
 REFUSAL_CHECK_SECONDS = 15.0
+#: Seconds after a read that found ``ReplicaFailure`` before the read that confirms it: the ReplicaSet controller
+#: clears the condition in the status write after a creation that succeeds, so one read can fall between a pod's
+#: creation and that write.
+REFUSAL_CONFIRM_SECONDS = 5.0
 
 
 def slim_deployment(d: dict[str, Any]) -> dict[str, Any]:
@@ -335,7 +340,9 @@ class Surge:
     deployment: str
     created: float
     victim_gone_at: float | None = None
-    checked: float = float("-inf")  # when its ReplicaSet's status was last read (_refused)
+    next_check: float = float("-inf")  # when its ReplicaSet's status may be read next (_refused)
+    failing: bool = False  # the last read found ReplicaFailure (_refused)
+    refused: str = ""  # ReplicaFailure confirmed: why; its removal is retried until it succeeds
 
 
 class Surges:
@@ -438,6 +445,8 @@ class Surges:
         Deployment's ReplicaSet, or whose surge the API server refuses for
         good (forbidden, invalid), gets no surge (True: evict as before); a
         passing failure (timeout, 5xx, 429) is tried again on the next call.
+        A surge whose ReplicaSet can create no pod (:meth:`_refused`: may
+        read the ReplicaSet) is removed, and then the victim may go (True).
         """
         meta = victim["metadata"]
         uid = meta["uid"]
@@ -457,14 +466,18 @@ class Surges:
             return False
         if self._surge_ready(uid):
             return True
-        refused = self._refused(self.live[uid])
-        if refused is None:
+        s = self.live[uid]
+        if not s.refused:
+            s.refused = self._refused(s) or ""
+            if not s.refused:
+                return False
+            log.warning("flip-%s: surge %s/%s can start no pod (%s): %s/%s goes without a replacement",
+                        self.direction, meta["namespace"], s.name, s.refused, meta["namespace"], meta["name"])
+            SURGES.labels("refused").inc()
+        # Only once it is gone: a surge left would get a pod later, not Ready, counted against the PDB.
+        if not self._remove(s, "its ReplicaSet can create no pod"):
             return False
-        log.warning("flip-%s: surge %s/%s can start no pod (%s): %s/%s goes without a replacement", self.direction,
-                    meta["namespace"], self.live[uid].name, refused, meta["namespace"], meta["name"])
         self.unsurgeable.add(uid)
-        self._remove(self.live[uid], "its ReplicaSet can create no pod")
-        SURGES.labels("refused").inc()
         return True
 
     def _surge_ready(self, uid: str) -> bool:
@@ -472,23 +485,34 @@ class Surges:
 
     def _refused(self, s: Surge) -> str | None:
         """``reason: message`` of ``s``'s ReplicaSet's ``ReplicaFailure`` condition (the ReplicaSet controller's
-        last pod creation failed: a quota, a LimitRange, an admission webhook) while the surge has no pod; None
-        otherwise, and without a request while it has one or within :data:`REFUSAL_CHECK_SECONDS` of its
-        creation or of the last read (a failed read counts as one)."""
+        pod creation failed: a quota, a LimitRange, an admission webhook), found on two reads
+        :data:`REFUSAL_CONFIRM_SECONDS` apart while the surge has no pod; None otherwise. No request while it
+        has a pod, or within :data:`REFUSAL_CHECK_SECONDS` of its creation or of the last read that found no
+        failure. A ReplicaSet gone (deleted by someone else) is forgotten, so the next call creates it again."""
         now = self.clock()
-        if now - s.created < REFUSAL_CHECK_SECONDS or now - s.checked < REFUSAL_CHECK_SECONDS:
+        if now - s.created < REFUSAL_CHECK_SECONDS or now < s.next_check:
             return None
         if any((p["metadata"].get("labels") or {}).get(SURGE_DIRECTION_LABEL, "out") == self.direction
                for p in self.pods.by_index(BY_SURGE_FOR, s.victim_uid)):
+            s.failing = False
             return None
-        s.checked = now
         try:
             rs = self.kube.get("apps/v1", "replicasets", s.name, s.namespace)
+        except NotFound:
+            self.live.pop(s.victim_uid, None)
+            return None
         except KubeError:
-            return None  # gone (reconcile handles it) or unreadable now: the bound still holds
+            s.next_check = now + REFUSAL_CHECK_SECONDS
+            return None  # unreadable now: the bound still holds
         failure = next((c for c in (rs.get("status") or {}).get("conditions") or []
                         if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
-        return None if failure is None else f"{failure.get('reason', '')}: {failure.get('message', '')}"
+        if failure is None or (rs.get("status") or {}).get("replicas"):
+            s.failing, s.next_check = False, now + REFUSAL_CHECK_SECONDS
+            return None
+        if not s.failing:
+            s.failing, s.next_check = True, now + REFUSAL_CONFIRM_SECONDS
+            return None
+        return f"{failure.get('reason', '')}: {failure.get('message', '')}"
 
     def _surge_pod(self, uid: str) -> dict[str, Any] | None:
         """The surge pod of victim ``uid`` that is bound, Ready, published and not terminating, or None."""
@@ -640,7 +664,8 @@ class Surges:
                 s.victim_gone_at = now
             if now - s.victim_gone_at >= self.cleanup_seconds or self._deployment_available(s):
                 self._remove(s, "the workload is back to its available replicas")
-        self.unsurgeable = {u for u in self.unsurgeable if alive(u)}
+        # A victim no reservation wants any more may have a surge next time (its quota may have room then).
+        self.unsurgeable = {u for u in self.unsurgeable if alive(u) and u in wanted}
         self.handed = {u: t for u, t in self.handed.items() if alive(u) and now - t < HANDED_OVER_SECONDS}
 
     def _deployment_available(self, s: Surge) -> bool:
@@ -670,20 +695,22 @@ class Surges:
                 ready += 1
         return ready >= want
 
-    def _remove(self, s: Surge, why: str) -> None:
+    def _remove(self, s: Surge, why: str) -> bool:
+        """Delete ``s``'s ReplicaSet (its pods with it) and forget it; False when a request failed (try again)."""
         try:
             self.kube.delete("apps/v1", "replicasets", s.name, s.namespace, propagation="Background")
         except NotFound:
             # Gone already: by an earlier removal (its pods go with it), or by a hand-over interrupted after
             # its Orphan delete, whose pod nothing else would ever remove: remove what still carries the label.
             if not self._remove_pods(s):
-                return
+                return False
         except KubeError as exc:
             log.warning("flip-%s: removing surge %s/%s: %s", self.direction, s.namespace, s.name, exc)
-            return
+            return False
         self.live.pop(s.victim_uid, None)
         SURGES.labels("removed").inc()
         log.info("flip-%s: surge %s/%s removed: %s", self.direction, s.namespace, s.name, why)
+        return True
 
     def _remove_pods(self, s: Surge) -> bool:
         """Delete the pods still labelled as ``s``'s surge (UID-preconditioned); False when a delete failed

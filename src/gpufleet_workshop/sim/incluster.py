@@ -166,7 +166,9 @@ def apply(kube: Kube, obj: dict) -> dict:
         if obj["kind"] != "PriorityClass" or exc.status != 422:
             raise
         there = kube.get_or_none("scheduling.k8s.io/v1", "priorityclasses", obj["metadata"]["name"])
-        if there is None or all(there.get(f) == obj.get(f) for f in PRIORITY_CLASS_IMMUTABLE if f in obj):
+        defaults = {"preemptionPolicy": "PreemptLowerPriority"}  # what the API server stores when left out
+        if there is None or all(there.get(f, defaults.get(f)) == obj.get(f, defaults.get(f))
+                                for f in PRIORITY_CLASS_IMMUTABLE):
             raise
         kube.delete_object(obj, uid=there["metadata"]["uid"])
         return kube.apply(obj, field_manager=FIELD_MANAGER_SIM)
