@@ -471,3 +471,31 @@ def test_a_surge_with_a_pod_is_never_read_for_refusals():
     now[0] = 60.0
     assert not surges.ready(victim)
     assert not [a for a in kube.actions if a.verb == "get" and a.name == surge_rs], "its pod exists: it waits"
+
+
+def test_a_second_pod_the_surge_replicaset_started_during_the_hand_over_is_removed_by_the_sweep():
+    """The ReplicaSet controller saw the surge pod leave (the relabel) before its ReplicaSet's deletion and started
+    one more; the garbage collector orphaned it. Within ORPHAN_SWEEP_SECONDS the running instance deletes it: its
+    victim was handed over already, so it is one pod too many. A cache scan, not on every tick."""
+    from gpufleet.taint_controller.surge import ORPHAN_SWEEP_SECONDS
+
+    victim = view(VICTIM["name"], VICTIM["uid"], {"app": "srv", "pod-template-hash": "7d9f"}, "srv-7d9f", node="n1")
+    surge_rs = surge_name(VICTIM["name"], VICTIM["uid"])
+    surge_pod = view("srv-surge-x1", "surge-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                                  "gpufleet.io/surge-direction": "out"}, surge_rs)
+    pods = cache(victim, surge_pod)
+    kube = cluster(victim, surge_pod)
+    now = [0.0]
+    surges = Surges(kube, pods, direction="out", clock=lambda: now[0])
+    assert not surges.ready(victim) and surges.ready(victim) and surges.hand_over(victim) is True
+    extra = view("srv-surge-x2", "extra-uid", {"app": "srv", SURGE_FOR_LABEL: VICTIM["uid"],
+                                              "gpufleet.io/surge-direction": "out"}, surge_rs, ready=False, node="")
+    extra["metadata"].pop("ownerReferences")
+    kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": dict(extra["metadata"]), "spec": {}})
+    pods.apply("ADDED", extra)
+    kube.actions.clear()
+    surges.reconcile({VICTIM["uid"]})
+    assert calls(kube) == [], "not swept on every tick"
+    now[0] = ORPHAN_SWEEP_SECONDS
+    surges.reconcile({VICTIM["uid"]})
+    assert calls(kube) == [("delete", "pods", "srv-surge-x2", None)]

@@ -75,7 +75,9 @@ a victim by its UID, a workload's pods by namespace
 whose availability ends a surge are read from a watch cache of their
 namespace (started with that namespace's first surge; a GET until it is
 listed) instead of one GET per surge per tick; a victim's ReplicaSet is
-read once for all the victims it owns (:meth:`Surges._replicaset`).
+read once for all the victims it owns (:meth:`Surges._replicaset`). Only
+the sweep for ownerless surge pods (:meth:`Surges._sweep`) scans the pod
+cache, once every :data:`ORPHAN_SWEEP_SECONDS`.
 
 The Kubernetes API has no "surge for eviction"; this module is gpufleet's own.
 """
@@ -85,7 +87,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +123,9 @@ OWNER_TEMPLATE_SECONDS = 30.0
 #: later under a flip's load, and a read every few seconds for each of hundreds of surges would add to an API
 #: server that is then the flip's bottleneck. Far below the bound (``surge_max_wait_seconds``).
 REFUSAL_CHECK_SECONDS = 15.0
+#: Seconds between two sweeps of the pod cache for ownerless surge pods (:meth:`Surges._sweep`): a scan of every
+#: cached pod, so not on every tick.
+ORPHAN_SWEEP_SECONDS = 60.0
 #: Seconds after a read that found ``ReplicaFailure`` before the read that confirms it: the ReplicaSet controller
 #: clears the condition in the status write after a creation that succeeds, so one read can fall between a pod's
 #: creation and that write.
@@ -386,6 +391,7 @@ class Surges:
         self._owners: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}  # _replicaset's reads
         self._owners_lock = threading.Lock()
         self.unsurgeable: set[str] = set()
+        self._swept = clock()  # when the pod cache was last swept for orphaned surge pods (_sweep)
 
     def recover(self) -> None:
         """Take over surges an earlier instance created (from their pods' labels and owners), and finish the
@@ -397,22 +403,42 @@ class Surges:
         still there, terminating or not (the hand-over's last step; the victim already carries the lowest
         deletion cost), and deleted when the victim is gone (its ReplicaSet replaced it: this pod is one too
         many, and outside it costs money while it runs). A running instance removes such a pod with its
-        surge (:meth:`reconcile`).
+        surge (:meth:`reconcile`), and finishes the orphans no surge of its own accounts for every
+        :data:`ORPHAN_SWEEP_SECONDS` (:meth:`_sweep`).
         """
-        for p in self.pods.items():
-            labels = p["metadata"].get("labels") or {}
-            uid = labels.get(SURGE_FOR_LABEL)
-            if not uid or labels.get(SURGE_DIRECTION_LABEL, "out") != self.direction:
-                continue
-            rs = owner_of(p["metadata"], "ReplicaSet")
+        for p, uid, rs in self._surge_pods():
             if rs is None:
                 self._finish_orphan(p, uid)
             elif uid not in self.live:
                 self.live[uid] = Surge(uid, p["metadata"]["namespace"], rs["name"], "", self.clock())
+        self._swept = self.clock()
+
+    def _surge_pods(self) -> Iterator[tuple[dict[str, Any], str, dict[str, Any] | None]]:
+        """``(pod view, victim UID, controller ReplicaSet reference or None)`` of every cached surge pod of this
+        direction that is not terminating: a scan of the pod cache."""
+        for p in self.pods.items():
+            meta = p["metadata"]
+            labels = meta.get("labels") or {}
+            uid = labels.get(SURGE_FOR_LABEL)
+            if uid and labels.get(SURGE_DIRECTION_LABEL, "out") == self.direction and not meta.get("deletionTimestamp"):
+                yield p, uid, owner_of(meta, "ReplicaSet")
+
+    def _sweep(self) -> None:
+        """Finish the ownerless surge pods no live surge accounts for (:meth:`_finish_orphan`).
+
+        Besides an instance stopped mid-hand-over (:meth:`recover`), the ReplicaSet controller may see the
+        surge pod leave its surge ReplicaSet (the hand-over's relabel) before that ReplicaSet's deletion, and
+        start one more pod; the garbage collector then orphans it, and nothing else would ever remove it.
+        """
+        self._swept = self.clock()
+        for p, uid, rs in self._surge_pods():
+            if rs is None and uid not in self.live:
+                self._finish_orphan(p, uid)
 
     def _finish_orphan(self, pod: dict[str, Any], victim_uid: str) -> None:
-        """Relabel or delete an ownerless surge pod (:meth:`recover`); a failed write is logged (the pod stays
-        as it is until the next instance's recovery)."""
+        """Relabel or delete an ownerless surge pod (:meth:`recover`, :meth:`_sweep`): relabelled into its victim's
+        ReplicaSet while the victim is there and was not handed over yet, deleted otherwise (one pod too many); a
+        failed write is logged (the pod stays as it is until the next sweep)."""
         meta = pod["metadata"]
         ns, name = meta["namespace"], meta["name"]
         victim = pod_by_uid(self.pods, victim_uid)
@@ -420,7 +446,7 @@ class Surges:
         try:
             # A terminating victim still names the ReplicaSet to join: adopted, the pod stands in for the
             # replacement that ReplicaSet starts (it removes one of the two, the one not yet Ready first).
-            if adoptable(vmeta):
+            if adoptable(vmeta) and victim_uid not in self.handed:
                 self.kube.patch("v1", "pods", name, adoption(vmeta), ns)
                 self.handed[victim_uid] = self.clock()
                 SURGES.labels("handed over").inc()
@@ -429,7 +455,7 @@ class Surges:
             else:
                 self.kube.delete("v1", "pods", name, ns, uid=meta["uid"])
                 SURGES.labels("removed").inc()
-                log.info("flip-%s: %s/%s, orphaned by an interrupted hand-over whose pod is gone, removed",
+                log.info("flip-%s: %s/%s, an orphaned surge pod whose victim is gone or already replaced, removed",
                          self.direction, ns, name)
         except NotFound:
             pass
@@ -650,6 +676,8 @@ class Surges:
         """Remove surges no longer needed; ``wanted``: UIDs of victims a reservation still has to move."""
         wanted = set(wanted)
         now = self.clock()
+        if now - self._swept >= ORPHAN_SWEEP_SECONDS:
+            self._sweep()
 
         def alive(uid: str) -> bool:
             p = pod_by_uid(self.pods, uid)
