@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from gpufleet.fleet.quota_policy import ClusterQueue
+from gpufleet.kube.validation import HIGHEST_USER_PRIORITY
 from gpufleet_admin.inventory.types import STRICT, DnsLabel, NonNegativeInt, PositiveInt
 
 
@@ -43,7 +44,7 @@ class PriorityVars(BaseModel):
     model_config = STRICT
 
     name: DnsLabel
-    value: int = Field(ge=-2_147_483_648, le=1_000_000_000)
+    value: int = Field(ge=-2_147_483_648, le=HIGHEST_USER_PRIORITY)
     description: str = ""
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
 

@@ -9,10 +9,12 @@ role renders that into the controller's ConfigMap ``taint-controller-config``.
 
 from __future__ import annotations
 
+from gpufleet.kube.validation import HIGHEST_USER_PRIORITY
 from gpufleet.names import SURGE_PRIORITY_CLASS
 from gpufleet.taint_controller.config import Configuration
 from gpufleet_admin import configs
 from gpufleet_admin.inventory import Inventory
+from gpufleet_admin.inventory.errors import InventoryError, Problem
 
 #: Configuration field -> the inventory variable that feeds it (None: no variable, the model's default).
 VARIABLES: configs.Variables = {
@@ -43,7 +45,7 @@ VARIABLES: configs.Variables = {
 DERIVED: configs.Derived = {
     "pools": lambda inv: tuple(p.name for p in inv.role("virtual_kubelet").virtual_kubelet_pools),
     "flip_out_priority_classes": lambda inv: (configs.highest_priority_class(inv).name,),
-    "surge_priority_class": lambda inv: SURGE_PRIORITY_CLASS if surges_run(inv) else None,
+    "surge_priority_class": lambda inv: surge_priority_class(inv),
 }
 
 
@@ -52,6 +54,27 @@ def surges_run(inv: Inventory) -> bool:
     declares their PriorityClass and their ReplicaSets' RBAC."""
     return (inv.role("taint_controller").taint_controller_flip_mode == "make_before_break"
             and inv.role("inference").inference_enabled)
+
+
+def surge_priority_class(inv: Inventory) -> str | None:
+    """The surges' PriorityClass where they run (:func:`surges_run`), else None (the workload's own).
+
+    Raises:
+        gpufleet_admin.inventory.InventoryError: the highest kueue class (training's) is at the API's ceiling
+            (:data:`gpufleet.kube.validation.HIGHEST_USER_PRIORITY`): the surge class must be above it, so that
+            kube-scheduler places the replacements before the gang they make room for.
+    """
+    if not surges_run(inv):
+        return None
+    classes = inv.role("kueue").kueue_priority_classes
+    top = max(range(len(classes)), key=lambda i: classes[i].value)
+    if classes[top].value >= HIGHEST_USER_PRIORITY:
+        raise InventoryError([Problem(
+            configs.source_file(inv, "kueue_priority_classes"), f"kueue_priority_classes[{top}].value",
+            classes[top].value, f"at most {HIGHEST_USER_PRIORITY - 1} with taint_controller_flip_mode "
+            f"make_before_break: {SURGE_PRIORITY_CLASS} is declared one above it, and a PriorityClass may be at "
+            f"most {HIGHEST_USER_PRIORITY}")])
+    return SURGE_PRIORITY_CLASS
 
 
 def configuration(inv: Inventory) -> Configuration:

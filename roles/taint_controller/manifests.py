@@ -17,10 +17,6 @@ from gpufleet_admin.manifests import EVENT_RULE, LEASE_RULE, Obj, controller, me
 
 from .config import configuration, surges_run
 
-#: The highest value a PriorityClass outside ``system-`` may have (``scheduling.k8s.io/v1``).
-MAX_USER_PRIORITY = 1_000_000_000
-
-
 def surge_priority_class(inv: Inventory) -> Obj:
     """The flip-out's replacements' PriorityClass (:data:`gpufleet.names.SURGE_PRIORITY_CLASS`): one above the
     highest of the kueue role (training's), ``preemptionPolicy: Never``.
@@ -30,9 +26,10 @@ def surge_priority_class(inv: Inventory) -> Obj:
     from a replacement's creation to its binding), and the gang's pods pinned to the nodes inference held
     waited for them in turn. Above training, a replacement is placed as soon as it exists; it only fits virtual
     nodes, where training never goes, so it takes nothing from training, and ``Never`` keeps it from evicting
-    anything to get there.
+    anything to get there. The configuration refuses a kueue class at the API's ceiling, which leaves no room
+    above it (:func:`roles.taint_controller.config.surge_priority_class`).
     """
-    value = min(configs.highest_priority_class(inv).value + 1, MAX_USER_PRIORITY)
+    value = configs.highest_priority_class(inv).value + 1
     return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
             "metadata": meta(SURGE_PRIORITY_CLASS, component="taint-controller"), "value": value,
             "preemptionPolicy": "Never", "globalDefault": False,

@@ -258,3 +258,16 @@ def test_surges_get_a_priority_class_above_trainings_that_never_preempts_where_t
         assert not [o for o in r.objects if o["metadata"]["name"] == "gpufleet-flip-surge"], overrides
         text = find(r, "ConfigMap", "taint-controller-config", "gpufleet-system")["data"]["config.yaml"]
         assert yaml.safe_load(text).get("surge_priority_class") is None, overrides
+
+
+def test_a_training_class_at_the_apis_ceiling_leaves_no_room_for_the_surge_class() -> None:
+    """A PriorityClass may be at most 1,000,000,000: with training's there, the surges' class cannot be above it,
+    so make before break refuses it by name; evict_first, which starts no surges, takes it."""
+    from roles.registry import load
+
+    classes = [{"name": "gpufleet-training", "value": 1_000_000_000, "preemption_policy": "Never"},
+               {"name": "gpufleet-inference", "value": 1000, "preemption_policy": "Never"}]
+    with pytest.raises(InventoryError, match=r"kueue_priority_classes\[0\]\.value: 1000000000: expected at most "
+                                             r"999999999 with taint_controller_flip_mode make_before_break"):
+        load("prod", overrides={"kueue_priority_classes": classes, "taint_controller_flip_mode": "make_before_break"})
+    load("prod", overrides={"kueue_priority_classes": classes, "taint_controller_flip_mode": "evict_first"})

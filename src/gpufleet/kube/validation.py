@@ -20,6 +20,10 @@ DNS1123_LABEL_MAX_LENGTH = 63
 IMMUTABLE_SELECTOR_KINDS = frozenset({("apps/v1", "Deployment"), ("apps/v1", "ReplicaSet"),
                                       ("apps/v1", "StatefulSet"), ("apps/v1", "DaemonSet")})
 
+#: The highest value of a PriorityClass whose name does not start with ``system-`` (scheduling/v1
+#: ``HighestUserDefinablePriority``).
+HIGHEST_USER_PRIORITY = 1_000_000_000
+
 #: A PriorityClass's fields the API server refuses to change (scheduling/v1 ``ValidatePriorityClassUpdate``: 422).
 PRIORITY_CLASS_IMMUTABLE = ("value", "preemptionPolicy")
 
