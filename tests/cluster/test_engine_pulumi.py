@@ -288,7 +288,7 @@ def test_a_priority_class_whose_value_changes_is_replaced(deployed, local_cluste
 
     inv = load(ENV, overrides=BASE)
     classes = [{"name": c.name, "value": c.value + (1 if i == 0 else 0), "description": c.description,
-                "preemption_policy": c.preemption_policy} for i, c in enumerate(inv.kueue_priority_classes)]
+                "preemption_policy": c.preemption_policy} for i, c in enumerate(inv.role("kueue").kueue_priority_classes)]
     overrides = {"kueue_priority_classes": classes}
     before, after = declared_ids(), declared_ids(overrides)
     changed = {oid for oid in before if before[oid] != after[oid]}
