@@ -493,9 +493,13 @@ def test_a_second_pod_the_surge_replicaset_started_during_the_hand_over_is_remov
     extra["metadata"].pop("ownerReferences")
     kube.add({"apiVersion": "v1", "kind": "Pod", "metadata": dict(extra["metadata"]), "spec": {}})
     pods.apply("ADDED", extra)
+    # The cache still holds the handed-over pod as the garbage collector left it for a moment: its surge label on,
+    # no owner. The API server has the relabel: that pod is serving and stays.
+    stale = {**surge_pod, "metadata": {k: v for k, v in surge_pod["metadata"].items() if k != "ownerReferences"}}
+    pods.apply("MODIFIED", stale)
     kube.actions.clear()
     surges.reconcile({VICTIM["uid"]})
     assert calls(kube) == [], "not swept on every tick"
     now[0] = ORPHAN_SWEEP_SECONDS
     surges.reconcile({VICTIM["uid"]})
-    assert calls(kube) == [("delete", "pods", "srv-surge-x2", None)]
+    assert calls(kube) == [("delete", "pods", "srv-surge-x2", None)], "the handed-over pod is read again, and kept"

@@ -432,8 +432,23 @@ class Surges:
         """
         self._swept = self.clock()
         for p, uid, rs in self._surge_pods():
-            if rs is None and uid not in self.live:
+            if rs is None and uid not in self.live and self._still_orphaned(p):
                 self._finish_orphan(p, uid)
+
+    def _still_orphaned(self, pod: dict[str, Any]) -> bool:
+        """Whether the API server's copy of ``pod`` (a pod view) is an ownerless surge pod, not terminating: the
+        cache may still hold the moment between a hand-over's Orphan delete and its relabel (the garbage
+        collector's removal of the reference is an event of its own), which the hand-over has already ended.
+        One quorum read per candidate; candidates are rare."""
+        meta = pod["metadata"]
+        try:
+            fresh = self.kube.get("v1", "pods", meta["name"], meta["namespace"])
+        except KubeError:
+            return False  # gone, or unreadable now: the next sweep looks again
+        fmeta = fresh.get("metadata") or {}
+        return (fmeta.get("uid") == meta["uid"] and not fmeta.get("deletionTimestamp")
+                and (fmeta.get("labels") or {}).get(SURGE_FOR_LABEL) is not None
+                and owner_of(fmeta, "ReplicaSet") is None)
 
     def _finish_orphan(self, pod: dict[str, Any], victim_uid: str) -> None:
         """Relabel or delete an ownerless surge pod (:meth:`recover`, :meth:`_sweep`): relabelled into its victim's
